@@ -1,0 +1,123 @@
+"""`embento serve`: infinity_emb v2's flags, validated here, then `bentoml serve` in production mode.
+
+Flags become `EMBENTO_*` environment variables (a flag beats a variable already set), so the services
+read their configuration through `models.config.load_config` exactly as under a plain `bentoml serve`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from models.config import CONFIG_FILE_NAME, ENV_PREFIX, env_names, load_config
+from models.errors import ConfigError
+
+PROJECT_ROOT = Path(__file__).resolve().parent
+DEFAULT_HOST = "0.0.0.0"
+DEFAULT_PORT = "3000"
+
+
+@dataclass(frozen=True)
+class Flag:
+    names: tuple[str, ...]
+    env: str  # variable name after the prefix
+    help: str
+    per_model: bool = False
+    is_switch: bool = False  # `--flag` alone means true; `--flag false` is allowed too
+
+
+FLAGS = (
+    Flag(("--model-id",), "MODEL_ID", "local folder or Hugging Face Hub id; repeat to serve several models",
+         per_model=True),
+    Flag(("--served-model-name",), "SERVED_MODEL_NAME", "name clients send as `model` (default: the id's last part)",
+         per_model=True),
+    Flag(("--revision",), "REVISION", "Hub revision (branch, tag or commit)", per_model=True),
+    Flag(("--backend", "--engine"), "BACKEND", "inference backend: torch", per_model=True),
+    Flag(("--device",), "DEVICE", "auto | cpu | cuda | cuda:N", per_model=True),
+    Flag(("--dtype",), "DTYPE", "auto | float32 | float16 | bfloat16", per_model=True),
+    Flag(("--batch-size",), "BATCH_SIZE", "most inputs in one forward pass", per_model=True),
+    Flag(("--max-batch-tokens",), "MAX_BATCH_TOKENS", "most padded tokens in one forward pass", per_model=True),
+    Flag(("--max-seq-length",), "MAX_SEQ_LENGTH", "truncate inputs to this many tokens", per_model=True),
+    Flag(("--pooling-method",), "POOLING_METHOD", "mean | cls | lasttoken | max (default: the checkpoint's)",
+         per_model=True),
+    Flag(("--normalize",), "NORMALIZE", "L2-normalize outputs (default: the checkpoint's)", per_model=True,
+         is_switch=True),
+    Flag(("--default-prompt-name",), "DEFAULT_PROMPT_NAME", "prompt applied when a request names none",
+         per_model=True),
+    Flag(("--trust-remote-code",), "TRUST_REMOTE_CODE", "run code shipped with the checkpoint (default: false)",
+         per_model=True, is_switch=True),
+    Flag(("--api-key",), "API_KEY", "require `Authorization: Bearer <key>` on API routes"),
+    Flag(("--config",), "CONFIG", f"YAML configuration file (default: ./{CONFIG_FILE_NAME} if present)"),
+    Flag(("--host",), "HOST", f"address to listen on (default: {DEFAULT_HOST})"),
+    Flag(("--port",), "PORT", f"port to listen on (default: {DEFAULT_PORT})"),
+)
+
+
+def _dest(flag: Flag) -> str:
+    return flag.env.lower()
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="embento", description="Serve embedding models behind OpenAI-style routes.")
+    commands = parser.add_subparsers(dest="command", required=True)
+    serve = commands.add_parser(
+        "serve",
+        help="validate the configuration and start the server",
+        description=(
+            "Per-model flags repeat in the order of --model-id; one value applies to every model. Every flag "
+            f"can also be set as {ENV_PREFIX}<FLAG> (lists separated by ';'). Flags beat variables."
+        ),
+    )
+    for flag in FLAGS:
+        kwargs: dict = {"dest": _dest(flag), "help": f"{flag.help} [env: {ENV_PREFIX}{flag.env}]"}
+        if flag.per_model:
+            kwargs["action"] = "append"
+        if flag.is_switch:
+            kwargs.update(nargs="?", const="true", metavar="BOOL")
+        serve.add_argument(*flag.names, **kwargs)
+    return parser
+
+
+def build_env(args: argparse.Namespace, environ: Mapping[str, str], cwd: Path) -> dict[str, str]:
+    """The environment the server runs with: the caller's, overridden by the flags given."""
+    env = dict(environ)
+    for flag in FLAGS:
+        value = getattr(args, _dest(flag))
+        if value is not None:
+            for alias in env_names(flag.env):  # so an aliased variable cannot beat the flag
+                env.pop(ENV_PREFIX + alias, None)
+            env[ENV_PREFIX + flag.env] = ";".join(value) if flag.per_model else value
+    config_path = env.get(ENV_PREFIX + "CONFIG") or (str(cwd / CONFIG_FILE_NAME) if (cwd / CONFIG_FILE_NAME).is_file() else "")
+    if config_path:
+        env[ENV_PREFIX + "CONFIG"] = str(Path(config_path).resolve())  # the workers run in the project root
+    env.setdefault("BENTOML_DO_NOT_TRACK", "True")
+    return env
+
+
+def bentoml_command(env: Mapping[str, str]) -> list[str]:
+    host = env.get(ENV_PREFIX + "HOST", DEFAULT_HOST)
+    port = env.get(ENV_PREFIX + "PORT", DEFAULT_PORT)
+    return [sys.executable, "-m", "bentoml", "serve", "service:Gateway", "--working-dir", str(PROJECT_ROOT),
+            "--host", host, "--port", port]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    env = build_env(args, os.environ, Path.cwd())
+    try:
+        config = load_config(env, cwd=Path.cwd())
+    except ConfigError as exc:
+        print(f"embento: {exc.message}", file=sys.stderr)
+        return 2
+    for model in config.models:
+        print(f"embento: serving {model.model_id} as '{model.served_model_name}' ({model.backend}, {model.device})")
+    os.execvpe(sys.executable, bentoml_command(env), env)
+    return 0  # not reached
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,74 @@
+"""Checks at the edge, before a request reaches a route: API key, media type, body size."""
+
+from __future__ import annotations
+
+import hmac
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from gateway.errors import error_response
+from models import errors
+
+# Probes, metrics and API docs stay open so orchestrators and browsers need no key.
+OPEN_PATHS = frozenset({"/livez", "/readyz", "/healthz", "/health", "/metrics", "/", "/docs.json", "/schema.json"})
+
+
+class RequestGuard:
+    def __init__(self, app: ASGIApp, api_key: str | None, max_request_bytes: int) -> None:
+        self.app = app
+        self.api_key = api_key
+        self.max_request_bytes = max_request_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
+        problem = self._check(scope, headers)
+        if problem is None and scope["method"] == "POST" and "content-length" not in headers:
+            receive, problem = await self._buffer_body(receive)
+        if problem is not None:
+            return await error_response(problem)(scope, receive, send)
+        await self.app(scope, receive, send)
+
+    def _check(self, scope: Scope, headers: dict[str, str]) -> errors.EmbentoError | None:
+        if scope["method"] == "OPTIONS":  # CORS preflight carries no credentials
+            return None
+        if self.api_key and scope["path"] not in OPEN_PATHS:
+            scheme, _, token = headers.get("authorization", "").partition(" ")
+            if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip(), self.api_key):
+                return errors.Unauthorized("missing or invalid API key; send 'Authorization: Bearer <key>'")
+        if scope["method"] != "POST":
+            return None
+        media_type = headers.get("content-type", "application/json").split(";")[0].strip().lower()
+        if media_type != "application/json":
+            return errors.UnsupportedMediaType(
+                f"Content-Type must be application/json, not '{media_type}'", param=None
+            )
+        length = headers.get("content-length")
+        if length is not None and (not length.isdigit() or int(length) > self.max_request_bytes):
+            return self._too_large()
+        return None
+
+    def _too_large(self) -> errors.RequestTooLarge:
+        return errors.RequestTooLarge(f"request body is larger than the limit of {self.max_request_bytes} bytes")
+
+    async def _buffer_body(self, receive: Receive) -> tuple[Receive, errors.EmbentoError | None]:
+        """A chunked body has no length to check up front: read it, up to the limit, and replay it."""
+        body = bytearray()
+        while True:
+            message = await receive()
+            body += message.get("body", b"")
+            if len(body) > self.max_request_bytes:
+                return receive, self._too_large()
+            if not message.get("more_body", False):
+                break
+        replayed = False
+
+        async def replay() -> Message:
+            nonlocal replayed
+            if replayed:
+                return await receive()
+            replayed = True
+            return {"type": "http.request", "body": bytes(body), "more_body": False}
+
+        return replay, None

@@ -1,0 +1,1 @@
+"""How checkpoints are found, loaded and run. Plain Python: no BentoML here."""

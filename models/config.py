@@ -1,0 +1,187 @@
+"""The configuration object, and the one place it is read from.
+
+Sources, lowest priority first: built-in defaults, a YAML file (`embento.yaml` in the working directory,
+or the path in `EMBENTO_CONFIG`), then `EMBENTO_*` environment variables. Per-model variables hold
+`;`-separated lists: one value applies to every model, N values apply one to each of N models.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from models.errors import ConfigError
+
+DEFAULT_MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2"
+CONFIG_FILE_NAME = "embento.yaml"
+ENV_PREFIX = "EMBENTO_"
+PoolingMethod = Literal["mean", "cls", "lasttoken", "max", "mean_sqrt_len_tokens", "weightedmean"]
+Backend = Literal["torch", "onnx", "ctranslate2"]
+Dtype = Literal["auto", "float32", "float16", "bfloat16"]
+IMPLEMENTED_BACKENDS = ("torch",)
+
+
+class ModelConfig(BaseModel):
+    """One served model."""
+
+    model_config = ConfigDict(extra="forbid", protected_namespaces=())
+
+    model_id: str = DEFAULT_MODEL_ID
+    served_model_name: str = ""
+    revision: str | None = None
+    backend: Backend = "torch"
+    device: str = "auto"
+    dtype: Dtype = "auto"
+    batch_size: int = Field(32, ge=1, le=4096)
+    max_batch_tokens: int = Field(16384, ge=1)
+    max_seq_length: int | None = Field(None, ge=1)
+    pooling: PoolingMethod | None = None
+    normalize: bool | None = None
+    prompts: dict[str, str] = Field(default_factory=dict)
+    default_prompt_name: str | None = None
+    trust_remote_code: bool = False
+
+    @field_validator("backend")
+    @classmethod
+    def _backend_is_implemented(cls, value: str) -> str:
+        if value not in IMPLEMENTED_BACKENDS:
+            raise ValueError(
+                f"backend '{value}' is not available yet; use one of {list(IMPLEMENTED_BACKENDS)}"
+            )
+        return value
+
+    @field_validator("device")
+    @classmethod
+    def _device_is_known(cls, value: str) -> str:
+        if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", value):
+            raise ValueError(f"device '{value}' must be auto, cpu, cuda or cuda:N")
+        return value
+
+    @field_validator("revision", "default_prompt_name", mode="before")
+    @classmethod
+    def _empty_is_none(cls, value: Any) -> Any:
+        return None if value == "" else value
+
+    @model_validator(mode="after")
+    def _fill_defaults(self) -> ModelConfig:
+        if not self.served_model_name:
+            # The id's last path part, as OpenAI-style clients expect a short name. The packaged
+            # default keeps its Hub id so clients written for the Hub name work unchanged.
+            self.served_model_name = (
+                self.model_id if self.model_id == DEFAULT_MODEL_ID else Path(self.model_id.rstrip("/")).name
+            )
+        return self
+
+
+class EmbentoConfig(BaseModel):
+    """Everything the gateway and the runners need to know."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    models: list[ModelConfig] = Field(default_factory=lambda: [ModelConfig()], min_length=1)
+    api_key: str | None = None
+    max_client_batch_size: int = Field(2048, ge=1)
+    max_request_bytes: int = Field(8 * 1024 * 1024, ge=1024)
+    request_timeout_s: float = Field(120.0, gt=0)
+
+    @model_validator(mode="after")
+    def _names_are_unique(self) -> EmbentoConfig:
+        names = [m.served_model_name for m in self.models]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise ValueError(f"served_model_name must be unique; repeated: {duplicates}")
+        return self
+
+    def model(self, served_name: str) -> ModelConfig | None:
+        return next((m for m in self.models if m.served_model_name == served_name), None)
+
+
+# Environment variable name (after the prefix) -> field. Aliases mirror infinity's names.
+MODEL_ENV_FIELDS: dict[str, str] = {
+    **{name.upper(): name for name in ModelConfig.model_fields if name != "prompts"},
+    "ENGINE": "backend",
+    "POOLING_METHOD": "pooling",
+}
+SERVER_ENV_FIELDS: dict[str, str] = {
+    name.upper(): name for name in EmbentoConfig.model_fields if name != "models"
+}
+
+
+def env_names(env_suffix: str) -> list[str]:
+    """Every variable (after the prefix) that sets the same field as `env_suffix`, aliases included."""
+    field = MODEL_ENV_FIELDS.get(env_suffix) or SERVER_ENV_FIELDS.get(env_suffix)
+    if field is None:
+        return [env_suffix]
+    table = MODEL_ENV_FIELDS if env_suffix in MODEL_ENV_FIELDS else SERVER_ENV_FIELDS
+    return [name for name, target in table.items() if target == field]
+
+
+def split_list(value: str) -> list[str]:
+    """`a;b;` -> ['a', 'b']: infinity's list syntax, trailing separator allowed."""
+    items = value.split(";")
+    if items and items[-1] == "":
+        items.pop()
+    return [item.strip() for item in items]
+
+
+def _apply_model_env(models: list[dict[str, Any]], env: Mapping[str, str]) -> list[dict[str, Any]]:
+    if (ids := env.get(ENV_PREFIX + "MODEL_ID")) is not None:
+        models = [{"model_id": model_id} for model_id in split_list(ids)]
+    for suffix, field in MODEL_ENV_FIELDS.items():
+        raw = env.get(ENV_PREFIX + suffix)
+        if raw is None or field == "model_id":
+            continue
+        values = split_list(raw)
+        if len(values) == 1:
+            values = values * len(models)
+        if len(values) != len(models):
+            raise ConfigError(
+                f"{ENV_PREFIX}{suffix} has {len(values)} values for {len(models)} models; "
+                "give one value for all, or one per model"
+            )
+        for model, value in zip(models, values):
+            model[field] = value
+    return models
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except (OSError, yaml.YAMLError) as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {path} must hold a mapping at the top level")
+    return data
+
+
+def load_config(env: Mapping[str, str] | None = None, cwd: Path | None = None) -> EmbentoConfig:
+    """Build and validate the configuration from defaults, the YAML file and the environment."""
+    env = os.environ if env is None else env
+    explicit = env.get(ENV_PREFIX + "CONFIG")
+    path = Path(explicit) if explicit else (cwd or Path.cwd()) / CONFIG_FILE_NAME
+    if explicit and not path.is_file():
+        raise ConfigError(f"{ENV_PREFIX}CONFIG points at {path}, which is not a file")
+    data = _read_yaml(path) if path.is_file() else {}
+
+    models = [dict(m) for m in data.get("models", [{}])]
+    data["models"] = _apply_model_env(models, env)
+    for suffix, field in SERVER_ENV_FIELDS.items():
+        if (value := env.get(ENV_PREFIX + suffix)) is not None:
+            data[field] = value
+    try:
+        return EmbentoConfig.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(f"invalid configuration: {exc}") from exc
+
+
+@lru_cache(maxsize=1)
+def get_config() -> EmbentoConfig:
+    """The process-wide configuration, read once."""
+    return load_config()

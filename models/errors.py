@@ -1,0 +1,60 @@
+"""The one error hierarchy. Each class names what went wrong; `service.py` maps them to HTTP."""
+
+from __future__ import annotations
+
+
+class EmbentoError(Exception):
+    """Base class: a failure with a message that is safe to show to the caller."""
+
+    def __init__(self, message: str, *, param: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.param = param
+
+
+class InvalidRequest(EmbentoError):
+    """The request is malformed or asks for something the model cannot do."""
+
+
+class UnsupportedMediaType(InvalidRequest):
+    """The body is not JSON."""
+
+
+class RequestTooLarge(EmbentoError):
+    """The request body is larger than the configured limit."""
+
+
+class UnknownModel(EmbentoError):
+    """The request names a model that is not served."""
+
+
+class RouteNotFound(EmbentoError):
+    """No route at this path (or not for this method)."""
+
+
+class Unauthorized(EmbentoError):
+    """Missing or wrong API key."""
+
+
+class Overloaded(EmbentoError):
+    """The server cannot take more work right now; the client should retry later."""
+
+
+class NotReady(EmbentoError):
+    """Models are still loading or warming up."""
+
+
+class ConfigError(EmbentoError):
+    """The configuration is invalid; raised at startup, before anything is served."""
+
+
+class ModelLoadError(EmbentoError):
+    """A checkpoint could not be found or loaded."""
+
+
+class InferenceError(EmbentoError):
+    """The model failed on an input (a bug or a resource problem, not the caller's fault)."""
+
+
+class RequestTimeout(EmbentoError):
+    """The request did not finish within its deadline."""

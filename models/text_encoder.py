@@ -1,0 +1,113 @@
+"""Token ids -> sentence embeddings, through the checkpoint's own sentence-transformers modules.
+
+A sentence-transformers folder runs as its `modules.json` declares (Transformer -> Pooling -> Dense ->
+Normalize); a plain transformers encoder gets Transformer -> Pooling (mean unless configured) -> Normalize.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import numpy as np
+
+from models.base import ModelInfo
+from models.config import ModelConfig
+from models.errors import ModelLoadError
+from models.text_settings import TextSettings, is_sentence_transformers_folder, read_text_settings
+
+logger = logging.getLogger(__name__)
+
+
+class TextEncoder:
+    """The `Embedder` of text models on the torch backend."""
+
+    def __init__(self, folder: Path, cfg: ModelConfig) -> None:
+        from models.device import pick_device, pick_dtype
+
+        device = pick_device(cfg.device)
+        dtype = pick_dtype(cfg.dtype, device)
+        self._model = _load_sentence_transformer(folder, cfg, device, dtype)
+        tokenizer = self._model.tokenizer
+        self.settings: TextSettings = read_text_settings(folder, cfg, tokenizer.model_max_length)
+        self._model.max_seq_length = self.settings.max_seq_length
+        self._pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+        self._pad_left = tokenizer.padding_side == "left"
+        self._device = self._model.device
+        self.info = ModelInfo(
+            served_model_name=cfg.served_model_name,
+            model_id=cfg.model_id,
+            modality="text",
+            backend=cfg.backend,
+            dimension=int(self._model.get_embedding_dimension()),
+            max_input_tokens=self.settings.max_seq_length,
+            normalized=_has_normalize(self._model),
+            device=str(device),
+            dtype=str(dtype).removeprefix("torch."),
+            capabilities=["embed"],
+        )
+
+    def embed(self, inputs: list[list[int]]) -> np.ndarray:
+        import torch
+
+        features = self._pad(inputs)
+        with torch.inference_mode():
+            output = self._model(features)["sentence_embedding"]
+        return output.float().cpu().numpy()
+
+    def _pad(self, inputs: list[list[int]]) -> dict[str, object]:
+        import torch
+
+        width = max(len(ids) for ids in inputs)
+        input_ids = torch.full((len(inputs), width), self._pad_id, dtype=torch.long)
+        attention_mask = torch.zeros((len(inputs), width), dtype=torch.long)
+        for row, ids in enumerate(inputs):
+            span = slice(width - len(ids), width) if self._pad_left else slice(0, len(ids))
+            input_ids[row, span] = torch.tensor(ids, dtype=torch.long)
+            attention_mask[row, span] = 1
+        return {
+            "input_ids": input_ids.to(self._device),
+            "attention_mask": attention_mask.to(self._device),
+            "token_type_ids": torch.zeros_like(input_ids, device=self._device),
+            "modality": "text",
+        }
+
+
+def _load_sentence_transformer(folder: Path, cfg: ModelConfig, device: str, dtype: object):  # -> SentenceTransformer
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.sentence_transformer.modules import Normalize, Pooling
+
+    declared = is_sentence_transformers_folder(folder)
+    try:
+        model = SentenceTransformer(
+            str(folder),
+            device=device,
+            trust_remote_code=cfg.trust_remote_code,
+            local_files_only=True,
+            model_kwargs={"dtype": dtype},
+        )
+    except Exception as exc:
+        raise ModelLoadError(f"cannot load '{cfg.model_id}' from {folder}: {exc}") from exc
+    model.eval()
+
+    if cfg.pooling is not None:
+        at = next((i for i, m in enumerate(model) if isinstance(m, Pooling)), None)
+        if at is None:
+            raise ModelLoadError(f"'{cfg.model_id}' has no pooling module to set to '{cfg.pooling}'")
+        old = model[at]
+        model[at] = Pooling(old.embedding_dimension, pooling_mode=cfg.pooling, include_prompt=old.include_prompt)
+
+    # Plain transformers checkpoints declare nothing; OpenAI-style clients expect unit vectors.
+    normalize = cfg.normalize if cfg.normalize is not None else (True if not declared else None)
+    if normalize is True and not _has_normalize(model):
+        model.append(Normalize())
+    elif normalize is False:
+        for at in reversed([i for i, m in enumerate(model) if isinstance(m, Normalize)]):
+            del model[at]
+    return model.to(device)
+
+
+def _has_normalize(model: object) -> bool:
+    from sentence_transformers.sentence_transformer.modules import Normalize
+
+    return any(isinstance(m, Normalize) for m in model)  # type: ignore[attr-defined]

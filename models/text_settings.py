@@ -1,0 +1,68 @@
+"""How a text checkpoint wants its input prepared, read from its sentence-transformers files."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from models.config import ModelConfig
+from models.errors import ConfigError
+
+# Tokenizers without a real limit report this sentinel (transformers' VERY_LARGE_INTEGER is larger).
+_NO_LIMIT = 1_000_000
+
+
+@dataclass(frozen=True)
+class TextSettings:
+    max_seq_length: int
+    do_lower_case: bool = False
+    prompts: dict[str, str] = field(default_factory=dict)
+    default_prompt_name: str | None = None
+
+    def prompt(self, name: str | None) -> str:
+        """The prefix for a named prompt; None means the default prompt (or none)."""
+        name = name if name is not None else self.default_prompt_name
+        if name is None:
+            return ""
+        if name not in self.prompts:
+            raise KeyError(name)
+        return self.prompts[name]
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def is_sentence_transformers_folder(folder: Path) -> bool:
+    return (folder / "modules.json").is_file()
+
+
+def read_text_settings(folder: Path, cfg: ModelConfig, tokenizer_max_length: int | None) -> TextSettings:
+    """Merge the folder's declarations with the configuration (configuration wins)."""
+    st_config = _read_json(folder / "sentence_bert_config.json")
+    st_meta = _read_json(folder / "config_sentence_transformers.json")
+    model_config = _read_json(folder / "config.json")
+
+    max_length = cfg.max_seq_length or st_config.get("max_seq_length")
+    if not max_length:
+        limits = [tokenizer_max_length or _NO_LIMIT, model_config.get("max_position_embeddings") or _NO_LIMIT]
+        max_length = min(limits)
+        if max_length >= _NO_LIMIT:
+            max_length = 512
+    prompts = {**(st_meta.get("prompts") or {}), **cfg.prompts}
+    if cfg.default_prompt_name is not None and cfg.default_prompt_name not in prompts:
+        raise ConfigError(
+            f"default_prompt_name '{cfg.default_prompt_name}' of model '{cfg.served_model_name}' is not one of "
+            f"its prompts {sorted(prompts)}"
+        )
+    default_prompt = cfg.default_prompt_name or st_meta.get("default_prompt_name") or None
+    if default_prompt not in prompts:
+        default_prompt = None
+    return TextSettings(
+        max_seq_length=int(max_length),
+        do_lower_case=bool(st_config.get("do_lower_case", False)),
+        prompts={k: v for k, v in prompts.items() if v is not None},
+        default_prompt_name=default_prompt,
+    )

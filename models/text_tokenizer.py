@@ -1,0 +1,79 @@
+"""Text -> token ids, exactly as the checkpoint's sentence-transformers pipeline would tokenize.
+
+Runs in the gateway so usage is a true token count and over-long input is truncated before queuing.
+Imports no torch: the gateway process stays small.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from models.config import ModelConfig
+from models.errors import InvalidRequest, ModelLoadError
+from models.text_settings import TextSettings, read_text_settings
+
+
+class TextTokenizer:
+    """The `Preprocessor` of text models."""
+
+    def __init__(self, folder: Path, cfg: ModelConfig) -> None:
+        from transformers import AutoTokenizer
+
+        try:
+            self._tokenizer = AutoTokenizer.from_pretrained(str(folder), trust_remote_code=cfg.trust_remote_code)
+        except Exception as exc:
+            raise ModelLoadError(f"cannot load the tokenizer of '{cfg.model_id}': {exc}") from exc
+        if not self._tokenizer.is_fast:
+            raise ModelLoadError(f"'{cfg.model_id}' has no fast tokenizer (tokenizer.json); it is required")
+        self.settings: TextSettings = read_text_settings(folder, cfg, self._tokenizer.model_max_length)
+        self.max_input_tokens = self.settings.max_seq_length
+        self.vocab_size = len(self._tokenizer)
+        self._prefix, self._suffix = self._special_token_frame()
+
+    def _special_token_frame(self) -> tuple[list[int], list[int]]:
+        """The special tokens the tokenizer puts before and after a single sequence."""
+        marker = next(i for i in range(self.vocab_size) if i not in self._tokenizer.all_special_ids)
+        framed = self._tokenizer.build_inputs_with_special_tokens([marker])
+        at = framed.index(marker)
+        return framed[:at], framed[at + 1 :]
+
+    def prompt(self, name: str | None) -> str:
+        try:
+            return self.settings.prompt(name)
+        except KeyError:
+            known = sorted(self.settings.prompts) or "none"
+            raise InvalidRequest(f"unknown prompt_name '{name}'; this model has: {known}", param="prompt_name")
+
+    def encode_texts(self, texts: list[str], prompt: str = "") -> list[list[int]]:
+        if prompt:
+            texts = [prompt + text for text in texts]
+        if self.settings.do_lower_case:
+            texts = [text.lower() for text in texts]
+        encoded = self._tokenizer(
+            texts,
+            truncation=True,
+            max_length=self.max_input_tokens,
+            return_attention_mask=False,
+            return_token_type_ids=False,
+        )
+        return encoded["input_ids"]
+
+    def encode_ids(self, inputs: list[list[int]]) -> list[list[int]]:
+        """Token-id input, with or without the special tokens; framed and truncated like text."""
+        body_limit = self.max_input_tokens - len(self._prefix) - len(self._suffix)
+        encoded = []
+        for index, ids in enumerate(inputs):
+            bad = next((i for i in ids if not 0 <= i < self.vocab_size), None)
+            if bad is not None:
+                raise InvalidRequest(
+                    f"input[{index}] holds token id {bad}, outside this model's vocabulary [0, {self.vocab_size})",
+                    param="input",
+                )
+            body = self._strip_frame(ids)
+            encoded.append(self._prefix + body[:body_limit] + self._suffix)
+        return encoded
+
+    def _strip_frame(self, ids: list[int]) -> list[int]:
+        start = len(self._prefix) if self._prefix and ids[: len(self._prefix)] == self._prefix else 0
+        end = len(ids) - len(self._suffix) if self._suffix and ids[-len(self._suffix) :] == self._suffix else len(ids)
+        return ids[start:max(start, end)]

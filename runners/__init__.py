@@ -1,0 +1,1 @@
+"""BentoML model services, one per modality, each with adaptive batching."""

@@ -1,0 +1,22 @@
+"""BentoML settings shared by every model service."""
+
+from __future__ import annotations
+
+from models.config import get_config
+
+# BentoML 1.4.30+ recycles the inter-service connection pool every 100 requests / 300 s while requests
+# are still in flight, which surfaces as 500s under concurrency (bentoml #5540, #5698). Never recycle.
+MODEL_SERVICE_CONFIG = {
+    "workers": 1,
+    "traffic": {"timeout": 600},
+    "runner_connection": {"max_requests": 10**9, "max_age": 1e9},
+    "logging": {"access": {"enabled": False}},
+}
+# The dispatcher cancels queued work it predicts will miss this deadline (a 503). The gateway owns
+# request deadlines, so the dispatcher's is only a backstop.
+DISPATCH_MAX_LATENCY_MS = 300_000
+
+
+def dispatch_max_rows() -> int:
+    """Rows one runner call may gather: enough for several passes of the largest model batch."""
+    return max(64, 4 * max(m.batch_size for m in get_config().models))

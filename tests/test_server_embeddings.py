@@ -1,0 +1,178 @@
+"""The running server against direct sentence-transformers / transformers computations."""
+
+from __future__ import annotations
+
+import base64
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+
+from tests.conftest import MINILM, TINY_CLS, TINY_MEAN, make_sentences
+
+pytestmark = pytest.mark.server
+
+
+def embed(client: httpx.Client, **body) -> dict:
+    response = client.post("/v1/embeddings", json=body)
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def vectors(payload: dict) -> np.ndarray:
+    rows = sorted(payload["data"], key=lambda d: d["index"])
+    return np.array([row["embedding"] for row in rows], dtype=np.float32)
+
+
+def decode_base64(payload: dict) -> np.ndarray:
+    rows = sorted(payload["data"], key=lambda d: d["index"])
+    return np.stack([np.frombuffer(base64.b64decode(row["embedding"]), dtype="<f4") for row in rows])
+
+
+@pytest.fixture(scope="module")
+def sentences() -> list[str]:
+    return make_sentences()
+
+
+@pytest.fixture(scope="module")
+def reference(minilm_path: Path, sentences: list[str]) -> np.ndarray:
+    from sentence_transformers import SentenceTransformer
+
+    return SentenceTransformer(str(minilm_path), device="cpu").encode(sentences, convert_to_numpy=True)
+
+
+def test_parity_with_sentence_transformers(client, sentences, reference):
+    payload = embed(client, input=sentences, model=MINILM)
+    got = vectors(payload)
+    assert payload["object"] == "list" and payload["model"] == MINILM
+    assert [d["index"] for d in payload["data"]] == list(range(len(sentences)))
+    assert all(d["object"] == "embedding" for d in payload["data"])
+    cosines = (got * reference).sum(axis=1) / (np.linalg.norm(got, axis=1) * np.linalg.norm(reference, axis=1))
+    assert cosines.min() >= 0.9999, cosines.min()
+
+
+def test_usage_counts_real_tokens(client, minilm_path, sentences):
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(minilm_path))
+    expected = sum(len(ids) for ids in tokenizer(sentences, truncation=True, max_length=256)["input_ids"])
+    usage = embed(client, input=sentences, model=MINILM)["usage"]
+    assert usage == {"prompt_tokens": expected, "total_tokens": expected}
+
+
+def test_base64_equals_float(client, sentences):
+    floats = vectors(embed(client, input=sentences[:10], model=MINILM))
+    decoded = decode_base64(embed(client, input=sentences[:10], model=MINILM, encoding_format="base64"))
+    np.testing.assert_array_equal(decoded, floats)
+
+
+def test_token_ids_equal_text(client, minilm_path, sentences):
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(minilm_path))
+    texts = sentences[:5] + sentences[-2:]  # the last ones are longer than the model's 256 tokens
+    with_specials = tokenizer(texts)["input_ids"]
+    without_specials = tokenizer(texts, add_special_tokens=False)["input_ids"]
+    from_text = embed(client, input=texts, model=MINILM)
+    for ids in (with_specials, without_specials):
+        from_ids = embed(client, input=ids, model=MINILM)
+        np.testing.assert_allclose(vectors(from_ids), vectors(from_text), atol=1e-5)
+        assert from_ids["usage"] == from_text["usage"]
+    single = embed(client, input=with_specials[0], model=MINILM)
+    np.testing.assert_allclose(vectors(single)[0], vectors(from_text)[0], atol=1e-5)
+
+
+def test_dimensions_is_renormalized_prefix(client, sentences):
+    full = vectors(embed(client, input=sentences[:8], model=MINILM))
+    short = vectors(embed(client, input=sentences[:8], model=MINILM, dimensions=128))
+    prefix = full[:, :128] / np.linalg.norm(full[:, :128], axis=1, keepdims=True)
+    assert short.shape == (8, 128)
+    np.testing.assert_allclose(short, prefix, atol=1e-6)
+    np.testing.assert_allclose(np.linalg.norm(short, axis=1), 1.0, atol=1e-5)
+
+
+def test_string_input_and_default_model(client, sentences, reference):
+    payload = client.post("/v1/embeddings", json={"input": sentences[3]}).json()
+    assert payload["model"] == MINILM
+    np.testing.assert_allclose(vectors(payload)[0], reference[3], atol=1e-5)
+
+
+def test_infinity_path_and_fields(client, sentences, reference):
+    response = client.post("/embeddings", json={"input": [sentences[0]], "model": MINILM, "modality": "text",
+                                                "user": "someone"})
+    assert response.status_code == 200
+    np.testing.assert_allclose(vectors(response.json())[0], reference[0], atol=1e-5)
+
+
+def _direct_tiny_bert(path: Path, texts: list[str], pooling: str, normalize: bool) -> np.ndarray:
+    import torch
+    from transformers import AutoModel, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(path))
+    model = AutoModel.from_pretrained(str(path)).eval()
+    batch = tokenizer(texts, padding=True, truncation=True, max_length=512, return_tensors="pt")
+    with torch.inference_mode():
+        hidden = model(**batch).last_hidden_state
+    if pooling == "cls":
+        pooled = hidden[:, 0]
+    else:
+        mask = batch["attention_mask"].unsqueeze(-1).float()
+        pooled = (hidden * mask).sum(1) / mask.sum(1)
+    if normalize:
+        pooled = torch.nn.functional.normalize(pooled, dim=-1)
+    return pooled.numpy()
+
+
+@pytest.mark.parametrize("name, pooling, normalize", [(TINY_MEAN, "mean", True), (TINY_CLS, "cls", False)])
+def test_tiny_bert_variants_are_routed_by_model(client, tiny_bert_path, sentences, name, pooling, normalize):
+    texts = sentences[:12]
+    payload = embed(client, input=texts, model=name)
+    assert payload["model"] == name
+    expected = _direct_tiny_bert(tiny_bert_path, texts, pooling, normalize)
+    np.testing.assert_allclose(vectors(payload), expected, atol=1e-4)
+
+
+def test_models_list(client):
+    response = client.get("/v1/models")
+    assert response.status_code == 200
+    body = response.json()
+    cards = {card["id"]: card for card in body["data"]}
+    assert body["object"] == "list" and set(cards) == {MINILM, TINY_MEAN, TINY_CLS}
+    assert cards[MINILM]["dimension"] == 384 and cards[MINILM]["max_input_tokens"] == 256
+    assert cards[TINY_MEAN]["dimension"] == 32 and cards[TINY_MEAN]["max_input_tokens"] == 512
+    assert all(c["object"] == "model" and c["modality"] == "text" and c["backend"] == "torch"
+               and c["capabilities"] == ["embed"] for c in cards.values())
+    assert client.get("/models").json() == body
+
+
+def test_health_routes(client):
+    assert client.get("/readyz").status_code == 200
+    health = client.get("/health")
+    assert health.status_code == 200 and health.json()["unix"] > 0
+    assert client.get("/livez").status_code == 200
+
+
+def test_openai_sdk(server, sentences, reference):
+    from openai import OpenAI
+
+    sdk = OpenAI(base_url=f"{server}/v1", api_key="unused")
+    default_mode = sdk.embeddings.create(input=sentences[:4], model=MINILM)  # the SDK asks for base64
+    np.testing.assert_allclose(np.array([d.embedding for d in default_mode.data]), reference[:4], atol=1e-5)
+    as_float = sdk.embeddings.create(input=sentences[5], model=MINILM, encoding_format="float")
+    np.testing.assert_allclose(as_float.data[0].embedding, reference[5], atol=1e-5)
+    as_base64 = sdk.embeddings.create(input=[sentences[6]], model=MINILM, encoding_format="base64")
+    decoded = np.frombuffer(base64.b64decode(as_base64.data[0].embedding), dtype="<f4")
+    np.testing.assert_allclose(decoded, reference[6], atol=1e-5)
+    assert default_mode.usage.prompt_tokens > 0 and default_mode.model == MINILM
+    short = sdk.embeddings.create(input=sentences[:2], model=MINILM, dimensions=64)
+    assert len(short.data[0].embedding) == 64
+
+
+def test_bentoml_sync_client(server, sentences, reference):
+    import bentoml
+
+    with bentoml.SyncHTTPClient(server) as bento:
+        result = bento.embeddings({"input": sentences[:3], "model": MINILM})
+    got = np.array([row["embedding"] for row in result["data"]])
+    np.testing.assert_allclose(got, reference[:3], atol=1e-5)
