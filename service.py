@@ -128,10 +128,9 @@ class Gateway:
         info, tokenizer = await self._require_model(request.model)
         inputs = validated_inputs(request, info, CONFIG.max_client_batch_size)
         if isinstance(inputs[0], str):
-            prompt = tokenizer.prompt(request.prompt_name)
-            token_ids = await asyncio.to_thread(tokenizer.encode_texts, inputs, prompt)
+            token_ids = await asyncio.to_thread(tokenizer.encode_texts, inputs, tokenizer.prompt(request.prompt_name))
         else:
-            token_ids = tokenizer.encode_ids(inputs)
+            token_ids = await asyncio.to_thread(tokenizer.encode_ids, inputs)
         vectors = await self._run(info.served_model_name, token_ids)
         vectors = truncate_dimensions(vectors, request.dimensions, renormalize=info.normalized)
         encode = to_base64 if request.encoding_format == "base64" else np.ndarray.tolist

@@ -1,0 +1,74 @@
+"""`embento serve`: flags and variables become one validated configuration."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from cli import FLAGS, PROJECT_ROOT, bentoml_command, build_env, build_parser, main
+from models.config import load_config
+
+
+def env_for(argv: list[str], environ: dict[str, str] | None = None, cwd: Path = Path("/")) -> dict[str, str]:
+    return build_env(build_parser().parse_args(["serve", *argv]), environ or {}, cwd)
+
+
+def test_repeated_per_model_flags_follow_model_order():
+    env = env_for(["--model-id", "a/one", "--served-model-name", "first", "--batch-size", "8",
+                   "--model-id", "b/two", "--served-model-name", "second", "--batch-size", "16",
+                   "--pooling-method", "cls", "--trust-remote-code"])
+    assert env["EMBENTO_MODEL_ID"] == "a/one;b/two"
+    assert env["EMBENTO_SERVED_MODEL_NAME"] == "first;second"
+    config = load_config(env, cwd=Path("/"))
+    assert [(m.model_id, m.served_model_name, m.batch_size, m.pooling, m.trust_remote_code)
+            for m in config.models] == [("a/one", "first", 8, "cls", True), ("b/two", "second", 16, "cls", True)]
+
+
+def test_engine_is_an_alias_of_backend_and_flags_beat_variables():
+    env = env_for(["--engine", "torch", "--device", "cpu"], {"EMBENTO_ENGINE": "onnx", "EMBENTO_DEVICE": "cuda"})
+    assert env["EMBENTO_BACKEND"] == "torch" and "EMBENTO_ENGINE" not in env
+    config = load_config(env, cwd=Path("/"))
+    assert config.models[0].device == "cpu"
+
+
+def test_variables_apply_when_no_flag_is_given():
+    env = env_for([], {"EMBENTO_MODEL_ID": "a/x;b/y", "EMBENTO_DTYPE": "float16", "EMBENTO_API_KEY": "s3"})
+    config = load_config(env, cwd=Path("/"))
+    assert [m.dtype for m in config.models] == ["float16", "float16"] and config.api_key == "s3"
+
+
+def test_switch_flags_take_an_optional_value():
+    env = env_for(["--model-id", "a/x", "--model-id", "b/y", "--normalize", "false", "--normalize"])
+    assert [m.normalize for m in load_config(env, cwd=Path("/")).models] == [False, True]
+
+
+def test_server_flags(tmp_path):
+    (tmp_path / "embento.yaml").write_text("models: [{model_id: a/b}]\n")
+    env = env_for(["--api-key", "k", "--host", "127.0.0.1", "--port", "4000"], cwd=tmp_path)
+    assert env["EMBENTO_API_KEY"] == "k"
+    assert env["EMBENTO_CONFIG"] == str((tmp_path / "embento.yaml").resolve())
+    assert env["BENTOML_DO_NOT_TRACK"] == "True"
+    command = bentoml_command(env)
+    assert command[1:5] == ["-m", "bentoml", "serve", "service:Gateway"]
+    assert command[command.index("--host") + 1] == "127.0.0.1" and command[command.index("--port") + 1] == "4000"
+    assert command[command.index("--working-dir") + 1] == str(PROJECT_ROOT)
+
+
+def test_invalid_configuration_exits_2_before_serving(capsys, monkeypatch):
+    monkeypatch.delenv("EMBENTO_CONFIG", raising=False)
+    assert main(["serve", "--model-id", "a/x", "--batch-size", "1", "--batch-size", "2", "--batch-size", "3"]) == 2
+    assert "3 values for 1 models" in capsys.readouterr().err
+    assert main(["serve", "--backend", "ctranslate2"]) == 2
+    assert "not available yet" in capsys.readouterr().err
+
+
+def test_help_documents_every_flag_and_its_variable():
+    result = subprocess.run([sys.executable, "-m", "cli", "serve", "--help"], cwd=PROJECT_ROOT,
+                            capture_output=True, text=True, check=True)
+    for flag in FLAGS:
+        for name in flag.names:
+            assert name in result.stdout
+        assert f"EMBENTO_{flag.env}" in result.stdout.replace("\n", " ").replace("  ", "")

@@ -1,0 +1,88 @@
+"""The configuration object: defaults, YAML, environment, validation."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from models.config import DEFAULT_MODEL_ID, load_config, split_list
+from models.errors import ConfigError
+
+
+def write(tmp_path: Path, data: dict) -> Path:
+    path = tmp_path / "embento.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def test_defaults_serve_the_packaged_minilm(tmp_path):
+    config = load_config({}, cwd=tmp_path)
+    assert len(config.models) == 1
+    model = config.models[0]
+    assert model.model_id == DEFAULT_MODEL_ID and model.served_model_name == DEFAULT_MODEL_ID
+    assert (model.backend, model.device, model.dtype, model.trust_remote_code) == ("torch", "auto", "auto", False)
+    assert config.max_client_batch_size == 2048 and config.api_key is None
+
+
+def test_served_name_defaults_to_last_path_part(tmp_path):
+    config = load_config({"EMBENTO_MODEL_ID": "BAAI/bge-small-en-v1.5;/data/models/my-model/"}, cwd=tmp_path)
+    assert [m.served_model_name for m in config.models] == ["bge-small-en-v1.5", "my-model"]
+
+
+def test_yaml_file_in_working_directory(tmp_path):
+    write(tmp_path, {"api_key": "k", "models": [{"model_id": "a/b", "pooling": "cls", "prompts": {"query": "q: "}}]})
+    config = load_config({}, cwd=tmp_path)
+    assert config.api_key == "k"
+    assert config.models[0].pooling == "cls" and config.models[0].prompts == {"query": "q: "}
+
+
+def test_environment_beats_yaml(tmp_path):
+    path = write(tmp_path / "", {"models": [{"model_id": "a/b", "batch_size": 8}, {"model_id": "c/d"}]})
+    env = {"EMBENTO_CONFIG": str(path), "EMBENTO_BATCH_SIZE": "16", "EMBENTO_MAX_CLIENT_BATCH_SIZE": "100"}
+    config = load_config(env, cwd=Path("/"))
+    assert [m.batch_size for m in config.models] == [16, 16]
+    assert config.max_client_batch_size == 100
+
+
+def test_per_model_lists_apply_in_order(tmp_path):
+    env = {"EMBENTO_MODEL_ID": "a/one;b/two;", "EMBENTO_SERVED_MODEL_NAME": "x;y",
+           "EMBENTO_ENGINE": "torch", "EMBENTO_POOLING_METHOD": "mean;cls", "EMBENTO_TRUST_REMOTE_CODE": "false;true"}
+    config = load_config(env, cwd=tmp_path)
+    assert [(m.model_id, m.served_model_name, m.pooling, m.trust_remote_code) for m in config.models] == [
+        ("a/one", "x", "mean", False), ("b/two", "y", "cls", True)]
+
+
+def test_model_id_from_environment_replaces_the_file_models(tmp_path):
+    write(tmp_path, {"models": [{"model_id": "file/model"}]})
+    config = load_config({"EMBENTO_MODEL_ID": "env/model"}, cwd=tmp_path)
+    assert [m.model_id for m in config.models] == ["env/model"]
+
+
+@pytest.mark.parametrize("env, fragment", [
+    ({"EMBENTO_MODEL_ID": "a/x;b/y", "EMBENTO_BATCH_SIZE": "1;2;3"}, "3 values for 2 models"),
+    ({"EMBENTO_BACKEND": "onnx"}, "not available yet"),
+    ({"EMBENTO_ENGINE": "ctranslate2"}, "not available yet"),
+    ({"EMBENTO_DEVICE": "gpu"}, "device"),
+    ({"EMBENTO_DTYPE": "int4"}, "dtype"),
+    ({"EMBENTO_BATCH_SIZE": "0"}, "batch_size"),
+    ({"EMBENTO_POOLING": "median"}, "pooling"),
+    ({"EMBENTO_MODEL_ID": "a/x;b/x"}, "unique"),
+    ({"EMBENTO_CONFIG": "/no/such/file.yaml"}, "not a file"),
+])
+def test_invalid_configuration_is_rejected_with_a_clear_message(tmp_path, env, fragment):
+    with pytest.raises(ConfigError, match=fragment):
+        load_config(env, cwd=tmp_path)
+
+
+def test_unknown_yaml_keys_are_rejected(tmp_path):
+    write(tmp_path, {"models": [{"model_id": "a/b", "poolin": "cls"}]})
+    with pytest.raises(ConfigError, match="poolin"):
+        load_config({}, cwd=tmp_path)
+
+
+def test_split_list():
+    assert split_list("a;b;") == ["a", "b"]
+    assert split_list(" a ; b") == ["a", "b"]
+    assert split_list("") == []

@@ -1,0 +1,148 @@
+"""`models/` as plain Python: no BentoML, compared with sentence-transformers directly."""
+
+from __future__ import annotations
+
+import base64
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from models.batching import plan_batches, run_isolated
+from models.config import ModelConfig
+from models.errors import ConfigError, InvalidRequest, ModelLoadError
+from models.postprocess import to_base64, truncate_dimensions
+from models.resolve import resolve_model
+from models.text_encoder import TextEncoder
+from models.text_tokenizer import TextTokenizer
+from tests.conftest import MINILM, ROOT, make_sentences
+
+
+@pytest.fixture(scope="module")
+def st_model(minilm_path):
+    from sentence_transformers import SentenceTransformer
+
+    return SentenceTransformer(str(minilm_path), device="cpu")
+
+
+@pytest.fixture(scope="module")
+def minilm(minilm_path) -> tuple[TextTokenizer, TextEncoder]:
+    cfg = ModelConfig(model_id=MINILM, device="cpu")
+    return TextTokenizer(minilm_path, cfg), TextEncoder(minilm_path, cfg)
+
+
+def test_models_package_has_no_bentoml_import():
+    code = "import sys, models.config, models.text_encoder, models.text_tokenizer, models.batching; " \
+           "print('bentoml' in sys.modules)"
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "False"
+
+
+def test_packaged_default_resolves_offline(minilm_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    assert resolve_model(MINILM) == minilm_path
+    assert (minilm_path / "modules.json").is_file()
+
+
+def test_unavailable_hub_model_names_the_model_and_the_way_out(monkeypatch, tmp_path):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path))
+    with pytest.raises(ModelLoadError) as caught:
+        resolve_model("some-org/not-cached-model")
+    assert "some-org/not-cached-model" in caught.value.message
+    assert "HF_HUB_OFFLINE" in caught.value.message and "local folder" in caught.value.message
+
+
+def test_missing_local_folder():
+    with pytest.raises(ModelLoadError, match="does not exist"):
+        resolve_model("./no/such/folder")
+
+
+def test_tokenizer_and_encoder_match_sentence_transformers(minilm, st_model):
+    tokenizer, encoder = minilm
+    sentences = make_sentences()
+    ids = tokenizer.encode_texts(sentences)
+    assert max(len(i) for i in ids) == 256 == encoder.info.max_input_tokens
+    expected_ids = st_model.tokenize(sentences)["input_ids"]
+    for row, got in zip(expected_ids, ids):
+        assert row[row != 0].tolist() == got
+    np.testing.assert_allclose(encoder.embed(ids), st_model.encode(sentences), atol=1e-5)
+    assert encoder.info.dimension == 384 and encoder.info.normalized
+
+
+def test_token_ids_are_framed_and_checked(minilm):
+    tokenizer, _ = minilm
+    assert tokenizer.encode_ids([[7592, 2088]]) == [[101, 7592, 2088, 102]]
+    assert tokenizer.encode_ids([[101, 7592, 2088, 102]]) == [[101, 7592, 2088, 102]]
+    long = tokenizer.encode_ids([[7592] * 1000])[0]
+    assert len(long) == 256 and long[0] == 101 and long[-1] == 102
+    with pytest.raises(InvalidRequest, match="outside this model's vocabulary"):
+        tokenizer.encode_ids([[5], [30522]])
+
+
+def test_prompts_are_prefixed(minilm_path, st_model):
+    cfg = ModelConfig(model_id=MINILM, prompts={"query": "query: "}, default_prompt_name="query")
+    tokenizer = TextTokenizer(minilm_path, cfg)
+    assert tokenizer.prompt(None) == "query: "
+    expected = st_model.tokenize(["query: hello"])["input_ids"][0].tolist()
+    assert tokenizer.encode_texts(["hello"], tokenizer.prompt(None)) == [expected]
+    with pytest.raises(InvalidRequest, match="unknown prompt_name"):
+        tokenizer.prompt("passage")
+    with pytest.raises(ConfigError, match="default_prompt_name"):
+        TextTokenizer(minilm_path, ModelConfig(model_id=MINILM, default_prompt_name="missing"))
+
+
+def test_pooling_and_normalize_overrides(minilm_path, minilm, st_model):
+    tokenizer, _ = minilm
+    ids = tokenizer.encode_texts(["one sentence", "and another, rather longer sentence"])
+    cls_raw = TextEncoder(minilm_path, ModelConfig(model_id=MINILM, pooling="cls", normalize=False))
+    assert not cls_raw.info.normalized
+    token_states = st_model.encode(["one sentence", "and another, rather longer sentence"],
+                                   output_value="token_embeddings")
+    np.testing.assert_allclose(cls_raw.embed(ids), np.stack([t[0].numpy() for t in token_states]), atol=1e-5)
+
+
+def test_plan_batches_respects_count_and_token_budget():
+    lengths = [5, 100, 3, 50, 7, 100, 2]
+    passes = plan_batches(lengths, batch_size=3, max_batch_tokens=200)
+    assert sorted(i for p in passes for i in p) == list(range(len(lengths)))
+    for chunk in passes:
+        assert len(chunk) <= 3
+        assert max(lengths[i] for i in chunk) * len(chunk) <= 200
+    assert passes[0] == [6, 2, 0]  # shortest first
+    assert plan_batches([1000], batch_size=4, max_batch_tokens=10) == [[0]]  # too long for the budget: alone
+
+
+def test_run_isolated_fails_only_the_bad_inputs():
+    calls = []
+
+    def run(items: list[int]) -> list[int]:
+        calls.append(list(items))
+        if 3 in items:
+            raise RuntimeError("poison")
+        return [i * 10 for i in items]
+
+    results = run_isolated(run, [1, 2, 3, 4, 5])
+    assert results[:2] == [10, 20] and results[3:] == [40, 50]
+    assert isinstance(results[2], RuntimeError)
+
+
+def test_truncate_dimensions_renormalizes():
+    rng = np.random.default_rng(0)
+    vectors = rng.normal(size=(4, 16)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    short = truncate_dimensions(vectors, 8, renormalize=True)
+    np.testing.assert_allclose(np.linalg.norm(short, axis=1), 1.0, atol=1e-6)
+    np.testing.assert_allclose(short * np.linalg.norm(vectors[:, :8], axis=1, keepdims=True), vectors[:, :8],
+                               atol=1e-6)
+    np.testing.assert_array_equal(truncate_dimensions(vectors, 8, renormalize=False), vectors[:, :8])
+    assert truncate_dimensions(vectors, None, renormalize=True) is vectors
+
+
+def test_base64_is_little_endian_float32():
+    vector = np.array([1.0, -2.5, 3.25], dtype=np.float32)
+    raw = base64.b64decode(to_base64(vector))
+    assert raw == vector.astype("<f4").tobytes()
+    np.testing.assert_array_equal(np.frombuffer(raw, dtype="<f4"), vector)

@@ -1,0 +1,110 @@
+"""Bad input: each a 4xx in OpenAI's error shape, and the server still healthy afterwards."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.conftest import MINILM
+
+pytestmark = pytest.mark.server
+
+BAD_BODIES = [
+    pytest.param({"input": [], "model": MINILM}, 400, "input", id="empty-list"),
+    pytest.param({"input": "", "model": MINILM}, 400, "input", id="empty-string"),
+    pytest.param({"input": ["ok", ""], "model": MINILM}, 400, "input", id="empty-string-in-list"),
+    pytest.param({"input": [[]], "model": MINILM}, 400, "input", id="empty-token-list"),
+    pytest.param({"input": ["x"] * 2049, "model": MINILM}, 400, "input", id="2049-inputs"),
+    pytest.param({"input": [1.5, 2], "model": MINILM}, 400, "input", id="float-items"),
+    pytest.param({"input": ["a", 3], "model": MINILM}, 400, "input", id="mixed-items"),
+    pytest.param({"input": [True], "model": MINILM}, 400, "input", id="bool-items"),
+    pytest.param({"input": [{"text": "a"}], "model": MINILM}, 400, "input", id="object-items"),
+    pytest.param({"input": [[["deep"]]], "model": MINILM}, 400, "input", id="nested-garbage"),
+    pytest.param({"input": None, "model": MINILM}, 400, "input", id="null-input"),
+    pytest.param({"model": MINILM}, 400, "input", id="missing-input"),
+    pytest.param({"input": "x", "model": "no-such-model"}, 404, "model", id="unknown-model"),
+    pytest.param({"input": "x", "model": MINILM, "dimensions": 0}, 400, "dimensions", id="dimensions-0"),
+    pytest.param({"input": "x", "model": MINILM, "dimensions": -3}, 400, "dimensions", id="dimensions-negative"),
+    pytest.param({"input": "x", "model": MINILM, "dimensions": 385}, 400, "dimensions", id="dimensions-too-large"),
+    pytest.param({"input": "x", "model": MINILM, "dimensions": "12"}, 400, "dimensions", id="dimensions-string"),
+    pytest.param({"input": "x", "model": MINILM, "encoding_format": "int8"}, 400, "encoding_format",
+                 id="unknown-encoding"),
+    pytest.param({"input": [[101, 30522]], "model": MINILM}, 400, "input", id="token-id-too-large"),
+    pytest.param({"input": [[101, -1]], "model": MINILM}, 400, "input", id="token-id-negative"),
+    pytest.param({"input": "x", "model": MINILM, "modality": "image"}, 400, "modality", id="modality-image"),
+    pytest.param({"input": "x", "model": MINILM, "prompt_name": "nope"}, 400, "prompt_name", id="unknown-prompt"),
+    pytest.param([1, 2, 3], 400, None, id="body-not-an-object"),
+]
+
+
+def assert_openai_error(response, status: int, param: str | None = None) -> dict:
+    assert response.status_code == status, response.text
+    body = response.json()
+    assert set(body) == {"error"}, body
+    error = body["error"]
+    assert set(error) == {"message", "type", "param", "code"}, error
+    assert isinstance(error["message"], str) and error["message"]
+    expected_type = "server_error" if status >= 500 else "invalid_request_error"
+    assert error["type"] == expected_type
+    if param is not None:
+        assert error["param"] == param, error
+    return error
+
+
+def assert_healthy(client) -> None:
+    assert client.get("/readyz").status_code == 200
+    response = client.post("/v1/embeddings", json={"input": "still fine", "model": MINILM})
+    assert response.status_code == 200 and len(response.json()["data"][0]["embedding"]) == 384
+
+
+@pytest.mark.parametrize("body, status, param", BAD_BODIES)
+def test_bad_body(client, body, status, param):
+    assert_openai_error(client.post("/v1/embeddings", json=body), status, param)
+
+
+def test_unknown_model_lists_served_names(client):
+    error = assert_openai_error(client.post("/v1/embeddings", json={"input": "x", "model": "gpt-x"}), 404, "model")
+    assert MINILM in error["message"] and error["code"] == "model_not_found"
+
+
+def test_ten_megabyte_string(client):
+    body = json.dumps({"input": "a" * (10 * 1024 * 1024), "model": MINILM})
+    response = client.post("/v1/embeddings", content=body, headers={"content-type": "application/json"})
+    assert_openai_error(response, 413)
+    assert_healthy(client)
+
+
+def test_chunked_body_over_the_limit(client):
+    def chunks():
+        yield b'{"input": "'
+        for _ in range(10):
+            yield b"a" * (1024 * 1024)
+        yield b'"}'
+
+    response = client.post("/v1/embeddings", content=chunks(), headers={"content-type": "application/json"})
+    assert_openai_error(response, 413)
+
+
+def test_invalid_json(client):
+    response = client.post("/v1/embeddings", content=b'{"input": ["a",', headers={"content-type": "application/json"})
+    error = assert_openai_error(response, 400)
+    assert "JSON" in error["message"]
+
+
+@pytest.mark.parametrize("content_type", ["text/plain", "application/x-www-form-urlencoded", "multipart/form-data"])
+def test_wrong_content_type(client, content_type):
+    response = client.post("/v1/embeddings", content=b'{"input": "x"}', headers={"content-type": content_type})
+    assert_openai_error(response, 415)
+
+
+def test_unknown_route_and_method(client):
+    assert_openai_error(client.get("/v1/nothing-here"), 404)
+    assert_openai_error(client.get("/v1/embeddings"), 405)
+
+
+def test_server_healthy_after_everything(client):
+    for body, _, _ in (p.values for p in BAD_BODIES):
+        client.post("/v1/embeddings", json=body)
+    assert_healthy(client)
+    assert client.get("/health").status_code == 200
