@@ -1,0 +1,29 @@
+# Everything sets itself up: `make serve` and `make test` work on a fresh clone.
+PYTHON ?= python3.11
+VENV := .venv
+STAMP := $(VENV)/.installed
+
+.PHONY: setup serve test bench clean
+
+setup: $(STAMP)
+
+# CPU torch first, from its pinned wheel: a plain `torch` requirement would pull a multi-GB CUDA build.
+$(STAMP): requirements.txt requirements-test.txt pyproject.toml
+	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install --quiet --upgrade pip
+	$(VENV)/bin/pip install --quiet torch==2.13.0
+	$(VENV)/bin/pip install --quiet -r requirements.txt -r requirements-test.txt
+	$(VENV)/bin/pip install --quiet --no-deps -e .
+	touch $(STAMP)
+
+serve: setup
+	$(VENV)/bin/embento serve
+
+test: setup
+	BENTOML_DO_NOT_TRACK=True HF_HUB_OFFLINE=1 $(VENV)/bin/python -m pytest
+
+bench: setup
+	$(VENV)/bin/python bench/run_all.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache
