@@ -1,0 +1,59 @@
+"""In-process ceiling: sentence-transformers `encode` on the load generator's corpora, same thread count.
+
+    python bench/ceiling.py [--threads N] [--model-path PATH]
+
+No HTTP, no queue, no serialization: what the model alone does on this machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from load import SCENARIOS, Scenario, corpus
+
+
+def measure(model, scenario: Scenario, seconds: float) -> float:
+    texts = corpus(2000, scenario.min_words, scenario.max_words)
+    batch = scenario.in_flight * scenario.sentences_per_request  # what a perfect batcher could gather
+    done, position = 0, 0
+    started = time.perf_counter()
+    while time.perf_counter() - started < seconds:
+        chunk = [texts[(position + i) % len(texts)] for i in range(batch)]
+        model.encode(chunk, batch_size=batch)
+        position += batch
+        done += batch
+    return done / (time.perf_counter() - started)
+
+
+def run(model_path: str, threads: int, seconds: float) -> dict[str, float]:
+    import torch
+    from sentence_transformers import SentenceTransformer
+
+    torch.set_num_threads(threads)
+    model = SentenceTransformer(model_path, device="cpu")
+    model.encode(corpus(64, 5, 40), batch_size=32)  # warm-up
+    figures = {}
+    for scenario in SCENARIOS:
+        rate = measure(model, scenario, seconds)
+        figures[scenario.name] = rate
+        print(f"ceiling {scenario.name:40s} {rate:9.1f} sent/s  (threads {threads})")
+    return figures
+
+
+def main() -> None:
+    from models.resolve import packaged_model_path
+
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's own choice)")
+    parser.add_argument("--model-path", default=None)
+    parser.add_argument("--seconds", type=float, default=10.0)
+    args = parser.parse_args()
+    import torch
+
+    path = args.model_path or str(packaged_model_path("sentence-transformers/all-MiniLM-L6-v2"))
+    run(path, args.threads or torch.get_num_threads(), args.seconds)
+
+
+if __name__ == "__main__":
+    main()

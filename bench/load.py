@@ -1,0 +1,147 @@
+"""Closed-loop load generator for any OpenAI-compatible embeddings URL (loopback only).
+
+    python bench/load.py --url http://127.0.0.1:3000/v1/embeddings --model NAME [--pid SERVER_PID]
+
+Scenarios: 32 in flight x 1 sentence, 8 x 10 sentences, one at a time, 8 x 10 mixed-length (5-200 words).
+Prints sentences/s, latency percentiles, errors and the server's resident memory (whole process tree).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import ipaddress
+import random
+import socket
+import statistics
+import time
+from dataclasses import dataclass, field
+from urllib.parse import urlparse
+
+import httpx
+import psutil
+
+WORDS = ("data privacy fixed cost cluster embedding vector search query passage model server batch token "
+         "latency throughput memory request response network engineer platform team document index").split()
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    in_flight: int
+    sentences_per_request: int
+    min_words: int
+    max_words: int
+
+
+SCENARIOS = (
+    Scenario("32 in flight x 1 sentence", 32, 1, 8, 20),
+    Scenario("8 in flight x 10 sentences", 8, 10, 8, 20),
+    Scenario("sequential x 1 sentence", 1, 1, 8, 20),
+    Scenario("8 in flight x 10 mixed (5-200 words)", 8, 10, 5, 200),
+)
+
+
+def corpus(count: int, min_words: int, max_words: int, seed: int = 1) -> list[str]:
+    rng = random.Random(seed)
+    return [" ".join(rng.choice(WORDS) for _ in range(rng.randint(min_words, max_words))) for _ in range(count)]
+
+
+@dataclass
+class Result:
+    latencies_ms: list[float] = field(default_factory=list)
+    sentences: int = 0
+    errors: int = 0
+    elapsed_s: float = 0.0
+
+    def percentile(self, q: float) -> float:
+        if not self.latencies_ms:
+            return float("nan")
+        ordered = sorted(self.latencies_ms)
+        return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def require_loopback(url: str) -> None:
+    host = urlparse(url).hostname or ""
+    address = ipaddress.ip_address(socket.gethostbyname(host))
+    if not address.is_loopback:
+        raise SystemExit(f"refusing to load {host}: this benchmark only targets loopback addresses")
+
+
+async def run_scenario(url: str, model: str, scenario: Scenario, duration_s: float, max_requests: int) -> Result:
+    texts = corpus(2000, scenario.min_words, scenario.max_words)
+    result = Result()
+    deadline = time.perf_counter() + duration_s
+    sent = 0
+    limits = httpx.Limits(max_connections=scenario.in_flight, max_keepalive_connections=scenario.in_flight)
+    async with httpx.AsyncClient(timeout=120, limits=limits) as http:
+        async def worker(offset: int) -> None:
+            nonlocal sent
+            position = offset * 97
+            while time.perf_counter() < deadline and sent < max_requests:
+                sent += 1
+                batch = [texts[(position + i) % len(texts)] for i in range(scenario.sentences_per_request)]
+                position += scenario.sentences_per_request
+                started = time.perf_counter()
+                try:
+                    response = await http.post(url, json={"input": batch, "model": model})
+                    ok = response.status_code == 200
+                except httpx.HTTPError:
+                    ok = False
+                result.latencies_ms.append((time.perf_counter() - started) * 1000)
+                if ok:
+                    result.sentences += len(batch)
+                else:
+                    result.errors += 1
+
+        started = time.perf_counter()
+        await asyncio.gather(*(worker(i) for i in range(scenario.in_flight)))
+        result.elapsed_s = time.perf_counter() - started
+    return result
+
+
+def tree_rss_mb(pid: int | None) -> float:
+    if pid is None:
+        return float("nan")
+    root = psutil.Process(pid)
+    return sum(p.memory_info().rss for p in [root, *root.children(recursive=True)]) / 2**20
+
+
+async def warm_up(url: str, model: str) -> None:
+    async with httpx.AsyncClient(timeout=120) as http:
+        await asyncio.gather(*(http.post(url, json={"input": corpus(4, 5, 40, seed=i), "model": model})
+                               for i in range(32)))
+
+
+def report(scenario: Scenario, result: Result, rss_mb: float) -> dict[str, float]:
+    rate = result.sentences / result.elapsed_s if result.elapsed_s else 0.0
+    print(f"{scenario.name:40s} {rate:9.1f} sent/s  p50 {result.percentile(0.5):7.1f} ms  "
+          f"p95 {result.percentile(0.95):7.1f} ms  p99 {result.percentile(0.99):7.1f} ms  "
+          f"errors {result.errors}  requests {len(result.latencies_ms)}  server RSS {rss_mb:7.0f} MB")
+    return {"sentences_per_s": rate, "p50_ms": result.percentile(0.5), "p95_ms": result.percentile(0.95),
+            "p99_ms": result.percentile(0.99), "errors": result.errors, "rss_mb": rss_mb}
+
+
+async def run_all(url: str, model: str, pid: int | None, duration_s: float, max_requests: int) -> dict[str, dict]:
+    require_loopback(url)
+    await warm_up(url, model)
+    figures = {}
+    for scenario in SCENARIOS:
+        result = await run_scenario(url, model, scenario, duration_s, max_requests)
+        figures[scenario.name] = report(scenario, result, tree_rss_mb(pid))
+    return figures
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--url", required=True)
+    parser.add_argument("--model", required=True)
+    parser.add_argument("--pid", type=int, help="server process to measure (its whole tree)")
+    parser.add_argument("--duration", type=float, default=20.0, help="seconds per scenario")
+    parser.add_argument("--max-requests", type=int, default=20000, help="hard bound per scenario")
+    args = parser.parse_args()
+    asyncio.run(run_all(args.url, args.model, args.pid, args.duration, args.max_requests))
+
+
+if __name__ == "__main__":
+    main()
