@@ -12,6 +12,7 @@ import os
 os.environ.setdefault("BENTOML_DO_NOT_TRACK", "True")  # no usage tracking unless a user opts in
 
 import asyncio
+import functools
 import logging
 import time
 
@@ -46,6 +47,7 @@ logger = logging.getLogger(__name__)
 CONFIG = get_config()
 STARTED = int(time.time())
 WARMUP_RETRY_S = 1.0
+INLINE_TOKENIZE_LIMIT = 2048  # characters (or token ids) per request
 
 routes = Starlette()  # GET routes; BentoML's own API routes are POST-only
 
@@ -127,10 +129,7 @@ class Gateway:
     async def _embed(self, request: EmbeddingRequest) -> EmbeddingResponse:
         info, tokenizer = await self._require_model(request.model)
         inputs = validated_inputs(request, info, CONFIG.max_client_batch_size)
-        if isinstance(inputs[0], str):
-            token_ids = await asyncio.to_thread(tokenizer.encode_texts, inputs, tokenizer.prompt(request.prompt_name))
-        else:
-            token_ids = await asyncio.to_thread(tokenizer.encode_ids, inputs)
+        token_ids = await self._tokenize(tokenizer, inputs, request.prompt_name)
         vectors = await self._run(info.served_model_name, token_ids)
         vectors = truncate_dimensions(vectors, request.dimensions, renormalize=info.normalized)
         encode = to_base64 if request.encoding_format == "base64" else np.ndarray.tolist
@@ -141,6 +140,19 @@ class Gateway:
             object="list", data=data, model=info.served_model_name,
             usage=Usage.model_construct(prompt_tokens=tokens, total_tokens=tokens),
         )
+
+    @staticmethod
+    async def _tokenize(
+        tokenizer: TextTokenizer, inputs: list[str] | list[list[int]], prompt_name: str | None
+    ) -> list[list[int]]:
+        if isinstance(inputs[0], str):
+            work = functools.partial(tokenizer.encode_texts, inputs, tokenizer.prompt(prompt_name))
+        else:
+            work = functools.partial(tokenizer.encode_ids, inputs)
+        # A thread hop costs more than tokenizing a few sentences; only big inputs leave the event loop.
+        if sum(len(item) for item in inputs) <= INLINE_TOKENIZE_LIMIT:
+            return work()
+        return await asyncio.to_thread(work)
 
     async def _run(self, model: str, token_ids: list[list[int]]) -> np.ndarray:
         rows = [TokenizedText(model=model, input_ids=ids) for ids in token_ids]

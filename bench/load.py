@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass, field
 from urllib.parse import urlparse
 
-import httpx
+import aiohttp
 import psutil
 
 WORDS = ("data privacy fixed cost cluster embedding vector search query passage model server batch token "
@@ -73,8 +73,8 @@ async def run_scenario(url: str, model: str, scenario: Scenario, duration_s: flo
     result = Result()
     deadline = time.perf_counter() + duration_s
     sent = 0
-    limits = httpx.Limits(max_connections=scenario.in_flight, max_keepalive_connections=scenario.in_flight)
-    async with httpx.AsyncClient(timeout=120, limits=limits) as http:
+    connector = aiohttp.TCPConnector(limit=scenario.in_flight)
+    async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=120)) as http:
         async def worker(offset: int) -> None:
             nonlocal sent
             position = offset * 97
@@ -84,9 +84,10 @@ async def run_scenario(url: str, model: str, scenario: Scenario, duration_s: flo
                 position += scenario.sentences_per_request
                 started = time.perf_counter()
                 try:
-                    response = await http.post(url, json={"input": batch, "model": model})
-                    ok = response.status_code == 200
-                except httpx.HTTPError:
+                    async with http.post(url, json={"input": batch, "model": model}) as response:
+                        await response.read()
+                        ok = response.status == 200
+                except aiohttp.ClientError:
                     ok = False
                 result.latencies_ms.append((time.perf_counter() - started) * 1000)
                 if ok:
@@ -108,9 +109,12 @@ def tree_rss_mb(pid: int | None) -> float:
 
 
 async def warm_up(url: str, model: str) -> None:
-    async with httpx.AsyncClient(timeout=120) as http:
-        await asyncio.gather(*(http.post(url, json={"input": corpus(4, 5, 40, seed=i), "model": model})
-                               for i in range(32)))
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=120)) as http:
+        async def one(seed: int) -> None:
+            async with http.post(url, json={"input": corpus(4, 5, 40, seed=seed), "model": model}) as response:
+                await response.read()
+
+        await asyncio.gather(*(one(i) for i in range(32)))
 
 
 def report(scenario: Scenario, result: Result, rss_mb: float) -> dict[str, float]:

@@ -7,8 +7,10 @@ request order. A pass that fails is bisected, so one bad input never fails the r
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
 
 import bentoml
 import numpy as np
@@ -18,10 +20,12 @@ from models.batching import plan_batches, run_isolated
 from models.config import get_config
 from models.resolve import resolve_model
 from models.text_encoder import TextEncoder
+from runners.dispatch import make_work_conserving
 from runners.settings import DISPATCH_MAX_LATENCY_MS, MODEL_SERVICE_CONFIG, dispatch_max_rows
 
 logger = logging.getLogger(__name__)
 FAILED = np.empty(0, dtype=np.float32)  # an input the model could not embed; the gateway reports it
+make_work_conserving()
 
 
 class TokenizedText(BaseModel):
@@ -34,17 +38,29 @@ class TokenizedText(BaseModel):
 @bentoml.service(name="TextEmbedder", **MODEL_SERVICE_CONFIG)
 class TextEmbedder:
     def __init__(self) -> None:
-        self.encoders: dict[str, TextEncoder] = {}
+        # All torch work happens on this one thread. OpenMP gives every calling thread its own team of
+        # workers; a second team (say, warm-up on the main thread, forwards on BentoML's worker threads)
+        # oversubscribes the cores, and libgomp then stops spinning: a MiniLM forward took 2x as long.
+        self._torch_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="torch")
+        self.encoders: dict[str, TextEncoder] = self._torch_thread.submit(self._load).result()
+        self.limits = {m.served_model_name: (m.batch_size, m.max_batch_tokens) for m in get_config().models}
+
+    @staticmethod
+    def _load() -> dict[str, TextEncoder]:
+        encoders = {}
         for cfg in get_config().models:
             logger.info("loading %s as '%s'", cfg.model_id, cfg.served_model_name)
-            self.encoders[cfg.served_model_name] = TextEncoder(resolve_model(cfg.model_id, cfg.revision), cfg)
-        self.limits = {m.served_model_name: (m.batch_size, m.max_batch_tokens) for m in get_config().models}
-        for name, encoder in self.encoders.items():  # fail at startup, not on the first request
-            encoder.embed([[0, 0]])
-            logger.info("model '%s' is warm: %s", name, encoder.info)
+            encoder = TextEncoder(resolve_model(cfg.model_id, cfg.revision), cfg)
+            encoder.embed([[0, 0]])  # fail at startup, not on the first request
+            logger.info("model '%s' is warm: %s", cfg.served_model_name, encoder.info)
+            encoders[cfg.served_model_name] = encoder
+        return encoders
 
     @bentoml.api(batchable=True, max_batch_size=dispatch_max_rows(), max_latency_ms=DISPATCH_MAX_LATENCY_MS)
-    def embed(self, rows: list[TokenizedText]) -> list[np.ndarray]:
+    async def embed(self, rows: list[TokenizedText]) -> list[np.ndarray]:
+        return await asyncio.get_running_loop().run_in_executor(self._torch_thread, self._embed_rows, rows)
+
+    def _embed_rows(self, rows: list[TokenizedText]) -> list[np.ndarray]:
         results: list[np.ndarray] = [FAILED] * len(rows)
         by_model: dict[str, list[int]] = defaultdict(list)
         for index, row in enumerate(rows):
