@@ -68,8 +68,8 @@ def _free_port() -> int:
 
 
 @pytest.fixture(scope="session")
-def server(tmp_path_factory: pytest.TempPathFactory, tiny_bert_path: Path) -> Iterator[str]:
-    """One production-mode `bentoml serve` with MiniLM and two tiny-BERT variants, on loopback."""
+def server_process(tmp_path_factory: pytest.TempPathFactory, tiny_bert_path: Path) -> Iterator[tuple[str, int]]:
+    """One production-mode `bentoml serve` with MiniLM and two tiny-BERT variants, on loopback: (url, pid)."""
     folder = tmp_path_factory.mktemp("server")
     config = {"models": [
         {"model_id": MINILM},
@@ -78,7 +78,8 @@ def server(tmp_path_factory: pytest.TempPathFactory, tiny_bert_path: Path) -> It
     ]}
     (folder / "embento.yaml").write_text(yaml.safe_dump(config))
     port = _free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("EMBENTO_")}
+    # Nothing Embento-specific from the caller, and no tracking opt-out: the service must switch it off.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("EMBENTO_") and k != "BENTOML_DO_NOT_TRACK"}
     env.update(EMBENTO_CONFIG=str(folder / "embento.yaml"), HF_HUB_OFFLINE="1", BENTOML_HOME=str(folder / "bentoml"))
     log = open(folder / "server.log", "wb")
     process = subprocess.Popen(
@@ -88,7 +89,7 @@ def server(tmp_path_factory: pytest.TempPathFactory, tiny_bert_path: Path) -> It
     url = f"http://127.0.0.1:{port}"
     try:
         _wait_ready(url, process, folder / "server.log")
-        yield url
+        yield url, process.pid
     finally:
         os.killpg(process.pid, signal.SIGTERM)
         try:
@@ -110,6 +111,11 @@ def _wait_ready(url: str, process: subprocess.Popen, log_path: Path) -> None:
             pass
         time.sleep(1)
     raise RuntimeError(f"server not ready after {SERVER_START_TIMEOUT_S} s:\n{log_path.read_text()[-4000:]}")
+
+
+@pytest.fixture(scope="session")
+def server(server_process: tuple[str, int]) -> str:
+    return server_process[0]
 
 
 @pytest.fixture(scope="session")

@@ -176,3 +176,13 @@ def test_bentoml_sync_client(server, sentences, reference):
         result = bento.embeddings({"input": sentences[:3], "model": MINILM})
     got = np.array([row["embedding"] for row in result["data"]])
     np.testing.assert_allclose(got, reference[:3], atol=1e-5)
+
+
+def test_usage_tracking_is_off_in_every_server_process(server_process):
+    import psutil
+
+    _, pid = server_process
+    workers = psutil.Process(pid).children(recursive=True)
+    assert len(workers) >= 2  # the gateway and the TextEmbedder
+    for process in workers:
+        assert process.environ().get("BENTOML_DO_NOT_TRACK") == "True", process.cmdline()
