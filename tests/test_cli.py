@@ -72,3 +72,39 @@ def test_help_documents_every_flag_and_its_variable():
         for name in flag.names:
             assert name in result.stdout
         assert f"EMBENTO_{flag.env}" in result.stdout.replace("\n", " ").replace("  ", "")
+
+
+@pytest.mark.server
+def test_embento_serve_runs_the_configured_models(tiny_bert_path, tmp_path):
+    import os
+    import signal
+    import time
+
+    import httpx
+
+    from tests.conftest import _free_port
+
+    port = _free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("EMBENTO_")}
+    env.update(HF_HUB_OFFLINE="1", BENTOML_HOME=str(tmp_path / "bentoml"), EMBENTO_BATCH_SIZE="999999")
+    command = [sys.executable, "-m", "cli", "serve", "--model-id", str(tiny_bert_path), "--served-model-name",
+               "flagged", "--pooling-method", "cls", "--batch-size", "4", "--host", "127.0.0.1", "--port", str(port)]
+    process = subprocess.Popen(command, cwd=tmp_path, env={**env, "PYTHONPATH": str(PROJECT_ROOT)},
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline and process.poll() is None:
+            try:
+                models = httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=5)
+                if models.status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            time.sleep(1)
+        assert models.status_code == 200
+        assert [(m["id"], m["dimension"]) for m in models.json()["data"]] == [("flagged", 32)]
+        response = httpx.post(f"http://127.0.0.1:{port}/v1/embeddings", json={"input": ["a", "b"], "model": "flagged"})
+        assert response.status_code == 200 and len(response.json()["data"]) == 2
+    finally:
+        os.killpg(process.pid, signal.SIGTERM)
+        process.wait(timeout=30)

@@ -146,3 +146,22 @@ def test_base64_is_little_endian_float32():
     raw = base64.b64decode(to_base64(vector))
     assert raw == vector.astype("<f4").tobytes()
     np.testing.assert_array_equal(np.frombuffer(raw, dtype="<f4"), vector)
+
+
+@pytest.mark.parametrize("pooling", ["lasttoken", "mean", "cls"])
+def test_plain_transformers_checkpoint_with_pooling_setting(tiny_bert_path, pooling):
+    import torch
+    from transformers import AutoModel
+
+    cfg = ModelConfig(model_id=str(tiny_bert_path), pooling=pooling, normalize=False)
+    tokenizer, encoder = TextTokenizer(tiny_bert_path, cfg), TextEncoder(tiny_bert_path, cfg)
+    texts = ["short", "a somewhat longer input sentence for padding"]
+    ids = tokenizer.encode_texts(texts)
+    model = AutoModel.from_pretrained(str(tiny_bert_path)).eval()
+    expected = []
+    with torch.inference_mode():
+        for row in ids:  # one at a time: no padding in the reference
+            hidden = model(input_ids=torch.tensor([row])).last_hidden_state[0]
+            expected.append({"lasttoken": hidden[-1], "mean": hidden.mean(0), "cls": hidden[0]}[pooling].numpy())
+    np.testing.assert_allclose(encoder.embed(ids), np.stack(expected), atol=1e-5)
+    assert encoder.info.max_input_tokens == 512 and not encoder.info.normalized
