@@ -10,10 +10,10 @@ setup: $(STAMP)
 # CPU torch first, from its pinned wheel: a plain `torch` requirement would pull a multi-GB CUDA build.
 $(STAMP): requirements.txt requirements-test.txt pyproject.toml
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
-	$(VENV)/bin/pip install --quiet --upgrade pip
-	$(VENV)/bin/pip install --quiet torch==2.13.0
-	$(VENV)/bin/pip install --quiet -r requirements.txt -r requirements-test.txt
-	$(VENV)/bin/pip install --quiet --no-deps -e .
+	$(VENV)/bin/pip install --quiet --quiet --upgrade pip
+	$(VENV)/bin/pip install --quiet --quiet torch==2.13.0
+	$(VENV)/bin/pip install --quiet --quiet -r requirements.txt -r requirements-test.txt
+	$(VENV)/bin/pip install --quiet --quiet --no-deps -e .
 	touch $(STAMP)
 
 serve: setup

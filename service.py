@@ -36,7 +36,7 @@ from gateway.schemas import (
     validated_inputs,
 )
 from models import errors
-from models.base import ModelInfo
+from models.base import ModelInfo, Preprocessor
 from models.config import get_config
 from models.postprocess import to_base64, truncate_dimensions
 from models.resolve import resolve_model
@@ -62,7 +62,7 @@ class Gateway:
     embedder = bentoml.depends(TextEmbedder)
 
     def __init__(self) -> None:
-        self.tokenizers = {
+        self.tokenizers: dict[str, Preprocessor] = {
             m.served_model_name: TextTokenizer(resolve_model(m.model_id, m.revision), m) for m in CONFIG.models
         }
         self.infos: dict[str, ModelInfo] = {}
@@ -100,7 +100,7 @@ class Gateway:
     async def __is_ready__(self) -> bool:
         return await self.is_warm()
 
-    async def _require_model(self, requested: str | None) -> tuple[ModelInfo, TextTokenizer]:
+    async def _require_model(self, requested: str | None) -> tuple[ModelInfo, Preprocessor]:
         if not await self.is_warm():
             raise errors.NotReady("models are still loading; retry shortly")
         name = requested if requested is not None else CONFIG.models[0].served_model_name
@@ -143,7 +143,7 @@ class Gateway:
 
     @staticmethod
     async def _tokenize(
-        tokenizer: TextTokenizer, inputs: list[str] | list[list[int]], prompt_name: str | None
+        tokenizer: Preprocessor, inputs: list[str] | list[list[int]], prompt_name: str | None
     ) -> list[list[int]]:
         if isinstance(inputs[0], str):
             work = functools.partial(tokenizer.encode_texts, inputs, tokenizer.prompt(prompt_name))
@@ -159,7 +159,9 @@ class Gateway:
         try:
             vectors = await asyncio.wait_for(self.embedder.to_async.embed(rows), CONFIG.request_timeout_s)
         except asyncio.TimeoutError:
-            raise errors.RequestTimeout(f"the request did not finish within {CONFIG.request_timeout_s:g} s")
+            raise errors.RequestTimeout(
+                f"the request did not finish within {CONFIG.request_timeout_s:g} s"
+            ) from None
         except bentoml.exceptions.BentoMLException as exc:
             if exc.error_code.value in (429, 503):
                 raise errors.Overloaded("the model service is overloaded; retry later") from exc

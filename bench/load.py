@@ -13,7 +13,6 @@ import asyncio
 import ipaddress
 import random
 import socket
-import statistics
 import time
 from dataclasses import dataclass, field
 from urllib.parse import urlparse

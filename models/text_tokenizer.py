@@ -42,7 +42,9 @@ class TextTokenizer:
             return self.settings.prompt(name)
         except KeyError:
             known = sorted(self.settings.prompts) or "none"
-            raise InvalidRequest(f"unknown prompt_name '{name}'; this model has: {known}", param="prompt_name")
+            raise InvalidRequest(
+                f"unknown prompt_name '{name}'; this model has: {known}", param="prompt_name"
+            ) from None
 
     def encode_texts(self, texts: list[str], prompt: str = "") -> list[list[int]]:
         if prompt:

@@ -16,6 +16,7 @@ import bentoml
 import numpy as np
 from pydantic import BaseModel
 
+from models.base import Embedder
 from models.batching import plan_batches, run_isolated
 from models.config import get_config
 from models.resolve import resolve_model
@@ -42,11 +43,11 @@ class TextEmbedder:
         # workers; a second team (say, warm-up on the main thread, forwards on BentoML's worker threads)
         # oversubscribes the cores, and libgomp then stops spinning: a MiniLM forward took 2x as long.
         self._torch_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="torch")
-        self.encoders: dict[str, TextEncoder] = self._torch_thread.submit(self._load).result()
+        self.encoders: dict[str, Embedder] = self._torch_thread.submit(self._load).result()
         self.limits = {m.served_model_name: (m.batch_size, m.max_batch_tokens) for m in get_config().models}
 
     @staticmethod
-    def _load() -> dict[str, TextEncoder]:
+    def _load() -> dict[str, Embedder]:
         encoders = {}
         for cfg in get_config().models:
             logger.info("loading %s as '%s'", cfg.model_id, cfg.served_model_name)
@@ -70,14 +71,20 @@ class TextEmbedder:
             if encoder is None:
                 logger.error("rows for unknown model '%s' reached the runner", name)
                 continue
-            batch_size, max_tokens = self.limits[name]
-            lengths = [len(rows[i].input_ids) for i in indices]
-            for chunk in plan_batches(lengths, batch_size, max_tokens):
-                members = [indices[i] for i in chunk]
-                outputs = run_isolated(lambda part: encoder.embed([rows[i].input_ids for i in part]), members)
-                for index, output in zip(members, outputs):
-                    results[index] = FAILED if isinstance(output, Exception) else output
+            for index, output in self._embed_model(name, encoder, [rows[i].input_ids for i in indices], indices):
+                results[index] = FAILED if isinstance(output, Exception) else output
         return results
+
+    def _embed_model(
+        self, name: str, encoder: Embedder, inputs: list[list[int]], indices: list[int]
+    ) -> list[tuple[int, np.ndarray | Exception]]:
+        """One model's rows: passes cut by count and token budget, each bisected if it fails."""
+        batch_size, max_tokens = self.limits[name]
+        done: list[tuple[int, np.ndarray | Exception]] = []
+        for chunk in plan_batches([len(ids) for ids in inputs], batch_size, max_tokens):
+            outputs = run_isolated(lambda part: encoder.embed([inputs[i] for i in part]), chunk)
+            done += [(indices[i], output) for i, output in zip(chunk, outputs)]
+        return done
 
     @bentoml.api
     def model_info(self) -> list[dict]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import base64
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
