@@ -67,24 +67,24 @@ class TextEmbedder:
         for index, row in enumerate(rows):
             by_model[row.model].append(index)
         for name, indices in by_model.items():
-            encoder = self.encoders.get(name)
-            if encoder is None:
-                logger.error("rows for unknown model '%s' reached the runner", name)
-                continue
-            for index, output in self._embed_model(name, encoder, [rows[i].input_ids for i in indices], indices):
+            outputs = self._embed_for_model(name, [rows[i].input_ids for i in indices])
+            for index, output in zip(indices, outputs):
                 results[index] = FAILED if isinstance(output, Exception) else output
         return results
 
-    def _embed_model(
-        self, name: str, encoder: Embedder, inputs: list[list[int]], indices: list[int]
-    ) -> list[tuple[int, np.ndarray | Exception]]:
+    def _embed_for_model(self, name: str, inputs: list[list[int]]) -> list[np.ndarray | Exception]:
         """One model's rows: passes cut by count and token budget, each bisected if it fails."""
+        encoder = self.encoders.get(name)
+        if encoder is None:
+            logger.error("rows for unknown model '%s' reached the runner", name)
+            return [LookupError(name)] * len(inputs)
         batch_size, max_tokens = self.limits[name]
-        done: list[tuple[int, np.ndarray | Exception]] = []
+        outputs: list[np.ndarray | Exception] = [FAILED] * len(inputs)
         for chunk in plan_batches([len(ids) for ids in inputs], batch_size, max_tokens):
-            outputs = run_isolated(lambda part: encoder.embed([inputs[i] for i in part]), chunk)
-            done += [(indices[i], output) for i, output in zip(chunk, outputs)]
-        return done
+            done = run_isolated(lambda part: encoder.embed([inputs[i] for i in part]), chunk)
+            for index, output in zip(chunk, done):
+                outputs[index] = output
+        return outputs
 
     @bentoml.api
     def model_info(self) -> list[dict]:
