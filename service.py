@@ -1,8 +1,9 @@
 """Embento's gateway: the OpenAI-compatible HTTP service that composes the model services.
 
 Requests are validated and tokenized here (so usage counts real tokens and over-long input is cut before
-queuing); token ids go to the `TextEmbedder` model service, whose adaptive batching merges concurrent
-requests. Errors of every kind leave in OpenAI's shape.
+queuing); token ids go to the model service of the model's kind (`TextEmbedder` for embedders, `Reranker`
+for rerankers and classifiers), whose adaptive batching merges concurrent requests. Errors of every kind
+leave in OpenAI's shape.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ import asyncio
 import functools
 import logging
 import time
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 import aiohttp
 import bentoml
@@ -35,21 +38,48 @@ from gateway.schemas import (
     Usage,
     validated_inputs,
 )
+from gateway.scoring import (
+    ClassifyRequest,
+    ClassifyResponse,
+    CohereV2RerankRequest,
+    CohereV2RerankResponse,
+    InfinityRerankResponse,
+    Ranking,
+    RerankRequest,
+    RerankResponse,
+    classify_response,
+    cohere_v2_rerank_response,
+    infinity_rerank_response,
+    rerank_response,
+    validated_documents,
+    validated_texts,
+)
 from models import errors
-from models.base import ModelInfo, Preprocessor
+from models.base import Kind, ModelInfo, Preprocessor, TokenizedText
 from models.config import get_config
+from models.kinds import model_kind
 from models.postprocess import to_base64, truncate_dimensions
 from models.resolve import resolve_model
+from models.scores import activate, rank
 from models.text_tokenizer import TextTokenizer
-from runners.text import TextEmbedder, TokenizedText
+from runners.rerank import Reranker
+from runners.text import TextEmbedder
 
 logger = logging.getLogger(__name__)
 CONFIG = get_config()
+KINDS: dict[str, Kind] = {m.served_model_name: model_kind(m) for m in CONFIG.models}
+# Which model service runs each kind: (Gateway attribute, its batchable API).
+RUNNERS: dict[Kind, tuple[str, str]] = {
+    "embed": ("embedder", "embed"),
+    "rerank": ("reranker", "score"),
+    "classify": ("reranker", "score"),
+}
 STARTED = int(time.time())
 WARMUP_RETRY_S = 1.0
 INLINE_TOKENIZE_LIMIT = 2048  # characters (or token ids) per request
 
 routes = Starlette()  # GET routes; BentoML's own API routes are POST-only
+T = TypeVar("T")
 
 
 @bentoml.service(
@@ -59,7 +89,11 @@ routes = Starlette()  # GET routes; BentoML's own API routes are POST-only
 )
 @bentoml.asgi_app(routes, path="/")
 class Gateway:
-    embedder = bentoml.depends(TextEmbedder)
+    # Only the model services this configuration needs are started.
+    if "embed" in KINDS.values():
+        embedder = bentoml.depends(TextEmbedder)
+    if {"rerank", "classify"} & set(KINDS.values()):
+        reranker = bentoml.depends(Reranker)
 
     def __init__(self) -> None:
         self.tokenizers: dict[str, Preprocessor] = {
@@ -67,6 +101,10 @@ class Gateway:
         }
         self.infos: dict[str, ModelInfo] = {}
         self._warm_lock = asyncio.Lock()
+
+    def _runner(self, kind: Kind) -> Callable[[list[TokenizedText]], Awaitable[list[np.ndarray]]]:
+        attribute, api = RUNNERS[kind]
+        return getattr(getattr(self, attribute).to_async, api)
 
     @bentoml.on_startup
     async def _start_warmup(self) -> None:
@@ -77,19 +115,18 @@ class Gateway:
         self._warmup_task = asyncio.create_task(keep_trying())
 
     async def is_warm(self) -> bool:
-        """True once every model has reported its facts and answered a real embedding call."""
+        """True once every model has reported its facts and answered a real call."""
         if self.infos:
             return True
         async with self._warm_lock:
             if self.infos:
                 return True
             try:
-                infos = {i["served_model_name"]: ModelInfo(**i) for i in await self.embedder.to_async.model_info()}
-                for name, tokenizer in self.tokenizers.items():
-                    rows = [TokenizedText(model=name, input_ids=ids) for ids in tokenizer.encode_texts(["warm-up"])]
-                    vectors = await self.embedder.to_async.embed(rows)
-                    if vectors[0].shape != (infos[name].dimension,):
-                        raise errors.InferenceError(f"warm-up of '{name}' returned no embedding")
+                infos = await self._fetch_infos()
+                for name, info in infos.items():
+                    outputs = await self._runner(info.kind)(self._warmup_rows(info, self.tokenizers[name]))
+                    if outputs[0].shape != (info.dimension,):
+                        raise errors.InferenceError(f"warm-up of '{name}' returned no output")
             except Exception as exc:  # not up yet, or broken: either way not ready
                 logger.info("models not ready yet: %r", exc)
                 return False
@@ -97,68 +134,130 @@ class Gateway:
             logger.info("all models warm: %s", sorted(infos))
             return True
 
+    async def _fetch_infos(self) -> dict[str, ModelInfo]:
+        attributes = {RUNNERS[kind][0] for kind in KINDS.values()}
+        reported = [i for a in sorted(attributes) for i in await getattr(self, a).to_async.model_info()]
+        infos = {i["served_model_name"]: ModelInfo(**i) for i in reported}
+        missing = set(KINDS) - set(infos)
+        if missing:
+            raise errors.NotReady(f"no model service reported {sorted(missing)}")
+        return {name: infos[name] for name in KINDS}  # configuration order: the first is the default
+
+    @staticmethod
+    def _warmup_rows(info: ModelInfo, tokenizer: Preprocessor) -> list[TokenizedText]:
+        if info.kind == "rerank":
+            return _rows(info.served_model_name, tokenizer.encode_pairs("warm-up", ["warm-up"]))
+        return _rows(info.served_model_name, tokenizer.encode_texts(["warm-up"]))
+
     async def __is_ready__(self) -> bool:
         return await self.is_warm()
 
-    async def _require_model(self, requested: str | None) -> tuple[ModelInfo, Preprocessor]:
+    async def _require_model(self, requested: str | None, capability: Kind) -> tuple[ModelInfo, Preprocessor]:
         if not await self.is_warm():
             raise errors.NotReady("models are still loading; retry shortly")
-        name = requested if requested is not None else CONFIG.models[0].served_model_name
-        if name not in self.infos:
+        capable = [name for name, info in self.infos.items() if capability in info.capabilities]
+        if requested is None:
+            if not capable:
+                raise errors.InvalidRequest(f"no served model can {capability}", param="model")
+            requested = capable[0]
+        if requested not in self.infos:
             raise errors.UnknownModel(
-                f"model '{name}' is not served here; served models: {sorted(self.infos)}", param="model"
+                f"model '{requested}' is not served here; served models: {list(self.infos)}", param="model"
             )
-        return self.infos[name], self.tokenizers[name]
+        if requested not in capable:
+            raise errors.InvalidRequest(
+                f"model '{requested}' cannot {capability}; models that can: {capable or 'none'}", param="model"
+            )
+        return self.infos[requested], self.tokenizers[requested]
 
+    @staticmethod
+    async def _answer(work: Awaitable[T]) -> T:
+        try:
+            return await work
+        except errors.EmbentoError as exc:
+            return error_response(exc)  # type: ignore[return-value]
+
+    # Embeddings
     @bentoml.api(route="/v1/embeddings")
     async def embeddings(self, request: EmbeddingRequest, /) -> EmbeddingResponse:
         """OpenAI-compatible embeddings."""
-        return await self._answer(request)
+        return await self._answer(self._embed(request))
 
     @bentoml.api(route="/embeddings")
     async def embeddings_unversioned(self, request: EmbeddingRequest, /) -> EmbeddingResponse:
         """The same, at infinity's path."""
-        return await self._answer(request)
-
-    async def _answer(self, request: EmbeddingRequest) -> EmbeddingResponse:
-        try:
-            return await self._embed(request)
-        except errors.EmbentoError as exc:
-            return error_response(exc)  # type: ignore[return-value]
+        return await self._answer(self._embed(request))
 
     async def _embed(self, request: EmbeddingRequest) -> EmbeddingResponse:
-        info, tokenizer = await self._require_model(request.model)
+        info, tokenizer = await self._require_model(request.model, "embed")
         inputs = validated_inputs(request, info, CONFIG.max_client_batch_size)
-        token_ids = await self._tokenize(tokenizer, inputs, request.prompt_name)
-        vectors = await self._run(info.served_model_name, token_ids)
+        if isinstance(inputs[0], str):
+            work = functools.partial(tokenizer.encode_texts, inputs, tokenizer.prompt(request.prompt_name))
+        else:
+            work = functools.partial(tokenizer.encode_ids, inputs)
+        token_ids = await _off_loop_if_large(work, sum(len(item) for item in inputs))
+        vectors = await self._run(info, _rows(info.served_model_name, token_ids))
         vectors = truncate_dimensions(vectors, request.dimensions, renormalize=info.normalized)
         encode = to_base64 if request.encoding_format == "base64" else np.ndarray.tolist
         data = [EmbeddingData.model_construct(object="embedding", index=i, embedding=encode(v))
                 for i, v in enumerate(vectors)]
         tokens = sum(len(ids) for ids in token_ids)
         return EmbeddingResponse.model_construct(
-            object="list", data=data, model=info.served_model_name,
-            usage=Usage.model_construct(prompt_tokens=tokens, total_tokens=tokens),
+            object="list", data=data, model=info.served_model_name, usage=Usage.of(tokens)
         )
 
-    @staticmethod
-    async def _tokenize(
-        tokenizer: Preprocessor, inputs: list[str] | list[list[int]], prompt_name: str | None
-    ) -> list[list[int]]:
-        if isinstance(inputs[0], str):
-            work = functools.partial(tokenizer.encode_texts, inputs, tokenizer.prompt(prompt_name))
-        else:
-            work = functools.partial(tokenizer.encode_ids, inputs)
-        # A thread hop costs more than tokenizing a few sentences; only big inputs leave the event loop.
-        if sum(len(item) for item in inputs) <= INLINE_TOKENIZE_LIMIT:
-            return work()
-        return await asyncio.to_thread(work)
+    # Rerank
+    @bentoml.api(route="/rerank")
+    async def rerank_infinity(self, request: RerankRequest, /) -> InfinityRerankResponse:
+        """infinity's rerank: documents come back as plain strings."""
+        return await self._answer(self._rerank(request, lambda r: infinity_rerank_response(r, request.return_documents)))
 
-    async def _run(self, model: str, token_ids: list[list[int]]) -> np.ndarray:
-        rows = [TokenizedText(model=model, input_ids=ids) for ids in token_ids]
+    @bentoml.api(route="/v1/rerank")
+    async def rerank_v1(self, request: RerankRequest, /) -> RerankResponse:
+        """Cohere v1 and Jina rerank: documents come back as `{"text": ...}`."""
+        return await self._answer(self._rerank(request, lambda r: rerank_response(r, request.return_documents)))
+
+    @bentoml.api(route="/v2/rerank")
+    async def rerank_v2(self, request: CohereV2RerankRequest, /) -> CohereV2RerankResponse:
+        """Cohere v2 rerank: indices and scores only."""
+        return await self._answer(self._rerank(request, cohere_v2_rerank_response))
+
+    async def _rerank(self, request: RerankRequest, shape: Callable[[Ranking], T]) -> T:
+        """Score every (query, document) pair; `shape` writes the ranking in the route's wire format."""
+        info, tokenizer = await self._require_model(request.model, "rerank")
+        documents = validated_documents(request, CONFIG.max_client_batch_size)
+        work = functools.partial(tokenizer.encode_pairs, request.query, documents)
+        pairs = await _off_loop_if_large(work, len(request.query) * len(documents) + sum(map(len, documents)))
+        logits = await self._run(info, _rows(info.served_model_name, pairs))
+        scores = activate(logits, "identity" if request.raw_scores else info.activation)[:, 0]
+        return shape(Ranking(model=info.served_model_name, order=rank(scores, request.top_n), scores=scores.tolist(),
+                             documents=documents, tokens=sum(len(ids) for ids, _ in pairs)))
+
+    # Classify
+    @bentoml.api(route="/v1/classify")
+    async def classify(self, request: ClassifyRequest, /) -> ClassifyResponse:
+        """infinity's classify: every label's score per input."""
+        return await self._answer(self._classify(request))
+
+    @bentoml.api(route="/classify")
+    async def classify_unversioned(self, request: ClassifyRequest, /) -> ClassifyResponse:
+        """The same, at infinity's path."""
+        return await self._answer(self._classify(request))
+
+    async def _classify(self, request: ClassifyRequest) -> ClassifyResponse:
+        info, tokenizer = await self._require_model(request.model, "classify")
+        texts = validated_texts(request, CONFIG.max_client_batch_size)
+        token_ids = await _off_loop_if_large(functools.partial(tokenizer.encode_texts, texts), sum(map(len, texts)))
+        logits = await self._run(info, _rows(info.served_model_name, token_ids))
+        scores = activate(logits, "identity" if request.raw_scores else info.activation)
+        return classify_response(info.served_model_name, info.labels, scores.tolist(),
+                                 sum(len(ids) for ids in token_ids))
+
+    async def _run(self, info: ModelInfo, rows: list[TokenizedText]) -> np.ndarray:
+        """Rows through the model's service; one output row per input row, or a clear error."""
         try:
-            vectors = await asyncio.wait_for(self.embedder.to_async.embed(rows), CONFIG.request_timeout_s)
-        except asyncio.TimeoutError:
+            outputs = await asyncio.wait_for(self._runner(info.kind)(rows), CONFIG.request_timeout_s)
+        except TimeoutError:
             raise errors.RequestTimeout(
                 f"the request did not finish within {CONFIG.request_timeout_s:g} s"
             ) from None
@@ -168,26 +267,46 @@ class Gateway:
             raise errors.InferenceError(f"the model service failed: {exc}") from exc
         except aiohttp.ClientError as exc:
             raise errors.NotReady(f"the model service is unavailable ({type(exc).__name__}); retry shortly") from exc
-        failed = [i for i, v in enumerate(vectors) if v.size == 0]
+        failed = [i for i, output in enumerate(outputs) if output.size == 0]
         if failed:
             raise errors.InferenceError(f"the model failed on input(s) {failed[:10]}; see the server log")
-        return np.stack(vectors)
+        return np.stack(outputs)
 
     async def model_list(self) -> ModelList:
         if not await self.is_warm():
             raise errors.NotReady("models are still loading; retry shortly")
         return ModelList(data=[
             ModelCard(id=i.served_model_name, created=STARTED, modality=i.modality, capabilities=i.capabilities,
-                      backend=i.backend, dimension=i.dimension, max_input_tokens=i.max_input_tokens)
+                      backend=i.backend, dimension=i.dimension, max_input_tokens=i.max_input_tokens,
+                      labels=i.labels if i.kind == "classify" else None)
             for i in self.infos.values()
         ])
 
     async def health(self) -> dict[str, float]:
         """infinity's /health, but honest: 200 only while every model is warm and its service answers."""
-        proxy_ready = getattr(self.embedder, "is_ready", None)
-        if not await self.is_warm() or (proxy_ready is not None and not await proxy_ready(5)):
+        if not await self.is_warm():
             raise errors.NotReady("models are not ready")
+        for attribute in {RUNNERS[kind][0] for kind in KINDS.values()}:
+            proxy_ready = getattr(getattr(self, attribute), "is_ready", None)
+            if proxy_ready is not None and not await proxy_ready(5):
+                raise errors.NotReady(f"the {attribute} service is not ready")
         return {"unix": time.time()}
+
+
+def _rows(model: str, encoded: list[list[int]] | list[tuple[list[int], list[int] | None]]) -> list[TokenizedText]:
+    """Token ids (or (ids, segment ids) pairs) as rows for a model service."""
+    rows = []
+    for item in encoded:
+        ids, segments = item if isinstance(item, tuple) else (item, None)
+        rows.append(TokenizedText(model=model, input_ids=ids, token_type_ids=segments))
+    return rows
+
+
+async def _off_loop_if_large(work: Callable[[], T], size: int) -> T:
+    """A thread hop costs more than tokenizing a few sentences; only big inputs leave the event loop."""
+    if size <= INLINE_TOKENIZE_LIMIT:
+        return work()
+    return await asyncio.to_thread(work)
 
 
 async def _get_models(request: Request) -> Response:

@@ -4,7 +4,15 @@ from __future__ import annotations
 
 from typing import Literal, Union
 
-from pydantic import BaseModel, Field, StrictInt, StrictStr, ValidationError, ValidatorFunctionWrapHandler, field_validator
+from pydantic import (
+    BaseModel,
+    Field,
+    StrictInt,
+    StrictStr,
+    ValidationError,
+    ValidatorFunctionWrapHandler,
+    field_validator,
+)
 
 from models.base import ModelInfo
 from models.errors import InvalidRequest
@@ -45,6 +53,10 @@ class Usage(BaseModel):
     prompt_tokens: int
     total_tokens: int
 
+    @classmethod
+    def of(cls, tokens: int) -> Usage:
+        return cls(prompt_tokens=tokens, total_tokens=tokens)
+
 
 class EmbeddingResponse(BaseModel):
     object: Literal["list"] = "list"
@@ -65,6 +77,7 @@ class ModelCard(BaseModel):
     backend: str
     dimension: int
     max_input_tokens: int
+    labels: list[str] | None = None
 
 
 class ModelList(BaseModel):

@@ -1,11 +1,17 @@
-"""The contract every model kind fulfils, and the facts a loaded model reports about itself."""
+"""The contract every model kind fulfils, the rows it runs on, and the facts it reports about itself."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 import numpy as np
+from pydantic import BaseModel
+
+Kind = Literal["embed", "rerank", "classify"]
+# How raw outputs become scores: the names `models.scores.activate` knows.
+Activation = Literal["identity", "sigmoid", "softmax", "tanh"]
 
 
 @dataclass(frozen=True)
@@ -14,25 +20,40 @@ class ModelInfo:
 
     served_model_name: str
     model_id: str
+    kind: Kind
     modality: str
     backend: str
-    dimension: int
+    dimension: int  # features per input: the embedding size, or the number of labels
     max_input_tokens: int
     normalized: bool
     device: str
     dtype: str
-    capabilities: list[str] = field(default_factory=list)
+    labels: list[str] = field(default_factory=list)
+    activation: Activation = "identity"
+
+    @property
+    def capabilities(self) -> list[str]:
+        return [self.kind]
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
-class Embedder(Protocol):
-    """Runs one checkpoint: token ids in, one float32 vector per input out (runner side)."""
+class TokenizedText(BaseModel):
+    """One input row on its way to a model: which model, its token ids, and (for pairs) its segment ids."""
+
+    model: str
+    input_ids: list[int]
+    token_type_ids: list[int] | None = None
+
+
+class TokenModel(Protocol):
+    """Runs one checkpoint (runner side): one float32 output row per input row, in order.
+    Embedders return embeddings; scorers return logits, one per label."""
 
     info: ModelInfo
 
-    def embed(self, inputs: list[list[int]]) -> np.ndarray: ...
+    def forward(self, rows: Sequence[TokenizedText]) -> np.ndarray: ...
 
 
 class Preprocessor(Protocol):
@@ -45,3 +66,5 @@ class Preprocessor(Protocol):
     def encode_texts(self, texts: list[str], prompt: str = "") -> list[list[int]]: ...
 
     def encode_ids(self, inputs: list[list[int]]) -> list[list[int]]: ...
+
+    def encode_pairs(self, query: str, documents: list[str]) -> list[tuple[list[int], list[int] | None]]: ...

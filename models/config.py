@@ -25,6 +25,7 @@ ENV_PREFIX = "EMBENTO_"
 PoolingMethod = Literal["mean", "cls", "lasttoken", "max", "mean_sqrt_len_tokens", "weightedmean"]
 Backend = Literal["torch", "onnx", "ctranslate2"]
 Dtype = Literal["auto", "float32", "float16", "bfloat16"]
+ModelKind = Literal["auto", "embed", "rerank", "classify"]
 IMPLEMENTED_BACKENDS = ("torch",)
 
 
@@ -35,6 +36,7 @@ class ModelConfig(BaseModel):
 
     model_id: str = DEFAULT_MODEL_ID
     served_model_name: str = ""
+    kind: ModelKind = "auto"
     revision: str | None = None
     backend: Backend = "torch"
     device: str = "auto"

@@ -7,20 +7,22 @@ Normalize); a plain transformers encoder gets Transformer -> Pooling (mean unles
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
-from models.base import ModelInfo
+from models.base import ModelInfo, TokenizedText
 from models.config import ModelConfig
 from models.errors import ModelLoadError
+from models.padding import pad_rows
 from models.text_settings import TextSettings, is_sentence_transformers_folder, read_text_settings
 
 logger = logging.getLogger(__name__)
 
 
 class TextEncoder:
-    """The `Embedder` of text models on the torch backend."""
+    """The `TokenModel` of text embedders on the torch backend."""
 
     def __init__(self, folder: Path, cfg: ModelConfig) -> None:
         from models.device import pick_device, pick_dtype
@@ -28,15 +30,14 @@ class TextEncoder:
         device = pick_device(cfg.device)
         dtype = pick_dtype(cfg.dtype, device)
         self._model = _load_sentence_transformer(folder, cfg, device, dtype)
-        tokenizer = self._model.tokenizer
-        self.settings: TextSettings = read_text_settings(folder, cfg, tokenizer.model_max_length)
-        self._model.max_seq_length = self.settings.max_seq_length
-        self._pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-        self._pad_left = tokenizer.padding_side == "left"
+        self._tokenizer = self._model.tokenizer
         self._device = self._model.device
+        self.settings: TextSettings = read_text_settings(folder, cfg, self._tokenizer.model_max_length)
+        self._model.max_seq_length = self.settings.max_seq_length
         self.info = ModelInfo(
             served_model_name=cfg.served_model_name,
             model_id=cfg.model_id,
+            kind="embed",
             modality="text",
             backend=cfg.backend,
             dimension=int(self._model.get_embedding_dimension()),
@@ -44,33 +45,15 @@ class TextEncoder:
             normalized=_has_normalize(self._model),
             device=str(device),
             dtype=str(dtype).removeprefix("torch."),
-            capabilities=["embed"],
         )
 
-    def embed(self, inputs: list[list[int]]) -> np.ndarray:
+    def forward(self, rows: Sequence[TokenizedText]) -> np.ndarray:
         import torch
 
-        features = self._pad(inputs)
+        features = pad_rows(rows, self._tokenizer, self._device)
         with torch.inference_mode():
-            output = self._model(features)["sentence_embedding"]
+            output = self._model({**features, "modality": "text"})["sentence_embedding"]
         return output.float().cpu().numpy()
-
-    def _pad(self, inputs: list[list[int]]) -> dict[str, object]:
-        import torch
-
-        width = max(len(ids) for ids in inputs)
-        input_ids = torch.full((len(inputs), width), self._pad_id, dtype=torch.long)
-        attention_mask = torch.zeros((len(inputs), width), dtype=torch.long)
-        for row, ids in enumerate(inputs):
-            span = slice(width - len(ids), width) if self._pad_left else slice(0, len(ids))
-            input_ids[row, span] = torch.tensor(ids, dtype=torch.long)
-            attention_mask[row, span] = 1
-        return {
-            "input_ids": input_ids.to(self._device),
-            "attention_mask": attention_mask.to(self._device),
-            "token_type_ids": torch.zeros_like(input_ids, device=self._device),
-            "modality": "text",
-        }
 
 
 def _load_sentence_transformer(folder: Path, cfg: ModelConfig, device: str, dtype: object):  # -> SentenceTransformer

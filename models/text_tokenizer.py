@@ -6,7 +6,10 @@ Imports no torch: the gateway process stays small.
 
 from __future__ import annotations
 
+import copy
+import threading
 from pathlib import Path
+from typing import Any
 
 from models.config import ModelConfig
 from models.errors import InvalidRequest, ModelLoadError
@@ -14,21 +17,33 @@ from models.text_settings import TextSettings, read_text_settings
 
 
 class TextTokenizer:
-    """The `Preprocessor` of text models."""
+    """The `Preprocessor` of text models. Safe to call from several threads at once."""
 
     def __init__(self, folder: Path, cfg: ModelConfig) -> None:
         from transformers import AutoTokenizer
 
         try:
-            self._tokenizer = AutoTokenizer.from_pretrained(str(folder), trust_remote_code=cfg.trust_remote_code)
+            self._template = AutoTokenizer.from_pretrained(str(folder), trust_remote_code=cfg.trust_remote_code)
         except Exception as exc:
             raise ModelLoadError(f"cannot load the tokenizer of '{cfg.model_id}': {exc}") from exc
-        if not self._tokenizer.is_fast:
+        if not self._template.is_fast:
             raise ModelLoadError(f"'{cfg.model_id}' has no fast tokenizer (tokenizer.json); it is required")
-        self.settings: TextSettings = read_text_settings(folder, cfg, self._tokenizer.model_max_length)
+        self._per_thread = threading.local()
+        self.settings: TextSettings = read_text_settings(folder, cfg, self._template.model_max_length)
         self.max_input_tokens = self.settings.max_seq_length
-        self.vocab_size = len(self._tokenizer)
+        self.vocab_size = len(self._template)
         self._prefix, self._suffix = self._special_token_frame()
+        self._pair_frame = self._template.num_special_tokens_to_add(pair=True)
+        self._uses_segments = "token_type_ids" in self._template.model_input_names
+
+    @property
+    def _tokenizer(self) -> Any:
+        """This thread's copy. A fast tokenizer keeps its truncation settings in shared Rust state, and a
+        call that changes them while another thread encodes fails with 'Already borrowed'."""
+        tokenizer = getattr(self._per_thread, "tokenizer", None)
+        if tokenizer is None:
+            tokenizer = self._per_thread.tokenizer = copy.deepcopy(self._template)
+        return tokenizer
 
     def _special_token_frame(self) -> tuple[list[int], list[int]]:
         """The special tokens the tokenizer puts before and after a single sequence."""
@@ -59,6 +74,35 @@ class TextTokenizer:
             return_token_type_ids=False,
         )
         return encoded["input_ids"]
+
+    def encode_pairs(self, query: str, documents: list[str]) -> list[tuple[list[int], list[int] | None]]:
+        """(query, document) pairs for a cross-encoder: the query is kept whole, documents are cut to fit."""
+        if self.settings.do_lower_case:
+            query, documents = query.lower(), [document.lower() for document in documents]
+        query_tokens = self._count_tokens(query)
+        room = self.max_input_tokens - self._pair_frame - query_tokens
+        if room < 1:
+            raise InvalidRequest(
+                f"query is {query_tokens} tokens; with a document it must fit in this model's "
+                f"{self.max_input_tokens}-token limit, so it can be at most {query_tokens + room - 1} tokens",
+                param="query",
+            )
+        encoded = self._tokenizer(
+            [query] * len(documents),
+            documents,
+            truncation="only_second",
+            max_length=self.max_input_tokens,
+            return_attention_mask=False,
+            return_token_type_ids=self._uses_segments,
+        )
+        segments = encoded["token_type_ids"] if self._uses_segments else [None] * len(documents)
+        return list(zip(encoded["input_ids"], segments))
+
+    def _count_tokens(self, text: str) -> int:
+        """Untruncated length, measured on the Rust tokenizer: transformers would warn about long text."""
+        backend = self._tokenizer.backend_tokenizer
+        backend.no_truncation()  # this thread's copy; the next call sets its own truncation again
+        return len(backend.encode(text, add_special_tokens=False).ids)
 
     def encode_ids(self, inputs: list[list[int]]) -> list[list[int]]:
         """Token-id input, with or without the special tokens; framed and truncated like text."""

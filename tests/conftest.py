@@ -21,6 +21,9 @@ ROOT = Path(__file__).resolve().parent.parent
 MINILM = "sentence-transformers/all-MiniLM-L6-v2"
 TINY_MEAN = "tiny-bert-mean"
 TINY_CLS = "tiny-bert-cls"
+TINY_RERANKER = "tiny-reranker"
+TINY_CLASSIFIER = "tiny-classifier"
+CLASSIFIER_LABELS = ["negative", "neutral", "positive"]
 SERVER_START_TIMEOUT_S = 300
 
 WORDS = (
@@ -34,6 +37,14 @@ def make_sentences(count: int = 50, seed: int = 7) -> list[str]:
     rng = random.Random(seed)
     lengths = [1, 2, 3, 5, 8] + [rng.randint(4, 60) for _ in range(count - 10)] + [300, 350, 400, 500, 700]
     return [" ".join(rng.choice(WORDS) for _ in range(n)).capitalize() + "." for n in lengths[:count]]
+
+
+def as_rows(token_ids: list[list[int]], segments: list[list[int] | None] | None = None) -> list:
+    """Token ids as the rows a model service receives."""
+    from models.base import TokenizedText
+
+    segments = segments or [None] * len(token_ids)
+    return [TokenizedText(model="test", input_ids=ids, token_type_ids=s) for ids, s in zip(token_ids, segments)]
 
 
 @pytest.fixture(scope="session")
@@ -61,6 +72,34 @@ def tiny_bert_path(tmp_path_factory: pytest.TempPathFactory, minilm_path: Path) 
     return folder
 
 
+def _save_sequence_classifier(folder: Path, minilm_path: Path, labels: list[str]) -> Path:
+    """A random-weight BertForSequenceClassification. Weights are drawn wide (initializer_range 0.5, not
+    0.02) so scores differ clearly from input to input and orderings mean something."""
+    import torch
+    from transformers import BertConfig, BertForSequenceClassification
+
+    torch.manual_seed(len(labels))
+    config = BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                        intermediate_size=64, max_position_embeddings=512, num_labels=len(labels), initializer_range=0.5,
+                        id2label=dict(enumerate(labels)), label2id={label: i for i, label in enumerate(labels)})
+    BertForSequenceClassification(config).save_pretrained(folder)
+    for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"):
+        shutil.copy(minilm_path / name, folder / name)
+    return folder
+
+
+@pytest.fixture(scope="session")
+def tiny_reranker_path(tmp_path_factory: pytest.TempPathFactory, minilm_path: Path) -> Path:
+    """A one-label cross-encoder, saved as a plain transformers checkpoint."""
+    return _save_sequence_classifier(tmp_path_factory.mktemp("tiny-reranker"), minilm_path, ["relevance"])
+
+
+@pytest.fixture(scope="session")
+def tiny_classifier_path(tmp_path_factory: pytest.TempPathFactory, minilm_path: Path) -> Path:
+    """A three-label text classifier, saved as a plain transformers checkpoint."""
+    return _save_sequence_classifier(tmp_path_factory.mktemp("tiny-classifier"), minilm_path, CLASSIFIER_LABELS)
+
+
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -68,13 +107,19 @@ def _free_port() -> int:
 
 
 @pytest.fixture(scope="session")
-def server_process(tmp_path_factory: pytest.TempPathFactory, tiny_bert_path: Path) -> Iterator[tuple[str, int]]:
-    """One production-mode `bentoml serve` with MiniLM and two tiny-BERT variants, on loopback: (url, pid)."""
+def server_process(
+    tmp_path_factory: pytest.TempPathFactory, tiny_bert_path: Path, tiny_reranker_path: Path,
+    tiny_classifier_path: Path,
+) -> Iterator[tuple[str, int]]:
+    """One production-mode `bentoml serve` on loopback, (url, pid), serving MiniLM, two tiny-BERT embedders,
+    a tiny reranker and a tiny classifier."""
     folder = tmp_path_factory.mktemp("server")
     config = {"models": [
         {"model_id": MINILM},
         {"model_id": str(tiny_bert_path), "served_model_name": TINY_MEAN},
         {"model_id": str(tiny_bert_path), "served_model_name": TINY_CLS, "pooling": "cls", "normalize": False},
+        {"model_id": str(tiny_reranker_path), "served_model_name": TINY_RERANKER},
+        {"model_id": str(tiny_classifier_path), "served_model_name": TINY_CLASSIFIER},
     ]}
     (folder / "embento.yaml").write_text(yaml.safe_dump(config))
     port = _free_port()

@@ -1,0 +1,217 @@
+"""Wire formats of the scoring routes, and their validation.
+
+One rerank request model serves infinity's `/rerank`, Cohere v1 / Jina's `/v1/rerank` and Cohere v2's
+`/v2/rerank` (documents may be strings or `{"text": ...}` objects on all three); each route answers in
+its own client's shape. Classify follows infinity's `/classify`, with `raw_scores` honoured.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictInt,
+    StrictStr,
+    ValidationError,
+    ValidatorFunctionWrapHandler,
+    field_validator,
+)
+
+from gateway.schemas import Usage
+from models.errors import InvalidRequest
+
+
+class DocumentObject(BaseModel):
+    """Cohere v1 / Jina's document object: `text` is ranked, other fields are accepted and ignored."""
+
+    model_config = ConfigDict(extra="allow")
+    text: StrictStr
+
+
+class RerankRequest(BaseModel):
+    model: str | None = Field(None, description="Served model name; defaults to the first reranker.")
+    query: StrictStr
+    documents: list[StrictStr | DocumentObject]
+    top_n: StrictInt | None = Field(None, description="Return the best N; all when omitted.")
+    return_documents: StrictBool = False
+    raw_scores: StrictBool = Field(False, description="Logits instead of the model's activation.")
+
+    @field_validator("documents", mode="wrap")
+    @classmethod
+    def _one_clear_message(cls, value: object, handler: ValidatorFunctionWrapHandler) -> list[str | DocumentObject]:
+        try:
+            return handler(value)
+        except ValidationError as exc:  # the union's per-branch errors help nobody
+            where = next((f"documents[{e['loc'][0]}]" for e in exc.errors() if e["loc"]), "documents")
+            raise ValueError(f"{where} must be a string or an object with a string 'text' field") from None
+
+
+class CohereV2RerankRequest(RerankRequest):
+    model: str = Field(description="Served model name (required by Cohere v2).")
+
+
+def validated_documents(request: RerankRequest, max_documents: int) -> list[str]:
+    if not request.query:
+        raise InvalidRequest("query must not be empty", param="query")
+    if not request.documents:
+        raise InvalidRequest("documents must not be empty", param="documents")
+    if len(request.documents) > max_documents:
+        raise InvalidRequest(
+            f"documents holds {len(request.documents)} items; at most {max_documents} are allowed", param="documents"
+        )
+    if request.top_n is not None and request.top_n < 1:
+        raise InvalidRequest(f"top_n must be at least 1, got {request.top_n}", param="top_n")
+    return [d if isinstance(d, str) else d.text for d in request.documents]
+
+
+class Ranking(BaseModel):
+    """What every rerank route answers from: scores by document, best first, and the tokens spent."""
+
+    model: str
+    order: list[int]
+    scores: list[float]
+    documents: list[str]
+    tokens: int
+
+
+def response_id() -> str:
+    return f"embento-{uuid.uuid4()}"
+
+
+# infinity's /rerank
+class InfinityRerankResult(BaseModel):
+    relevance_score: float
+    index: int
+    document: str | None = None
+
+
+class InfinityRerankResponse(BaseModel):
+    object: Literal["rerank"] = "rerank"
+    results: list[InfinityRerankResult]
+    model: str
+    usage: Usage
+    id: str
+    created: int
+
+
+def infinity_rerank_response(ranking: Ranking, return_documents: bool) -> InfinityRerankResponse:
+    results = [
+        InfinityRerankResult(relevance_score=ranking.scores[i], index=i,
+                             document=ranking.documents[i] if return_documents else None)
+        for i in ranking.order
+    ]
+    return InfinityRerankResponse(results=results, model=ranking.model, usage=Usage.of(ranking.tokens),
+                                  id=response_id(), created=int(time.time()))
+
+
+# Cohere v1 / Jina's /v1/rerank and Cohere v2's /v2/rerank
+class RerankDocument(BaseModel):
+    text: str
+
+
+class RerankResult(BaseModel):
+    index: int
+    relevance_score: float
+
+
+class RerankResultWithDocument(RerankResult):
+    document: RerankDocument
+
+
+class ApiVersion(BaseModel):
+    version: str
+
+
+class Tokens(BaseModel):
+    input_tokens: int
+    output_tokens: int = 0
+
+
+class Meta(BaseModel):
+    api_version: ApiVersion
+    billed_units: Tokens
+    tokens: Tokens
+
+
+class CohereV2RerankResponse(BaseModel):
+    id: str
+    results: list[RerankResult]
+    meta: Meta
+
+
+class RerankResponse(CohereV2RerankResponse):
+    """Cohere v1's shape, plus Jina's `model` and `usage`."""
+
+    results: list[RerankResultWithDocument | RerankResult]
+    model: str
+    usage: Usage
+
+
+def _meta(version: str, tokens: int) -> Meta:
+    return Meta(api_version=ApiVersion(version=version), billed_units=Tokens(input_tokens=tokens),
+                tokens=Tokens(input_tokens=tokens))
+
+
+def rerank_response(ranking: Ranking, return_documents: bool) -> RerankResponse:
+    results: list[RerankResultWithDocument | RerankResult] = [
+        RerankResultWithDocument(index=i, relevance_score=ranking.scores[i],
+                                 document=RerankDocument(text=ranking.documents[i]))
+        if return_documents else RerankResult(index=i, relevance_score=ranking.scores[i])
+        for i in ranking.order
+    ]
+    return RerankResponse(id=response_id(), results=results, meta=_meta("1", ranking.tokens), model=ranking.model,
+                          usage=Usage.of(ranking.tokens))
+
+
+def cohere_v2_rerank_response(ranking: Ranking) -> CohereV2RerankResponse:
+    results = [RerankResult(index=i, relevance_score=ranking.scores[i]) for i in ranking.order]
+    return CohereV2RerankResponse(id=response_id(), results=results, meta=_meta("2", ranking.tokens))
+
+
+# infinity's /classify
+class ClassifyRequest(BaseModel):
+    model: str | None = Field(None, description="Served model name; defaults to the first classifier.")
+    input: StrictStr | list[StrictStr]
+    raw_scores: StrictBool = Field(False, description="Logits instead of softmax (or sigmoid) probabilities.")
+
+
+def validated_texts(request: ClassifyRequest, max_inputs: int) -> list[str]:
+    texts = [request.input] if isinstance(request.input, str) else list(request.input)
+    if not texts:
+        raise InvalidRequest("input must not be empty", param="input")
+    if len(texts) > max_inputs:
+        raise InvalidRequest(f"input holds {len(texts)} items; at most {max_inputs} are allowed", param="input")
+    empty = next((i for i, text in enumerate(texts) if not text), None)
+    if empty is not None:
+        raise InvalidRequest(f"input[{empty}] is empty", param="input")
+    return texts
+
+
+class LabelScore(BaseModel):
+    label: str
+    score: float
+
+
+class ClassifyResponse(BaseModel):
+    object: Literal["classify"] = "classify"
+    data: list[list[LabelScore]]
+    model: str
+    usage: Usage
+    id: str
+    created: int
+
+
+def classify_response(model: str, labels: list[str], scores: list[list[float]], tokens: int) -> ClassifyResponse:
+    """Every label per input, highest score first (as infinity and TEI order them)."""
+    data = [
+        sorted((LabelScore(label=label, score=score) for label, score in zip(labels, row)),
+               key=lambda item: -item.score)
+        for row in scores
+    ]
+    return ClassifyResponse(data=data, model=model, usage=Usage.of(tokens), id=response_id(), created=int(time.time()))

@@ -1,0 +1,98 @@
+"""Token ids -> logits, through the checkpoint's sentence-transformers CrossEncoder.
+
+One class serves rerankers (a one-label head over a (query, document) pair) and classifiers (a head with
+one logit per label over a single text). The runner returns logits; activations are applied per request
+(`models.scores.activate`), so `raw_scores` costs nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from models.base import Activation, Kind, ModelInfo, TokenizedText
+from models.config import ModelConfig
+from models.errors import ModelLoadError
+from models.padding import pad_rows
+from models.text_settings import read_text_settings
+
+# torch activation class -> the name `models.scores.activate` applies.
+ACTIVATIONS: dict[str, Activation] = {"Sigmoid": "sigmoid", "Identity": "identity", "Softmax": "softmax",
+                                      "Tanh": "tanh"}
+
+
+class TextScorer:
+    """The `TokenModel` of rerankers and text classifiers on the torch backend."""
+
+    def __init__(self, folder: Path, cfg: ModelConfig, kind: Kind) -> None:
+        from models.device import pick_device, pick_dtype
+
+        device = pick_device(cfg.device)
+        dtype = pick_dtype(cfg.dtype, device)
+        self._model = _load_cross_encoder(folder, cfg, device, dtype)
+        self._tokenizer = self._model.tokenizer
+        self._device = self._model.device
+        config = self._model.config
+        labels = [str(config.id2label.get(i, f"LABEL_{i}")) for i in range(self._model.num_labels)]
+        if kind == "rerank" and len(labels) != 1:
+            raise ModelLoadError(
+                f"'{cfg.model_id}' has {len(labels)} output labels; a reranker needs one. Serve it with kind "
+                "'classify'."
+            )
+        self.info = ModelInfo(
+            served_model_name=cfg.served_model_name,
+            model_id=cfg.model_id,
+            kind=kind,
+            modality="text",
+            backend=cfg.backend,
+            dimension=len(labels),
+            max_input_tokens=read_text_settings(folder, cfg, self._tokenizer.model_max_length).max_seq_length,
+            normalized=False,
+            device=str(device),
+            dtype=str(dtype).removeprefix("torch."),
+            labels=labels,
+            activation=_activation(self._model, kind, cfg),
+        )
+
+    def forward(self, rows: Sequence[TokenizedText]) -> np.ndarray:
+        import torch
+
+        features = pad_rows(rows, self._tokenizer, self._device)
+        with torch.inference_mode():
+            logits = self._model({**features, "modality": "text"})["scores"]
+        return logits.float().cpu().numpy().reshape(len(rows), -1)
+
+
+def _load_cross_encoder(folder: Path, cfg: ModelConfig, device: str, dtype: object) -> Any:  # -> CrossEncoder
+    from sentence_transformers import CrossEncoder
+
+    try:
+        model = CrossEncoder(
+            str(folder),
+            device=device,
+            trust_remote_code=cfg.trust_remote_code,
+            local_files_only=True,
+            model_kwargs={"dtype": dtype},
+        )
+    except Exception as exc:
+        raise ModelLoadError(f"cannot load '{cfg.model_id}' from {folder}: {exc}") from exc
+    if len(model) != 1 or getattr(model[0], "transformer_task", None) != "sequence-classification":
+        raise ModelLoadError(f"'{cfg.model_id}' is not a sequence-classification model; it cannot rerank or classify")
+    return model.eval()
+
+
+def _activation(model: Any, kind: Kind, cfg: ModelConfig) -> Activation:
+    """Rerankers: the CrossEncoder's activation (sigmoid unless the checkpoint says otherwise).
+    Classifiers: what transformers' text-classification pipeline applies."""
+    if kind == "classify":
+        multi_label = model.config.problem_type == "multi_label_classification" or model.num_labels == 1
+        return "sigmoid" if multi_label else "softmax"
+    name = type(model.activation_fn).__name__
+    if name not in ACTIVATIONS:
+        raise ModelLoadError(
+            f"'{cfg.model_id}' declares the activation {name}; supported: {sorted(ACTIVATIONS)}"
+        )
+    return ACTIVATIONS[name]

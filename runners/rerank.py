@@ -1,0 +1,41 @@
+"""Reranker: one BentoML model service for every configured reranker and text classifier.
+
+Both are sequence-classification heads over tokens: (query, document) pairs for rerankers, single texts
+for classifiers. Rows from all requests and all these models share its adaptive batches.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import bentoml
+import numpy as np
+
+from models.base import TokenizedText
+from models.config import ModelConfig
+from models.kinds import model_kind
+from models.text_scorer import TextScorer
+from runners.dispatch import make_work_conserving
+from runners.pool import ModelPool
+from runners.settings import DISPATCH_MAX_LATENCY_MS, MODEL_SERVICE_CONFIG, dispatch_max_rows, models_of_kind
+
+make_work_conserving()
+
+
+def _load_scorer(folder: Path, cfg: ModelConfig) -> TextScorer:
+    return TextScorer(folder, cfg, model_kind(cfg))
+
+
+@bentoml.service(name="Reranker", **MODEL_SERVICE_CONFIG)
+class Reranker:
+    def __init__(self) -> None:
+        self.pool = ModelPool(_load_scorer, models_of_kind("rerank", "classify"))
+
+    @bentoml.api(batchable=True, max_batch_size=dispatch_max_rows(), max_latency_ms=DISPATCH_MAX_LATENCY_MS)
+    async def score(self, rows: list[TokenizedText]) -> list[np.ndarray]:
+        """Token ids in, one row of logits per row out (an empty array where the model failed on that row)."""
+        return await self.pool.run(rows)
+
+    @bentoml.api
+    def model_info(self) -> list[dict]:
+        return self.pool.infos()
