@@ -35,6 +35,8 @@ FLAGS = (
          per_model=True),
     Flag(("--served-model-name",), "SERVED_MODEL_NAME", "name clients send as `model` (default: the id's last part)",
          per_model=True),
+    Flag(("--kind",), "KIND", "auto | embed | rerank | classify (default auto: read from the checkpoint)",
+         per_model=True),
     Flag(("--revision",), "REVISION", "Hub revision (branch, tag or commit)", per_model=True),
     Flag(("--backend", "--engine"), "BACKEND", "inference backend: torch", per_model=True),
     Flag(("--device",), "DEVICE", "auto | cpu | cuda | cuda:N", per_model=True),

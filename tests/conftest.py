@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import shutil
 import signal
 import socket
@@ -30,6 +31,26 @@ WORDS = (
     "the quick brown fox jumps over a lazy dog while engineers deploy embedding servers on their own "
     "machines to keep data private and costs fixed across clusters of graphics cards and processors"
 ).split()
+
+
+BATCH_METRIC = re.compile(
+    r'^bentoml_service_adaptive_batch_size_(count|bucket)\{(?P<labels>[^}]*)\} (?P<value>[0-9.e+]+)$', re.M
+)
+
+
+def merged_batches(metrics: str, method: str) -> float:
+    """How many batches of a model-service API carried more than one request (count minus the le=1 bucket),
+    from BentoML's adaptive-batch-size histogram on the gateway's /metrics."""
+    count = single = 0.0
+    for match in BATCH_METRIC.finditer(metrics):
+        labels = match["labels"]
+        if f'method_name="{method}"' not in labels:
+            continue
+        if match.group(1) == "count":
+            count += float(match["value"])
+        elif 'le="1.0"' in labels:
+            single += float(match["value"])
+    return count - single
 
 
 def make_sentences(count: int = 50, seed: int = 7) -> list[str]:

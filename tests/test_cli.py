@@ -74,6 +74,10 @@ def test_help_documents_every_flag_and_its_variable():
         assert f"EMBENTO_{flag.env}" in result.stdout.replace("\n", " ").replace("  ", "")
 
 
+def _service_names(cmdline: list[str]) -> list[str]:
+    return [cmdline[i + 1] for i, arg in enumerate(cmdline[:-1]) if arg == "--service-name"]
+
+
 @pytest.mark.server
 def test_embento_serve_runs_the_configured_models(tiny_bert_path, tmp_path):
     import os
@@ -81,6 +85,7 @@ def test_embento_serve_runs_the_configured_models(tiny_bert_path, tmp_path):
     import time
 
     import httpx
+    import psutil
 
     from tests.conftest import _free_port
 
@@ -105,6 +110,9 @@ def test_embento_serve_runs_the_configured_models(tiny_bert_path, tmp_path):
         assert [(m["id"], m["dimension"]) for m in models.json()["data"]] == [("flagged", 32)]
         response = httpx.post(f"http://127.0.0.1:{port}/v1/embeddings", json={"input": ["a", "b"], "model": "flagged"})
         assert response.status_code == 200 and len(response.json()["data"]) == 2
+        services = {arg for child in psutil.Process(process.pid).children(recursive=True)
+                    for arg in _service_names(child.cmdline())}
+        assert services == {"Embento", "TextEmbedder"}  # no Reranker process for an embedder-only config
     finally:
         os.killpg(process.pid, signal.SIGTERM)
         process.wait(timeout=30)

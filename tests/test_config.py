@@ -48,10 +48,11 @@ def test_environment_beats_yaml(tmp_path):
 
 def test_per_model_lists_apply_in_order(tmp_path):
     env = {"EMBENTO_MODEL_ID": "a/one;b/two;", "EMBENTO_SERVED_MODEL_NAME": "x;y",
-           "EMBENTO_ENGINE": "torch", "EMBENTO_POOLING_METHOD": "mean;cls", "EMBENTO_TRUST_REMOTE_CODE": "false;true"}
+           "EMBENTO_ENGINE": "torch", "EMBENTO_POOLING_METHOD": "mean;cls", "EMBENTO_TRUST_REMOTE_CODE": "false;true",
+           "EMBENTO_KIND": "auto;rerank"}
     config = load_config(env, cwd=tmp_path)
-    assert [(m.model_id, m.served_model_name, m.pooling, m.trust_remote_code) for m in config.models] == [
-        ("a/one", "x", "mean", False), ("b/two", "y", "cls", True)]
+    assert [(m.model_id, m.served_model_name, m.pooling, m.trust_remote_code, m.kind) for m in config.models] == [
+        ("a/one", "x", "mean", False, "auto"), ("b/two", "y", "cls", True, "rerank")]
 
 
 def test_model_id_from_environment_replaces_the_file_models(tmp_path):
@@ -68,6 +69,7 @@ def test_model_id_from_environment_replaces_the_file_models(tmp_path):
     ({"EMBENTO_DTYPE": "int4"}, "dtype"),
     ({"EMBENTO_BATCH_SIZE": "0"}, "batch_size"),
     ({"EMBENTO_POOLING": "median"}, "pooling"),
+    ({"EMBENTO_KIND": "summarize"}, "kind"),
     ({"EMBENTO_MODEL_ID": "a/x;b/x"}, "unique"),
     ({"EMBENTO_CONFIG": "/no/such/file.yaml"}, "not a file"),
 ])

@@ -9,7 +9,7 @@ import httpx
 import numpy as np
 import pytest
 
-from tests.conftest import MINILM, TINY_CLS, TINY_MEAN, make_sentences
+from tests.conftest import MINILM, TINY_CLASSIFIER, TINY_CLS, TINY_MEAN, TINY_RERANKER, make_sentences
 
 pytestmark = pytest.mark.server
 
@@ -138,11 +138,12 @@ def test_models_list(client):
     assert response.status_code == 200
     body = response.json()
     cards = {card["id"]: card for card in body["data"]}
-    assert body["object"] == "list" and set(cards) == {MINILM, TINY_MEAN, TINY_CLS}
+    assert body["object"] == "list" and set(cards) == {MINILM, TINY_MEAN, TINY_CLS, TINY_RERANKER, TINY_CLASSIFIER}
     assert cards[MINILM]["dimension"] == 384 and cards[MINILM]["max_input_tokens"] == 256
     assert cards[TINY_MEAN]["dimension"] == 32 and cards[TINY_MEAN]["max_input_tokens"] == 512
+    embedders = [cards[name] for name in (MINILM, TINY_MEAN, TINY_CLS)]
     assert all(c["object"] == "model" and c["modality"] == "text" and c["backend"] == "torch"
-               and c["capabilities"] == ["embed"] for c in cards.values())
+               and c["capabilities"] == ["embed"] for c in embedders)
     assert client.get("/models").json() == body
 
 

@@ -1,0 +1,77 @@
+"""Classify through the running server: infinity's shape, every label, and scores equal to a direct
+transformers forward on the same checkpoint (softmax, or logits when `raw_scores` is true)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tests.conftest import CLASSIFIER_LABELS, MINILM, TINY_CLASSIFIER, TINY_RERANKER, make_sentences
+from tests.test_server_errors import assert_healthy, assert_openai_error
+
+pytestmark = pytest.mark.server
+TEXTS = make_sentences(8, seed=4)
+
+
+@pytest.fixture(scope="module")
+def logits(tiny_classifier_path) -> np.ndarray:
+    import torch
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    model = AutoModelForSequenceClassification.from_pretrained(str(tiny_classifier_path)).eval()
+    features = AutoTokenizer.from_pretrained(str(tiny_classifier_path))(
+        TEXTS, padding=True, truncation=True, max_length=512, return_tensors="pt")
+    with torch.inference_mode():
+        return model(**features).logits.numpy()
+
+
+@pytest.mark.parametrize("path", ["/v1/classify", "/classify"])
+@pytest.mark.parametrize("raw", [False, True])
+def test_scores_match_a_transformers_forward(client, logits, path, raw):
+    response = client.post(path, json={"model": TINY_CLASSIFIER, "input": TEXTS, "raw_scores": raw})
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert set(body) == {"object", "data", "model", "usage", "id", "created"} and body["object"] == "classify"
+    assert len(body["data"]) == len(TEXTS)
+    expected = logits if raw else np.exp(logits) / np.exp(logits).sum(axis=1, keepdims=True)
+    for row, want in zip(body["data"], expected):
+        assert sorted(item["label"] for item in row) == sorted(CLASSIFIER_LABELS)
+        scores = [item["score"] for item in row]
+        assert scores == sorted(scores, reverse=True)
+        got = [next(i["score"] for i in row if i["label"] == label) for label in CLASSIFIER_LABELS]
+        np.testing.assert_allclose(got, want, atol=1e-5)
+    assert body["usage"]["prompt_tokens"] > len(TEXTS)
+
+
+def test_a_bare_string_and_the_default_model(client):
+    body = client.post("/v1/classify", json={"input": "one text"}).json()
+    assert body["model"] == TINY_CLASSIFIER and len(body["data"]) == 1
+    assert abs(sum(item["score"] for item in body["data"][0]) - 1.0) < 1e-5
+
+
+def test_models_list_shows_capabilities_and_labels(client):
+    cards = {card["id"]: card for card in client.get("/v1/models").json()["data"]}
+    assert cards[TINY_RERANKER]["capabilities"] == ["rerank"]
+    assert cards[TINY_CLASSIFIER]["capabilities"] == ["classify"]
+    assert cards[TINY_CLASSIFIER]["labels"] == CLASSIFIER_LABELS
+    assert cards[MINILM]["capabilities"] == ["embed"]
+
+
+@pytest.mark.parametrize(("body", "status", "param"), [
+    pytest.param({"model": "no-such-model", "input": "x"}, 404, "model", id="unknown-model"),
+    pytest.param({"model": TINY_RERANKER, "input": "x"}, 400, "model", id="reranker-cannot-classify"),
+    pytest.param({"input": []}, 400, "input", id="empty-list"),
+    pytest.param({"input": ["ok", ""]}, 400, "input", id="empty-string"),
+    pytest.param({"input": ["x"] * 2049}, 400, "input", id="2049-inputs"),
+    pytest.param({"input": [1, 2]}, 400, "input", id="token-ids-not-accepted"),
+    pytest.param({"input": "x", "raw_scores": "yes"}, 400, "raw_scores", id="raw-scores-not-a-bool"),
+])
+def test_bad_classify_requests(client, body, status, param):
+    assert_openai_error(client.post("/v1/classify", json=body), status, param)
+    assert_healthy(client)
+
+
+def test_embedding_a_classifier_is_refused(client):
+    error = assert_openai_error(client.post("/v1/embeddings", json={"model": TINY_CLASSIFIER, "input": "x"}),
+                                400, "model")
+    assert MINILM in error["message"]

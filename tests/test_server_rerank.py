@@ -1,0 +1,145 @@
+"""Rerank through the running server: every client's native shape, scores equal to sentence-transformers'
+CrossEncoder on the same checkpoint, and bad requests answered in OpenAI's error shape."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tests.conftest import MINILM, TINY_CLASSIFIER, TINY_RERANKER, make_sentences
+from tests.test_server_errors import assert_healthy, assert_openai_error
+
+pytestmark = pytest.mark.server
+QUERY = "how do platform teams keep embeddings private"
+DOCUMENTS = make_sentences(12, seed=21)[:10]  # short ones: nothing is truncated
+
+
+@pytest.fixture(scope="module")
+def cross_encoder(tiny_reranker_path):
+    from sentence_transformers import CrossEncoder
+
+    return CrossEncoder(str(tiny_reranker_path), local_files_only=True, device="cpu")
+
+
+def _scores_by_index(results: list[dict]) -> np.ndarray:
+    scores = np.zeros(len(results))
+    for result in results:
+        scores[result["index"]] = result["relevance_score"]
+    return scores
+
+
+@pytest.mark.parametrize("raw", [False, True])
+def test_scores_match_cross_encoder_predict(client, cross_encoder, raw):
+    response = client.post("/v1/rerank", json={"model": TINY_RERANKER, "query": QUERY, "documents": DOCUMENTS,
+                                               "raw_scores": raw})
+    assert response.status_code == 200, response.text
+    results = response.json()["results"]
+    assert sorted(r["index"] for r in results) == list(range(len(DOCUMENTS)))
+    pairs = [(QUERY, document) for document in DOCUMENTS]
+    expected = cross_encoder.predict(pairs, activation_fn=(lambda x: x) if raw else None)
+    np.testing.assert_allclose(_scores_by_index(results), expected, atol=1e-5)
+    scores = [r["relevance_score"] for r in results]
+    assert scores == sorted(scores, reverse=True)
+
+
+def test_cohere_v1_sdk(server, cross_encoder):
+    import cohere
+
+    co = cohere.Client(base_url=server, api_key="unused")
+    response = co.rerank(model=TINY_RERANKER, query=QUERY, documents=DOCUMENTS, top_n=3, return_documents=True)
+    expected = cross_encoder.predict([(QUERY, document) for document in DOCUMENTS])
+    best = np.argsort(-expected, kind="stable")[:3].tolist()
+    assert [r.index for r in response.results] == best
+    assert [r.document.text for r in response.results] == [DOCUMENTS[i] for i in best]
+    np.testing.assert_allclose([r.relevance_score for r in response.results], expected[best], atol=1e-5)
+    assert response.id and response.meta.api_version.version == "1"
+
+
+def test_cohere_v2_sdk(server, cross_encoder):
+    import cohere
+
+    co = cohere.ClientV2(base_url=server, api_key="unused")
+    response = co.rerank(model=TINY_RERANKER, query=QUERY, documents=DOCUMENTS, top_n=4)
+    expected = cross_encoder.predict([(QUERY, document) for document in DOCUMENTS])
+    assert [r.index for r in response.results] == np.argsort(-expected, kind="stable")[:4].tolist()
+    assert all(getattr(r, "document", None) is None for r in response.results)
+    assert response.meta.api_version.version == "2" and response.meta.billed_units.input_tokens > 0
+
+
+def test_infinity_request_gets_infinity_response(client):
+    body = {"model": TINY_RERANKER, "query": QUERY, "documents": DOCUMENTS[:4], "return_documents": True,
+            "raw_scores": False, "top_n": 2}
+    response = client.post("/rerank", json=body).json()
+    assert set(response) == {"object", "results", "model", "usage", "id", "created"}
+    assert response["object"] == "rerank" and response["model"] == TINY_RERANKER
+    assert len(response["results"]) == 2
+    for result in response["results"]:
+        assert set(result) == {"relevance_score", "index", "document"}
+        assert result["document"] == DOCUMENTS[result["index"]]  # a plain string, as infinity returns it
+    plain = client.post("/rerank", json={**body, "return_documents": False}).json()
+    assert all(r["document"] is None for r in plain["results"])
+
+
+def test_jina_style_document_objects_and_usage(client, tiny_reranker_path):
+    from transformers import AutoTokenizer
+
+    documents = [{"text": d, "id": i} for i, d in enumerate(DOCUMENTS[:3])]
+    response = client.post("/v1/rerank", json={"model": TINY_RERANKER, "query": QUERY, "documents": documents,
+                                               "return_documents": True}).json()
+    assert {r["document"]["text"] for r in response["results"]} == set(DOCUMENTS[:3])
+    tokenizer = AutoTokenizer.from_pretrained(str(tiny_reranker_path))
+    tokens = sum(len(tokenizer(QUERY, d)["input_ids"]) for d in DOCUMENTS[:3])
+    assert response["usage"] == {"prompt_tokens": tokens, "total_tokens": tokens}
+    assert all("document" not in r for r in client.post("/v1/rerank", json={
+        "model": TINY_RERANKER, "query": QUERY, "documents": DOCUMENTS[:3]}).json()["results"])
+
+
+def test_top_n_larger_than_the_list_and_the_default_model(client):
+    response = client.post("/v1/rerank", json={"query": QUERY, "documents": DOCUMENTS[:3], "top_n": 50}).json()
+    assert response["model"] == TINY_RERANKER and len(response["results"]) == 3
+
+
+def test_long_documents_are_truncated_not_refused(client, tiny_reranker_path):
+    import torch
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    long_document = " ".join(["private embeddings on our own machines"] * 300)
+    response = client.post("/v1/rerank", json={"model": TINY_RERANKER, "query": QUERY,
+                                               "documents": [long_document, "short"], "raw_scores": True})
+    assert response.status_code == 200, response.text
+    assert response.json()["usage"]["prompt_tokens"] < 512 + 20
+    features = AutoTokenizer.from_pretrained(str(tiny_reranker_path))(
+        QUERY, long_document, truncation="only_second", max_length=512, return_tensors="pt")
+    model = AutoModelForSequenceClassification.from_pretrained(str(tiny_reranker_path)).eval()
+    with torch.inference_mode():
+        expected = model(**features).logits[0, 0].item()
+    assert abs(_scores_by_index(response.json()["results"])[0] - expected) <= 1e-5
+
+
+BAD_RERANKS = [
+    pytest.param("/v1/rerank", {"query": " ".join(["long"] * 600), "documents": ["a"]}, 400, "query",
+                 id="query-too-long"),
+    pytest.param("/v1/rerank", {"query": QUERY, "documents": []}, 400, "documents", id="no-documents"),
+    pytest.param("/v1/rerank", {"query": QUERY, "documents": ["x"] * 2049}, 400, "documents", id="2049-documents"),
+    pytest.param("/v1/rerank", {"query": QUERY, "documents": [{"title": "no text"}]}, 400, "documents",
+                 id="object-without-text"),
+    pytest.param("/v1/rerank", {"query": QUERY, "documents": ["a"], "top_n": 0}, 400, "top_n", id="top-n-0"),
+    pytest.param("/rerank", {"query": QUERY, "documents": ["a"], "top_n": -2}, 400, "top_n", id="top-n-negative"),
+    pytest.param("/v1/rerank", {"query": "", "documents": ["a"]}, 400, "query", id="empty-query"),
+    pytest.param("/v1/rerank", {"documents": ["a"]}, 400, "query", id="missing-query"),
+    pytest.param("/v1/rerank", {"model": MINILM, "query": QUERY, "documents": ["a"]}, 400, "model",
+                 id="embedder-cannot-rerank"),
+    pytest.param("/v1/rerank", {"model": TINY_CLASSIFIER, "query": QUERY, "documents": ["a"]}, 400, "model",
+                 id="classifier-cannot-rerank"),
+    pytest.param("/v1/rerank", {"model": "no-such-model", "query": QUERY, "documents": ["a"]}, 404, "model",
+                 id="unknown-model"),
+    pytest.param("/v2/rerank", {"query": QUERY, "documents": ["a"]}, 400, "model", id="v2-needs-model"),
+]
+
+
+@pytest.mark.parametrize(("path", "body", "status", "param"), BAD_RERANKS)
+def test_bad_rerank_requests(client, path, body, status, param):
+    error = assert_openai_error(client.post(path, json=body), status, param)
+    if param == "model" and status == 400 and "model" in body:
+        assert TINY_RERANKER in error["message"]  # says which models can
+    assert_healthy(client)
