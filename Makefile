@@ -24,6 +24,7 @@ test: setup
 
 bench: setup
 	$(VENV)/bin/python bench/run_all.py
+	$(VENV)/bin/python bench/rerank.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache

@@ -14,6 +14,7 @@ import ipaddress
 import random
 import socket
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from urllib.parse import urlparse
 
@@ -67,7 +68,15 @@ def require_loopback(url: str) -> None:
         raise SystemExit(f"refusing to load {host}: this benchmark only targets loopback addresses")
 
 
-async def run_scenario(url: str, model: str, scenario: Scenario, duration_s: float, max_requests: int) -> Result:
+Body = Callable[[list[str]], dict]  # one request's texts -> its JSON body
+
+
+def embeddings_body(model: str) -> Body:
+    return lambda texts: {"input": texts, "model": model}
+
+
+async def run_scenario(url: str, body: Body, scenario: Scenario, duration_s: float, max_requests: int) -> Result:
+    """Closed loop: `in_flight` clients, each sending its next request as soon as the last one returns."""
     texts = corpus(2000, scenario.min_words, scenario.max_words)
     result = Result()
     deadline = time.perf_counter() + duration_s
@@ -83,7 +92,7 @@ async def run_scenario(url: str, model: str, scenario: Scenario, duration_s: flo
                 position += scenario.sentences_per_request
                 started = time.perf_counter()
                 try:
-                    async with http.post(url, json={"input": batch, "model": model}) as response:
+                    async with http.post(url, json=body(batch)) as response:
                         await response.read()
                         ok = response.status == 200
                 except aiohttp.ClientError:
@@ -107,31 +116,34 @@ def tree_rss_mb(pid: int | None) -> float:
     return sum(p.memory_info().rss for p in [root, *root.children(recursive=True)]) / 2**20
 
 
-async def warm_up(url: str, model: str) -> None:
+async def warm_up(url: str, body: Body) -> None:
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=120)) as http:
         async def one(seed: int) -> None:
-            async with http.post(url, json={"input": corpus(4, 5, 40, seed=seed), "model": model}) as response:
+            async with http.post(url, json=body(corpus(4, 5, 40, seed=seed))) as response:
                 await response.read()
 
         await asyncio.gather(*(one(i) for i in range(32)))
 
 
-def report(scenario: Scenario, result: Result, rss_mb: float) -> dict[str, float]:
+def report(scenario: Scenario, result: Result, rss_mb: float, unit: str = "sent") -> dict[str, float]:
     rate = result.sentences / result.elapsed_s if result.elapsed_s else 0.0
-    print(f"{scenario.name:40s} {rate:9.1f} sent/s  p50 {result.percentile(0.5):7.1f} ms  "
+    print(f"{scenario.name:40s} {rate:9.1f} {unit}/s  p50 {result.percentile(0.5):7.1f} ms  "
           f"p95 {result.percentile(0.95):7.1f} ms  p99 {result.percentile(0.99):7.1f} ms  "
           f"errors {result.errors}  requests {len(result.latencies_ms)}  server RSS {rss_mb:7.0f} MB")
     return {"sentences_per_s": rate, "p50_ms": result.percentile(0.5), "p95_ms": result.percentile(0.95),
             "p99_ms": result.percentile(0.99), "errors": result.errors, "rss_mb": rss_mb}
 
 
-async def run_all(url: str, model: str, pid: int | None, duration_s: float, max_requests: int) -> dict[str, dict]:
+async def run_all(
+    url: str, body: Body, pid: int | None, duration_s: float, max_requests: int,
+    scenarios: tuple[Scenario, ...] = SCENARIOS, unit: str = "sent",
+) -> dict[str, dict]:
     require_loopback(url)
-    await warm_up(url, model)
+    await warm_up(url, body)
     figures = {}
-    for scenario in SCENARIOS:
-        result = await run_scenario(url, model, scenario, duration_s, max_requests)
-        figures[scenario.name] = report(scenario, result, tree_rss_mb(pid))
+    for scenario in scenarios:
+        result = await run_scenario(url, body, scenario, duration_s, max_requests)
+        figures[scenario.name] = report(scenario, result, tree_rss_mb(pid), unit)
     return figures
 
 
@@ -143,7 +155,7 @@ def main() -> None:
     parser.add_argument("--duration", type=float, default=20.0, help="seconds per scenario")
     parser.add_argument("--max-requests", type=int, default=20000, help="hard bound per scenario")
     args = parser.parse_args()
-    asyncio.run(run_all(args.url, args.model, args.pid, args.duration, args.max_requests))
+    asyncio.run(run_all(args.url, embeddings_body(args.model), args.pid, args.duration, args.max_requests))
 
 
 if __name__ == "__main__":

@@ -10,45 +10,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import signal
-import socket
-import subprocess
 import sys
-import time
 from pathlib import Path
-
-import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import ceiling  # noqa: E402
 import load  # noqa: E402
+from server import free_port, start_server, stop_server  # noqa: E402
 
-ROOT = Path(__file__).resolve().parent.parent
 MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 TARGETS = {"32 in flight x 1 sentence": 0.60, "8 in flight x 10 sentences": 0.75}
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def start_server(port: int) -> subprocess.Popen:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("EMBENTO_")}
-    env.update(HF_HUB_OFFLINE="1", BENTOML_DO_NOT_TRACK="True")
-    process = subprocess.Popen(
-        [sys.executable, "-m", "bentoml", "serve", "service:Gateway", "--host", "127.0.0.1", "--port", str(port)],
-        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=5).status_code == 200:
-                return process
-        except httpx.HTTPError:
-            time.sleep(1)
-    os.killpg(process.pid, signal.SIGKILL)
-    raise SystemExit("server did not become ready")
 
 
 def main() -> None:
@@ -65,11 +36,10 @@ def main() -> None:
         threads = torch.get_num_threads()
         print(f"torch threads: {threads}; cores: {os.cpu_count()}")
         ceilings = ceiling.run(str(packaged_model_path(MODEL)), threads, args.duration / 2)
-        figures = asyncio.run(load.run_all(f"http://127.0.0.1:{port}/v1/embeddings", MODEL, server.pid,
-                                           args.duration, 20000))
+        figures = asyncio.run(load.run_all(f"http://127.0.0.1:{port}/v1/embeddings", load.embeddings_body(MODEL),
+                                           server.pid, args.duration, 20000))
     finally:
-        os.killpg(server.pid, signal.SIGTERM)
-        server.wait(timeout=30)
+        stop_server(server)
     print("\nscenario                                  server/ceiling  target")
     for name, figure in figures.items():
         ratio = figure["sentences_per_s"] / ceilings[name]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from dataclasses import dataclass
 from typing import Literal
 
 from pydantic import (
@@ -70,7 +71,8 @@ def validated_documents(request: RerankRequest, max_documents: int) -> list[str]
     return [d if isinstance(d, str) else d.text for d in request.documents]
 
 
-class Ranking(BaseModel):
+@dataclass(frozen=True)
+class Ranking:
     """What every rerank route answers from: scores by document, best first, and the tokens spent."""
 
     model: str

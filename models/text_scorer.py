@@ -79,6 +79,9 @@ def _load_cross_encoder(folder: Path, cfg: ModelConfig, device: str, dtype: obje
         )
     except Exception as exc:
         raise ModelLoadError(f"cannot load '{cfg.model_id}' from {folder}: {exc}") from exc
+    if not any(name.endswith("ForSequenceClassification") for name in model.config.architectures or []):
+        # transformers would add a freshly initialised head, and every score would be noise.
+        raise ModelLoadError(f"'{cfg.model_id}' has no trained classification head; it cannot rerank or classify")
     if len(model) != 1 or getattr(model[0], "transformer_task", None) != "sequence-classification":
         raise ModelLoadError(f"'{cfg.model_id}' is not a sequence-classification model; it cannot rerank or classify")
     return model.eval()

@@ -136,6 +136,11 @@ def test_a_multi_label_head_cannot_rerank(tiny_classifier_path):
         TextScorer(tiny_classifier_path, ModelConfig(model_id=str(tiny_classifier_path)), "rerank")
 
 
+def test_an_encoder_without_a_head_cannot_score(tiny_bert_path):
+    with pytest.raises(ModelLoadError, match="no trained classification head"):
+        TextScorer(tiny_bert_path, ModelConfig(model_id=str(tiny_bert_path), kind="rerank"), "rerank")
+
+
 def test_activations_and_ranking():
     logits = np.array([[0.0, 1.0, -1.0], [1000.0, -1000.0, 0.0]], dtype=np.float32)
     np.testing.assert_allclose(activate(logits, "sigmoid")[0], [0.5, 0.7310586, 0.2689414], atol=1e-6)

@@ -1,0 +1,45 @@
+"""Start and stop a production-mode `bentoml serve` on loopback for a benchmark."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def start_server(port: int, **settings: str) -> subprocess.Popen:
+    """`settings` are extra environment variables, e.g. EMBENTO_MODEL_ID; other EMBENTO_* are dropped."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("EMBENTO_")}
+    env.update(HF_HUB_OFFLINE="1", BENTOML_DO_NOT_TRACK="True", **settings)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "bentoml", "serve", "service:Gateway", "--host", "127.0.0.1", "--port", str(port)],
+        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=5).status_code == 200:
+                return process
+        except httpx.HTTPError:
+            pass
+        time.sleep(1)
+    os.killpg(process.pid, signal.SIGKILL)
+    raise SystemExit("server did not become ready")
+
+
+def stop_server(process: subprocess.Popen) -> None:
+    os.killpg(process.pid, signal.SIGTERM)
+    process.wait(timeout=30)
