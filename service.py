@@ -210,12 +210,14 @@ class Gateway:
     @bentoml.api(route="/rerank")
     async def rerank_infinity(self, request: RerankRequest, /) -> InfinityRerankResponse:
         """infinity's rerank: documents come back as plain strings."""
-        return await self._answer(self._rerank(request, lambda r: infinity_rerank_response(r, request.return_documents)))
+        shape = functools.partial(infinity_rerank_response, return_documents=request.return_documents)
+        return await self._answer(self._rerank(request, shape))
 
     @bentoml.api(route="/v1/rerank")
     async def rerank_v1(self, request: RerankRequest, /) -> RerankResponse:
         """Cohere v1 and Jina rerank: documents come back as `{"text": ...}`."""
-        return await self._answer(self._rerank(request, lambda r: rerank_response(r, request.return_documents)))
+        shape = functools.partial(rerank_response, return_documents=request.return_documents)
+        return await self._answer(self._rerank(request, shape))
 
     @bentoml.api(route="/v2/rerank")
     async def rerank_v2(self, request: CohereV2RerankRequest, /) -> CohereV2RerankResponse:
@@ -267,9 +269,11 @@ class Gateway:
             raise errors.InferenceError(f"the model service failed: {exc}") from exc
         except aiohttp.ClientError as exc:
             raise errors.NotReady(f"the model service is unavailable ({type(exc).__name__}); retry shortly") from exc
-        failed = [i for i, output in enumerate(outputs) if output.size == 0]
+        failed = [i for i, output in enumerate(outputs) if output.size == 0 or not np.isfinite(output).all()]
         if failed:
-            raise errors.InferenceError(f"the model failed on input(s) {failed[:10]}; see the server log")
+            raise errors.InferenceError(
+                f"the model failed on input(s) {failed[:10]} (an error, or NaN/inf output); see the server log"
+            )
         return np.stack(outputs)
 
     async def model_list(self) -> ModelList:

@@ -63,6 +63,10 @@ def ceiling(folder: Path, seconds: float) -> dict[str, float]:
     return figures
 
 
+def rerank_body(documents: list[str]) -> dict:
+    return {"model": NAME, "query": QUERY, "documents": documents}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--duration", type=float, default=20.0, help="seconds per scenario")
@@ -73,8 +77,7 @@ def main() -> None:
         server = start_server(port, EMBENTO_MODEL_ID=str(folder), EMBENTO_SERVED_MODEL_NAME=NAME)
         try:
             ceilings = ceiling(folder, args.duration / 2)
-            body = lambda documents: {"model": NAME, "query": QUERY, "documents": documents}  # noqa: E731
-            figures = asyncio.run(load.run_all(f"http://127.0.0.1:{port}/v1/rerank", body, server.pid,
+            figures = asyncio.run(load.run_all(f"http://127.0.0.1:{port}/v1/rerank", rerank_body, server.pid,
                                                args.duration, 20000, SCENARIOS, unit="pairs"))
         finally:
             stop_server(server)
