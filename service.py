@@ -146,8 +146,8 @@ class Gateway:
     @staticmethod
     def _warmup_rows(info: ModelInfo, tokenizer: Preprocessor) -> list[TokenizedText]:
         if info.kind == "rerank":
-            return _rows(info.served_model_name, tokenizer.encode_pairs("warm-up", ["warm-up"]))
-        return _rows(info.served_model_name, tokenizer.encode_texts(["warm-up"]))
+            return TokenizedText.rows(info.served_model_name, *tokenizer.encode_pairs("warm-up", ["warm-up"]))
+        return TokenizedText.rows(info.served_model_name, tokenizer.encode_texts(["warm-up"]))
 
     async def __is_ready__(self) -> bool:
         return await self.is_warm()
@@ -196,7 +196,7 @@ class Gateway:
         else:
             work = functools.partial(tokenizer.encode_ids, inputs)
         token_ids = await _off_loop_if_large(work, sum(len(item) for item in inputs))
-        vectors = await self._run(info, _rows(info.served_model_name, token_ids))
+        vectors = await self._run(info, TokenizedText.rows(info.served_model_name, token_ids))
         vectors = truncate_dimensions(vectors, request.dimensions, renormalize=info.normalized)
         encode = to_base64 if request.encoding_format == "base64" else np.ndarray.tolist
         data = [EmbeddingData.model_construct(object="embedding", index=i, embedding=encode(v))
@@ -229,11 +229,13 @@ class Gateway:
         info, tokenizer = await self._require_model(request.model, "rerank")
         documents = validated_documents(request, CONFIG.max_client_batch_size)
         work = functools.partial(tokenizer.encode_pairs, request.query, documents)
-        pairs = await _off_loop_if_large(work, len(request.query) * len(documents) + sum(map(len, documents)))
-        logits = await self._run(info, _rows(info.served_model_name, pairs))
+        token_ids, segments = await _off_loop_if_large(
+            work, len(request.query) * len(documents) + sum(map(len, documents))
+        )
+        logits = await self._run(info, TokenizedText.rows(info.served_model_name, token_ids, segments))
         scores = activate(logits, "identity" if request.raw_scores else info.activation)[:, 0]
         return shape(Ranking(model=info.served_model_name, order=rank(scores, request.top_n), scores=scores.tolist(),
-                             documents=documents, tokens=sum(len(ids) for ids, _ in pairs)))
+                             documents=documents, tokens=sum(len(ids) for ids in token_ids)))
 
     # Classify
     @bentoml.api(route="/v1/classify")
@@ -250,7 +252,7 @@ class Gateway:
         info, tokenizer = await self._require_model(request.model, "classify")
         texts = validated_texts(request, CONFIG.max_client_batch_size)
         token_ids = await _off_loop_if_large(functools.partial(tokenizer.encode_texts, texts), sum(map(len, texts)))
-        logits = await self._run(info, _rows(info.served_model_name, token_ids))
+        logits = await self._run(info, TokenizedText.rows(info.served_model_name, token_ids))
         scores = activate(logits, "identity" if request.raw_scores else info.activation)
         return classify_response(info.served_model_name, info.labels, scores.tolist(),
                                  sum(len(ids) for ids in token_ids))
@@ -295,15 +297,6 @@ class Gateway:
             if proxy_ready is not None and not await proxy_ready(5):
                 raise errors.NotReady(f"the {attribute} service is not ready")
         return {"unix": time.time()}
-
-
-def _rows(model: str, encoded: list[list[int]] | list[tuple[list[int], list[int] | None]]) -> list[TokenizedText]:
-    """Token ids (or (ids, segment ids) pairs) as rows for a model service."""
-    rows = []
-    for item in encoded:
-        ids, segments = item if isinstance(item, tuple) else (item, None)
-        rows.append(TokenizedText(model=model, input_ids=ids, token_type_ids=segments))
-    return rows
 
 
 async def _off_loop_if_large(work: Callable[[], T], size: int) -> T:

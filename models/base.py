@@ -46,6 +46,15 @@ class TokenizedText(BaseModel):
     input_ids: list[int]
     token_type_ids: list[int] | None = None
 
+    @classmethod
+    def rows(
+        cls, model: str, token_ids: list[list[int]], segments: list[list[int]] | None = None
+    ) -> list[TokenizedText]:
+        """One row per input, with its segment ids when given (pairs)."""
+        if segments is None:
+            return [cls(model=model, input_ids=ids) for ids in token_ids]
+        return [cls(model=model, input_ids=ids, token_type_ids=types) for ids, types in zip(token_ids, segments)]
+
 
 class TokenModel(Protocol):
     """Runs one checkpoint (runner side): one float32 output row per input row, in order.
@@ -67,4 +76,6 @@ class Preprocessor(Protocol):
 
     def encode_ids(self, inputs: list[list[int]]) -> list[list[int]]: ...
 
-    def encode_pairs(self, query: str, documents: list[str]) -> list[tuple[list[int], list[int] | None]]: ...
+    def encode_pairs(self, query: str, documents: list[str]) -> tuple[list[list[int]], list[list[int]] | None]:
+        """Token ids per (query, document) pair, and their segment ids if the model takes them."""
+        ...

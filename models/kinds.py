@@ -7,7 +7,6 @@ else is served as an embedder.
 
 from __future__ import annotations
 
-import json
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -15,14 +14,7 @@ from typing import Any
 from models.base import Kind
 from models.config import ModelConfig
 from models.errors import ModelLoadError
-from models.resolve import resolve_model
-
-
-def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        return json.loads(path.read_text()) if path.is_file() else {}
-    except ValueError as exc:
-        raise ModelLoadError(f"{path} is not valid JSON: {exc}") from exc
+from models.resolve import read_json, resolve_model
 
 
 def label_count(config: dict[str, Any]) -> int:
@@ -33,11 +25,11 @@ def label_count(config: dict[str, Any]) -> int:
 
 
 def detect_kind(folder: Path) -> Kind:
-    config = _read_json(folder / "config.json")
+    config = read_json(folder / "config.json")
     architectures = config.get("architectures") or []
     if any(name.endswith("ForSequenceClassification") for name in architectures):
         return "rerank" if label_count(config) == 1 else "classify"
-    if _read_json(folder / "config_sentence_transformers.json").get("model_type") == "CrossEncoder":
+    if read_json(folder / "config_sentence_transformers.json").get("model_type") == "CrossEncoder":
         # A CrossEncoder over a causal LM scores with a chat template the gateway does not apply yet.
         raise ModelLoadError(
             f"{folder} is a CrossEncoder over {architectures or 'an unknown architecture'}; only "

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import importlib
+import json
 import logging
 import os
 from pathlib import Path
+from typing import Any
 
 from models.errors import ModelLoadError
 
@@ -17,6 +19,14 @@ PACKAGED_MODELS: dict[str, str] = {
 }
 # Weight formats the torch backend never reads; skipping them keeps downloads small.
 IGNORED_HUB_FILES = ["*.onnx", "onnx/*", "openvino/*", "*.h5", "*.msgpack", "*.ot", "tf_model*", "flax_model*"]
+
+
+def read_json(path: Path) -> dict[str, Any]:
+    """A checkpoint's JSON file; {} when the checkpoint has none."""
+    try:
+        return json.loads(path.read_text()) if path.is_file() else {}
+    except ValueError as exc:
+        raise ModelLoadError(f"{path} is not valid JSON: {exc}") from exc
 
 
 def packaged_model_path(model_id: str) -> Path | None:

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from models.config import ModelConfig
 from models.errors import ConfigError
+from models.resolve import read_json
 
 # Tokenizers without a real limit report this sentinel (transformers' VERY_LARGE_INTEGER is larger).
 _NO_LIMIT = 1_000_000
@@ -31,19 +30,15 @@ class TextSettings:
         return self.prompts[name]
 
 
-def _read_json(path: Path) -> dict[str, Any]:
-    return json.loads(path.read_text()) if path.is_file() else {}
-
-
 def is_sentence_transformers_folder(folder: Path) -> bool:
     return (folder / "modules.json").is_file()
 
 
 def read_text_settings(folder: Path, cfg: ModelConfig, tokenizer_max_length: int | None) -> TextSettings:
     """Merge the folder's declarations with the configuration (configuration wins)."""
-    st_config = _read_json(folder / "sentence_bert_config.json")
-    st_meta = _read_json(folder / "config_sentence_transformers.json")
-    model_config = _read_json(folder / "config.json")
+    st_config = read_json(folder / "sentence_bert_config.json")
+    st_meta = read_json(folder / "config_sentence_transformers.json")
+    model_config = read_json(folder / "config.json")
 
     max_length = cfg.max_seq_length or st_config.get("max_seq_length")
     if not max_length:

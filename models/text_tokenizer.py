@@ -75,7 +75,7 @@ class TextTokenizer:
         )
         return encoded["input_ids"]
 
-    def encode_pairs(self, query: str, documents: list[str]) -> list[tuple[list[int], list[int] | None]]:
+    def encode_pairs(self, query: str, documents: list[str]) -> tuple[list[list[int]], list[list[int]] | None]:
         """(query, document) pairs for a cross-encoder: the query is kept whole, documents are cut to fit."""
         if self.settings.do_lower_case:
             query, documents = query.lower(), [document.lower() for document in documents]
@@ -95,8 +95,7 @@ class TextTokenizer:
             return_attention_mask=False,
             return_token_type_ids=self._uses_segments,
         )
-        segments = encoded["token_type_ids"] if self._uses_segments else [None] * len(documents)
-        return list(zip(encoded["input_ids"], segments))
+        return encoded["input_ids"], encoded["token_type_ids"] if self._uses_segments else None
 
     def _count_tokens(self, text: str) -> int:
         """Untruncated length, measured on the Rust tokenizer: transformers would warn about long text."""

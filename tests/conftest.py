@@ -60,14 +60,6 @@ def make_sentences(count: int = 50, seed: int = 7) -> list[str]:
     return [" ".join(rng.choice(WORDS) for _ in range(n)).capitalize() + "." for n in lengths[:count]]
 
 
-def as_rows(token_ids: list[list[int]], segments: list[list[int] | None] | None = None) -> list:
-    """Token ids as the rows a model service receives."""
-    from models.base import TokenizedText
-
-    segments = segments or [None] * len(token_ids)
-    return [TokenizedText(model="test", input_ids=ids, token_type_ids=s) for ids, s in zip(token_ids, segments)]
-
-
 @pytest.fixture(scope="session")
 def minilm_path() -> Path:
     from models.resolve import packaged_model_path
@@ -101,8 +93,9 @@ def _save_sequence_classifier(folder: Path, minilm_path: Path, labels: list[str]
 
     torch.manual_seed(len(labels))
     config = BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                        intermediate_size=64, max_position_embeddings=512, num_labels=len(labels), initializer_range=0.5,
-                        id2label=dict(enumerate(labels)), label2id={label: i for i, label in enumerate(labels)})
+                        intermediate_size=64, max_position_embeddings=512, initializer_range=0.5,
+                        num_labels=len(labels), id2label=dict(enumerate(labels)),
+                        label2id={label: i for i, label in enumerate(labels)})
     BertForSequenceClassification(config).save_pretrained(folder)
     for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"):
         shutil.copy(minilm_path / name, folder / name)

@@ -9,6 +9,7 @@ import sys
 import numpy as np
 import pytest
 
+from models.base import TokenizedText
 from models.batching import plan_batches, run_isolated
 from models.config import ModelConfig
 from models.errors import ConfigError, InvalidRequest, ModelLoadError
@@ -16,7 +17,7 @@ from models.postprocess import to_base64, truncate_dimensions
 from models.resolve import resolve_model
 from models.text_encoder import TextEncoder
 from models.text_tokenizer import TextTokenizer
-from tests.conftest import MINILM, ROOT, as_rows, make_sentences
+from tests.conftest import MINILM, ROOT, make_sentences
 
 
 @pytest.fixture(scope="module")
@@ -67,7 +68,8 @@ def test_tokenizer_and_encoder_match_sentence_transformers(minilm, st_model):
     expected_ids = st_model.tokenize(sentences)["input_ids"]
     for row, got in zip(expected_ids, ids):
         assert row[row != 0].tolist() == got
-    np.testing.assert_allclose(encoder.forward(as_rows(ids)), st_model.encode(sentences), atol=1e-5)
+    np.testing.assert_allclose(encoder.forward(TokenizedText.rows("test", ids)), st_model.encode(sentences),
+                               atol=1e-5)
     assert encoder.info.dimension == 384 and encoder.info.normalized
 
 
@@ -100,7 +102,8 @@ def test_pooling_and_normalize_overrides(minilm_path, minilm, st_model):
     assert not cls_raw.info.normalized
     token_states = st_model.encode(["one sentence", "and another, rather longer sentence"],
                                    output_value="token_embeddings")
-    np.testing.assert_allclose(cls_raw.forward(as_rows(ids)), np.stack([t[0].numpy() for t in token_states]), atol=1e-5)
+    np.testing.assert_allclose(cls_raw.forward(TokenizedText.rows("test", ids)),
+                               np.stack([t[0].numpy() for t in token_states]), atol=1e-5)
 
 
 def test_plan_batches_respects_count_and_token_budget():
@@ -162,5 +165,5 @@ def test_plain_transformers_checkpoint_with_pooling_setting(tiny_bert_path, pool
         for row in ids:  # one at a time: no padding in the reference
             hidden = model(input_ids=torch.tensor([row])).last_hidden_state[0]
             expected.append({"lasttoken": hidden[-1], "mean": hidden.mean(0), "cls": hidden[0]}[pooling].numpy())
-    np.testing.assert_allclose(encoder.forward(as_rows(ids)), np.stack(expected), atol=1e-5)
+    np.testing.assert_allclose(encoder.forward(TokenizedText.rows("test", ids)), np.stack(expected), atol=1e-5)
     assert encoder.info.max_input_tokens == 512 and not encoder.info.normalized

@@ -11,13 +11,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from models.base import TokenizedText
 from models.config import ModelConfig
 from models.errors import InvalidRequest, ModelLoadError
 from models.kinds import detect_kind, model_kind
 from models.scores import activate, rank
 from models.text_scorer import TextScorer
 from models.text_tokenizer import TextTokenizer
-from tests.conftest import CLASSIFIER_LABELS, as_rows, make_sentences
+from tests.conftest import CLASSIFIER_LABELS, make_sentences
 
 QUERY = "how do engineers keep their data private"
 
@@ -32,10 +33,6 @@ def reranker(tiny_reranker_path) -> tuple[TextTokenizer, TextScorer]:
 def classifier(tiny_classifier_path) -> tuple[TextTokenizer, TextScorer]:
     cfg = ModelConfig(model_id=str(tiny_classifier_path), device="cpu")
     return TextTokenizer(tiny_classifier_path, cfg), TextScorer(tiny_classifier_path, cfg, "classify")
-
-
-def _pairs_as_rows(pairs):
-    return as_rows([ids for ids, _ in pairs], [segments for _, segments in pairs])
 
 
 def test_kind_is_read_from_the_checkpoint(minilm_path, tiny_bert_path, tiny_reranker_path, tiny_classifier_path,
@@ -67,7 +64,7 @@ def test_rerank_scores_match_cross_encoder_predict(tiny_reranker_path, reranker)
 
     tokenizer, scorer = reranker
     documents = make_sentences(20, seed=5)
-    logits = scorer.forward(_pairs_as_rows(tokenizer.encode_pairs(QUERY, documents)))
+    logits = scorer.forward(TokenizedText.rows("test", *tokenizer.encode_pairs(QUERY, documents)))
     assert logits.shape == (20, 1) and scorer.info.activation == "sigmoid" and scorer.info.dimension == 1
     reference = CrossEncoder(str(tiny_reranker_path), local_files_only=True, device="cpu")
     short = [i for i, d in enumerate(documents) if len(d.split()) < 100]  # no truncation: identical inputs
@@ -84,7 +81,7 @@ def test_long_documents_are_cut_and_the_query_kept(tiny_reranker_path, reranker)
 
     tokenizer, scorer = reranker
     long_document = " ".join(["embedding"] * 2000)
-    (ids, segments), = tokenizer.encode_pairs(QUERY, [long_document])
+    [ids], [segments] = tokenizer.encode_pairs(QUERY, [long_document])
     assert len(ids) == 512 and segments is not None and len(segments) == 512
     query_ids = AutoTokenizer.from_pretrained(str(tiny_reranker_path))(QUERY)["input_ids"]
     assert ids[: len(query_ids)] == query_ids  # [CLS] query [SEP] whole
@@ -94,7 +91,7 @@ def test_long_documents_are_cut_and_the_query_kept(tiny_reranker_path, reranker)
     model = AutoModelForSequenceClassification.from_pretrained(str(tiny_reranker_path)).eval()
     with torch.inference_mode():
         expected = model(**reference).logits.numpy()
-    np.testing.assert_allclose(scorer.forward(as_rows([ids], [segments])), expected, atol=1e-5)
+    np.testing.assert_allclose(scorer.forward(TokenizedText.rows("test", [ids], [segments])), expected, atol=1e-5)
 
 
 def test_a_query_too_long_for_any_document_is_refused(reranker):
@@ -112,7 +109,7 @@ def test_classifier_scores_match_a_transformers_forward(tiny_classifier_path, cl
 
     tokenizer, scorer = classifier
     texts = make_sentences(12, seed=9)
-    logits = scorer.forward(as_rows(tokenizer.encode_texts(texts)))
+    logits = scorer.forward(TokenizedText.rows("test", tokenizer.encode_texts(texts)))
     assert scorer.info.labels == CLASSIFIER_LABELS and scorer.info.activation == "softmax"
     model = AutoModelForSequenceClassification.from_pretrained(str(tiny_classifier_path)).eval()
     features = AutoTokenizer.from_pretrained(str(tiny_classifier_path))(
