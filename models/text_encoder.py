@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -25,11 +26,7 @@ class TextEncoder:
     """The `TokenModel` of text embedders on the torch backend."""
 
     def __init__(self, folder: Path, cfg: ModelConfig) -> None:
-        from models.device import pick_device, pick_dtype
-
-        device = pick_device(cfg.device)
-        dtype = pick_dtype(cfg.dtype, device)
-        self._model = _load_sentence_transformer(folder, cfg, device, dtype)
+        self._model = _load_sentence_transformer(folder, cfg)
         self._tokenizer = self._model.tokenizer
         self._device = self._model.device
         self.settings: TextSettings = read_text_settings(folder, cfg, self._tokenizer.model_max_length)
@@ -43,8 +40,8 @@ class TextEncoder:
             dimension=int(self._model.get_embedding_dimension()),
             max_input_tokens=self.settings.max_seq_length,
             normalized=_has_normalize(self._model),
-            device=str(device),
-            dtype=str(dtype).removeprefix("torch."),
+            device=str(self._device),
+            dtype=str(self._model.dtype).removeprefix("torch."),
         )
 
     def forward(self, rows: Sequence[TokenizedText]) -> np.ndarray:
@@ -56,22 +53,14 @@ class TextEncoder:
         return output.float().cpu().numpy()
 
 
-def _load_sentence_transformer(folder: Path, cfg: ModelConfig, device: str, dtype: object):  # -> SentenceTransformer
+def _load_sentence_transformer(folder: Path, cfg: ModelConfig) -> Any:  # -> SentenceTransformer
     from sentence_transformers import SentenceTransformer
     from sentence_transformers.sentence_transformer.modules import Normalize, Pooling
 
+    from models.device import load_on_device
+
     declared = is_sentence_transformers_folder(folder)
-    try:
-        model = SentenceTransformer(
-            str(folder),
-            device=device,
-            trust_remote_code=cfg.trust_remote_code,
-            local_files_only=True,
-            model_kwargs={"dtype": dtype},
-        )
-    except Exception as exc:
-        raise ModelLoadError(f"cannot load '{cfg.model_id}' from {folder}: {exc}") from exc
-    model.eval()
+    model = load_on_device(SentenceTransformer, folder, cfg)
 
     if cfg.pooling is not None:
         at = next((i for i, m in enumerate(model) if isinstance(m, Pooling)), None)
@@ -87,7 +76,7 @@ def _load_sentence_transformer(folder: Path, cfg: ModelConfig, device: str, dtyp
     elif normalize is False:
         for at in reversed([i for i, m in enumerate(model) if isinstance(m, Normalize)]):
             del model[at]
-    return model.to(device)
+    return model
 
 
 def _has_normalize(model: object) -> bool:

@@ -28,11 +28,7 @@ class TextScorer:
     """The `TokenModel` of rerankers and text classifiers on the torch backend."""
 
     def __init__(self, folder: Path, cfg: ModelConfig, kind: Kind) -> None:
-        from models.device import pick_device, pick_dtype
-
-        device = pick_device(cfg.device)
-        dtype = pick_dtype(cfg.dtype, device)
-        self._model = _load_cross_encoder(folder, cfg, device, dtype)
+        self._model = _load_cross_encoder(folder, cfg)
         self._tokenizer = self._model.tokenizer
         self._device = self._model.device
         config = self._model.config
@@ -51,8 +47,8 @@ class TextScorer:
             dimension=len(labels),
             max_input_tokens=read_text_settings(folder, cfg, self._tokenizer.model_max_length).max_seq_length,
             normalized=False,
-            device=str(device),
-            dtype=str(dtype).removeprefix("torch."),
+            device=str(self._device),
+            dtype=str(self._model.dtype).removeprefix("torch."),
             labels=labels,
             activation=_activation(self._model, kind, cfg),
         )
@@ -66,25 +62,18 @@ class TextScorer:
         return logits.float().cpu().numpy().reshape(len(rows), -1)
 
 
-def _load_cross_encoder(folder: Path, cfg: ModelConfig, device: str, dtype: object) -> Any:  # -> CrossEncoder
+def _load_cross_encoder(folder: Path, cfg: ModelConfig) -> Any:  # -> CrossEncoder
     from sentence_transformers import CrossEncoder
 
-    try:
-        model = CrossEncoder(
-            str(folder),
-            device=device,
-            trust_remote_code=cfg.trust_remote_code,
-            local_files_only=True,
-            model_kwargs={"dtype": dtype},
-        )
-    except Exception as exc:
-        raise ModelLoadError(f"cannot load '{cfg.model_id}' from {folder}: {exc}") from exc
+    from models.device import load_on_device
+
+    model = load_on_device(CrossEncoder, folder, cfg)
     if not any(name.endswith("ForSequenceClassification") for name in model.config.architectures or []):
         # transformers would add a freshly initialised head, and every score would be noise.
         raise ModelLoadError(f"'{cfg.model_id}' has no trained classification head; it cannot rerank or classify")
     if len(model) != 1 or getattr(model[0], "transformer_task", None) != "sequence-classification":
         raise ModelLoadError(f"'{cfg.model_id}' is not a sequence-classification model; it cannot rerank or classify")
-    return model.eval()
+    return model
 
 
 def _activation(model: Any, kind: Kind, cfg: ModelConfig) -> Activation:
