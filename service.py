@@ -14,10 +14,11 @@ os.environ.setdefault("BENTOML_DO_NOT_TRACK", "True")  # no usage tracking unles
 
 import asyncio
 import functools
+import ipaddress
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import aiohttp
 import bentoml
@@ -28,13 +29,18 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from gateway.errors import OpenAIErrorBodies, error_response
+from gateway.fetch import UrlFetcher, UrlPolicy
 from gateway.guard import RequestGuard
+from gateway.media_inputs import load_item
 from gateway.schemas import (
     EmbeddingData,
     EmbeddingRequest,
     EmbeddingResponse,
+    InputItem,
+    LegacyMediaRequest,
     ModelCard,
     ModelList,
+    MultiVectorData,
     Usage,
     validated_inputs,
 )
@@ -55,13 +61,16 @@ from gateway.scoring import (
     validated_texts,
 )
 from models import errors
-from models.base import Kind, ModelInfo, Preprocessor, TokenizedText
+from models.base import Kind, Modality, ModelInfo, ModelInput, Preprocessor, TokenizedText
 from models.config import get_config
 from models.kinds import model_kind
+from models.media import MediaLimits
+from models.media_processor import MediaProcessor
 from models.postprocess import to_base64, truncate_dimensions
 from models.resolve import resolve_model
-from models.scores import activate, rank
+from models.scores import activate, late_interaction, rank
 from models.text_tokenizer import TextTokenizer
+from runners.media import ClapEmbedder, ClipEmbedder, ColPaliEmbedder
 from runners.rerank import Reranker
 from runners.text import TextEmbedder
 
@@ -73,7 +82,12 @@ RUNNERS: dict[Kind, tuple[str, str]] = {
     "embed": ("embedder", "embed"),
     "rerank": ("reranker", "score"),
     "classify": ("reranker", "score"),
+    "clip": ("clip_embedder", "encode"),
+    "clap": ("clap_embedder", "encode"),
+    "colpali": ("colpali_embedder", "encode"),
 }
+TEXT_KINDS = ("embed", "rerank", "classify")
+LIMITS = MediaLimits(CONFIG.max_item_bytes, CONFIG.max_image_pixels, CONFIG.max_audio_seconds)
 STARTED = int(time.time())
 WARMUP_RETRY_S = 1.0
 INLINE_TOKENIZE_LIMIT = 2048  # characters (or token ids) per request
@@ -94,15 +108,31 @@ class Gateway:
         embedder = bentoml.depends(TextEmbedder)
     if {"rerank", "classify"} & set(KINDS.values()):
         reranker = bentoml.depends(Reranker)
+    if "clip" in KINDS.values():
+        clip_embedder = bentoml.depends(ClipEmbedder)
+    if "clap" in KINDS.values():
+        clap_embedder = bentoml.depends(ClapEmbedder)
+    if "colpali" in KINDS.values():
+        colpali_embedder = bentoml.depends(ColPaliEmbedder)
 
     def __init__(self) -> None:
-        self.tokenizers: dict[str, Preprocessor] = {
-            m.served_model_name: TextTokenizer(resolve_model(m.model_id, m.revision), m) for m in CONFIG.models
-        }
+        self.tokenizers: dict[str, Preprocessor] = {}
+        self.processors: dict[str, MediaProcessor] = {}
+        for m in CONFIG.models:
+            folder, kind = resolve_model(m.model_id, m.revision), KINDS[m.served_model_name]
+            if kind in TEXT_KINDS:
+                self.tokenizers[m.served_model_name] = TextTokenizer(folder, m)
+            else:
+                self.processors[m.served_model_name] = MediaProcessor(folder, m, kind)
+        self.fetcher = UrlFetcher(UrlPolicy(
+            allow_private=CONFIG.allow_private_urls,
+            allowed_networks=tuple(ipaddress.ip_network(n, strict=False) for n in CONFIG.url_allow_networks),
+            timeout_s=CONFIG.url_timeout_s, max_bytes=CONFIG.max_item_bytes,
+        )) if CONFIG.allow_url_inputs else None
         self.infos: dict[str, ModelInfo] = {}
         self._warm_lock = asyncio.Lock()
 
-    def _runner(self, kind: Kind) -> Callable[[list[TokenizedText]], Awaitable[list[np.ndarray]]]:
+    def _runner(self, kind: Kind) -> Callable[[list[Any]], Awaitable[list[np.ndarray]]]:
         attribute, api = RUNNERS[kind]
         return getattr(getattr(self, attribute).to_async, api)
 
@@ -124,8 +154,8 @@ class Gateway:
             try:
                 infos = await self._fetch_infos()
                 for name, info in infos.items():
-                    outputs = await self._runner(info.kind)(self._warmup_rows(info, self.tokenizers[name]))
-                    if outputs[0].shape != (info.dimension,):
+                    outputs = await self._runner(info.kind)(self._warmup_rows(info))
+                    if outputs[0].size == 0 or outputs[0].shape[-1] != info.dimension:
                         raise errors.InferenceError(f"warm-up of '{name}' returned no output")
             except Exception as exc:  # not up yet, or broken: either way not ready
                 logger.info("models not ready yet: %r", exc)
@@ -143,19 +173,22 @@ class Gateway:
             raise errors.NotReady(f"no model service reported {sorted(missing)}")
         return {name: infos[name] for name in KINDS}  # configuration order: the first is the default
 
-    @staticmethod
-    def _warmup_rows(info: ModelInfo, tokenizer: Preprocessor) -> list[TokenizedText]:
+    def _warmup_rows(self, info: ModelInfo) -> list[Any]:
+        name = info.served_model_name
+        if name in self.processors:
+            return self.processors[name].rows(name, "text", ["warm-up"])
         if info.kind == "rerank":
-            return TokenizedText.rows(info.served_model_name, *tokenizer.encode_pairs("warm-up", ["warm-up"]))
-        return TokenizedText.rows(info.served_model_name, tokenizer.encode_texts(["warm-up"]))
+            return TokenizedText.rows(name, *self.tokenizers[name].encode_pairs("warm-up", ["warm-up"]))
+        return TokenizedText.rows(name, self.tokenizers[name].encode_texts(["warm-up"]))
 
     async def __is_ready__(self) -> bool:
         return await self.is_warm()
 
-    async def _require_model(self, requested: str | None, capability: Kind) -> tuple[ModelInfo, Preprocessor]:
+    async def _require_model(self, requested: str | None, capability: str) -> ModelInfo:
         if not await self.is_warm():
             raise errors.NotReady("models are still loading; retry shortly")
         capable = [name for name, info in self.infos.items() if capability in info.capabilities]
+        capable.sort(key=lambda name: self.infos[name].kind != capability)  # a dedicated model is the default
         if requested is None:
             if not capable:
                 raise errors.InvalidRequest(f"no served model can {capability}", param="model")
@@ -168,7 +201,17 @@ class Gateway:
             raise errors.InvalidRequest(
                 f"model '{requested}' cannot {capability}; models that can: {capable or 'none'}", param="model"
             )
-        return self.infos[requested], self.tokenizers[requested]
+        return self.infos[requested]
+
+    def _check_modalities(self, info: ModelInfo, modalities: set[Modality]) -> None:
+        missing = sorted(modalities - set(info.modalities))
+        if missing:
+            able = [n for n, i in self.infos.items() if set(missing) <= set(i.modalities)]
+            raise errors.InvalidRequest(
+                f"model '{info.served_model_name}' takes {info.modalities}, not {missing}; models that do: "
+                f"{able or 'none'}",
+                param="model",
+            )
 
     @staticmethod
     async def _answer(work: Awaitable[T]) -> T:
@@ -188,23 +231,62 @@ class Gateway:
         """The same, at infinity's path."""
         return await self._answer(self._embed(request))
 
+    @bentoml.api(route="/embeddings_image")
+    async def embeddings_image(self, request: LegacyMediaRequest, /) -> EmbeddingResponse:
+        """infinity's legacy image route: `input` is data URIs or URLs."""
+        return await self._answer(self._embed(request.as_embedding_request("image")))
+
+    @bentoml.api(route="/embeddings_audio")
+    async def embeddings_audio(self, request: LegacyMediaRequest, /) -> EmbeddingResponse:
+        """infinity's legacy audio route: `input` is data URIs or URLs."""
+        return await self._answer(self._embed(request.as_embedding_request("audio")))
+
     async def _embed(self, request: EmbeddingRequest) -> EmbeddingResponse:
-        info, tokenizer = await self._require_model(request.model, "embed")
-        inputs = validated_inputs(request, info, CONFIG.max_client_batch_size)
+        info = await self._require_model(request.model, "embed")
+        items = validated_inputs(request, info, CONFIG.max_client_batch_size, CONFIG.max_media_items)
+        self._check_modalities(info, {item.modality for item in items})
+        if info.served_model_name in self.tokenizers:
+            outputs, tokens = await self._embed_text(info, [item.value for item in items], request.prompt_name)
+        else:
+            outputs, tokens = await self._embed_media(info, items)
+        if info.multi_vector:
+            data = [_multi_vector_data(i, output, request.encoding_format) for i, output in enumerate(outputs)]
+        else:
+            vectors = truncate_dimensions(np.stack(outputs), request.dimensions, renormalize=info.normalized)
+            encode = to_base64 if request.encoding_format == "base64" else np.ndarray.tolist
+            data = [EmbeddingData.model_construct(object="embedding", index=i, embedding=encode(v))
+                    for i, v in enumerate(vectors)]
+        return EmbeddingResponse.model_construct(
+            object="list", data=data, model=info.served_model_name, usage=Usage.of(tokens)
+        )
+
+    async def _embed_text(
+        self, info: ModelInfo, inputs: list[str] | list[list[int]], prompt_name: str | None
+    ) -> tuple[list[np.ndarray], int]:
+        tokenizer = self.tokenizers[info.served_model_name]
         if isinstance(inputs[0], str):
-            work = functools.partial(tokenizer.encode_texts, inputs, tokenizer.prompt(request.prompt_name))
+            work = functools.partial(tokenizer.encode_texts, inputs, tokenizer.prompt(prompt_name))
         else:
             work = functools.partial(tokenizer.encode_ids, inputs)
         token_ids = await _off_loop_if_large(work, sum(len(item) for item in inputs))
         vectors = await self._run(info, TokenizedText.rows(info.served_model_name, token_ids))
-        vectors = truncate_dimensions(vectors, request.dimensions, renormalize=info.normalized)
-        encode = to_base64 if request.encoding_format == "base64" else np.ndarray.tolist
-        data = [EmbeddingData.model_construct(object="embedding", index=i, embedding=encode(v))
-                for i, v in enumerate(vectors)]
-        tokens = sum(len(ids) for ids in token_ids)
-        return EmbeddingResponse.model_construct(
-            object="list", data=data, model=info.served_model_name, usage=Usage.of(tokens)
-        )
+        return vectors, sum(len(ids) for ids in token_ids)
+
+    async def _embed_media(self, info: ModelInfo, items: list[InputItem]) -> tuple[list[np.ndarray], int]:
+        rows = await self._media_rows(info, items)
+        return await self._run(info, rows), sum(row.length for row in rows)
+
+    async def _media_rows(self, info: ModelInfo, items: list[InputItem]) -> list[ModelInput]:
+        """Fetch or decode every item's bytes, then decode and process them off the event loop."""
+        async def payload(index: int, item: InputItem) -> str | bytes:
+            if item.modality == "text":
+                return item.value  # type: ignore[return-value]
+            return await load_item(item.value, self.fetcher, CONFIG.max_item_bytes, f"input[{index}]")  # type: ignore[arg-type]
+
+        payloads = await asyncio.gather(*(payload(i, item) for i, item in enumerate(items)))
+        processor = self.processors[info.served_model_name]
+        work = [(item.modality, value) for item, value in zip(items, payloads)]
+        return await asyncio.to_thread(processor.encode, info.served_model_name, work, LIMITS)
 
     # Rerank
     @bentoml.api(route="/rerank")
@@ -226,16 +308,36 @@ class Gateway:
 
     async def _rerank(self, request: RerankRequest, shape: Callable[[Ranking], T]) -> T:
         """Score every (query, document) pair; `shape` writes the ranking in the route's wire format."""
-        info, tokenizer = await self._require_model(request.model, "rerank")
-        documents = validated_documents(request, CONFIG.max_client_batch_size)
-        work = functools.partial(tokenizer.encode_pairs, request.query, documents)
-        token_ids, segments = await _off_loop_if_large(
-            work, len(request.query) * len(documents) + sum(map(len, documents))
-        )
-        logits = await self._run(info, TokenizedText.rows(info.served_model_name, token_ids, segments))
-        scores = activate(logits, "identity" if request.raw_scores else info.activation)[:, 0]
+        info = await self._require_model(request.model, "rerank")
+        if info.served_model_name in self.processors:
+            documents = validated_documents(request, CONFIG.max_media_items)
+            scores, tokens = await self._rank_images(info, request.query, documents)
+        else:
+            documents = validated_documents(request, CONFIG.max_client_batch_size)
+            scores, tokens = await self._rank_texts(info, request.query, documents, request.raw_scores)
         return shape(Ranking(model=info.served_model_name, order=rank(scores, request.top_n), scores=scores.tolist(),
-                             documents=documents, tokens=sum(len(ids) for ids in token_ids)))
+                             documents=documents, tokens=tokens))
+
+    async def _rank_texts(
+        self, info: ModelInfo, query: str, documents: list[str], raw_scores: bool
+    ) -> tuple[np.ndarray, int]:
+        """A cross-encoder over each (query, document) pair."""
+        work = functools.partial(self.tokenizers[info.served_model_name].encode_pairs, query, documents)
+        token_ids, segments = await _off_loop_if_large(work, len(query) * len(documents) + sum(map(len, documents)))
+        logits = np.stack(await self._run(info, TokenizedText.rows(info.served_model_name, token_ids, segments)))
+        scores = activate(logits, "identity" if raw_scores else info.activation)[:, 0]
+        return scores, sum(len(ids) for ids in token_ids)
+
+    async def _rank_images(self, info: ModelInfo, query: str, documents: list[str]) -> tuple[np.ndarray, int]:
+        """Documents are images (data URIs or URLs): MaxSim late interaction for ColPali, cosine for CLIP."""
+        items = [InputItem("text", query)] + [InputItem("image", document) for document in documents]
+        rows = await self._media_rows(info, items)
+        query_vectors, *pages = await self._run(info, rows)
+        if info.multi_vector:
+            scores = np.array([late_interaction(query_vectors, page) for page in pages], dtype=np.float32)
+        else:
+            scores = np.stack(pages) @ query_vectors
+        return scores, sum(row.length for row in rows)
 
     # Classify
     @bentoml.api(route="/v1/classify")
@@ -249,16 +351,17 @@ class Gateway:
         return await self._answer(self._classify(request))
 
     async def _classify(self, request: ClassifyRequest) -> ClassifyResponse:
-        info, tokenizer = await self._require_model(request.model, "classify")
+        info = await self._require_model(request.model, "classify")
         texts = validated_texts(request, CONFIG.max_client_batch_size)
+        tokenizer = self.tokenizers[info.served_model_name]
         token_ids = await _off_loop_if_large(functools.partial(tokenizer.encode_texts, texts), sum(map(len, texts)))
-        logits = await self._run(info, TokenizedText.rows(info.served_model_name, token_ids))
+        logits = np.stack(await self._run(info, TokenizedText.rows(info.served_model_name, token_ids)))
         scores = activate(logits, "identity" if request.raw_scores else info.activation)
         return classify_response(info.served_model_name, info.labels, scores.tolist(),
                                  sum(len(ids) for ids in token_ids))
 
-    async def _run(self, info: ModelInfo, rows: list[TokenizedText]) -> np.ndarray:
-        """Rows through the model's service; one output row per input row, or a clear error."""
+    async def _run(self, info: ModelInfo, rows: list[Any]) -> list[np.ndarray]:
+        """Rows through the model's service; one output per input row, or a clear error."""
         try:
             outputs = await asyncio.wait_for(self._runner(info.kind)(rows), CONFIG.request_timeout_s)
         except TimeoutError:
@@ -276,15 +379,15 @@ class Gateway:
             raise errors.InferenceError(
                 f"the model failed on input(s) {failed[:10]} (an error, or NaN/inf output); see the server log"
             )
-        return np.stack(outputs)
+        return outputs
 
     async def model_list(self) -> ModelList:
         if not await self.is_warm():
             raise errors.NotReady("models are still loading; retry shortly")
         return ModelList(data=[
-            ModelCard(id=i.served_model_name, created=STARTED, modality=i.modality, capabilities=i.capabilities,
+            ModelCard(id=i.served_model_name, created=STARTED, modalities=i.modalities, capabilities=i.capabilities,
                       backend=i.backend, dimension=i.dimension, max_input_tokens=i.max_input_tokens,
-                      labels=i.labels if i.kind == "classify" else None)
+                      multi_vector=i.multi_vector, labels=i.labels if i.kind == "classify" else None)
             for i in self.infos.values()
         ])
 
@@ -297,6 +400,14 @@ class Gateway:
             if proxy_ready is not None and not await proxy_ready(5):
                 raise errors.NotReady(f"the {attribute} service is not ready")
         return {"unix": time.time()}
+
+
+def _multi_vector_data(index: int, matrix: np.ndarray, encoding_format: str) -> EmbeddingData:
+    """One vector per token: a list of vectors, or in base64 the flat buffer and its shape."""
+    if encoding_format == "base64":
+        return MultiVectorData.model_construct(object="embedding", index=index, embedding=to_base64(matrix),
+                                               shape=list(matrix.shape))
+    return EmbeddingData.model_construct(object="embedding", index=index, embedding=matrix.tolist())
 
 
 async def _off_loop_if_large(work: Callable[[], T], size: int) -> T:

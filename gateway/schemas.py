@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Literal, Union
 
 from pydantic import (
     BaseModel,
+    ConfigDict,
     Field,
     StrictInt,
     StrictStr,
@@ -14,22 +16,44 @@ from pydantic import (
     field_validator,
 )
 
-from models.base import ModelInfo
+from models.base import Modality, ModelInfo
 from models.errors import InvalidRequest
 
 TokenIds = list[StrictInt]
-EmbeddingInput = Union[StrictStr, list[StrictStr], TokenIds, list[TokenIds]]
+
+
+class TextItem(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    text: StrictStr
+
+
+class ImageItem(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    image: StrictStr = Field(description="A data URI (data:image/png;base64,...) or an http(s) URL.")
+
+
+class AudioItem(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    audio: StrictStr = Field(description="A data URI (data:audio/wav;base64,...) or an http(s) URL.")
+
+
+TypedItem = Union[TextItem, ImageItem, AudioItem]
+EmbeddingInput = Union[StrictStr, list[Union[StrictStr, TypedItem]], TokenIds, list[TokenIds]]
 
 
 class EmbeddingRequest(BaseModel):
     """POST /v1/embeddings. Unknown fields are ignored, as OpenAI SDK extras may add some."""
 
-    input: EmbeddingInput = Field(description="A string, a list of strings, token ids, or lists of token ids.")
+    input: EmbeddingInput = Field(
+        description="A string, a list of strings, token ids, lists of token ids, or typed items "
+        '({"text": ...}, {"image": ...}, {"audio": ...}) for multimodal models.'
+    )
     model: str | None = Field(None, description="Served model name; defaults to the first configured model.")
     encoding_format: Literal["float", "base64"] = "float"
     dimensions: StrictInt | None = Field(None, description="Matryoshka: keep the first N features, re-normalized.")
     user: str | None = Field(None, description="Accepted and ignored.")
-    modality: Literal["text"] = Field("text", description="infinity's field; only text is served so far.")
+    modality: Modality = Field("text", description="infinity's field: what plain strings in `input` are; images "
+                               "and audio as data URIs or http(s) URLs.")
     prompt_name: str | None = Field(None, description="A named prompt of the model (e.g. 'query').")
 
     @field_validator("input", mode="wrap")
@@ -39,14 +63,34 @@ class EmbeddingRequest(BaseModel):
             return handler(value)
         except ValidationError:  # the union's per-branch errors help nobody
             raise ValueError(
-                "input must be a string, a list of strings, a list of token ids, or a list of token-id lists"
+                "input must be a string, a list of strings or typed items ({\"text\"|\"image\"|\"audio\": "
+                "...}), a list of token ids, or a list of token-id lists"
             ) from None
+
+
+class LegacyMediaRequest(BaseModel):
+    """infinity's deprecated POST /embeddings_image and /embeddings_audio."""
+
+    input: StrictStr | list[StrictStr]
+    model: str | None = None
+    encoding_format: Literal["float", "base64"] = "float"
+    user: str | None = None
+
+    def as_embedding_request(self, modality: Modality) -> EmbeddingRequest:
+        return EmbeddingRequest(input=self.input, model=self.model, encoding_format=self.encoding_format,
+                                user=self.user, modality=modality)
 
 
 class EmbeddingData(BaseModel):
     object: Literal["embedding"] = "embedding"
     index: int
-    embedding: list[float] | str
+    embedding: list[float] | list[list[float]] | str
+
+
+class MultiVectorData(EmbeddingData):
+    """A multi-vector embedding in base64: the flat little-endian float32 buffer, and its (rows, dim)."""
+
+    shape: list[int]
 
 
 class Usage(BaseModel):
@@ -60,7 +104,7 @@ class Usage(BaseModel):
 
 class EmbeddingResponse(BaseModel):
     object: Literal["list"] = "list"
-    data: list[EmbeddingData]
+    data: list[MultiVectorData | EmbeddingData]
     model: str
     usage: Usage
 
@@ -72,11 +116,12 @@ class ModelCard(BaseModel):
     object: Literal["model"] = "model"
     created: int
     owned_by: str = "embento"
-    modality: str
+    modalities: list[str]
     capabilities: list[str]
     backend: str
     dimension: int
     max_input_tokens: int
+    multi_vector: bool = False
     labels: list[str] | None = None
 
 
@@ -85,27 +130,58 @@ class ModelList(BaseModel):
     data: list[ModelCard]
 
 
-def validated_inputs(request: EmbeddingRequest, info: ModelInfo, max_inputs: int) -> list[str] | list[list[int]]:
-    """The inputs as a list of texts or a list of token-id lists; raises `InvalidRequest` when unusable."""
+@dataclass(frozen=True)
+class InputItem:
+    modality: Modality
+    value: str | list[int]  # a text, a data URI or URL, or token ids
+
+
+def validated_inputs(request: EmbeddingRequest, info: ModelInfo, max_inputs: int, max_media: int) -> list[InputItem]:
+    """One item per input, with its modality; raises `InvalidRequest` when unusable. Whether the model takes
+    those modalities is the caller's check (it knows which models do)."""
     raw = request.input
-    if isinstance(raw, str):
-        inputs: list = [raw]
-    elif raw and isinstance(raw[0], int):
-        inputs = [raw]
-    else:
-        inputs = list(raw)
-    if not inputs:
+    if isinstance(raw, str) or (raw and isinstance(raw[0], int)):
+        raw = [raw]  # type: ignore[list-item]
+    items = [_item(value, request.modality) for value in raw]  # type: ignore[union-attr]
+    if not items:
         raise InvalidRequest("input must not be empty", param="input")
-    if len(inputs) > max_inputs:
-        raise InvalidRequest(f"input holds {len(inputs)} items; at most {max_inputs} are allowed", param="input")
-    empty = next((i for i, item in enumerate(inputs) if len(item) == 0), None)
+    if len(items) > max_inputs:
+        raise InvalidRequest(f"input holds {len(items)} items; at most {max_inputs} are allowed", param="input")
+    media = sum(item.modality != "text" for item in items)
+    if media > max_media:
+        raise InvalidRequest(f"input holds {media} images or audio clips; at most {max_media} are allowed",
+                             param="input")
+    empty = next((i for i, item in enumerate(items) if len(item.value) == 0), None)
     if empty is not None:
         raise InvalidRequest(f"input[{empty}] is empty; every input needs at least one character or token",
                              param="input")
-    if request.dimensions is not None and not 1 <= request.dimensions <= info.dimension:
+    if info.kind != "embed" and any(isinstance(item.value, list) for item in items):
+        raise InvalidRequest(f"model '{info.served_model_name}' takes text, not token ids", param="input")
+    _check_dimensions(request.dimensions, info)
+    return items
+
+
+def _item(value: str | list[int] | TextItem | ImageItem | AudioItem, modality: Modality) -> InputItem:
+    if isinstance(value, TextItem):
+        return InputItem("text", value.text)
+    if isinstance(value, ImageItem):
+        return InputItem("image", value.image)
+    if isinstance(value, AudioItem):
+        return InputItem("audio", value.audio)
+    if isinstance(value, list):
+        return InputItem("text", value)
+    return InputItem(modality, value)
+
+
+def _check_dimensions(dimensions: int | None, info: ModelInfo) -> None:
+    if dimensions is None:
+        return
+    if info.multi_vector:
+        raise InvalidRequest(f"model '{info.served_model_name}' returns one vector per token; dimensions does not "
+                             "apply", param="dimensions")
+    if not 1 <= dimensions <= info.dimension:
         raise InvalidRequest(
             f"dimensions must be between 1 and {info.dimension} for model '{info.served_model_name}', "
-            f"got {request.dimensions}",
+            f"got {dimensions}",
             param="dimensions",
         )
-    return inputs

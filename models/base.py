@@ -4,12 +4,18 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Annotated, Any, Literal, Protocol
 
 import numpy as np
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict, PlainSerializer, PlainValidator, WithJsonSchema
 
-Kind = Literal["embed", "rerank", "classify"]
+Kind = Literal["embed", "rerank", "classify", "clip", "clap", "colpali"]
+Modality = Literal["text", "image", "audio"]
+# What a request may ask of each kind of model.
+CAPABILITIES: dict[str, list[str]] = {
+    "embed": ["embed"], "rerank": ["rerank"], "classify": ["classify"],
+    "clip": ["embed", "rerank"], "clap": ["embed"], "colpali": ["embed", "rerank"],
+}
 # How raw outputs become scores: the names `models.scores.activate` knows.
 Activation = Literal["identity", "sigmoid", "softmax", "tanh"]
 
@@ -21,19 +27,20 @@ class ModelInfo:
     served_model_name: str
     model_id: str
     kind: Kind
-    modality: str
+    modalities: list[str]
     backend: str
-    dimension: int  # features per input: the embedding size, or the number of labels
+    dimension: int  # features per input (per token, for multi-vector models), or the number of labels
     max_input_tokens: int
     normalized: bool
     device: str
     dtype: str
     labels: list[str] = field(default_factory=list)
     activation: Activation = "identity"
+    multi_vector: bool = False  # one vector per token or patch (ColPali), not one per input
 
     @property
     def capabilities(self) -> list[str]:
-        return [self.kind]
+        return CAPABILITIES[self.kind]
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -46,6 +53,10 @@ class TokenizedText(BaseModel):
     input_ids: list[int]
     token_type_ids: list[int] | None = None
 
+    @property
+    def length(self) -> int:
+        return len(self.input_ids)
+
     @classmethod
     def rows(
         cls, model: str, token_ids: list[list[int]], segments: list[list[int]] | None = None
@@ -56,13 +67,41 @@ class TokenizedText(BaseModel):
         return [cls(model=model, input_ids=ids, token_type_ids=types) for ids, types in zip(token_ids, segments)]
 
 
+# A numpy array inside a pydantic model: kept as is between model services (pickled), a nested list in JSON.
+Array = Annotated[
+    np.ndarray,
+    PlainValidator(np.asarray),
+    PlainSerializer(lambda a: a.tolist(), when_used="json"),
+    WithJsonSchema({"type": "array", "items": {}}),
+]
+
+
+class ModelInput(BaseModel):
+    """One input row for a multimodal model service: the processor's arrays for one text, image or audio
+    clip (no batch axis), and the positions the model runs over (tokens or patches) for batch planning."""
+
+    model_config = ConfigDict(protected_namespaces=())
+
+    model: str
+    modality: Modality
+    arrays: dict[str, Array]
+    length: int
+
+
+class Row(Protocol):
+    model: str
+
+    @property
+    def length(self) -> int: ...
+
+
 class TokenModel(Protocol):
-    """Runs one checkpoint (runner side): one float32 output row per input row, in order.
-    Embedders return embeddings; scorers return logits, one per label."""
+    """Runs one checkpoint (runner side): one float32 output per input row, in order: a vector for
+    embedders, logits (one per label) for scorers, a (tokens, dim) matrix for multi-vector models."""
 
     info: ModelInfo
 
-    def forward(self, rows: Sequence[TokenizedText]) -> np.ndarray: ...
+    def forward(self, rows: Sequence[Any]) -> Sequence[np.ndarray]: ...
 
 
 class Preprocessor(Protocol):

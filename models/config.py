@@ -7,6 +7,7 @@ or the path in `EMBENTO_CONFIG`), then `EMBENTO_*` environment variables. Per-mo
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 from collections.abc import Mapping
@@ -25,7 +26,7 @@ ENV_PREFIX = "EMBENTO_"
 PoolingMethod = Literal["mean", "cls", "lasttoken", "max", "mean_sqrt_len_tokens", "weightedmean"]
 Backend = Literal["torch", "onnx", "ctranslate2"]
 Dtype = Literal["auto", "float32", "float16", "bfloat16"]
-ModelKind = Literal["auto", "embed", "rerank", "classify"]
+ModelKind = Literal["auto", "embed", "rerank", "classify", "clip", "clap", "colpali"]
 IMPLEMENTED_BACKENDS = ("torch",)
 
 
@@ -90,8 +91,29 @@ class EmbentoConfig(BaseModel):
     models: list[ModelConfig] = Field(default_factory=lambda: [ModelConfig()], min_length=1)
     api_key: str | None = None
     max_client_batch_size: int = Field(2048, ge=1)
-    max_request_bytes: int = Field(8 * 1024 * 1024, ge=1024)
+    max_request_bytes: int = Field(32 * 1024 * 1024, ge=1024)
     request_timeout_s: float = Field(120.0, gt=0)
+    # Images and audio
+    max_media_items: int = Field(64, ge=1)
+    max_item_bytes: int = Field(20 * 1000 * 1000, ge=1)
+    max_image_pixels: int = Field(40_000_000, ge=16)
+    max_audio_seconds: float = Field(300.0, gt=0)
+    allow_url_inputs: bool = False
+    allow_private_urls: bool = False
+    url_allow_networks: list[str] = Field(default_factory=list)
+    url_timeout_s: float = Field(10.0, gt=0)
+
+    @field_validator("url_allow_networks", mode="before")
+    @classmethod
+    def _networks_from_text(cls, value: Any) -> Any:
+        return split_list(value) if isinstance(value, str) else value
+
+    @field_validator("url_allow_networks")
+    @classmethod
+    def _networks_are_valid(cls, value: list[str]) -> list[str]:
+        for network in value:
+            ipaddress.ip_network(network, strict=False)  # ValueError names the bad one
+        return value
 
     @model_validator(mode="after")
     def _names_are_unique(self) -> EmbentoConfig:

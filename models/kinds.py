@@ -1,8 +1,10 @@
-"""What a checkpoint is for (embed, rerank, classify), read from its files unless configured.
+"""What a checkpoint is for, read from its `config.json` unless configured.
 
+ColPali and ColQwen2 (`model_type`) embed page images and queries as multi-vectors: `colpali`. CLAP is
+`clap` and the CLIP family (CLIP, SigLIP and kin) is `clip`: two towers, text and audio or images.
 A `*ForSequenceClassification` head (which includes sentence-transformers CrossEncoder folders) with one
-label scores (query, document) pairs: a reranker. With two or more labels it is a classifier. Anything
-else is served as an embedder.
+label scores (query, document) pairs: a reranker; with two or more labels it is a classifier. Anything
+else is served as a text embedder.
 """
 
 from __future__ import annotations
@@ -24,9 +26,20 @@ def label_count(config: dict[str, Any]) -> int:
     return int(config.get("num_labels", 2))
 
 
+COLPALI_TYPES = frozenset({"colpali", "colqwen2"})
+CLIP_TYPES = frozenset({"clip", "siglip", "siglip2", "chinese_clip", "altclip", "metaclip_2"})
+
+
 def detect_kind(folder: Path) -> Kind:
     config = read_json(folder / "config.json")
     architectures = config.get("architectures") or []
+    model_type = config.get("model_type", "")
+    if model_type in COLPALI_TYPES:
+        return "colpali"
+    if model_type == "clap":
+        return "clap"
+    if model_type in CLIP_TYPES:
+        return "clip"
     if any(name.endswith("ForSequenceClassification") for name in architectures):
         return "rerank" if label_count(config) == 1 else "classify"
     if read_json(folder / "config_sentence_transformers.json").get("model_type") == "CrossEncoder":

@@ -1,4 +1,4 @@
-"""Token rows -> the padded tensors a transformers model takes."""
+"""Rows -> the padded batch tensors a transformers model takes."""
 
 from __future__ import annotations
 
@@ -33,3 +33,30 @@ def pad_rows(rows: Sequence[TokenizedText], tokenizer: PreTrainedTokenizerBase, 
         "attention_mask": attention_mask.to(device),
         "token_type_ids": token_type_ids.to(device),
     }
+
+
+def collate(items: Sequence[dict[str, Any]], pad_id: int, pad_left: bool, device: Any) -> dict[str, Any]:
+    """Per-item processor arrays -> batch tensors. Equal shapes stack; 1-D sequences of unequal length are
+    padded (ids with `pad_id`, masks and the rest with 0) on the tokenizer's side; `pixel_values` of
+    unequal shape (ColQwen2's patch lists) are concatenated, as its processor batches them."""
+    import numpy as np
+    import torch
+
+    batch: dict[str, Any] = {}
+    for key in items[0]:
+        arrays = [np.asarray(item[key]) for item in items]
+        if all(a.shape == arrays[0].shape for a in arrays):
+            stacked = np.stack(arrays)
+        elif key == "pixel_values":
+            stacked = np.concatenate(arrays)
+        else:
+            width = max(len(a) for a in arrays)
+            fill = pad_id if key == "input_ids" else 0
+            stacked = np.full((len(arrays), width), fill, dtype=arrays[0].dtype)
+            for row, a in enumerate(arrays):
+                if pad_left:
+                    stacked[row, width - len(a):] = a
+                else:
+                    stacked[row, : len(a)] = a
+        batch[key] = torch.from_numpy(stacked).to(device)
+    return batch

@@ -20,6 +20,11 @@ def activate(logits: np.ndarray, activation: Activation) -> np.ndarray:
     return values.astype(np.float32)
 
 
+def late_interaction(query: np.ndarray, document: np.ndarray) -> float:
+    """ColBERT/ColPali MaxSim: each query vector's best match among the document's, summed."""
+    return float((query @ document.T).max(axis=1).sum())
+
+
 def rank(scores: np.ndarray, top_n: int | None) -> list[int]:
     """Indices by score, highest first (ties keep input order), cut to `top_n`."""
     order = np.argsort(-scores, kind="stable").tolist()

@@ -35,7 +35,7 @@ class TextEncoder:
             served_model_name=cfg.served_model_name,
             model_id=cfg.model_id,
             kind="embed",
-            modality="text",
+            modalities=["text"],
             backend=cfg.backend,
             dimension=int(self._model.get_embedding_dimension()),
             max_input_tokens=self.settings.max_seq_length,

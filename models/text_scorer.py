@@ -42,7 +42,7 @@ class TextScorer:
             served_model_name=cfg.served_model_name,
             model_id=cfg.model_id,
             kind=kind,
-            modality="text",
+            modalities=["text"],
             backend=cfg.backend,
             dimension=len(labels),
             max_input_tokens=read_text_settings(folder, cfg, self._tokenizer.model_max_length).max_seq_length,

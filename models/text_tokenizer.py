@@ -6,13 +6,12 @@ Imports no torch: the gateway process stays small.
 
 from __future__ import annotations
 
-import copy
-import threading
 from pathlib import Path
 from typing import Any
 
 from models.config import ModelConfig
 from models.errors import InvalidRequest, ModelLoadError
+from models.per_thread import PerThread
 from models.text_settings import TextSettings, read_text_settings
 
 
@@ -28,7 +27,7 @@ class TextTokenizer:
             raise ModelLoadError(f"cannot load the tokenizer of '{cfg.model_id}': {exc}") from exc
         if not self._template.is_fast:
             raise ModelLoadError(f"'{cfg.model_id}' has no fast tokenizer (tokenizer.json); it is required")
-        self._per_thread = threading.local()
+        self._per_thread = PerThread(self._template)
         self.settings: TextSettings = read_text_settings(folder, cfg, self._template.model_max_length)
         self.max_input_tokens = self.settings.max_seq_length
         self.vocab_size = len(self._template)
@@ -38,12 +37,7 @@ class TextTokenizer:
 
     @property
     def _tokenizer(self) -> Any:
-        """This thread's copy. A fast tokenizer keeps its truncation settings in shared Rust state, and a
-        call that changes them while another thread encodes fails with 'Already borrowed'."""
-        tokenizer = getattr(self._per_thread, "tokenizer", None)
-        if tokenizer is None:
-            tokenizer = self._per_thread.tokenizer = copy.deepcopy(self._template)
-        return tokenizer
+        return self._per_thread.get()
 
     def _special_token_frame(self) -> tuple[list[int], list[int]]:
         """The special tokens the tokenizer puts before and after a single sequence."""

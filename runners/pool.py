@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from models.base import TokenizedText, TokenModel
+from models.base import Row, TokenModel
 from models.batching import plan_batches, run_isolated
 from models.config import ModelConfig
 from models.resolve import resolve_model
@@ -41,7 +41,6 @@ class ModelPool:
         for cfg in configs:
             logger.info("loading %s as '%s'", cfg.model_id, cfg.served_model_name)
             model = load(resolve_model(cfg.model_id, cfg.revision), cfg)
-            model.forward([TokenizedText(model=cfg.served_model_name, input_ids=[0, 0])])  # fail now, not later
             logger.info("model '%s' is warm: %s", cfg.served_model_name, model.info)
             models[cfg.served_model_name] = model
         return models
@@ -49,10 +48,10 @@ class ModelPool:
     def infos(self) -> list[dict]:
         return [model.info.to_dict() for model in self.models.values()]
 
-    async def run(self, rows: list[TokenizedText]) -> list[np.ndarray]:
+    async def run(self, rows: list[Row]) -> list[np.ndarray]:
         return await asyncio.get_running_loop().run_in_executor(self._torch_thread, self._run_rows, rows)
 
-    def _run_rows(self, rows: list[TokenizedText]) -> list[np.ndarray]:
+    def _run_rows(self, rows: list[Row]) -> list[np.ndarray]:
         results: list[np.ndarray] = [FAILED] * len(rows)
         by_model: dict[str, list[int]] = defaultdict(list)
         for index, row in enumerate(rows):
@@ -63,7 +62,7 @@ class ModelPool:
                 results[index] = FAILED if isinstance(output, Exception) else output
         return results
 
-    def _run_model(self, name: str, rows: list[TokenizedText]) -> list[np.ndarray | Exception]:
+    def _run_model(self, name: str, rows: list[Row]) -> list[np.ndarray | Exception]:
         """One model's rows: passes cut by count and token budget, each bisected if it fails."""
         model = self.models.get(name)
         if model is None:
@@ -71,7 +70,7 @@ class ModelPool:
             return [LookupError(name)] * len(rows)
         batch_size, max_tokens = self._limits[name]
         outputs: list[np.ndarray | Exception] = [FAILED] * len(rows)
-        for chunk in plan_batches([len(row.input_ids) for row in rows], batch_size, max_tokens):
+        for chunk in plan_batches([row.length for row in rows], batch_size, max_tokens):
             done = run_isolated(lambda part: model.forward([rows[i] for i in part]), chunk)
             for index, output in zip(chunk, done):
                 outputs[index] = output

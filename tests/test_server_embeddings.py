@@ -142,7 +142,7 @@ def test_models_list(client):
     assert cards[MINILM]["dimension"] == 384 and cards[MINILM]["max_input_tokens"] == 256
     assert cards[TINY_MEAN]["dimension"] == 32 and cards[TINY_MEAN]["max_input_tokens"] == 512
     embedders = [cards[name] for name in (MINILM, TINY_MEAN, TINY_CLS)]
-    assert all(c["object"] == "model" and c["modality"] == "text" and c["backend"] == "torch"
+    assert all(c["object"] == "model" and c["modalities"] == ["text"] and c["backend"] == "torch"
                and c["capabilities"] == ["embed"] for c in embedders)
     assert client.get("/models").json() == body
 

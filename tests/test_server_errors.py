@@ -19,7 +19,7 @@ BAD_BODIES = [
     pytest.param({"input": [1.5, 2], "model": MINILM}, 400, "input", id="float-items"),
     pytest.param({"input": ["a", 3], "model": MINILM}, 400, "input", id="mixed-items"),
     pytest.param({"input": [True], "model": MINILM}, 400, "input", id="bool-items"),
-    pytest.param({"input": [{"text": "a"}], "model": MINILM}, 400, "input", id="object-items"),
+    pytest.param({"input": [{"txt": "a"}], "model": MINILM}, 400, "input", id="unknown-object-items"),
     pytest.param({"input": [[["deep"]]], "model": MINILM}, 400, "input", id="nested-garbage"),
     pytest.param({"input": None, "model": MINILM}, 400, "input", id="null-input"),
     pytest.param({"model": MINILM}, 400, "input", id="missing-input"),
@@ -32,7 +32,7 @@ BAD_BODIES = [
                  id="unknown-encoding"),
     pytest.param({"input": [[101, 30522]], "model": MINILM}, 400, "input", id="token-id-too-large"),
     pytest.param({"input": [[101, -1]], "model": MINILM}, 400, "input", id="token-id-negative"),
-    pytest.param({"input": "x", "model": MINILM, "modality": "image"}, 400, "modality", id="modality-image"),
+    pytest.param({"input": "x", "model": MINILM, "modality": "image"}, 400, "model", id="modality-image"),
     pytest.param({"input": "x", "model": MINILM, "prompt_name": "nope"}, 400, "prompt_name", id="unknown-prompt"),
     pytest.param([1, 2, 3], 400, None, id="body-not-an-object"),
 ]
@@ -68,8 +68,8 @@ def test_unknown_model_lists_served_names(client):
     assert MINILM in error["message"] and error["code"] == "model_not_found"
 
 
-def test_ten_megabyte_string(client):
-    body = json.dumps({"input": "a" * (10 * 1024 * 1024), "model": MINILM})
+def test_body_over_the_32_mib_default(client):
+    body = json.dumps({"input": "a" * (33 * 1024 * 1024), "model": MINILM})
     response = client.post("/v1/embeddings", content=body, headers={"content-type": "application/json"})
     assert_openai_error(response, 413)
     assert_healthy(client)
@@ -78,7 +78,7 @@ def test_ten_megabyte_string(client):
 def test_chunked_body_over_the_limit(client):
     def chunks():
         yield b'{"input": "'
-        for _ in range(10):
+        for _ in range(33):
             yield b"a" * (1024 * 1024)
         yield b'"}'
 

@@ -1,0 +1,96 @@
+"""Multimodal checkpoints on the torch backend (runner side): the CLIP family and CLAP (two towers, one
+vector per input, L2-normalized as the family compares them) and ColPali / ColQwen2 (one vector per token
+or patch: late interaction)."""
+
+from __future__ import annotations
+
+import inspect
+from collections import defaultdict
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from models.base import Kind, ModelInfo, ModelInput
+from models.config import ModelConfig
+from models.errors import ModelLoadError
+from models.media_processor import MediaProcessor
+from models.padding import collate
+
+
+class MediaEncoder:
+    """The `TokenModel` of `clip`, `clap` and `colpali` checkpoints."""
+
+    def __init__(self, folder: Path, cfg: ModelConfig, kind: Kind) -> None:
+        from models.device import pick_device, pick_dtype
+
+        self.processor = MediaProcessor(folder, cfg, kind)
+        device = pick_device(cfg.device)
+        dtype = pick_dtype(cfg.dtype, device)
+        self._model = _load(folder, cfg, kind, dtype).to(device).eval()
+        self._device = device
+        self._multi_vector = kind == "colpali"
+        probe = self.forward(self.processor.rows(cfg.served_model_name, "text", ["warm-up"]))[0]
+        self.info = ModelInfo(
+            served_model_name=cfg.served_model_name,
+            model_id=cfg.model_id,
+            kind=kind,
+            modalities=list(self.processor.modalities),
+            backend=cfg.backend,
+            dimension=int(probe.shape[-1]),
+            max_input_tokens=self.processor.max_input_tokens,
+            normalized=True,
+            device=str(device),
+            dtype=str(dtype).removeprefix("torch."),
+            multi_vector=self._multi_vector,
+        )
+
+    def forward(self, rows: Sequence[ModelInput]) -> list[np.ndarray]:
+        by_modality: dict[str, list[int]] = defaultdict(list)
+        for index, row in enumerate(rows):
+            by_modality[row.modality].append(index)
+        outputs: list[np.ndarray] = [np.empty(0, dtype=np.float32)] * len(rows)
+        for modality, indices in by_modality.items():
+            batch = collate([rows[i].arrays for i in indices], self.processor.pad_id, self.processor.pad_left,
+                            self._device)
+            for index, output in zip(indices, self._run(modality, batch)):
+                outputs[index] = output
+        return outputs
+
+    def _run(self, modality: str, batch: dict[str, Any]) -> list[np.ndarray]:
+        import torch
+
+        with torch.inference_mode():
+            if self._multi_vector:
+                embeddings = self._model(**batch).embeddings.float()
+                mask = batch["attention_mask"].bool()
+                return [e[m].cpu().numpy() for e, m in zip(embeddings, mask)]
+            method = getattr(self._model, f"get_{modality}_features")
+            accepted = inspect.signature(method).parameters
+            features = method(**{k: v for k, v in batch.items() if k in accepted}).float()
+            features = torch.nn.functional.normalize(features, dim=-1)
+        return list(features.cpu().numpy())
+
+
+def _load(folder: Path, cfg: ModelConfig, kind: Kind, dtype: Any) -> Any:
+    import transformers
+
+    config = transformers.AutoConfig.from_pretrained(str(folder), trust_remote_code=cfg.trust_remote_code)
+    if kind == "colpali":
+        name = {"colpali": "ColPaliForRetrieval", "colqwen2": "ColQwen2ForRetrieval"}.get(config.model_type)
+        if name is None:
+            raise ModelLoadError(f"'{cfg.model_id}' ({config.model_type}) is not a ColPali or ColQwen2 checkpoint")
+        model_class = getattr(transformers, name)
+    else:
+        model_class = transformers.AutoModel
+    try:
+        model = model_class.from_pretrained(str(folder), dtype=dtype, trust_remote_code=cfg.trust_remote_code,
+                                            local_files_only=True)
+    except Exception as exc:
+        raise ModelLoadError(f"cannot load '{cfg.model_id}' from {folder}: {exc}") from exc
+    needed = {"clip": ("get_text_features", "get_image_features"), "clap": ("get_text_features", "get_audio_features")}
+    missing = [m for m in needed.get(kind, ()) if not hasattr(model, m)]
+    if missing:
+        raise ModelLoadError(f"'{cfg.model_id}' has no {missing}; it is not a {kind} dual encoder")
+    return model

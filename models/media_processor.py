@@ -1,0 +1,121 @@
+"""Texts, images and audio -> model-ready arrays for multimodal models (CLIP family, CLAP, ColPali).
+
+The checkpoint's own `AutoProcessor` does the work. Runs in the gateway, one item at a time so each row
+keeps its own length; the model service pads and stacks rows into batches (`models.padding.collate`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from models.base import Kind, Modality, ModelInput
+from models.config import ModelConfig
+from models.errors import InvalidRequest, ModelLoadError
+from models.media import MediaLimits, decode_audio, decode_image
+from models.per_thread import PerThread
+from models.resolve import read_json
+
+MODALITIES: dict[str, list[Modality]] = {"clip": ["text", "image"], "clap": ["text", "audio"],
+                                         "colpali": ["text", "image"]}
+# SigLIP reads its text embedding at the last position: it was trained on text padded to 64 tokens.
+PADDED_TEXT = {"siglip": 64, "siglip2": 64}
+
+
+class MediaProcessor:
+    """The gateway-side preprocessing of one multimodal checkpoint. Safe to call from several threads."""
+
+    def __init__(self, folder: Path, cfg: ModelConfig, kind: Kind) -> None:
+        from transformers import AutoProcessor
+
+        try:
+            processor = AutoProcessor.from_pretrained(str(folder), trust_remote_code=cfg.trust_remote_code)
+        except Exception as exc:
+            raise ModelLoadError(f"cannot load the processor of '{cfg.model_id}': {exc}") from exc
+        self.kind = kind
+        self.modalities = MODALITIES[kind]
+        self._per_thread = PerThread(processor)
+        tokenizer = processor.tokenizer
+        config = read_json(folder / "config.json")
+        self._model_type = config.get("model_type", "")
+        text_limit = (config.get("text_config") or {}).get("max_position_embeddings") or 512
+        self.max_input_tokens = int(min(tokenizer.model_max_length, text_limit, cfg.max_seq_length or text_limit))
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+        self.pad_left = tokenizer.padding_side == "left"
+        extractor = getattr(processor, "feature_extractor", None)
+        self.sampling_rate: int | None = getattr(extractor, "sampling_rate", None) if kind == "clap" else None
+        self._audio_window = getattr(extractor, "nb_max_samples", None)
+
+    @property
+    def _processor(self) -> Any:
+        return self._per_thread.get()
+
+    def encode(self, model: str, items: list[tuple[Modality, str | bytes]], limits: MediaLimits) -> list[ModelInput]:
+        """Rows for a request's items, in order: texts, and image or audio bytes (decoded here)."""
+        decoded = decode_items(items, self.sampling_rate, limits)
+        rows: list[ModelInput | None] = [None] * len(decoded)
+        for modality in {modality for modality, _ in decoded}:
+            indices = [i for i, (m, _) in enumerate(decoded) if m == modality]
+            for index, row in zip(indices, self.rows(model, modality, [decoded[i][1] for i in indices])):
+                rows[index] = row
+        return rows  # type: ignore[return-value]
+
+    def rows(self, model: str, modality: Modality, items: list[Any]) -> list[ModelInput]:
+        """Rows for texts (str), images (PIL, RGB) or audio (mono float32 at `sampling_rate`)."""
+        if modality not in self.modalities:
+            raise InvalidRequest(f"model '{model}' takes {self.modalities}, not {modality}", param="input")
+        arrays = {"text": self._text, "image": self._image, "audio": self._audio}[modality](items)
+        return [ModelInput(model=model, modality=modality, arrays=a, length=_length(a)) for a in arrays]
+
+    def _text(self, texts: list[str]) -> list[dict[str, np.ndarray]]:
+        if self.kind == "colpali":  # the processor's query template (prefix, augmentation tokens)
+            return [_first(self._processor(text=[text], return_tensors="np")) for text in texts]
+        padded = PADDED_TEXT.get(self._model_type)
+        encoded = self._processor.tokenizer(
+            texts, truncation=True, max_length=padded or self.max_input_tokens,
+            padding="max_length" if padded else False, return_attention_mask=True, return_token_type_ids=False,
+        )
+        return [{"input_ids": np.asarray(ids, dtype=np.int64), "attention_mask": np.asarray(mask, dtype=np.int64)}
+                for ids, mask in zip(encoded["input_ids"], encoded["attention_mask"])]
+
+    def _image(self, images: list[Any]) -> list[dict[str, np.ndarray]]:
+        if self.kind == "colpali":  # the processor's image prompt around the image tokens
+            return [_first(self._processor(images=[image], return_tensors="np")) for image in images]
+        pixels = self._processor.image_processor(images, return_tensors="np")["pixel_values"]
+        return [{"pixel_values": p} for p in pixels]
+
+    def _audio(self, waveforms: list[np.ndarray]) -> list[dict[str, np.ndarray]]:
+        # CLAP crops longer audio at a random offset; keeping the first window makes embeddings repeatable.
+        clipped = [w[: self._audio_window] if self._audio_window else w for w in waveforms]
+        features = self._processor.feature_extractor(clipped, sampling_rate=self.sampling_rate, return_tensors="np")
+        return [{key: features[key][i] for key in features} for i in range(len(waveforms))]
+
+
+def _first(encoded: Any) -> dict[str, np.ndarray]:
+    """One item's arrays from a batch of one (ColQwen2's patch list stays whole)."""
+    return {key: (value if key == "pixel_values" and value.ndim == 2 else value[0]) for key, value in encoded.items()}
+
+
+def _length(arrays: dict[str, np.ndarray]) -> int:
+    """Positions the model runs over, for batch planning: tokens, else one unit per image or clip."""
+    if "input_ids" in arrays:
+        return int(arrays["input_ids"].shape[-1])
+    return 1
+
+
+def decode_items(
+    items: list[tuple[Modality, str | bytes]], sampling_rate: int | None, limits: MediaLimits
+) -> list[tuple[Modality, Any]]:
+    """Texts stay; image and audio bytes become PIL images and mono waveforms (each error names its item)."""
+    decoded: list[tuple[Modality, Any]] = []
+    for index, (modality, value) in enumerate(items):
+        where = f"input[{index}]"
+        if modality == "image":
+            decoded.append((modality, decode_image(value, limits, where)))  # type: ignore[arg-type]
+        elif modality == "audio":
+            decoded.append((modality, decode_audio(value, sampling_rate or 0, limits, where)))  # type: ignore[arg-type]
+        else:
+            decoded.append((modality, value))
+    return decoded

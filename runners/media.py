@@ -1,0 +1,76 @@
+"""The multimodal model services: one per family, so each can get its own device and scale on its own.
+
+Each takes `ModelInput` rows (the gateway has already decoded and processed images and audio) from all
+requests and all its models, and answers one array per row: a vector, or a (tokens, dim) matrix for
+ColPali. Batching, ordering and failure isolation are `ModelPool`'s.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from pathlib import Path
+
+import bentoml
+import numpy as np
+
+from models.base import Kind, ModelInput
+from models.config import ModelConfig
+from models.media_encoder import MediaEncoder
+from runners.dispatch import make_work_conserving
+from runners.pool import ModelPool
+from runners.settings import DISPATCH_MAX_LATENCY_MS, MODEL_SERVICE_CONFIG, dispatch_max_rows, models_of_kind
+
+make_work_conserving()
+BATCHING = {"batchable": True, "max_batch_size": dispatch_max_rows(), "max_latency_ms": DISPATCH_MAX_LATENCY_MS}
+
+
+@bentoml.service(name="ClipEmbedder", **MODEL_SERVICE_CONFIG)
+class ClipEmbedder:
+    """CLIP, SigLIP and kin: texts and images."""
+
+    def __init__(self) -> None:
+        self.pool = ModelPool(partial(_load, kind="clip"), models_of_kind("clip"))
+
+    @bentoml.api(**BATCHING)
+    async def encode(self, rows: list[ModelInput]) -> list[np.ndarray]:
+        return await self.pool.run(rows)
+
+    @bentoml.api
+    def model_info(self) -> list[dict]:
+        return self.pool.infos()
+
+
+@bentoml.service(name="ClapEmbedder", **MODEL_SERVICE_CONFIG)
+class ClapEmbedder:
+    """CLAP: texts and audio."""
+
+    def __init__(self) -> None:
+        self.pool = ModelPool(partial(_load, kind="clap"), models_of_kind("clap"))
+
+    @bentoml.api(**BATCHING)
+    async def encode(self, rows: list[ModelInput]) -> list[np.ndarray]:
+        return await self.pool.run(rows)
+
+    @bentoml.api
+    def model_info(self) -> list[dict]:
+        return self.pool.infos()
+
+
+@bentoml.service(name="ColPaliEmbedder", **MODEL_SERVICE_CONFIG)
+class ColPaliEmbedder:
+    """ColPali and ColQwen2: page images and queries as multi-vectors."""
+
+    def __init__(self) -> None:
+        self.pool = ModelPool(partial(_load, kind="colpali"), models_of_kind("colpali"))
+
+    @bentoml.api(**BATCHING)
+    async def encode(self, rows: list[ModelInput]) -> list[np.ndarray]:
+        return await self.pool.run(rows)
+
+    @bentoml.api
+    def model_info(self) -> list[dict]:
+        return self.pool.infos()
+
+
+def _load(folder: Path, cfg: ModelConfig, kind: Kind) -> MediaEncoder:
+    return MediaEncoder(folder, cfg, kind)
