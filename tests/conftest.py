@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import re
@@ -24,6 +25,10 @@ TINY_MEAN = "tiny-bert-mean"
 TINY_CLS = "tiny-bert-cls"
 TINY_RERANKER = "tiny-reranker"
 TINY_CLASSIFIER = "tiny-classifier"
+TINY_CLIP = "tiny-clip"
+TINY_CLAP = "tiny-clap"
+TINY_COLPALI = "tiny-colpali"
+MAX_AUDIO_SECONDS = 5.0  # the test server's cap, small so the over-long test clip stays small
 CLASSIFIER_LABELS = ["negative", "neutral", "positive"]
 SERVER_START_TIMEOUT_S = 300
 
@@ -114,6 +119,27 @@ def tiny_classifier_path(tmp_path_factory: pytest.TempPathFactory, minilm_path: 
     return _save_sequence_classifier(tmp_path_factory.mktemp("tiny-classifier"), minilm_path, CLASSIFIER_LABELS)
 
 
+@pytest.fixture(scope="session")
+def tiny_clip_path(tmp_path_factory: pytest.TempPathFactory, minilm_path: Path) -> Path:
+    from tests.checkpoints import build_clip
+
+    return build_clip(tmp_path_factory.mktemp("tiny-clip"), minilm_path)
+
+
+@pytest.fixture(scope="session")
+def tiny_clap_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from tests.checkpoints import build_clap
+
+    return build_clap(tmp_path_factory.mktemp("tiny-clap"))
+
+
+@pytest.fixture(scope="session")
+def tiny_colpali_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from tests.checkpoints import build_colpali
+
+    return build_colpali(tmp_path_factory.mktemp("tiny-colpali"))
+
+
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -123,24 +149,34 @@ def _free_port() -> int:
 @pytest.fixture(scope="session")
 def server_process(
     tmp_path_factory: pytest.TempPathFactory, tiny_bert_path: Path, tiny_reranker_path: Path,
-    tiny_classifier_path: Path,
+    tiny_classifier_path: Path, tiny_clip_path: Path, tiny_clap_path: Path, tiny_colpali_path: Path,
 ) -> Iterator[tuple[str, int]]:
     """One production-mode `bentoml serve` on loopback, (url, pid), serving MiniLM, two tiny-BERT embedders,
-    a tiny reranker and a tiny classifier."""
+    a tiny reranker, a tiny classifier, and tiny CLIP, CLAP and ColPali models. URL inputs stay off."""
     folder = tmp_path_factory.mktemp("server")
-    config = {"models": [
+    config: dict = {"models": [
         {"model_id": MINILM},
         {"model_id": str(tiny_bert_path), "served_model_name": TINY_MEAN},
         {"model_id": str(tiny_bert_path), "served_model_name": TINY_CLS, "pooling": "cls", "normalize": False},
         {"model_id": str(tiny_reranker_path), "served_model_name": TINY_RERANKER},
         {"model_id": str(tiny_classifier_path), "served_model_name": TINY_CLASSIFIER},
-    ]}
+        {"model_id": str(tiny_clip_path), "served_model_name": TINY_CLIP},
+        {"model_id": str(tiny_clap_path), "served_model_name": TINY_CLAP},
+        {"model_id": str(tiny_colpali_path), "served_model_name": TINY_COLPALI},
+    ], "max_audio_seconds": MAX_AUDIO_SECONDS}
+    with running_server(folder, config) as running:
+        yield running
+
+
+@contextlib.contextmanager
+def running_server(folder: Path, config: dict) -> Iterator[tuple[str, int]]:
+    """`bentoml serve` in production mode on loopback with this configuration, until the block ends."""
     (folder / "embento.yaml").write_text(yaml.safe_dump(config))
     port = _free_port()
     # Nothing Embento-specific from the caller, and no tracking opt-out: the service must switch it off.
     env = {k: v for k, v in os.environ.items() if not k.startswith("EMBENTO_") and k != "BENTOML_DO_NOT_TRACK"}
     env.update(EMBENTO_CONFIG=str(folder / "embento.yaml"), HF_HUB_OFFLINE="1", BENTOML_HOME=str(folder / "bentoml"))
-    log = open(folder / "server.log", "wb")
+    log = open(folder / "server.log", "wb")  # noqa: SIM115 - closed in `finally`, after the server stops
     process = subprocess.Popen(
         [sys.executable, "-m", "bentoml", "serve", "service:Gateway", "--host", "127.0.0.1", "--port", str(port)],
         cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,

@@ -9,7 +9,17 @@ import httpx
 import numpy as np
 import pytest
 
-from tests.conftest import MINILM, TINY_CLASSIFIER, TINY_CLS, TINY_MEAN, TINY_RERANKER, make_sentences
+from tests.conftest import (
+    MINILM,
+    TINY_CLAP,
+    TINY_CLASSIFIER,
+    TINY_CLIP,
+    TINY_CLS,
+    TINY_COLPALI,
+    TINY_MEAN,
+    TINY_RERANKER,
+    make_sentences,
+)
 
 pytestmark = pytest.mark.server
 
@@ -138,7 +148,11 @@ def test_models_list(client):
     assert response.status_code == 200
     body = response.json()
     cards = {card["id"]: card for card in body["data"]}
-    assert body["object"] == "list" and set(cards) == {MINILM, TINY_MEAN, TINY_CLS, TINY_RERANKER, TINY_CLASSIFIER}
+    assert body["object"] == "list" and set(cards) == {MINILM, TINY_MEAN, TINY_CLS, TINY_RERANKER, TINY_CLASSIFIER,
+                                                       TINY_CLIP, TINY_CLAP, TINY_COLPALI}
+    assert cards[TINY_CLIP]["modalities"] == ["text", "image"] and cards[TINY_CLIP]["capabilities"] == ["embed", "rerank"]
+    assert cards[TINY_CLAP]["modalities"] == ["text", "audio"] and not cards[TINY_CLAP]["multi_vector"]
+    assert cards[TINY_COLPALI]["multi_vector"] and cards[TINY_COLPALI]["dimension"] == 16
     assert cards[MINILM]["dimension"] == 384 and cards[MINILM]["max_input_tokens"] == 256
     assert cards[TINY_MEAN]["dimension"] == 32 and cards[TINY_MEAN]["max_input_tokens"] == 512
     embedders = [cards[name] for name in (MINILM, TINY_MEAN, TINY_CLS)]
