@@ -71,7 +71,7 @@ class MediaProcessor:
 
     def _text(self, texts: list[str]) -> list[dict[str, np.ndarray]]:
         if self.kind == "colpali":  # the processor's query template (prefix, augmentation tokens)
-            return [_first(self._processor(text=[text], return_tensors="np")) for text in texts]
+            return [_first(self._processor(text=[text], return_tensors="pt")) for text in texts]
         padded = PADDED_TEXT.get(self._model_type)
         encoded = self._processor.tokenizer(
             texts, truncation=True, max_length=padded or self.max_input_tokens,
@@ -82,7 +82,7 @@ class MediaProcessor:
 
     def _image(self, images: list[Any]) -> list[dict[str, np.ndarray]]:
         if self.kind == "colpali":  # the processor's image prompt around the image tokens
-            return [_first(self._processor(images=[image], return_tensors="np")) for image in images]
+            return [_first(self._processor(images=[image], return_tensors="pt")) for image in images]
         pixels = self._processor.image_processor(images, return_tensors="np")["pixel_values"]
         return [{"pixel_values": p} for p in pixels]
 
@@ -94,8 +94,8 @@ class MediaProcessor:
 
 
 def _first(encoded: Any) -> dict[str, np.ndarray]:
-    """One item's arrays from a batch of one (ColQwen2's patch list stays whole)."""
-    return {key: (value if key == "pixel_values" and value.ndim == 2 else value[0]) for key, value in encoded.items()}
+    """One item's arrays from a batch of one (ColQwen2's processor only batches torch tensors)."""
+    return {key: value[0].numpy() for key, value in encoded.items()}
 
 
 def _length(arrays: dict[str, np.ndarray]) -> int:

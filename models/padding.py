@@ -36,9 +36,9 @@ def pad_rows(rows: Sequence[TokenizedText], tokenizer: PreTrainedTokenizerBase, 
 
 
 def collate(items: Sequence[dict[str, Any]], pad_id: int, pad_left: bool, device: Any) -> dict[str, Any]:
-    """Per-item processor arrays -> batch tensors. Equal shapes stack; 1-D sequences of unequal length are
-    padded (ids with `pad_id`, masks and the rest with 0) on the tokenizer's side; `pixel_values` of
-    unequal shape (ColQwen2's patch lists) are concatenated, as its processor batches them."""
+    """Per-item processor arrays -> batch tensors. Equal shapes stack; unequal ones (token sequences,
+    ColQwen2's patch lists) are padded along their first axis, ids with `pad_id` and the rest with 0, on
+    the tokenizer's side, as the processor would pad a batch."""
     import numpy as np
     import torch
 
@@ -47,12 +47,10 @@ def collate(items: Sequence[dict[str, Any]], pad_id: int, pad_left: bool, device
         arrays = [np.asarray(item[key]) for item in items]
         if all(a.shape == arrays[0].shape for a in arrays):
             stacked = np.stack(arrays)
-        elif key == "pixel_values":
-            stacked = np.concatenate(arrays)
         else:
             width = max(len(a) for a in arrays)
             fill = pad_id if key == "input_ids" else 0
-            stacked = np.full((len(arrays), width), fill, dtype=arrays[0].dtype)
+            stacked = np.full((len(arrays), width, *arrays[0].shape[1:]), fill, dtype=arrays[0].dtype)
             for row, a in enumerate(arrays):
                 if pad_left:
                     stacked[row, width - len(a):] = a

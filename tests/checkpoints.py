@@ -110,3 +110,39 @@ def build_colpali(folder: Path) -> Path:
     ColPaliForRetrieval(ColPaliConfig(vlm_config=vlm, embedding_dim=16)).save_pretrained(folder)
     ColPaliProcessor(image_processor=images, tokenizer=tokenizer).save_pretrained(folder)
     return folder
+
+
+def build_colqwen2(folder: Path) -> Path:
+    """ColQwen2 over a tiny Qwen2-VL: images become a variable number of patches (28x28 pixels -> 1 token)."""
+    import torch
+    from transformers import (
+        ColQwen2Config,
+        ColQwen2ForRetrieval,
+        ColQwen2Processor,
+        Qwen2TokenizerFast,
+        Qwen2VLConfig,
+        Qwen2VLImageProcessor,
+    )
+
+    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>",
+                "<|image_pad|>", "<|video_pad|>", "<unk>"]
+    tokenizer = Qwen2TokenizerFast(tokenizer_object=_word_level_tokenizer(specials), unk_token="<unk>",
+                                   eos_token="<|im_end|>", pad_token="<|endoftext|>",
+                                   additional_special_tokens=specials[1:7], model_max_length=512)
+    images = Qwen2VLImageProcessor(min_pixels=28 * 28 * 4, max_pixels=28 * 28 * 16, patch_size=14, merge_size=2,
+                                   temporal_patch_size=2)
+    torch.manual_seed(14)
+    ids = {token: tokenizer.convert_tokens_to_ids(token) for token in specials}
+    vlm = Qwen2VLConfig(
+        text_config={"vocab_size": len(tokenizer), "hidden_size": 32, "intermediate_size": 64,
+                     "num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 1,
+                     "rope_scaling": {"type": "mrope", "mrope_section": [2, 3, 3]}, "max_position_embeddings": 512},
+        vision_config={"depth": 2, "embed_dim": 32, "hidden_size": 32, "num_heads": 2, "mlp_ratio": 2,
+                       "patch_size": 14, "spatial_merge_size": 2, "temporal_patch_size": 2, "in_chans": 3},
+        image_token_id=ids["<|image_pad|>"], video_token_id=ids["<|video_pad|>"],
+        vision_start_token_id=ids["<|vision_start|>"], vision_end_token_id=ids["<|vision_end|>"],
+        vocab_size=len(tokenizer), hidden_size=32,
+    )
+    ColQwen2ForRetrieval(ColQwen2Config(vlm_config=vlm, embedding_dim=16)).save_pretrained(folder)
+    ColQwen2Processor(image_processor=images, tokenizer=tokenizer).save_pretrained(folder)
+    return folder

@@ -140,6 +140,13 @@ def tiny_colpali_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_colpali(tmp_path_factory.mktemp("tiny-colpali"))
 
 
+@pytest.fixture(scope="session")
+def tiny_colqwen2_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from tests.checkpoints import build_colqwen2
+
+    return build_colqwen2(tmp_path_factory.mktemp("tiny-colqwen2"))
+
+
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

@@ -46,8 +46,10 @@ def colpali(tiny_colpali_path) -> MediaEncoder:
     return _encoder(tiny_colpali_path, "colpali")
 
 
-def test_media_kinds_are_read_from_the_checkpoint(tiny_clip_path, tiny_clap_path, tiny_colpali_path):
-    assert [detect_kind(p) for p in (tiny_clip_path, tiny_clap_path, tiny_colpali_path)] == ["clip", "clap", "colpali"]
+def test_media_kinds_are_read_from_the_checkpoint(tiny_clip_path, tiny_clap_path, tiny_colpali_path,
+                                                  tiny_colqwen2_path):
+    paths = (tiny_clip_path, tiny_clap_path, tiny_colpali_path, tiny_colqwen2_path)
+    assert [detect_kind(p) for p in paths] == ["clip", "clap", "colpali", "colpali"]
 
 
 @pytest.mark.parametrize("name", sorted(IMAGES))
@@ -188,6 +190,28 @@ def test_colpali_multi_vectors_and_maxsim_match_transformers(tiny_colpali_path, 
     scores = processor.score_retrieval(expected_queries, expected_pages).numpy()
     ours = [[late_interaction(q, p) for p in outputs[2:]] for q in outputs[:2]]
     np.testing.assert_allclose(ours, scores, rtol=1e-4)
+
+
+def test_colqwen2_pages_of_different_sizes_match_transformers(tiny_colqwen2_path):
+    """ColQwen2 turns each image into its own number of patches; rows of different lengths share a pass."""
+    import torch
+    from transformers import AutoProcessor, ColQwen2ForRetrieval
+
+    encoder = _encoder(tiny_colqwen2_path, "colpali")
+    items = [("image", IMAGES["png"][0]), ("image", IMAGES["large"][0]), ("text", "what chart"),
+             ("image", IMAGES["tiny"][0])]
+    rows = _rows(encoder, items)
+    assert len({row.arrays["pixel_values"].shape for row in rows if row.modality == "image"}) == 2
+    outputs = encoder.forward(rows)
+    model = ColQwen2ForRetrieval.from_pretrained(str(tiny_colqwen2_path)).eval()
+    processor = AutoProcessor.from_pretrained(str(tiny_colqwen2_path))
+    with torch.inference_mode():
+        for (modality, value), ours in zip(items, outputs):
+            inputs = (processor(images=[decode_image(value, LIMITS, "page")], return_tensors="pt")
+                      if modality == "image" else processor(text=[value], return_tensors="pt"))
+            expected = model(**inputs).embeddings[0].numpy()
+            assert ours.shape == expected.shape
+            assert min(cosine(a, b) for a, b in zip(ours, expected)) >= 0.9999
 
 
 def test_a_row_that_fails_inside_the_model_fails_alone(tiny_clip_path, clip):
