@@ -32,16 +32,15 @@ from gateway.errors import OpenAIErrorBodies, error_response
 from gateway.fetch import UrlFetcher, UrlPolicy
 from gateway.guard import RequestGuard
 from gateway.media_inputs import load_item
+from gateway.routing import check_modalities, choose_model
 from gateway.schemas import (
-    EmbeddingData,
     EmbeddingRequest,
     EmbeddingResponse,
     InputItem,
     LegacyMediaRequest,
     ModelCard,
     ModelList,
-    MultiVectorData,
-    Usage,
+    embedding_response,
     validated_inputs,
 )
 from gateway.scoring import (
@@ -61,12 +60,11 @@ from gateway.scoring import (
     validated_texts,
 )
 from models import errors
-from models.base import Kind, Modality, ModelInfo, ModelInput, Preprocessor, TokenizedText
+from models.base import Kind, ModelInfo, ModelInput, Preprocessor, TokenizedText
 from models.config import get_config
 from models.kinds import model_kind
 from models.media import MediaLimits
 from models.media_processor import MediaProcessor
-from models.postprocess import to_base64, truncate_dimensions
 from models.resolve import resolve_model
 from models.scores import activate, late_interaction, rank
 from models.text_tokenizer import TextTokenizer
@@ -187,31 +185,7 @@ class Gateway:
     async def _require_model(self, requested: str | None, capability: str) -> ModelInfo:
         if not await self.is_warm():
             raise errors.NotReady("models are still loading; retry shortly")
-        capable = [name for name, info in self.infos.items() if capability in info.capabilities]
-        capable.sort(key=lambda name: self.infos[name].kind != capability)  # a dedicated model is the default
-        if requested is None:
-            if not capable:
-                raise errors.InvalidRequest(f"no served model can {capability}", param="model")
-            requested = capable[0]
-        if requested not in self.infos:
-            raise errors.UnknownModel(
-                f"model '{requested}' is not served here; served models: {list(self.infos)}", param="model"
-            )
-        if requested not in capable:
-            raise errors.InvalidRequest(
-                f"model '{requested}' cannot {capability}; models that can: {capable or 'none'}", param="model"
-            )
-        return self.infos[requested]
-
-    def _check_modalities(self, info: ModelInfo, modalities: set[Modality]) -> None:
-        missing = sorted(modalities - set(info.modalities))
-        if missing:
-            able = [n for n, i in self.infos.items() if set(missing) <= set(i.modalities)]
-            raise errors.InvalidRequest(
-                f"model '{info.served_model_name}' takes {info.modalities}, not {missing}; models that do: "
-                f"{able or 'none'}",
-                param="model",
-            )
+        return choose_model(self.infos, requested, capability)
 
     @staticmethod
     async def _answer(work: Awaitable[T]) -> T:
@@ -244,21 +218,12 @@ class Gateway:
     async def _embed(self, request: EmbeddingRequest) -> EmbeddingResponse:
         info = await self._require_model(request.model, "embed")
         items = validated_inputs(request, info, CONFIG.max_client_batch_size, CONFIG.max_media_items)
-        self._check_modalities(info, {item.modality for item in items})
+        check_modalities(self.infos, info, {item.modality for item in items})
         if info.served_model_name in self.tokenizers:
             outputs, tokens = await self._embed_text(info, [item.value for item in items], request.prompt_name)
         else:
             outputs, tokens = await self._embed_media(info, items)
-        if info.multi_vector:
-            data = [_multi_vector_data(i, output, request.encoding_format) for i, output in enumerate(outputs)]
-        else:
-            vectors = truncate_dimensions(np.stack(outputs), request.dimensions, renormalize=info.normalized)
-            encode = to_base64 if request.encoding_format == "base64" else np.ndarray.tolist
-            data = [EmbeddingData.model_construct(object="embedding", index=i, embedding=encode(v))
-                    for i, v in enumerate(vectors)]
-        return EmbeddingResponse.model_construct(
-            object="list", data=data, model=info.served_model_name, usage=Usage.of(tokens)
-        )
+        return embedding_response(info, outputs, request, tokens)
 
     async def _embed_text(
         self, info: ModelInfo, inputs: list[str] | list[list[int]], prompt_name: str | None
@@ -400,14 +365,6 @@ class Gateway:
             if proxy_ready is not None and not await proxy_ready(5):
                 raise errors.NotReady(f"the {attribute} service is not ready")
         return {"unix": time.time()}
-
-
-def _multi_vector_data(index: int, matrix: np.ndarray, encoding_format: str) -> EmbeddingData:
-    """One vector per token: a list of vectors, or in base64 the flat buffer and its shape."""
-    if encoding_format == "base64":
-        return MultiVectorData.model_construct(object="embedding", index=index, embedding=to_base64(matrix),
-                                               shape=list(matrix.shape))
-    return EmbeddingData.model_construct(object="embedding", index=index, embedding=matrix.tolist())
 
 
 async def _off_loop_if_large(work: Callable[[], T], size: int) -> T:

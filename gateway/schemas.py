@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, Union
 
+import numpy as np
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -18,6 +19,7 @@ from pydantic import (
 
 from models.base import Modality, ModelInfo
 from models.errors import InvalidRequest
+from models.postprocess import to_base64, truncate_dimensions
 
 TokenIds = list[StrictInt]
 
@@ -185,3 +187,27 @@ def _check_dimensions(dimensions: int | None, info: ModelInfo) -> None:
             f"got {dimensions}",
             param="dimensions",
         )
+
+
+def embedding_response(
+    info: ModelInfo, outputs: list[np.ndarray], request: EmbeddingRequest, tokens: int
+) -> EmbeddingResponse:
+    """Vectors cut to `dimensions` (re-normalized) and encoded; multi-vectors keep their shape."""
+    if info.multi_vector:
+        data = [_multi_vector_data(i, output, request.encoding_format) for i, output in enumerate(outputs)]
+    else:
+        vectors = truncate_dimensions(np.stack(outputs), request.dimensions, renormalize=info.normalized)
+        encode = to_base64 if request.encoding_format == "base64" else np.ndarray.tolist
+        data = [EmbeddingData.model_construct(object="embedding", index=i, embedding=encode(v))
+                for i, v in enumerate(vectors)]
+    return EmbeddingResponse.model_construct(
+        object="list", data=data, model=info.served_model_name, usage=Usage.of(tokens)
+    )
+
+
+def _multi_vector_data(index: int, matrix: np.ndarray, encoding_format: str) -> EmbeddingData:
+    """One vector per token: a list of vectors, or in base64 the flat buffer and its shape."""
+    if encoding_format == "base64":
+        return MultiVectorData.model_construct(object="embedding", index=index, embedding=to_base64(matrix),
+                                               shape=list(matrix.shape))
+    return EmbeddingData.model_construct(object="embedding", index=index, embedding=matrix.tolist())
