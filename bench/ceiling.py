@@ -26,6 +26,43 @@ def measure(model, scenario: Scenario, seconds: float) -> float:
     return done / (time.perf_counter() - started)
 
 
+def run_backend(model_path: str, backend: str, dtype: str, threads: int, seconds: float,
+                scenarios: tuple[Scenario, ...]) -> dict[str, float]:
+    """The same engine the server runs (Embento's tokenizer and encoder for this backend), in-process:
+    each batch tokenized, sorted by length and cut into passes exactly as the model service cuts them."""
+    from pathlib import Path
+
+    import torch
+
+    from models.base import TokenizedText
+    from models.batching import plan_batches
+    from models.config import ModelConfig
+    from models.text_encoder import TextEncoder
+    from models.text_tokenizer import TextTokenizer
+
+    torch.set_num_threads(threads)
+    cfg = ModelConfig(model_id=model_path, backend=backend, dtype=dtype)
+    tokenizer, encoder = TextTokenizer(Path(model_path), cfg), TextEncoder(Path(model_path), cfg)
+
+    def encode(texts: list[str]) -> None:
+        ids = tokenizer.encode_texts(texts)
+        for part in plan_batches([len(i) for i in ids], cfg.batch_size, cfg.max_batch_tokens):
+            encoder.forward(TokenizedText.rows("m", [ids[i] for i in part]))
+
+    encode(corpus(64, 5, 40))  # warm-up
+    figures = {}
+    for scenario in scenarios:
+        texts = corpus(2000, scenario.min_words, scenario.max_words)
+        batch = scenario.in_flight * scenario.sentences_per_request
+        done, started = 0, time.perf_counter()
+        while time.perf_counter() - started < seconds:
+            encode([texts[(done + i) % len(texts)] for i in range(batch)])
+            done += batch
+        figures[scenario.name] = done / (time.perf_counter() - started)
+        print(f"ceiling {scenario.name:40s} {figures[scenario.name]:9.1f} sent/s  ({backend}, {dtype}, threads {threads})")
+    return figures
+
+
 def run(model_path: str, threads: int, seconds: float) -> dict[str, float]:
     import torch
     from sentence_transformers import SentenceTransformer

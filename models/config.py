@@ -25,9 +25,14 @@ CONFIG_FILE_NAME = "embento.yaml"
 ENV_PREFIX = "EMBENTO_"
 PoolingMethod = Literal["mean", "cls", "lasttoken", "max", "mean_sqrt_len_tokens", "weightedmean"]
 Backend = Literal["torch", "onnx", "ctranslate2"]
-Dtype = Literal["auto", "float32", "float16", "bfloat16"]
+Dtype = Literal["auto", "float32", "float16", "bfloat16", "int8", "int8_float16"]
 ModelKind = Literal["auto", "embed", "rerank", "classify", "clip", "clap", "colpali"]
-IMPLEMENTED_BACKENDS = ("torch",)
+# Which dtypes each backend can run ("int8": dynamic quantization on ONNX Runtime, int8 weights on CTranslate2).
+BACKEND_DTYPES: dict[str, tuple[str, ...]] = {
+    "torch": ("auto", "float32", "float16", "bfloat16"),
+    "onnx": ("auto", "float32", "int8"),
+    "ctranslate2": ("auto", "float32", "float16", "bfloat16", "int8", "int8_float16"),
+}
 
 
 class ModelConfig(BaseModel):
@@ -51,15 +56,6 @@ class ModelConfig(BaseModel):
     default_prompt_name: str | None = None
     trust_remote_code: bool = False
 
-    @field_validator("backend")
-    @classmethod
-    def _backend_is_implemented(cls, value: str) -> str:
-        if value not in IMPLEMENTED_BACKENDS:
-            raise ValueError(
-                f"backend '{value}' is not available yet; use one of {list(IMPLEMENTED_BACKENDS)}"
-            )
-        return value
-
     @field_validator("device")
     @classmethod
     def _device_is_known(cls, value: str) -> str:
@@ -71,6 +67,15 @@ class ModelConfig(BaseModel):
     @classmethod
     def _empty_is_none(cls, value: Any) -> Any:
         return None if value == "" else value
+
+    @model_validator(mode="after")
+    def _dtype_fits_backend(self) -> ModelConfig:
+        if self.dtype not in BACKEND_DTYPES[self.backend]:
+            raise ValueError(
+                f"dtype '{self.dtype}' is not available with backend '{self.backend}' (model '{self.model_id}'); "
+                f"it takes {list(BACKEND_DTYPES[self.backend])}"
+            )
+        return self
 
     @model_validator(mode="after")
     def _fill_defaults(self) -> ModelConfig:
@@ -102,6 +107,8 @@ class EmbentoConfig(BaseModel):
     allow_private_urls: bool = False
     url_allow_networks: list[str] = Field(default_factory=list)
     url_timeout_s: float = Field(10.0, gt=0)
+    # Exported ONNX and converted CTranslate2 models, reused across starts.
+    cache_dir: str = "~/.cache/embento"
 
     @field_validator("url_allow_networks", mode="before")
     @classmethod

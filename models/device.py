@@ -8,7 +8,7 @@ from typing import Any
 import torch
 
 from models.config import ModelConfig
-from models.errors import ModelLoadError
+from models.errors import ConfigError, ModelLoadError
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
@@ -18,7 +18,7 @@ def pick_device(requested: str) -> str:
     if requested == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
     if requested.startswith("cuda") and not torch.cuda.is_available():
-        raise RuntimeError(f"device '{requested}' was requested but no CUDA device is available")
+        raise ConfigError(f"device '{requested}' was requested but no CUDA device is available")
     return requested
 
 
@@ -31,18 +31,41 @@ def pick_dtype(requested: str, device: str) -> torch.dtype:
     return torch.float32
 
 
-def load_on_device(model_class: type, folder: Path, cfg: ModelConfig) -> Any:
-    """A sentence-transformers `SentenceTransformer` or `CrossEncoder` from a local folder, on the configured
-    device and dtype, in eval mode. Nothing is fetched: the folder was resolved beforehand."""
-    device = pick_device(cfg.device)
+def load_on_device(model_class: type, folder: Path, cfg: ModelConfig, task: str) -> tuple[Any, str, str]:
+    """A sentence-transformers `SentenceTransformer` or `CrossEncoder` from a local folder on the configured
+    device, backend and dtype, in eval mode, with (device, dtype name). Nothing is fetched: the folder was
+    resolved beforehand. CTranslate2 loads the torch model here; the caller swaps its Transformer module."""
+    from models.backends import check_device
+
     try:
-        model = model_class(
-            str(folder),
-            device=device,
-            trust_remote_code=cfg.trust_remote_code,
-            local_files_only=True,
-            model_kwargs={"dtype": pick_dtype(cfg.dtype, device)},
-        )
+        device = pick_device(cfg.device)
+    except ConfigError as exc:
+        raise ConfigError(f"model '{cfg.served_model_name}': {exc.message}") from None
+    check_device(cfg, device)
+    if cfg.backend == "torch":
+        torch_dtype = pick_dtype(cfg.dtype, device)
+        kwargs: dict[str, Any] = {"model_kwargs": {"dtype": torch_dtype}}
+        dtype = str(torch_dtype).removeprefix("torch.")
+    elif cfg.backend == "onnx":
+        from models.onnx_runtime import onnx_checkpoint, provider, session_options
+
+        folder, file_name = onnx_checkpoint(folder, task, quantize=cfg.dtype == "int8")
+        kwargs = {"backend": "onnx", "model_kwargs": {"file_name": file_name, "provider": provider(device),
+                                                       "session_options": session_options(torch.get_num_threads())}}
+        dtype = "int8" if cfg.dtype == "int8" else "float32"
+    elif cfg.backend == "ctranslate2":
+        kwargs = {}
+        dtype = ctranslate2_compute_type(cfg.dtype, device)
+    try:
+        model = model_class(str(folder), device=device, trust_remote_code=cfg.trust_remote_code,
+                            local_files_only=True, **kwargs)
     except Exception as exc:
-        raise ModelLoadError(f"cannot load '{cfg.model_id}' from {folder}: {exc}") from exc
-    return model.eval()
+        raise ModelLoadError(f"cannot load '{cfg.model_id}' from {folder} ({cfg.backend}): {exc}") from exc
+    return model.eval(), device, dtype
+
+
+def ctranslate2_compute_type(requested: str, device: str) -> str:
+    """`auto`: float16 on GPUs (bfloat16 where supported), float32 on CPUs; otherwise as configured."""
+    if requested != "auto":
+        return requested
+    return str(pick_dtype("auto", device)).removeprefix("torch.")

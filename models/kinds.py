@@ -13,6 +13,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from models.backends import check_kind
 from models.base import Kind
 from models.config import ModelConfig
 from models.errors import ModelLoadError
@@ -52,8 +53,10 @@ def detect_kind(folder: Path) -> Kind:
 
 
 def model_kind(cfg: ModelConfig) -> Kind:
-    """The configured kind, or the one the checkpoint's files declare."""
-    return cfg.kind if cfg.kind != "auto" else _detected_kind(cfg.model_id, cfg.revision)
+    """The configured kind, or the one the checkpoint's files declare; checked against the backend."""
+    kind = cfg.kind if cfg.kind != "auto" else _detected_kind(cfg.model_id, cfg.revision)
+    check_kind(cfg, kind)
+    return kind
 
 
 @cache

@@ -26,9 +26,9 @@ class TextEncoder:
     """The `TokenModel` of text embedders on the torch backend."""
 
     def __init__(self, folder: Path, cfg: ModelConfig) -> None:
-        self._model = _load_sentence_transformer(folder, cfg)
+        self._model, device, dtype = _load_sentence_transformer(folder, cfg)
         self._tokenizer = self._model.tokenizer
-        self._device = self._model.device
+        self._device = device
         self.settings: TextSettings = read_text_settings(folder, cfg, self._tokenizer.model_max_length)
         self._model.max_seq_length = self.settings.max_seq_length
         self.info = ModelInfo(
@@ -40,8 +40,8 @@ class TextEncoder:
             dimension=int(self._model.get_embedding_dimension()),
             max_input_tokens=self.settings.max_seq_length,
             normalized=_has_normalize(self._model),
-            device=str(self._device),
-            dtype=str(self._model.dtype).removeprefix("torch."),
+            device=device,
+            dtype=dtype,
         )
 
     def forward(self, rows: Sequence[TokenizedText]) -> np.ndarray:
@@ -53,14 +53,18 @@ class TextEncoder:
         return output.float().cpu().numpy()
 
 
-def _load_sentence_transformer(folder: Path, cfg: ModelConfig) -> Any:  # -> SentenceTransformer
+def _load_sentence_transformer(folder: Path, cfg: ModelConfig) -> tuple[Any, str, str]:  # SentenceTransformer
     from sentence_transformers import SentenceTransformer
     from sentence_transformers.sentence_transformer.modules import Normalize, Pooling
 
     from models.device import load_on_device
 
     declared = is_sentence_transformers_folder(folder)
-    model = load_on_device(SentenceTransformer, folder, cfg)
+    model, device, dtype = load_on_device(SentenceTransformer, folder, cfg, "feature-extraction")
+    if cfg.backend == "ctranslate2":
+        from models.ctranslate2_encoder import CTranslate2Transformer
+
+        model[0] = CTranslate2Transformer(folder, model.tokenizer, device, dtype)
 
     if cfg.pooling is not None:
         at = next((i for i, m in enumerate(model) if isinstance(m, Pooling)), None)
@@ -76,7 +80,7 @@ def _load_sentence_transformer(folder: Path, cfg: ModelConfig) -> Any:  # -> Sen
     elif normalize is False:
         for at in reversed([i for i, m in enumerate(model) if isinstance(m, Normalize)]):
             del model[at]
-    return model
+    return model, device, dtype
 
 
 def _has_normalize(model: object) -> bool:

@@ -28,9 +28,9 @@ class TextScorer:
     """The `TokenModel` of rerankers and text classifiers on the torch backend."""
 
     def __init__(self, folder: Path, cfg: ModelConfig, kind: Kind) -> None:
-        self._model = _load_cross_encoder(folder, cfg)
+        self._model, device, dtype = _load_cross_encoder(folder, cfg)
         self._tokenizer = self._model.tokenizer
-        self._device = self._model.device
+        self._device = device
         config = self._model.config
         labels = [str(config.id2label.get(i, f"LABEL_{i}")) for i in range(self._model.num_labels)]
         if kind == "rerank" and len(labels) != 1:
@@ -47,8 +47,8 @@ class TextScorer:
             dimension=len(labels),
             max_input_tokens=read_text_settings(folder, cfg, self._tokenizer.model_max_length).max_seq_length,
             normalized=False,
-            device=str(self._device),
-            dtype=str(self._model.dtype).removeprefix("torch."),
+            device=device,
+            dtype=dtype,
             labels=labels,
             activation=_activation(self._model, kind, cfg),
         )
@@ -62,18 +62,18 @@ class TextScorer:
         return logits.float().cpu().numpy().reshape(len(rows), -1)
 
 
-def _load_cross_encoder(folder: Path, cfg: ModelConfig) -> Any:  # -> CrossEncoder
+def _load_cross_encoder(folder: Path, cfg: ModelConfig) -> tuple[Any, str, str]:  # CrossEncoder
     from sentence_transformers import CrossEncoder
 
     from models.device import load_on_device
 
-    model = load_on_device(CrossEncoder, folder, cfg)
+    model, device, dtype = load_on_device(CrossEncoder, folder, cfg, "sequence-classification")
     if not any(name.endswith("ForSequenceClassification") for name in model.config.architectures or []):
         # transformers would add a freshly initialised head, and every score would be noise.
         raise ModelLoadError(f"'{cfg.model_id}' has no trained classification head; it cannot rerank or classify")
     if len(model) != 1 or getattr(model[0], "transformer_task", None) != "sequence-classification":
         raise ModelLoadError(f"'{cfg.model_id}' is not a sequence-classification model; it cannot rerank or classify")
-    return model
+    return model, device, dtype
 
 
 def _activation(model: Any, kind: Kind, cfg: ModelConfig) -> Activation:

@@ -23,6 +23,8 @@ ROOT = Path(__file__).resolve().parent.parent
 MINILM = "sentence-transformers/all-MiniLM-L6-v2"
 TINY_MEAN = "tiny-bert-mean"
 TINY_CLS = "tiny-bert-cls"
+TINY_MEAN_ONNX = "tiny-bert-mean-onnx"
+TINY_MEAN_CT2 = "tiny-bert-mean-ct2"
 TINY_RERANKER = "tiny-reranker"
 TINY_CLASSIFIER = "tiny-classifier"
 TINY_CLIP = "tiny-clip"
@@ -158,19 +160,22 @@ def server_process(
     tmp_path_factory: pytest.TempPathFactory, tiny_bert_path: Path, tiny_reranker_path: Path,
     tiny_classifier_path: Path, tiny_clip_path: Path, tiny_clap_path: Path, tiny_colpali_path: Path,
 ) -> Iterator[tuple[str, int]]:
-    """One production-mode `bentoml serve` on loopback, (url, pid), serving MiniLM, two tiny-BERT embedders,
-    a tiny reranker, a tiny classifier, and tiny CLIP, CLAP and ColPali models. URL inputs stay off."""
+    """One production-mode `bentoml serve` on loopback, (url, pid), serving MiniLM, one tiny BERT under four
+    names (torch mean and CLS pooling, ONNX Runtime, CTranslate2), a tiny reranker (on ONNX Runtime), a tiny
+    classifier, and tiny CLIP, CLAP and ColPali models. URL inputs stay off."""
     folder = tmp_path_factory.mktemp("server")
     config: dict = {"models": [
         {"model_id": MINILM},
         {"model_id": str(tiny_bert_path), "served_model_name": TINY_MEAN},
         {"model_id": str(tiny_bert_path), "served_model_name": TINY_CLS, "pooling": "cls", "normalize": False},
-        {"model_id": str(tiny_reranker_path), "served_model_name": TINY_RERANKER},
+        {"model_id": str(tiny_bert_path), "served_model_name": TINY_MEAN_ONNX, "backend": "onnx"},
+        {"model_id": str(tiny_bert_path), "served_model_name": TINY_MEAN_CT2, "backend": "ctranslate2"},
+        {"model_id": str(tiny_reranker_path), "served_model_name": TINY_RERANKER, "backend": "onnx"},
         {"model_id": str(tiny_classifier_path), "served_model_name": TINY_CLASSIFIER},
         {"model_id": str(tiny_clip_path), "served_model_name": TINY_CLIP},
         {"model_id": str(tiny_clap_path), "served_model_name": TINY_CLAP},
         {"model_id": str(tiny_colpali_path), "served_model_name": TINY_COLPALI},
-    ], "max_audio_seconds": MAX_AUDIO_SECONDS}
+    ], "max_audio_seconds": MAX_AUDIO_SECONDS, "cache_dir": str(folder / "cache")}
     with running_server(folder, config) as running:
         yield running
 

@@ -61,8 +61,8 @@ def test_invalid_configuration_exits_2_before_serving(capsys, monkeypatch):
     monkeypatch.delenv("EMBENTO_CONFIG", raising=False)
     assert main(["serve", "--model-id", "a/x", "--batch-size", "1", "--batch-size", "2", "--batch-size", "3"]) == 2
     assert "3 values for 1 models" in capsys.readouterr().err
-    assert main(["serve", "--backend", "ctranslate2"]) == 2
-    assert "not available yet" in capsys.readouterr().err
+    assert main(["serve", "--backend", "onnx", "--dtype", "float16"]) == 2
+    assert "not available with backend 'onnx'" in capsys.readouterr().err
 
 
 def test_help_documents_every_flag_and_its_variable():

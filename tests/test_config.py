@@ -63,8 +63,7 @@ def test_model_id_from_environment_replaces_the_file_models(tmp_path):
 
 @pytest.mark.parametrize("env, fragment", [
     ({"EMBENTO_MODEL_ID": "a/x;b/y", "EMBENTO_BATCH_SIZE": "1;2;3"}, "3 values for 2 models"),
-    ({"EMBENTO_BACKEND": "onnx"}, "not available yet"),
-    ({"EMBENTO_ENGINE": "ctranslate2"}, "not available yet"),
+    ({"EMBENTO_ENGINE": "torch", "EMBENTO_DTYPE": "int8_float16"}, "not available with backend 'torch'"),
     ({"EMBENTO_DEVICE": "gpu"}, "device"),
     ({"EMBENTO_DTYPE": "int4"}, "dtype"),
     ({"EMBENTO_BATCH_SIZE": "0"}, "batch_size"),

@@ -17,6 +17,8 @@ from tests.conftest import (
     TINY_CLS,
     TINY_COLPALI,
     TINY_MEAN,
+    TINY_MEAN_CT2,
+    TINY_MEAN_ONNX,
     TINY_RERANKER,
     make_sentences,
 )
@@ -148,8 +150,10 @@ def test_models_list(client):
     assert response.status_code == 200
     body = response.json()
     cards = {card["id"]: card for card in body["data"]}
-    assert body["object"] == "list" and set(cards) == {MINILM, TINY_MEAN, TINY_CLS, TINY_RERANKER, TINY_CLASSIFIER,
-                                                       TINY_CLIP, TINY_CLAP, TINY_COLPALI}
+    assert body["object"] == "list" and set(cards) == {MINILM, TINY_MEAN, TINY_CLS, TINY_MEAN_ONNX, TINY_MEAN_CT2,
+                                                       TINY_RERANKER, TINY_CLASSIFIER, TINY_CLIP, TINY_CLAP,
+                                                       TINY_COLPALI}
+    assert [cards[n]["backend"] for n in (TINY_MEAN, TINY_MEAN_ONNX, TINY_MEAN_CT2)] == ["torch", "onnx", "ctranslate2"]
     assert cards[TINY_CLIP]["modalities"] == ["text", "image"] and cards[TINY_CLIP]["capabilities"] == ["embed", "rerank"]
     assert cards[TINY_CLAP]["modalities"] == ["text", "audio"] and not cards[TINY_CLAP]["multi_vector"]
     assert cards[TINY_COLPALI]["multi_vector"] and cards[TINY_COLPALI]["dimension"] == 16
@@ -201,3 +205,12 @@ def test_usage_tracking_is_off_in_every_server_process(server_process):
     assert len(workers) >= 2  # the gateway and the TextEmbedder
     for process in workers:
         assert process.environ().get("BENTOML_DO_NOT_TRACK") == "True", process.cmdline()
+
+
+def test_one_checkpoint_three_backends(client, tiny_bert_path):
+    texts = make_sentences(12, seed=31)  # long ones included
+    by_backend = [vectors(embed(client, input=texts, model=name)) for name in (TINY_MEAN, TINY_MEAN_ONNX, TINY_MEAN_CT2)]
+    expected = _direct_tiny_bert(tiny_bert_path, texts, "mean", True)
+    for got in by_backend:
+        cosines = (got * expected).sum(axis=1) / (np.linalg.norm(got, axis=1) * np.linalg.norm(expected, axis=1))
+        assert cosines.min() >= 0.9999

@@ -1,0 +1,59 @@
+"""Which backend can run which model kind on which device, checked before anything is served.
+
+Support matrix (kind x backend): text embedders run on torch, ONNX Runtime and CTranslate2; rerankers and
+classifiers on torch and ONNX Runtime; CLIP, CLAP and ColPali on torch only. Dtypes per backend are checked
+when the configuration is read (`models.config.BACKEND_DTYPES`); the device-dependent ones here.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from pathlib import Path
+
+from models.base import Kind
+from models.config import ModelConfig, get_config
+from models.errors import ConfigError
+
+BACKENDS_FOR_KIND: dict[str, tuple[str, ...]] = {
+    "embed": ("torch", "onnx", "ctranslate2"),
+    "rerank": ("torch", "onnx"),
+    "classify": ("torch", "onnx"),
+    "clip": ("torch",),
+    "clap": ("torch",),
+    "colpali": ("torch",),
+}
+GPU_ONLY = {("torch", "float16"), ("ctranslate2", "float16"), ("ctranslate2", "int8_float16"),
+            ("ctranslate2", "bfloat16")}
+CPU_ONLY = {("onnx", "int8")}
+
+
+def check_kind(cfg: ModelConfig, kind: Kind) -> None:
+    if cfg.backend not in BACKENDS_FOR_KIND[kind]:
+        raise ConfigError(
+            f"model '{cfg.served_model_name}' is a {kind} model; backend '{cfg.backend}' cannot run it "
+            f"(it runs on {list(BACKENDS_FOR_KIND[kind])})"
+        )
+
+
+def check_device(cfg: ModelConfig, device: str) -> None:
+    on_gpu = device.startswith("cuda")
+    if (cfg.backend, cfg.dtype) in GPU_ONLY and not on_gpu:
+        raise ConfigError(
+            f"model '{cfg.served_model_name}': dtype '{cfg.dtype}' with backend '{cfg.backend}' needs a CUDA "
+            f"device, and it runs on '{device}'"
+        )
+    if (cfg.backend, cfg.dtype) in CPU_ONLY and on_gpu:
+        raise ConfigError(
+            f"model '{cfg.served_model_name}': dtype '{cfg.dtype}' with backend '{cfg.backend}' is CPU-only "
+            f"(dynamic quantization); use float32 on '{device}'"
+        )
+
+
+def cache_folder(folder: Path, what: str) -> Path:
+    """Where a converted form of this checkpoint lives. The resolved folder names the revision (Hub
+    snapshots are per commit), so a new revision gets a new entry."""
+    root = Path(get_config().cache_dir).expanduser()
+    digest = hashlib.sha256(str(folder.resolve()).encode()).hexdigest()[:16]
+    name = re.sub(r"[^A-Za-z0-9_.-]+", "-", folder.name)[:40]
+    return root / what / f"{name}-{digest}"

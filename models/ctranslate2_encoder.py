@@ -1,0 +1,70 @@
+"""CTranslate2 in place of sentence-transformers' Transformer module: the checkpoint's own Pooling, Dense
+and Normalize modules still run after it, so pooling has one implementation for every backend."""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from models.backends import cache_folder
+from models.errors import ModelLoadError
+
+logger = logging.getLogger(__name__)
+
+
+class CTranslate2Transformer(torch.nn.Module):
+    """Token embeddings from a `ctranslate2.Encoder` (BERT-family encoders)."""
+
+    def __init__(self, folder: Path, tokenizer: Any, device: str, compute_type: str) -> None:
+        import ctranslate2
+
+        super().__init__()
+        self.tokenizer = tokenizer
+        self.max_seq_length = tokenizer.model_max_length
+        kind, _, index = device.partition(":")
+        self.encoder = ctranslate2.Encoder(str(converted_model(folder)), device=kind, device_index=int(index or 0),
+                                           compute_type=compute_type, intra_threads=torch.get_num_threads())
+        self._device = device
+
+    def forward(self, features: dict[str, Any]) -> dict[str, Any]:
+        import ctranslate2
+
+        ids = features["input_ids"].to(torch.int32).cpu().numpy()
+        lengths = features["attention_mask"].sum(dim=1).to(torch.int32).cpu().numpy()
+        output = self.encoder.forward_batch(
+            ctranslate2.StorageView.from_array(np.ascontiguousarray(ids)),
+            ctranslate2.StorageView.from_array(lengths),
+            token_type_ids=features["token_type_ids"].tolist() if "token_type_ids" in features else None,
+        )
+        hidden = output.last_hidden_state
+        tokens = torch.as_tensor(hidden, device=self._device) if self._device.startswith("cuda") else \
+            torch.from_numpy(np.array(hidden))
+        features["token_embeddings"] = tokens.float()
+        return features
+
+
+def converted_model(folder: Path) -> Path:
+    """The checkpoint converted for CTranslate2 (float32 weights; the compute type is chosen at load), once."""
+    target = cache_folder(folder, "ctranslate2")
+    if (target / "model.bin").is_file():
+        return target
+    from ctranslate2.converters import TransformersConverter
+
+    logger.info("converting %s for CTranslate2, once", folder)
+    scratch = target.parent / f".convert-{target.name}-{os.getpid()}"
+    try:
+        TransformersConverter(str(folder)).convert(str(scratch), force=True)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(target, ignore_errors=True)
+        os.replace(scratch, target)
+    except Exception as exc:
+        raise ModelLoadError(f"cannot convert {folder} for CTranslate2 (BERT-family encoders only): {exc}") from exc
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return target
