@@ -59,8 +59,8 @@ class ModelConfig(BaseModel):
     @field_validator("device")
     @classmethod
     def _device_is_known(cls, value: str) -> str:
-        if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", value):
-            raise ValueError(f"device '{value}' must be auto, cpu, cuda or cuda:N")
+        if not re.fullmatch(r"auto|cpu|mps|cuda(:\d+)?", value):
+            raise ValueError(f"device '{value}' must be auto, cpu, cuda, cuda:N or mps")
         return value
 
     @field_validator("revision", "default_prompt_name", mode="before")

@@ -14,9 +14,13 @@ DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.
 
 
 def pick_device(requested: str) -> str:
-    """`auto` takes the first GPU when there is one; an explicit CUDA device must exist."""
+    """`auto` takes the first GPU when there is one (CUDA, else Apple's MPS); an explicit one must exist."""
     if requested == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
+        if torch.cuda.is_available():
+            return "cuda"
+        return "mps" if torch.backends.mps.is_available() else "cpu"
+    if requested == "mps" and not torch.backends.mps.is_available():
+        raise ConfigError("device 'mps' was requested but this machine has no MPS device")
     if requested.startswith("cuda") and not torch.cuda.is_available():
         raise ConfigError(f"device '{requested}' was requested but no CUDA device is available")
     return requested

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import bentoml
 import numpy as np
@@ -24,52 +25,29 @@ make_work_conserving()
 BATCHING = {"batchable": True, "max_batch_size": dispatch_max_rows(), "max_latency_ms": DISPATCH_MAX_LATENCY_MS}
 
 
-@bentoml.service(name="ClipEmbedder", **MODEL_SERVICE_CONFIG)
-class ClipEmbedder:
-    """CLIP, SigLIP and kin: texts and images."""
+def _media_service(name: str, kind: Kind, description: str) -> Any:
+    """One BentoML service class per family: the same API, its own process, device and scaling."""
 
-    def __init__(self) -> None:
-        self.pool = ModelPool(partial(_load, kind="clip"), models_of_kind("clip"))
+    class MediaEmbedder:
+        def __init__(self) -> None:
+            self.pool = ModelPool(partial(_load, kind=kind), models_of_kind(kind))
 
-    @bentoml.api(**BATCHING)
-    async def encode(self, rows: list[ModelInput]) -> list[np.ndarray]:
-        return await self.pool.run(rows)
+        @bentoml.api(**BATCHING)
+        async def encode(self, rows: list[ModelInput]) -> list[np.ndarray]:
+            return await self.pool.run(rows)
 
-    @bentoml.api
-    def model_info(self) -> list[dict]:
-        return self.pool.infos()
+        @bentoml.api
+        def model_info(self) -> list[dict]:
+            return self.pool.infos()
 
-
-@bentoml.service(name="ClapEmbedder", **MODEL_SERVICE_CONFIG)
-class ClapEmbedder:
-    """CLAP: texts and audio."""
-
-    def __init__(self) -> None:
-        self.pool = ModelPool(partial(_load, kind="clap"), models_of_kind("clap"))
-
-    @bentoml.api(**BATCHING)
-    async def encode(self, rows: list[ModelInput]) -> list[np.ndarray]:
-        return await self.pool.run(rows)
-
-    @bentoml.api
-    def model_info(self) -> list[dict]:
-        return self.pool.infos()
+    MediaEmbedder.__name__ = MediaEmbedder.__qualname__ = name
+    MediaEmbedder.__doc__ = description
+    return bentoml.service(name=name, **MODEL_SERVICE_CONFIG)(MediaEmbedder)
 
 
-@bentoml.service(name="ColPaliEmbedder", **MODEL_SERVICE_CONFIG)
-class ColPaliEmbedder:
-    """ColPali and ColQwen2: page images and queries as multi-vectors."""
-
-    def __init__(self) -> None:
-        self.pool = ModelPool(partial(_load, kind="colpali"), models_of_kind("colpali"))
-
-    @bentoml.api(**BATCHING)
-    async def encode(self, rows: list[ModelInput]) -> list[np.ndarray]:
-        return await self.pool.run(rows)
-
-    @bentoml.api
-    def model_info(self) -> list[dict]:
-        return self.pool.infos()
+ClipEmbedder = _media_service("ClipEmbedder", "clip", "CLIP, SigLIP and kin: texts and images.")
+ClapEmbedder = _media_service("ClapEmbedder", "clap", "CLAP: texts and audio.")
+ColPaliEmbedder = _media_service("ColPaliEmbedder", "colpali", "ColPali and ColQwen2: page images and queries.")
 
 
 def _load(folder: Path, cfg: ModelConfig, kind: Kind) -> MediaEncoder:
