@@ -13,11 +13,11 @@ import argparse
 import asyncio
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import load  # noqa: E402
+from ceiling import measure  # noqa: E402
 from load import Scenario, corpus  # noqa: E402
 from server import free_port, start_server, stop_server  # noqa: E402
 
@@ -52,13 +52,8 @@ def ceiling(folder: Path, seconds: float) -> dict[str, float]:
     model.predict([(QUERY, d) for d in corpus(64, 20, 80)])  # warm-up
     figures = {}
     for scenario in SCENARIOS:
-        documents = corpus(2000, scenario.min_words, scenario.max_words)
-        batch = scenario.in_flight * scenario.sentences_per_request
-        done, started = 0, time.perf_counter()
-        while time.perf_counter() - started < seconds:
-            model.predict([(QUERY, documents[(done + i) % len(documents)]) for i in range(batch)])
-            done += batch
-        figures[scenario.name] = done / (time.perf_counter() - started)
+        figures[scenario.name] = measure(lambda documents: model.predict([(QUERY, d) for d in documents]),
+                                         scenario, seconds)
         print(f"ceiling {scenario.name:40s} {figures[scenario.name]:9.1f} pairs/s")
     return figures
 

@@ -43,7 +43,7 @@ def main() -> None:
         print(f"torch threads: {threads}; cores: {os.cpu_count()}")
         path = str(packaged_model_path(MODEL))
         ceilings = (ceiling.run_backend(path, args.backend, args.dtype, threads, args.duration / 2, scenarios)
-                    if args.backend else ceiling.run(path, threads, args.duration / 2))
+                    if args.backend else ceiling.run(path, threads, args.duration / 2, scenarios))
         figures = asyncio.run(load.run_all(f"http://127.0.0.1:{port}/v1/embeddings", load.embeddings_body(MODEL),
                                            server.pid, args.duration, 20000, scenarios))
     finally:
