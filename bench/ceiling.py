@@ -53,7 +53,8 @@ def run_backend(model_path: str, backend: str, dtype: str, threads: int, seconds
     figures = {}
     for scenario in scenarios:
         figures[scenario.name] = measure(encode, scenario, seconds)
-        print(f"ceiling {scenario.name:40s} {figures[scenario.name]:9.1f} sent/s  ({backend}, {dtype}, threads {threads})")
+        print(f"ceiling {scenario.name:40s} {figures[scenario.name]:9.1f} sent/s  "
+              f"({backend}, {dtype}, threads {threads})")
     return figures
 
 

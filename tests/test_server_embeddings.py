@@ -154,7 +154,8 @@ def test_models_list(client):
                                                        TINY_RERANKER, TINY_CLASSIFIER, TINY_CLIP, TINY_CLAP,
                                                        TINY_COLPALI}
     assert [cards[n]["backend"] for n in (TINY_MEAN, TINY_MEAN_ONNX, TINY_MEAN_CT2)] == ["torch", "onnx", "ctranslate2"]
-    assert cards[TINY_CLIP]["modalities"] == ["text", "image"] and cards[TINY_CLIP]["capabilities"] == ["embed", "rerank"]
+    assert cards[TINY_CLIP]["modalities"] == ["text", "image"]
+    assert cards[TINY_CLIP]["capabilities"] == ["embed", "rerank"]
     assert cards[TINY_CLAP]["modalities"] == ["text", "audio"] and not cards[TINY_CLAP]["multi_vector"]
     assert cards[TINY_COLPALI]["multi_vector"] and cards[TINY_COLPALI]["dimension"] == 16
     assert cards[MINILM]["dimension"] == 384 and cards[MINILM]["max_input_tokens"] == 256
@@ -209,7 +210,8 @@ def test_usage_tracking_is_off_in_every_server_process(server_process):
 
 def test_one_checkpoint_three_backends(client, tiny_bert_path):
     texts = make_sentences(12, seed=31)  # long ones included
-    by_backend = [vectors(embed(client, input=texts, model=name)) for name in (TINY_MEAN, TINY_MEAN_ONNX, TINY_MEAN_CT2)]
+    names = (TINY_MEAN, TINY_MEAN_ONNX, TINY_MEAN_CT2)
+    by_backend = [vectors(embed(client, input=texts, model=name)) for name in names]
     expected = _direct_tiny_bert(tiny_bert_path, texts, "mean", True)
     for got in by_backend:
         cosines = (got * expected).sum(axis=1) / (np.linalg.norm(got, axis=1) * np.linalg.norm(expected, axis=1))
