@@ -1,9 +1,10 @@
 """Embento's gateway: the OpenAI-compatible HTTP service that composes the model services.
 
-Requests are validated and tokenized here (so usage counts real tokens and over-long input is cut before
-queuing); token ids go to the model service of the model's kind (`TextEmbedder` for embedders, `Reranker`
-for rerankers and classifiers), whose adaptive batching merges concurrent requests. Errors of every kind
-leave in OpenAI's shape.
+Requests are validated, tokenized and (for images and audio) decoded and processed here, so usage counts
+real tokens and bad input fails before queuing. Rows go to the model service of the model's kind
+(`TextEmbedder`, `Reranker` for rerankers and classifiers, `ClipEmbedder`, `ClapEmbedder`,
+`ColPaliEmbedder`), whose adaptive batching merges concurrent requests. Errors of every kind leave in
+OpenAI's shape.
 """
 
 from __future__ import annotations

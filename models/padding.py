@@ -14,25 +14,15 @@ if TYPE_CHECKING:
 def pad_rows(rows: Sequence[TokenizedText], tokenizer: PreTrainedTokenizerBase, device: Any) -> dict[str, Any]:
     """`input_ids`, `attention_mask` and `token_type_ids`, padded on the tokenizer's side with its pad id.
     Rows without segment ids (single texts) get zeros, as the tokenizer itself would give them."""
-    import torch
+    import numpy as np
 
+    items = []
+    for row in rows:
+        ids = np.asarray(row.input_ids, dtype=np.int64)
+        segments = np.zeros_like(ids) if row.token_type_ids is None else np.asarray(row.token_type_ids, np.int64)
+        items.append({"input_ids": ids, "attention_mask": np.ones_like(ids), "token_type_ids": segments})
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    pad_left = tokenizer.padding_side == "left"
-    width = max(len(row.input_ids) for row in rows)
-    input_ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
-    attention_mask = torch.zeros((len(rows), width), dtype=torch.long)
-    token_type_ids = torch.zeros((len(rows), width), dtype=torch.long)
-    for index, row in enumerate(rows):
-        span = slice(width - len(row.input_ids), width) if pad_left else slice(0, len(row.input_ids))
-        input_ids[index, span] = torch.tensor(row.input_ids, dtype=torch.long)
-        attention_mask[index, span] = 1
-        if row.token_type_ids is not None:
-            token_type_ids[index, span] = torch.tensor(row.token_type_ids, dtype=torch.long)
-    return {
-        "input_ids": input_ids.to(device),
-        "attention_mask": attention_mask.to(device),
-        "token_type_ids": token_type_ids.to(device),
-    }
+    return collate(items, pad_id, tokenizer.padding_side == "left", device)
 
 
 def collate(items: Sequence[dict[str, Any]], pad_id: int, pad_left: bool, device: Any) -> dict[str, Any]:
