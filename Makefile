@@ -7,12 +7,11 @@ STAMP := $(VENV)/.installed
 
 setup: $(STAMP)
 
-# CPU torch first, from its pinned wheel: a plain `torch` requirement would pull a multi-GB CUDA build.
-$(STAMP): requirements.txt requirements-test.txt pyproject.toml
+# requirements-cpu.txt pins CPU torch from PyTorch's CPU index: a plain `torch` would pull a multi-GB CUDA build.
+$(STAMP): requirements.txt requirements-cpu.txt requirements-test.txt pyproject.toml
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --quiet --upgrade pip
-	$(VENV)/bin/pip install --quiet --quiet torch==2.13.0
-	$(VENV)/bin/pip install --quiet --quiet -r requirements.txt -r requirements-test.txt
+	$(VENV)/bin/pip install --quiet --quiet -r requirements-cpu.txt -r requirements.txt -r requirements-test.txt
 	$(VENV)/bin/pip install --quiet --quiet --no-deps -e .
 	touch $(STAMP)
 

@@ -1,24 +1,30 @@
-"""`embento serve`: infinity_emb v2's flags, validated here, then `bentoml serve` in production mode.
+"""The `embento` command.
 
-Flags become `EMBENTO_*` environment variables (a flag beats a variable already set), so the services
-read their configuration through `models.config.load_config` exactly as under a plain `bentoml serve`.
+- `embento serve`: infinity_emb v2's flags, validated here, then `bentoml serve` in production mode. Flags
+  become `EMBENTO_*` environment variables (a flag beats a variable already set), so the services read
+  their configuration through `models.config.load_config` exactly as under a plain `bentoml serve`.
+- `embento build`: one Bento per accelerator variant, `embento:<version>-<accel>`, version from pyproject.
+- `embento models import`: a checkpoint into BentoML's model store, for `model_id: bentoml://<name>`.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import subprocess
 import sys
+import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from models.config import CONFIG_FILE_NAME, ENV_PREFIX, env_names, load_config
-from models.errors import ConfigError
+from models.config import CONFIG_FILE_NAME, ENV_PREFIX, STORE_PREFIX, env_names, load_config
+from models.errors import ConfigError, EmbentoError
 
 PROJECT_ROOT = Path(__file__).resolve().parent
 DEFAULT_HOST = "0.0.0.0"
 DEFAULT_PORT = "3000"
+ACCELERATORS = ("cpu", "cuda")
 
 
 @dataclass(frozen=True)
@@ -31,11 +37,11 @@ class Flag:
 
 
 FLAGS = (
-    Flag(("--model-id",), "MODEL_ID", "local folder or Hugging Face Hub id; repeat to serve several models",
+    Flag(("--model-id",), "MODEL_ID", "local folder, Hugging Face Hub id or bentoml://<store name>; repeat to serve several models",
          per_model=True),
     Flag(("--served-model-name",), "SERVED_MODEL_NAME", "name clients send as `model` (default: the id's last part)",
          per_model=True),
-    Flag(("--kind",), "KIND", "auto | embed | rerank | classify (default auto: read from the checkpoint)",
+    Flag(("--kind",), "KIND", "auto | embed | rerank | classify | clip | clap | colpali (default auto: read from the checkpoint)",
          per_model=True),
     Flag(("--revision",), "REVISION", "Hub revision (branch, tag or commit)", per_model=True),
     Flag(("--backend", "--engine"), "BACKEND", "inference backend: torch | onnx | ctranslate2", per_model=True),
@@ -82,6 +88,24 @@ def build_parser() -> argparse.ArgumentParser:
         if flag.is_switch:
             kwargs.update(nargs="?", const="true", metavar="BOOL")
         serve.add_argument(*flag.names, **kwargs)
+
+    build = commands.add_parser(
+        "build", help="build the Bento variants: embento:<version>-<accel>",
+        description=f"Runs `bentoml build` once per variant. The Bento serves the models its {CONFIG_FILE_NAME} "
+                    "names (EMBENTO_* variables are not applied while building) and pins its store models.",
+    )
+    build.add_argument("--accel", action="append", choices=ACCELERATORS,
+                       help="variant to build; repeat for several (default: all)")
+    build.add_argument("--version", help="Bento version before the variant suffix (default: pyproject's)")
+    build.add_argument("--project-dir", type=Path, default=PROJECT_ROOT, help="build context (default: this project)")
+
+    models = commands.add_parser("models", help="manage checkpoints in BentoML's model store")
+    model_commands = models.add_subparsers(dest="models_command", required=True)
+    import_model = model_commands.add_parser(
+        "import", help="copy a checkpoint into the store; serve it as `model_id: bentoml://<name>`")
+    import_model.add_argument("source", help="Hugging Face Hub id or local folder")
+    import_model.add_argument("--name", help="store name (default: the id's last part, lower case)")
+    import_model.add_argument("--revision", help="Hub revision (branch, tag or commit)")
     return parser
 
 
@@ -108,8 +132,46 @@ def bentoml_command(env: Mapping[str, str]) -> list[str]:
             "--host", host, "--port", port]
 
 
+def project_version(project_dir: Path) -> str:
+    return tomllib.loads((project_dir / "pyproject.toml").read_text())["project"]["version"]
+
+
+def bento_build_command(project_dir: Path, accel: str, version: str) -> list[str]:
+    return [sys.executable, "-m", "bentoml", "build", str(project_dir), "--arg", f"accel={accel}",
+            "--version", f"{version}-{accel}", "--output", "tag"]
+
+
+def build(args: argparse.Namespace) -> int:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(ENV_PREFIX)}  # the Bento carries its file
+    env.setdefault("BENTOML_DO_NOT_TRACK", "True")
+    version = args.version or project_version(args.project_dir)
+    for accel in args.accel or ACCELERATORS:
+        result = subprocess.run(bento_build_command(args.project_dir, accel, version), cwd=args.project_dir,
+                                env=env, stdout=subprocess.PIPE, text=True, check=False)
+        if result.returncode != 0:
+            return result.returncode
+        print(f"embento: built {result.stdout.strip().removeprefix('__tag__:')}")
+    return 0
+
+
+def import_model(args: argparse.Namespace) -> int:
+    from runners.store import import_checkpoint  # BentoML and transformers: only for this command
+
+    try:
+        model = import_checkpoint(args.source, args.name, args.revision)
+    except EmbentoError as exc:
+        print(f"embento: {exc.message}", file=sys.stderr)
+        return 2
+    print(f"embento: imported {args.source} as {model.tag}; serve it with `model_id: {STORE_PREFIX}{model.tag.name}`")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.command == "build":
+        return build(args)
+    if args.command == "models":
+        return import_model(args)
     env = build_env(args, os.environ, Path.cwd())
     try:
         config = load_config(env, cwd=Path.cwd())

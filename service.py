@@ -62,19 +62,20 @@ from gateway.scoring import (
 )
 from models import errors
 from models.base import Kind, ModelInfo, ModelInput, Preprocessor, TokenizedText
-from models.config import get_config
 from models.kinds import model_kind
 from models.media import MediaLimits
 from models.media_processor import MediaProcessor
 from models.resolve import resolve_model
 from models.scores import activate, late_interaction, rank
 from models.text_tokenizer import TextTokenizer
+from runners.image import ARGS, IMAGE, bento_envs
 from runners.media import ClapEmbedder, ClipEmbedder, ColPaliEmbedder
 from runners.rerank import Reranker
+from runners.store import check_built_services, pin_store_models, served_config
 from runners.text import TextEmbedder
 
 logger = logging.getLogger(__name__)
-CONFIG = get_config()
+CONFIG = served_config()  # store models (`bentoml://…`) resolved to their folders
 KINDS: dict[str, Kind] = {m.served_model_name: model_kind(m) for m in CONFIG.models}
 # Which model service runs each kind: (Gateway attribute, its batchable API).
 RUNNERS: dict[Kind, tuple[str, str]] = {
@@ -97,10 +98,14 @@ T = TypeVar("T")
 
 @bentoml.service(
     name="Embento",
+    image=IMAGE,
+    envs=bento_envs(ARGS.accel),
+    labels={"accel": ARGS.accel, "models": ",".join(KINDS)},
     traffic={"timeout": CONFIG.request_timeout_s + 30},
     logging={"access": {"enabled": False}},
 )
 @bentoml.asgi_app(routes, path="/")
+@pin_store_models(CONFIG.models)  # the gateway reads their tokenizers and processors
 class Gateway:
     # Only the model services this configuration needs are started.
     if "embed" in KINDS.values():
@@ -389,6 +394,7 @@ async def _get_health(request: Request) -> Response:
         return error_response(exc)
 
 
+check_built_services({Gateway.name, *(dependency.on.name for dependency in Gateway.dependencies.values())})
 for path in ("/v1/models", "/models"):
     routes.router.routes.append(Route(path, _get_models, methods=["GET"]))
 routes.router.routes.append(Route("/health", _get_health, methods=["GET"]))

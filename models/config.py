@@ -21,6 +21,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from models.errors import ConfigError
 
 DEFAULT_MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2"
+# `model_id: bentoml://<name>[:<version>]` names a checkpoint in BentoML's model store (runners/store.py).
+STORE_PREFIX = "bentoml://"
 CONFIG_FILE_NAME = "embento.yaml"
 ENV_PREFIX = "EMBENTO_"
 PoolingMethod = Literal["mean", "cls", "lasttoken", "max", "mean_sqrt_len_tokens", "weightedmean"]
@@ -79,12 +81,18 @@ class ModelConfig(BaseModel):
 
     @model_validator(mode="after")
     def _fill_defaults(self) -> ModelConfig:
+        tag = store_tag(self.model_id)
+        if tag is not None and self.revision is not None:
+            raise ValueError(f"'{self.model_id}' is a store model: its version goes in the tag, not in revision")
         if not self.served_model_name:
-            # The id's last path part, as OpenAI-style clients expect a short name. The packaged
-            # default keeps its Hub id so clients written for the Hub name work unchanged.
-            self.served_model_name = (
-                self.model_id if self.model_id == DEFAULT_MODEL_ID else Path(self.model_id.rstrip("/")).name
-            )
+            # The id's last path part (a store model's name), as OpenAI-style clients expect a short
+            # name. The packaged default keeps its Hub id so clients written for it work unchanged.
+            if tag is not None:
+                self.served_model_name = tag.split(":")[0]
+            elif self.model_id == DEFAULT_MODEL_ID:
+                self.served_model_name = self.model_id
+            else:
+                self.served_model_name = Path(self.model_id.rstrip("/")).name
         return self
 
 
@@ -152,6 +160,11 @@ def env_names(env_suffix: str) -> list[str]:
         return [env_suffix]
     table = MODEL_ENV_FIELDS if env_suffix in MODEL_ENV_FIELDS else SERVER_ENV_FIELDS
     return [name for name, target in table.items() if target == field]
+
+
+def store_tag(model_id: str) -> str | None:
+    """`bentoml://name:version` → `name:version`; None for folders and Hub ids."""
+    return model_id[len(STORE_PREFIX):] if model_id.startswith(STORE_PREFIX) else None
 
 
 def split_list(value: str) -> list[str]:

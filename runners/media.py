@@ -20,6 +20,7 @@ from models.media_encoder import MediaEncoder
 from runners.dispatch import make_work_conserving
 from runners.pool import ModelPool
 from runners.settings import DISPATCH_MAX_LATENCY_MS, MODEL_SERVICE_CONFIG, dispatch_max_rows, models_of_kind
+from runners.store import pin_store_models
 
 make_work_conserving()
 BATCHING = {"batchable": True, "max_batch_size": dispatch_max_rows(), "max_latency_ms": DISPATCH_MAX_LATENCY_MS}
@@ -42,7 +43,7 @@ def _media_service(name: str, kind: Kind, description: str) -> Any:
 
     MediaEmbedder.__name__ = MediaEmbedder.__qualname__ = name
     MediaEmbedder.__doc__ = description
-    return bentoml.service(name=name, **MODEL_SERVICE_CONFIG)(MediaEmbedder)
+    return bentoml.service(name=name, **MODEL_SERVICE_CONFIG)(pin_store_models(models_of_kind(kind))(MediaEmbedder))
 
 
 ClipEmbedder = _media_service("ClipEmbedder", "clip", "CLIP, SigLIP and kin: texts and images.")

@@ -18,6 +18,7 @@ from models.text_scorer import TextScorer
 from runners.dispatch import make_work_conserving
 from runners.pool import ModelPool
 from runners.settings import DISPATCH_MAX_LATENCY_MS, MODEL_SERVICE_CONFIG, dispatch_max_rows, models_of_kind
+from runners.store import pin_store_models
 
 make_work_conserving()
 
@@ -27,6 +28,7 @@ def _load_scorer(folder: Path, cfg: ModelConfig) -> TextScorer:
 
 
 @bentoml.service(name="Reranker", **MODEL_SERVICE_CONFIG)
+@pin_store_models(models_of_kind("rerank", "classify"))
 class Reranker:
     def __init__(self) -> None:
         self.pool = ModelPool(_load_scorer, models_of_kind("rerank", "classify"))

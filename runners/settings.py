@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from models.base import Kind
-from models.config import ModelConfig, get_config
+from models.config import ModelConfig
 from models.kinds import model_kind
+from runners.store import served_config
 
 # BentoML 1.4.30+ recycles the inter-service connection pool every 100 requests / 300 s while requests
 # are still in flight, which surfaces as 500s under concurrency (bentoml #5540, #5698). Never recycle.
@@ -21,9 +22,9 @@ DISPATCH_MAX_LATENCY_MS = 300_000
 
 def dispatch_max_rows() -> int:
     """Rows one runner call may gather: enough for several passes of the largest model batch."""
-    return max(64, 4 * max(m.batch_size for m in get_config().models))
+    return max(64, 4 * max(m.batch_size for m in served_config().models))
 
 
 def models_of_kind(*kinds: Kind) -> list[ModelConfig]:
     """The configured models a runner serves."""
-    return [m for m in get_config().models if model_kind(m) in kinds]
+    return [m for m in served_config().models if model_kind(m) in kinds]

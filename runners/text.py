@@ -10,11 +10,13 @@ from models.text_encoder import TextEncoder
 from runners.dispatch import make_work_conserving
 from runners.pool import ModelPool
 from runners.settings import DISPATCH_MAX_LATENCY_MS, MODEL_SERVICE_CONFIG, dispatch_max_rows, models_of_kind
+from runners.store import pin_store_models
 
 make_work_conserving()
 
 
 @bentoml.service(name="TextEmbedder", **MODEL_SERVICE_CONFIG)
+@pin_store_models(models_of_kind("embed"))
 class TextEmbedder:
     def __init__(self) -> None:
         self.pool = ModelPool(TextEncoder, models_of_kind("embed"))

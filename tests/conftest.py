@@ -149,7 +149,7 @@ def tiny_colqwen2_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_colqwen2(tmp_path_factory.mktemp("tiny-colqwen2"))
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
@@ -184,29 +184,39 @@ def server_process(
 def running_server(folder: Path, config: dict) -> Iterator[tuple[str, int]]:
     """`bentoml serve` in production mode on loopback with this configuration, until the block ends."""
     (folder / "embento.yaml").write_text(yaml.safe_dump(config))
-    port = _free_port()
-    # Nothing Embento-specific from the caller, and no tracking opt-out: the service must switch it off.
-    env = {k: v for k, v in os.environ.items() if not k.startswith("EMBENTO_") and k != "BENTOML_DO_NOT_TRACK"}
-    env.update(EMBENTO_CONFIG=str(folder / "embento.yaml"), HF_HUB_OFFLINE="1", BENTOML_HOME=str(folder / "bentoml"))
-    log = open(folder / "server.log", "wb")  # noqa: SIM115 - closed in `finally`, after the server stops
-    process = subprocess.Popen(
-        [sys.executable, "-m", "bentoml", "serve", "service:Gateway", "--host", "127.0.0.1", "--port", str(port)],
-        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        _wait_ready(url, process, folder / "server.log")
+    port = free_port()
+    env = server_env(folder / "bentoml", EMBENTO_CONFIG=str(folder / "embento.yaml"))
+    command = [sys.executable, "-m", "bentoml", "serve", "service:Gateway", "--host", "127.0.0.1", "--port", str(port)]
+    with background(command, env, folder / "server.log") as process:
+        url = f"http://127.0.0.1:{port}"
+        wait_ready(url, process, folder / "server.log")
         yield url, process.pid
-    finally:
-        os.killpg(process.pid, signal.SIGTERM)
+
+
+def server_env(bentoml_home: Path, **extra: str) -> dict[str, str]:
+    """Offline, with its own model store, and nothing Embento-specific or tracking-related from the caller:
+    the service must switch tracking off itself."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("EMBENTO_") and k != "BENTOML_DO_NOT_TRACK"}
+    return {**env, "HF_HUB_OFFLINE": "1", "BENTOML_HOME": str(bentoml_home), **extra}
+
+
+@contextlib.contextmanager
+def background(command: list[str], env: dict[str, str], log_path: Path, cwd: Path = ROOT) -> Iterator[subprocess.Popen]:
+    """A process group running `command` until the block ends, its output in `log_path`."""
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen(command, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                   start_new_session=True)
         try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-        log.close()
+            yield process
+        finally:
+            os.killpg(process.pid, signal.SIGTERM)
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
 
 
-def _wait_ready(url: str, process: subprocess.Popen, log_path: Path) -> None:
+def wait_ready(url: str, process: subprocess.Popen, log_path: Path) -> None:
     deadline = time.monotonic() + SERVER_START_TIMEOUT_S
     while time.monotonic() < deadline:
         if process.poll() is not None:

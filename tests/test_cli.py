@@ -87,9 +87,9 @@ def test_embento_serve_runs_the_configured_models(tiny_bert_path, tmp_path):
     import httpx
     import psutil
 
-    from tests.conftest import _free_port
+    from tests.conftest import free_port
 
-    port = _free_port()
+    port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("EMBENTO_")}
     env.update(HF_HUB_OFFLINE="1", BENTOML_HOME=str(tmp_path / "bentoml"), EMBENTO_BATCH_SIZE="999999")
     command = [sys.executable, "-m", "cli", "serve", "--model-id", str(tiny_bert_path), "--served-model-name",

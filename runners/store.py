@@ -1,0 +1,123 @@
+"""Checkpoints kept in BentoML's model store, so a Bento carries its weights and starts with no network.
+
+`embento models import` copies a checkpoint (a folder, a packaged model or a Hub download) into the store.
+The configuration names it as `model_id: bentoml://<name>[:<version>]`. Services declare the store models
+they load as `BentoModel`s, so `bentoml build` pins their exact versions in `bento.yaml`, and `bentoml
+export`, `containerize` and `push` carry the files. A Bento being served uses the versions it pinned, even
+when a newer one has been imported since.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from collections.abc import Callable, Iterable
+from functools import cache
+from pathlib import Path
+from typing import TypeVar
+
+import bentoml
+import yaml
+
+from models.config import STORE_PREFIX, EmbentoConfig, ModelConfig, get_config, store_tag
+from models.errors import ConfigError, ModelLoadError
+from models.kinds import detect_kind
+from models.resolve import resolve_model
+
+T = TypeVar("T", bound=type)
+IGNORED_FILES = shutil.ignore_patterns(".git", ".cache", ".gitattributes")
+
+
+def store_name(source: str) -> str:
+    """A valid store name from a Hub id or folder: its last part, lower case (`BAAI/bge-small-en-v1.5`
+    → `bge-small-en-v1.5`)."""
+    name = re.sub(r"[^a-z0-9._-]+", "-", Path(source.rstrip("/")).name.lower()).strip("-._")
+    if not name:
+        raise ConfigError(f"cannot derive a store name from '{source}'; pass --name")
+    return name
+
+
+def import_checkpoint(source: str, name: str | None = None, revision: str | None = None) -> bentoml.Model:
+    """Copy a checkpoint into the model store; its metadata records where it came from and what it is."""
+    folder = resolve_model(source, revision)
+    if not (folder / "config.json").is_file():
+        raise ModelLoadError(f"'{source}' ({folder}) holds no config.json; it is not a transformers checkpoint")
+    labels = {"kind": detect_kind(folder), "source": "embento"}
+    metadata = {"model_id": source, "revision": revision or ""}
+    with bentoml.models.create(name or store_name(source), labels=labels, metadata=metadata) as model:
+        shutil.copytree(folder, model.path, dirs_exist_ok=True, ignore=IGNORED_FILES)
+    return model
+
+
+@cache
+def served_bento() -> dict:
+    """The `bento.yaml` of the Bento being served; {} when serving from source.
+
+    BentoML imports a Bento's code with `<bento>/src` as the working directory, beside its `bento.yaml`.
+    """
+    bento_file = Path.cwd().parent / "bento.yaml"
+    if Path.cwd().name != "src" or not bento_file.is_file():
+        return {}
+    return yaml.safe_load(bento_file.read_text()) or {}
+
+
+def _bento_pins() -> dict[str, str]:
+    """Model name → exact tag, as pinned by the Bento being served."""
+    services = served_bento().get("services") or []
+    return {str(m["tag"]).split(":")[0]: str(m["tag"]) for s in services for m in s.get("models") or []}
+
+
+def check_built_services(needed: set[str]) -> None:
+    """A Bento holds the services its build configuration needed; a configuration that needs more (say,
+    a reranker added through EMBENTO_CONFIG) cannot be served from it."""
+    built = {s["name"] for s in served_bento().get("services") or []}
+    if built and not needed <= built:
+        raise ConfigError(
+            f"this Bento ({served_bento().get('version')}) was built with the services {sorted(built)}, but the "
+            f"configuration needs {sorted(needed - built)} too: rebuild it with that configuration in embento.yaml"
+        )
+
+
+def stored_model(tag: str) -> bentoml.Model:
+    """The store entry for `name[:version]`; no version (or `latest`) means the Bento's pin, else the newest."""
+    name, _, version = tag.partition(":")
+    if version in ("", "latest"):
+        tag = _bento_pins().get(name, f"{name}:latest")
+    try:
+        return bentoml.models.get(tag)
+    except bentoml.exceptions.NotFound:
+        raise ModelLoadError(
+            f"model '{STORE_PREFIX}{tag}' is not in the BentoML model store; add it with "
+            f"`embento models import <hub id or folder> --name {name}` (BENTOML_HOME sets the store's place)"
+        ) from None
+
+
+@cache
+def store_tags() -> dict[str, str]:
+    """Served model name → exact store tag, for every configured `bentoml://` model."""
+    return {m.served_model_name: str(stored_model(tag).tag)
+            for m in get_config().models if (tag := store_tag(m.model_id))}
+
+
+@cache
+def served_config() -> EmbentoConfig:
+    """The configuration with each store model's `model_id` replaced by its folder in the store."""
+    tags = store_tags()
+    models = [
+        m.model_copy(update={"model_id": bentoml.models.get(tags[m.served_model_name]).path})
+        if m.served_model_name in tags else m
+        for m in get_config().models
+    ]
+    return get_config().model_copy(update={"models": models})
+
+
+def pin_store_models(configs: Iterable[ModelConfig]) -> Callable[[T], T]:
+    """Class decorator for a service: declare the store models it loads, so a Bento build pins them."""
+    tags = [store_tags()[c.served_model_name] for c in configs if c.served_model_name in store_tags()]
+
+    def declare(cls: T) -> T:
+        for index, tag in enumerate(tags):
+            setattr(cls, f"store_model_{index}", bentoml.models.BentoModel(tag))
+        return cls
+
+    return declare

@@ -1,0 +1,238 @@
+"""Shipping: both Bento variants built from one project, store models pinned and carried in the archive,
+the built CPU Bento served offline, and the same Bento split into one server per model service."""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+from importlib.metadata import version
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+import yaml
+
+from cli import ACCELERATORS, project_version
+from tests.conftest import (
+    MINILM,
+    ROOT,
+    TINY_CLIP,
+    TINY_RERANKER,
+    background,
+    free_port,
+    make_sentences,
+    server_env,
+    wait_ready,
+)
+from tests.media import IMAGES, data_uri
+
+pytestmark = pytest.mark.server
+
+PROJECT_FILES = ("service.py", "gateway", "runners", "models", "bentofile.yaml", "pyproject.toml",
+                 "requirements.txt", "requirements-cpu.txt", "requirements-cuda.txt")
+VERSION = project_version(ROOT)
+# The Bento's own configuration: three store models, so it holds three model services.
+STORE_CONFIG = yaml.safe_dump({"models": [
+    {"model_id": "bentoml://minilm", "served_model_name": MINILM},
+    {"model_id": f"bentoml://{TINY_RERANKER}"},
+    {"model_id": f"bentoml://{TINY_CLIP}"},
+]})
+MODEL_SERVICES = {"TextEmbedder", "Reranker", "ClipEmbedder"}
+
+
+def embento(home: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "cli", *args], cwd=ROOT, env=server_env(home),
+                          capture_output=True, text=True, check=False, timeout=600)
+
+
+def requirement_lines(path: Path) -> list[str]:
+    return [line for line in path.read_text().splitlines() if line and not line.startswith("#")]
+
+
+@pytest.fixture(scope="module")
+def home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("bentoml-home")
+
+
+@pytest.fixture(scope="module")
+def minilm_tag(home: Path) -> str:
+    result = embento(home, "models", "import", MINILM, "--name", "minilm")
+    assert result.returncode == 0, result.stderr
+    return re.search(r" as (minilm:\w+);", result.stdout).group(1)
+
+
+@pytest.fixture(scope="module")
+def store_tags(home: Path, minilm_tag: str, tiny_reranker_path: Path, tiny_clip_path: Path) -> dict[str, str]:
+    tags = {"minilm": minilm_tag}
+    for name, folder in ((TINY_RERANKER, tiny_reranker_path), (TINY_CLIP, tiny_clip_path)):
+        result = embento(home, "models", "import", str(folder), "--name", name)
+        assert result.returncode == 0, result.stderr
+        tags[name] = re.search(r" as (\S+);", result.stdout).group(1)
+    return tags
+
+
+@pytest.fixture(scope="module")
+def bentos(home: Path, store_tags: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """`embento build` on a copy of this project whose embento.yaml serves the store models."""
+    project = tmp_path_factory.mktemp("project")
+    for name in PROJECT_FILES:
+        source = ROOT / name
+        if source.is_dir():
+            shutil.copytree(source, project / name, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy(source, project / name)
+    (project / "embento.yaml").write_text(STORE_CONFIG)
+    result = embento(home, "build", "--project-dir", str(project))
+    assert result.returncode == 0, result.stderr
+    assert re.findall(r"built (embento:\S+)", result.stdout) == [f"embento:{VERSION}-{a}" for a in ACCELERATORS]
+    return {accel: home / "bentos" / "embento" / f"{VERSION}-{accel}" for accel in ACCELERATORS}
+
+
+@pytest.mark.parametrize("accel", ACCELERATORS)
+def test_bento_records_its_variant_models_and_pins(bentos, store_tags, accel):
+    info = yaml.safe_load((bentos[accel] / "bento.yaml").read_text())
+    assert (info["name"], info["version"], info["entry_service"]) == ("embento", f"{VERSION}-{accel}", "Embento")
+    assert info["labels"] == {"owner": "embento", "accel": accel, "models": f"{MINILM},{TINY_RERANKER},{TINY_CLIP}"}
+    assert info["args"] == {"accel": accel}
+    # `bentoml://<name>` (no version) is pinned to the exact version in the store at build time; each
+    # model service declares the models it loads, the gateway every one (it reads their tokenizers).
+    pins = {service["name"]: [m["tag"] for m in service["models"]] for service in info["services"]}
+    assert pins == {"Embento": [store_tags["minilm"], store_tags[TINY_RERANKER], store_tags[TINY_CLIP]],
+                    "TextEmbedder": [store_tags["minilm"]], "Reranker": [store_tags[TINY_RERANKER]],
+                    "ClipEmbedder": [store_tags[TINY_CLIP]]}
+    gateway = next(service for service in info["services"] if service["name"] == "Embento")
+    assert {d["service"] for d in gateway["dependencies"]} == MODEL_SERVICES
+    assert (bentos[accel] / "src" / "embento.yaml").read_text() == STORE_CONFIG
+
+
+def test_variant_images_differ_only_in_their_accelerator_packages(bentos):
+    dockerfiles = {a: (bentos[a] / "env" / "docker" / "Dockerfile").read_text() for a in ACCELERATORS}
+    requirements = {a: requirement_lines(bentos[a] / "env" / "python" / "requirements.txt") for a in ACCELERATORS}
+    for accel, dockerfile in dockerfiles.items():
+        assert "FROM python:3.11-slim AS base-container" in dockerfile
+        assert re.search(r"apt-get install .*\blibsndfile1\b", dockerfile)  # audio decoding
+        assert "pip install -r $BENTO_PATH/env/python/requirements.txt" in dockerfile
+        assert "ENV UV_INDEX_STRATEGY=$UV_INDEX_STRATEGY" in dockerfile
+        assert 'ENTRYPOINT [ "/home/bentoml/bento/env/docker/entrypoint.sh" ]' in dockerfile
+        assert "EXPOSE 3000" in dockerfile
+        assert {"ctranslate2==4.8.5", "bentoml==1.4.40"} <= set(requirements[accel])
+    cpu, cuda = requirements["cpu"], requirements["cuda"]
+    assert "--extra-index-url https://download.pytorch.org/whl/cpu" in cpu and "torch==2.13.0+cpu" in cpu
+    assert not any(line.startswith("onnxruntime-gpu") for line in cpu)
+    assert "torch==2.13.0" in cuda and not any(line.startswith(("--extra-index-url", "onnxruntime==")) for line in cuda)
+    assert any(line.startswith("onnxruntime-gpu==") for line in cuda)
+    assert any(line.startswith("nvidia-cublas-cu12==") for line in cuda)
+    assert "ENV LD_LIBRARY_PATH=" in dockerfiles["cuda"] and "LD_LIBRARY_PATH" not in dockerfiles["cpu"]
+    # One ONNX Runtime release in both variants, and the CPU pins are what this test suite runs on.
+    ort_versions = {line.split("==")[1] for line in cpu + cuda if line.startswith("onnxruntime")}
+    assert ort_versions == {version("onnxruntime")}
+    assert f"torch=={version('torch')}" in cpu
+
+
+def test_built_cpu_bento_serves_offline_with_its_pinned_store_model(home, bentos, minilm_path, tiny_bert_path,
+                                                                    tmp_path):
+    # A newer `minilm` (a 32-dimension model) lands in the store after the build; the Bento keeps its pin.
+    newer = embento(home, "models", "import", str(tiny_bert_path), "--name", "minilm")
+    assert newer.returncode == 0, newer.stderr
+    port = free_port()
+    command = [sys.executable, "-m", "bentoml", "serve", f"embento:{VERSION}-cpu", "--host", "127.0.0.1",
+               "--port", str(port)]
+    with background(command, server_env(home), tmp_path / "bento.log", cwd=tmp_path) as process:
+        url = f"http://127.0.0.1:{port}"
+        wait_ready(url, process, tmp_path / "bento.log")
+        models = httpx.get(f"{url}/v1/models", timeout=30).json()["data"]
+        assert [m["id"] for m in models] == [MINILM, TINY_RERANKER, TINY_CLIP]
+        assert models[0]["dimension"] == 384
+        sentences = make_sentences(8)
+        response = httpx.post(f"{url}/v1/embeddings", json={"input": sentences, "model": MINILM}, timeout=60)
+    assert response.status_code == 200, response.text
+    from sentence_transformers import SentenceTransformer
+
+    expected = SentenceTransformer(str(minilm_path), device="cpu").encode(sentences)
+    got = np.array([item["embedding"] for item in response.json()["data"]])
+    cosines = (got * expected).sum(axis=1) / (np.linalg.norm(got, axis=1) * np.linalg.norm(expected, axis=1))
+    assert cosines.min() >= 0.9999
+
+
+def test_export_carries_the_model_weights(home, bentos, minilm_tag, tmp_path):
+    archive = tmp_path / "embento.bento"
+    result = subprocess.run([sys.executable, "-m", "bentoml", "export", f"embento:{VERSION}-cpu", str(archive)],
+                            env=server_env(home), capture_output=True, text=True, check=False, timeout=300)
+    assert result.returncode == 0, result.stderr
+    with tarfile.open(archive) as tar:
+        members = {member.name.removeprefix("./"): member.size for member in tar.getmembers()}
+    name, store_version = minilm_tag.split(":")
+    weights = f"models/{name}/{store_version}/model.safetensors"
+    assert members.get(weights, 0) == (home / "models" / name / store_version / "model.safetensors").stat().st_size
+    assert {"bento.yaml", "src/embento.yaml", "src/service.py"} <= set(members)
+
+
+def test_split_topology_answers_like_one_process(home, bentos, client, tmp_path):
+    """The CPU Bento as one server per model service plus the gateway with `--depends`, as on Kubernetes,
+    answers as the single-process server does on the same checkpoints."""
+    env = server_env(home)
+    start = [sys.executable, "-m", "bentoml_cli._internal.start", "start-http-server", str(bentos["cpu"]),
+             "--host", "127.0.0.1"]
+    ports = {name: free_port() for name in sorted(MODEL_SERVICES)}
+    with contextlib.ExitStack() as stack:
+        for name, port in ports.items():
+            command = [*start, "--service-name", name, "--port", str(port)]
+            stack.enter_context(background(command, env, tmp_path / f"{name}.log", cwd=tmp_path))
+        depends = [f"--depends={name}=http://127.0.0.1:{port}" for name, port in ports.items()]
+        gateway_port = free_port()
+        gateway = stack.enter_context(background([*start, *depends, "--port", str(gateway_port)], env,
+                                                 tmp_path / "gateway.log", cwd=tmp_path))
+        url = f"http://127.0.0.1:{gateway_port}"
+        wait_ready(url, gateway, tmp_path / "gateway.log")
+        with httpx.Client(base_url=url, timeout=60) as split:
+            assert split.get("/health").status_code == 200
+            _assert_same_answers(split, client)
+
+
+def _assert_same_answers(split: httpx.Client, single: httpx.Client) -> None:
+    requests = [
+        ("/v1/embeddings", {"model": MINILM, "input": make_sentences(6)}),
+        ("/v1/rerank", {"model": TINY_RERANKER, "query": "a fox", "documents": ["a fox jumps", "a lazy dog", "x"]}),
+        ("/v1/embeddings", {"model": TINY_CLIP, "modality": "image", "input": [data_uri(*IMAGES[min(IMAGES)])]}),
+    ]
+    for path, body in requests:
+        answers = [client.post(path, json=body) for client in (split, single)]
+        assert [a.status_code for a in answers] == [200, 200], answers[0].text
+        split_json, single_json = (a.json() for a in answers)
+        if path == "/v1/rerank":
+            # The single-process server runs this reranker on ONNX Runtime, the split one on torch.
+            assert [r["index"] for r in split_json["results"]] == [r["index"] for r in single_json["results"]]
+            np.testing.assert_allclose([r["relevance_score"] for r in split_json["results"]],
+                                       [r["relevance_score"] for r in single_json["results"]], atol=1e-4)
+        else:
+            np.testing.assert_allclose([d["embedding"] for d in split_json["data"]],
+                                       [d["embedding"] for d in single_json["data"]], atol=1e-5)
+            assert split_json["usage"] == single_json["usage"]
+
+
+def test_a_bento_refuses_a_configuration_that_needs_services_it_lacks(home, bentos, tiny_clap_path, tmp_path):
+    config = yaml.safe_load(STORE_CONFIG)
+    config["models"].append({"model_id": str(tiny_clap_path), "served_model_name": "added"})
+    (tmp_path / "more.yaml").write_text(yaml.safe_dump(config))
+    result = subprocess.run([sys.executable, "-m", "bentoml", "serve", str(bentos["cpu"]), "--port", str(free_port())],
+                            env=server_env(home, EMBENTO_CONFIG=str(tmp_path / "more.yaml")), cwd=tmp_path,
+                            capture_output=True, text=True, check=False, timeout=300)
+    assert result.returncode != 0
+    assert "was built with the services ['ClipEmbedder', 'Embento', 'Reranker', 'TextEmbedder']" in result.stderr
+    assert "needs ['ClapEmbedder'] too: rebuild it" in result.stderr
+
+
+def test_store_errors_name_the_way_out(home, tmp_path):
+    (tmp_path / "empty").mkdir()
+    result = embento(home, "models", "import", str(tmp_path / "empty"))
+    assert result.returncode == 2 and "holds no config.json" in result.stderr
+    missing = subprocess.run([sys.executable, "-c", "from runners.store import stored_model; stored_model('nope')"],
+                             cwd=ROOT, env=server_env(home), capture_output=True, text=True, check=False, timeout=120)
+    assert missing.returncode != 0
+    assert "'bentoml://nope:latest' is not in the BentoML model store" in missing.stderr
+    assert "embento models import <hub id or folder> --name nope" in missing.stderr
