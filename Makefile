@@ -3,7 +3,7 @@ PYTHON ?= python3.11
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: setup serve test bench clean
+.PHONY: setup serve test bench bento clean
 
 setup: $(STAMP)
 
@@ -20,6 +20,10 @@ serve: setup
 
 test: setup
 	BENTOML_DO_NOT_TRACK=True HF_HUB_OFFLINE=1 $(VENV)/bin/python -m pytest
+
+# embento:<version>-cpu and embento:<version>-cuda, serving the models embento.yaml names.
+bento: setup
+	$(VENV)/bin/embento build
 
 bench: setup
 	$(VENV)/bin/python bench/run_all.py

@@ -77,14 +77,14 @@ from runners.text import TextEmbedder
 logger = logging.getLogger(__name__)
 CONFIG = served_config()  # store models (`bentoml://…`) resolved to their folders
 KINDS: dict[str, Kind] = {m.served_model_name: model_kind(m) for m in CONFIG.models}
-# Which model service runs each kind: (Gateway attribute, its batchable API).
-RUNNERS: dict[Kind, tuple[str, str]] = {
-    "embed": ("embedder", "embed"),
-    "rerank": ("reranker", "score"),
-    "classify": ("reranker", "score"),
-    "clip": ("clip_embedder", "encode"),
-    "clap": ("clap_embedder", "encode"),
-    "colpali": ("colpali_embedder", "encode"),
+# Which model service runs each kind: the Gateway attribute that holds it, the service, its batchable API.
+RUNNERS: dict[Kind, tuple[str, Any, str]] = {
+    "embed": ("embedder", TextEmbedder, "embed"),
+    "rerank": ("reranker", Reranker, "score"),
+    "classify": ("reranker", Reranker, "score"),
+    "clip": ("clip_embedder", ClipEmbedder, "encode"),
+    "clap": ("clap_embedder", ClapEmbedder, "encode"),
+    "colpali": ("colpali_embedder", ColPaliEmbedder, "encode"),
 }
 TEXT_KINDS = ("embed", "rerank", "classify")
 LIMITS = MediaLimits(CONFIG.max_item_bytes, CONFIG.max_image_pixels, CONFIG.max_audio_seconds)
@@ -92,8 +92,18 @@ STARTED = int(time.time())
 WARMUP_RETRY_S = 1.0
 INLINE_TOKENIZE_LIMIT = 2048  # characters (or token ids) per request
 
-routes = Starlette()  # GET routes; BentoML's own API routes are POST-only
 T = TypeVar("T")
+
+
+def depend_on_model_services(cls: type[T]) -> type[T]:
+    """Only the model services this configuration needs are started, and built into a Bento."""
+    for kind in KINDS.values():
+        attribute, runner, _ = RUNNERS[kind]
+        setattr(cls, attribute, bentoml.depends(runner))
+    return cls
+
+
+routes = Starlette()  # GET routes; BentoML's own API routes are POST-only
 
 
 @bentoml.service(
@@ -106,19 +116,8 @@ T = TypeVar("T")
 )
 @bentoml.asgi_app(routes, path="/")
 @pin_store_models(CONFIG.models)  # the gateway reads their tokenizers and processors
+@depend_on_model_services
 class Gateway:
-    # Only the model services this configuration needs are started.
-    if "embed" in KINDS.values():
-        embedder = bentoml.depends(TextEmbedder)
-    if {"rerank", "classify"} & set(KINDS.values()):
-        reranker = bentoml.depends(Reranker)
-    if "clip" in KINDS.values():
-        clip_embedder = bentoml.depends(ClipEmbedder)
-    if "clap" in KINDS.values():
-        clap_embedder = bentoml.depends(ClapEmbedder)
-    if "colpali" in KINDS.values():
-        colpali_embedder = bentoml.depends(ColPaliEmbedder)
-
     def __init__(self) -> None:
         self.tokenizers: dict[str, Preprocessor] = {}
         self.processors: dict[str, MediaProcessor] = {}
@@ -137,7 +136,7 @@ class Gateway:
         self._warm_lock = asyncio.Lock()
 
     def _runner(self, kind: Kind) -> Callable[[list[Any]], Awaitable[list[np.ndarray]]]:
-        attribute, api = RUNNERS[kind]
+        attribute, _, api = RUNNERS[kind]
         return getattr(getattr(self, attribute).to_async, api)
 
     @bentoml.on_startup

@@ -86,7 +86,9 @@ class LegacyMediaRequest(BaseModel):
 class EmbeddingData(BaseModel):
     object: Literal["embedding"] = "embedding"
     index: int
-    embedding: list[float] | list[list[float]] | str
+    # `str` (base64) first: BentoML's schema keeps only a union's first member, and its Python client
+    # walks a declared array character by character when the value is a base64 string.
+    embedding: str | list[float] | list[list[float]]
 
 
 class MultiVectorData(EmbeddingData):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+
 import numpy as np
 import pytest
 
@@ -65,3 +67,60 @@ def test_errors_are_exceptions_with_the_servers_message(embento):
     with pytest.raises(EmbentoClientError) as caught:
         embento.embed(["x"], model="no-such-model")
     assert caught.value.status == 404 and "no-such-model" in caught.value.message
+
+
+# One valid body per POST endpoint of the gateway, keyed by BentoML client method name.
+ENDPOINT_BODIES = {
+    "embeddings": {"input": ["a sentence"], "model": MINILM},
+    "embeddings_unversioned": {"input": "a sentence", "model": MINILM, "encoding_format": "base64"},
+    "embeddings_image": {"input": [data_uri(*IMAGES["png"])], "model": TINY_CLIP},
+    "embeddings_audio": {"input": [data_uri(*AUDIO["wav-16k-mono"])], "model": TINY_CLAP},
+    "rerank_infinity": {"query": "q", "documents": ["a", "b"], "model": TINY_RERANKER, "return_documents": True},
+    "rerank_v1": {"query": "q", "documents": ["a", {"text": "b"}], "model": TINY_RERANKER},
+    "rerank_v2": {"query": "q", "documents": ["a", "b"], "model": TINY_RERANKER},
+    "classify": {"input": ["good"], "model": TINY_CLASSIFIER},
+    "classify_unversioned": {"input": "bad", "model": TINY_CLASSIFIER, "raw_scores": True},
+}
+ID_FIELDS = ("id", "created")  # differ from call to call
+
+
+def assert_same(got, expected, where: str = "") -> None:
+    """Equal answers: numbers within float32 noise (batches differ between calls), base64 vectors decoded."""
+    if isinstance(expected, dict):
+        assert set(got) == set(expected), where
+        for key in expected.keys() - set(ID_FIELDS):
+            assert_same(got[key], expected[key], f"{where}.{key}")
+    elif isinstance(expected, list):
+        assert len(got) == len(expected), where
+        for index, (a, b) in enumerate(zip(got, expected)):
+            assert_same(a, b, f"{where}[{index}]")
+    elif isinstance(expected, float):
+        assert got == pytest.approx(expected, abs=1e-5), where
+    elif where.endswith(".embedding") and isinstance(expected, str):
+        decode = lambda text: np.frombuffer(base64.b64decode(text), dtype="<f4")  # noqa: E731
+        np.testing.assert_allclose(decode(got), decode(expected), atol=1e-5, err_msg=where)
+    else:
+        assert got == expected, where
+
+
+def test_bentoml_clients_call_every_post_endpoint(server, client):
+    """`bentoml.SyncHTTPClient` and `AsyncHTTPClient` reach every POST endpoint and get what raw HTTP gets."""
+    import asyncio
+
+    import bentoml
+
+    expected = {}
+    with bentoml.SyncHTTPClient(server) as bento:
+        assert set(bento.endpoints) == set(ENDPOINT_BODIES)
+        for method, body in ENDPOINT_BODIES.items():
+            response = client.post(bento.endpoints[method].route, json=body)
+            assert response.status_code == 200, response.text
+            expected[method] = response.json()
+            assert_same(getattr(bento, method)(body), expected[method], method)
+
+    async def concurrently() -> list[dict]:
+        async with bentoml.AsyncHTTPClient(server) as bento:
+            return await asyncio.gather(*(getattr(bento, method)(body) for method, body in ENDPOINT_BODIES.items()))
+
+    for method, got in zip(ENDPOINT_BODIES, asyncio.run(concurrently())):
+        assert_same(got, expected[method], method)
