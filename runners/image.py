@@ -30,6 +30,7 @@ def bento_image(accel: str) -> bentoml.images.Image:
     return (
         bentoml.images.Image(python_version=PYTHON_VERSION, lock_python_packages=False)
         .system_packages(*SYSTEM_PACKAGES)
+        # Relative to the working directory, which BentoML sets to the project (or a Bento's src/).
         .requirements_file("requirements.txt")
         .requirements_file(f"requirements-{accel}.txt")
     )

@@ -90,6 +90,8 @@ def stored_model(tag: str) -> bentoml.Model:
             f"model '{STORE_PREFIX}{tag}' is not in the BentoML model store; add it with "
             f"`embento models import <hub id or folder> --name {name}` (BENTOML_HOME sets the store's place)"
         ) from None
+    except (ValueError, bentoml.exceptions.BentoMLException) as exc:
+        raise ConfigError(f"'{STORE_PREFIX}{tag}' does not name a store model: {exc}") from None
 
 
 @cache

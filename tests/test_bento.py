@@ -231,8 +231,19 @@ def test_store_errors_name_the_way_out(home, tmp_path):
     (tmp_path / "empty").mkdir()
     result = embento(home, "models", "import", str(tmp_path / "empty"))
     assert result.returncode == 2 and "holds no config.json" in result.stderr
-    missing = subprocess.run([sys.executable, "-c", "from runners.store import stored_model; stored_model('nope')"],
-                             cwd=ROOT, env=server_env(home), capture_output=True, text=True, check=False, timeout=120)
-    assert missing.returncode != 0
-    assert "'bentoml://nope:latest' is not in the BentoML model store" in missing.stderr
-    assert "embento models import <hub id or folder> --name nope" in missing.stderr
+    lookups = ("from runners.store import stored_model\n"
+               "for tag in ('nope', 'Not A Name'):\n"
+               "    try:\n        stored_model(tag)\n    except Exception as exc:\n        print(exc.message)\n")
+    result = subprocess.run([sys.executable, "-c", lookups], cwd=ROOT, env=server_env(home), capture_output=True,
+                            text=True, check=True, timeout=120)
+    missing, invalid = result.stdout.splitlines()
+    assert missing.startswith("model 'bentoml://nope:latest' is not in the BentoML model store")
+    assert "embento models import <hub id or folder> --name nope" in missing
+    assert invalid.startswith("'bentoml://Not A Name:latest' does not name a store model")
+
+
+def test_store_names_come_from_the_ids_last_part():
+    from runners.store import store_name
+
+    assert store_name("BAAI/bge-small-en-v1.5") == "bge-small-en-v1.5"
+    assert store_name("./checkpoints/My Model_v2/") == "my-model_v2"

@@ -87,3 +87,11 @@ def test_split_list():
     assert split_list("a;b;") == ["a", "b"]
     assert split_list(" a ; b") == ["a", "b"]
     assert split_list("") == []
+
+
+def test_store_models_are_named_after_their_store_name_and_take_no_revision():
+    config = load_config({"EMBENTO_MODEL_ID": "bentoml://bge-small:abc123;bentoml://other"}, cwd=Path("/"))
+    assert [(m.model_id, m.served_model_name) for m in config.models] == [
+        ("bentoml://bge-small:abc123", "bge-small"), ("bentoml://other", "other")]
+    with pytest.raises(ConfigError, match="its version goes in the tag"):
+        load_config({"EMBENTO_MODEL_ID": "bentoml://x", "EMBENTO_REVISION": "main"}, cwd=Path("/"))
