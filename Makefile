@@ -7,11 +7,15 @@ STAMP := $(VENV)/.installed
 
 setup: $(STAMP)
 
-# requirements-cpu.txt pins CPU torch from PyTorch's CPU index: a plain `torch` would pull a multi-GB CUDA build.
+# requirements-cpu.txt pins CPU torch from PyTorch's CPU index (a plain `torch` would pull a multi-GB CUDA
+# build). torch goes in first, alone and without its dependencies, so that only torch is asked of that index.
+CPU_PINS := $(shell grep -E '^[a-z]' requirements-cpu.txt)
+TORCH_INDEX := $(shell sed -n 's/^--extra-index-url //p' requirements-cpu.txt)
 $(STAMP): requirements.txt requirements-cpu.txt requirements-test.txt pyproject.toml
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --quiet --upgrade pip
-	$(VENV)/bin/pip install --quiet --quiet -r requirements-cpu.txt -r requirements.txt -r requirements-test.txt
+	$(VENV)/bin/pip install --quiet --quiet --retries 1 --no-deps --extra-index-url $(TORCH_INDEX) $(filter torch==%,$(CPU_PINS))
+	$(VENV)/bin/pip install --quiet --quiet $(CPU_PINS) -r requirements.txt -r requirements-test.txt
 	$(VENV)/bin/pip install --quiet --quiet --no-deps -e .
 	touch $(STAMP)
 
