@@ -59,7 +59,8 @@ FLAGS = (
          per_model=True),
     Flag(("--trust-remote-code",), "TRUST_REMOTE_CODE", "run code shipped with the checkpoint (default: false)",
          per_model=True, is_switch=True),
-    Flag(("--api-key",), "API_KEY", "require `Authorization: Bearer <key>` on API routes"),
+    Flag(("--api-key",), "API_KEY", "require `Authorization: Bearer <key>` on every route but the probes; "
+         "several keys: separate them with ';'"),
     Flag(("--config",), "CONFIG", f"YAML configuration file (default: ./{CONFIG_FILE_NAME} if present)"),
     Flag(("--host",), "HOST", f"address to listen on (default: {DEFAULT_HOST})"),
     Flag(("--port",), "PORT", f"port to listen on (default: {DEFAULT_PORT})"),

@@ -31,7 +31,7 @@ from starlette.routing import Route
 
 from gateway.errors import OpenAIErrorBodies, error_response
 from gateway.fetch import UrlFetcher, UrlPolicy
-from gateway.guard import RequestGuard
+from gateway.guard import PROBE_PATHS, RequestGuard
 from gateway.media_inputs import load_item
 from gateway.routing import check_modalities, choose_model
 from gateway.schemas import (
@@ -113,6 +113,11 @@ routes = Starlette()  # GET routes; BentoML's own API routes are POST-only
     labels={"accel": ARGS.accel, "models": ",".join(KINDS)},
     traffic={"timeout": CONFIG.request_timeout_s + 30},
     logging={"access": {"enabled": False}},
+    http={"cors": {
+        "enabled": bool(CONFIG.cors_allow_origins), "access_control_allow_origins": CONFIG.cors_allow_origins,
+        "access_control_allow_methods": ["GET", "POST", "OPTIONS"],
+        "access_control_allow_headers": ["Authorization", "Content-Type"],
+    }},
 )
 @bentoml.asgi_app(routes, path="/")
 @pin_store_models(CONFIG.models)  # the gateway reads their tokenizers and processors
@@ -400,4 +405,7 @@ routes.router.routes.append(Route("/health", _get_health, methods=["GET"]))
 
 # Added first = outermost: every error below, ours or the framework's, leaves in OpenAI's shape.
 Gateway.add_asgi_middleware(OpenAIErrorBodies)
-Gateway.add_asgi_middleware(RequestGuard, api_key=CONFIG.api_key, max_request_bytes=CONFIG.max_request_bytes)
+Gateway.add_asgi_middleware(
+    RequestGuard, api_keys=CONFIG.api_keys(), max_request_bytes=CONFIG.max_request_bytes,
+    open_paths=PROBE_PATHS | ({"/metrics"} if CONFIG.public_metrics else set()),
+)

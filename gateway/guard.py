@@ -3,21 +3,33 @@
 from __future__ import annotations
 
 import hmac
+from collections.abc import Iterable, Sequence
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gateway.errors import error_response
 from models import errors
 
-# Probes, metrics and API docs stay open so orchestrators and browsers need no key.
-OPEN_PATHS = frozenset({"/livez", "/readyz", "/healthz", "/health", "/metrics", "/", "/docs.json", "/schema.json"})
+# Probes stay open so orchestrators need no key; /metrics too where configured (`public_metrics`).
+PROBE_PATHS = frozenset({"/livez", "/readyz", "/healthz", "/health"})
+
+
+def key_matches(token: str, keys: Iterable[str]) -> bool:
+    """Whether `token` is one of `keys`, in time that tells nothing of which key nor how much matched:
+    every key is compared, each in constant time (bytes, so any header text compares safely)."""
+    matched = False
+    for key in keys:
+        matched |= hmac.compare_digest(token.encode(), key.encode())
+    return matched
 
 
 class RequestGuard:
-    def __init__(self, app: ASGIApp, api_key: str | None, max_request_bytes: int) -> None:
+    def __init__(self, app: ASGIApp, api_keys: Sequence[str], max_request_bytes: int,
+                 open_paths: frozenset[str] = PROBE_PATHS) -> None:
         self.app = app
-        self.api_key = api_key
+        self.api_keys = tuple(api_keys)
         self.max_request_bytes = max_request_bytes
+        self.open_paths = open_paths
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -33,9 +45,9 @@ class RequestGuard:
     def _check(self, scope: Scope, headers: dict[str, str]) -> errors.EmbentoError | None:
         if scope["method"] == "OPTIONS":  # CORS preflight carries no credentials
             return None
-        if self.api_key and scope["path"] not in OPEN_PATHS:
+        if self.api_keys and scope["path"] not in self.open_paths:
             scheme, _, token = headers.get("authorization", "").partition(" ")
-            if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip(), self.api_key):
+            if scheme.lower() != "bearer" or not key_matches(token.strip(), self.api_keys):
                 return errors.Unauthorized("missing or invalid API key; send 'Authorization: Bearer <key>'")
         if scope["method"] != "POST":
             return None

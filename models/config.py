@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
 
 from models.errors import ConfigError
 
@@ -102,7 +102,11 @@ class EmbentoConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     models: list[ModelConfig] = Field(default_factory=lambda: [ModelConfig()], min_length=1)
-    api_key: str | None = None
+    # Keys clients may send as `Authorization: Bearer <key>`; several allow rotation. Secret: never printed.
+    api_key: list[SecretStr] = Field(default_factory=list)
+    api_key_file: str | None = None  # one key per line, in addition to api_key
+    public_metrics: bool = False  # /metrics answers without a key
+    cors_allow_origins: list[str] = Field(default_factory=list)  # browsers' cross-origin calls; none by default
     max_client_batch_size: int = Field(2048, ge=1)
     max_request_bytes: int = Field(32 * 1024 * 1024, ge=1024)
     request_timeout_s: float = Field(120.0, gt=0)
@@ -118,10 +122,30 @@ class EmbentoConfig(BaseModel):
     # Exported ONNX and converted CTranslate2 models, reused across starts.
     cache_dir: str = "~/.cache/embento"
 
-    @field_validator("url_allow_networks", mode="before")
+    @field_validator("url_allow_networks", "api_key", "cors_allow_origins", mode="before")
     @classmethod
-    def _networks_from_text(cls, value: Any) -> Any:
+    def _list_from_text(cls, value: Any) -> Any:
         return split_list(value) if isinstance(value, str) else value
+
+    @field_validator("api_key")
+    @classmethod
+    def _keys_are_not_blank(cls, value: list[SecretStr]) -> list[SecretStr]:
+        if any(not key.get_secret_value().strip() for key in value):
+            raise ValueError("api_key must not hold an empty key")
+        return value
+
+    @model_validator(mode="after")
+    def _read_key_file(self) -> EmbentoConfig:
+        if self.api_key_file:
+            try:
+                lines = Path(self.api_key_file).expanduser().read_text().splitlines()
+            except OSError as exc:
+                raise ValueError(f"api_key_file {self.api_key_file} cannot be read: {exc.strerror}") from None
+            self.api_key = self.api_key + [SecretStr(line.strip()) for line in lines if line.strip()]
+        return self
+
+    def api_keys(self) -> tuple[str, ...]:
+        return tuple(key.get_secret_value() for key in self.api_key)
 
     @field_validator("url_allow_networks")
     @classmethod

@@ -37,7 +37,7 @@ def test_engine_is_an_alias_of_backend_and_flags_beat_variables():
 def test_variables_apply_when_no_flag_is_given():
     env = env_for([], {"EMBENTO_MODEL_ID": "a/x;b/y", "EMBENTO_DTYPE": "float16", "EMBENTO_API_KEY": "s3"})
     config = load_config(env, cwd=Path("/"))
-    assert [m.dtype for m in config.models] == ["float16", "float16"] and config.api_key == "s3"
+    assert [m.dtype for m in config.models] == ["float16", "float16"] and config.api_keys() == ("s3",)
 
 
 def test_switch_flags_take_an_optional_value():

@@ -23,7 +23,7 @@ def test_defaults_serve_the_packaged_minilm(tmp_path):
     model = config.models[0]
     assert model.model_id == DEFAULT_MODEL_ID and model.served_model_name == DEFAULT_MODEL_ID
     assert (model.backend, model.device, model.dtype, model.trust_remote_code) == ("torch", "auto", "auto", False)
-    assert config.max_client_batch_size == 2048 and config.api_key is None
+    assert config.max_client_batch_size == 2048 and config.api_keys() == ()
 
 
 def test_served_name_defaults_to_last_path_part(tmp_path):
@@ -34,7 +34,7 @@ def test_served_name_defaults_to_last_path_part(tmp_path):
 def test_yaml_file_in_working_directory(tmp_path):
     write(tmp_path, {"api_key": "k", "models": [{"model_id": "a/b", "pooling": "cls", "prompts": {"query": "q: "}}]})
     config = load_config({}, cwd=tmp_path)
-    assert config.api_key == "k"
+    assert config.api_keys() == ("k",)
     assert config.models[0].pooling == "cls" and config.models[0].prompts == {"query": "q: "}
 
 
@@ -95,3 +95,18 @@ def test_store_models_are_named_after_their_store_name_and_take_no_revision():
         ("bentoml://bge-small:abc123", "bge-small"), ("bentoml://other", "other")]
     with pytest.raises(ConfigError, match="its version goes in the tag"):
         load_config({"EMBENTO_MODEL_ID": "bentoml://x", "EMBENTO_REVISION": "main"}, cwd=Path("/"))
+
+
+def test_api_keys_from_a_list_and_a_file_and_never_in_reprs_or_errors(tmp_path):
+    (tmp_path / "keys").write_text("file-key-1\n\n  file-key-2  \n")
+    config = load_config({"EMBENTO_API_KEY": "env-key-1;env-key-2", "EMBENTO_API_KEY_FILE": str(tmp_path / "keys")},
+                         cwd=tmp_path)
+    assert config.api_keys() == ("env-key-1", "env-key-2", "file-key-1", "file-key-2")
+    assert "key-1" not in repr(config) and "key-1" not in str(config.model_dump())
+    with pytest.raises(ConfigError) as caught:
+        load_config({"EMBENTO_API_KEY": "hidden-key;", "EMBENTO_MAX_REQUEST_BYTES": "x"}, cwd=tmp_path)
+    assert "hidden-key" not in caught.value.message
+    with pytest.raises(ConfigError, match="cannot be read"):
+        load_config({"EMBENTO_API_KEY_FILE": str(tmp_path / "missing")}, cwd=tmp_path)
+    with pytest.raises(ConfigError, match="empty key"):
+        load_config({"EMBENTO_API_KEY": "a; ;b"}, cwd=tmp_path)

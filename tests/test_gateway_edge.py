@@ -9,7 +9,7 @@ from starlette.routing import Route
 from starlette.testclient import TestClient
 
 from gateway.errors import OpenAIErrorBodies
-from gateway.guard import RequestGuard
+from gateway.guard import PROBE_PATHS, RequestGuard, key_matches
 
 
 async def echo(request):
@@ -25,10 +25,12 @@ async def crash_text(request):
     return PlainTextResponse("Traceback: secret internals", status_code=500)
 
 
-def make_client(api_key: str | None = "s3cret", limit: int = 2048) -> TestClient:
+def make_client(api_keys: tuple[str, ...] = ("s3cret",), limit: int = 2048,
+                open_paths: frozenset[str] = PROBE_PATHS) -> TestClient:
     app = Starlette(routes=[Route("/v1/embeddings", echo, methods=["POST"]), Route("/readyz", echo),
+                            Route("/metrics", echo), Route("/docs.json", echo),
                             Route("/bad", framework_error, methods=["POST"]), Route("/crash", crash_text)])
-    wrapped = OpenAIErrorBodies(RequestGuard(app, api_key=api_key, max_request_bytes=limit))
+    wrapped = OpenAIErrorBodies(RequestGuard(app, api_keys=api_keys, max_request_bytes=limit, open_paths=open_paths))
     return TestClient(wrapped)
 
 
@@ -41,25 +43,52 @@ def test_api_key_required_on_api_routes():
     assert client.post("/v1/embeddings", json={}, headers={"Authorization": "Bearer s3cret"}).status_code == 200
 
 
-def test_probes_and_preflight_need_no_key():
+def test_probes_and_preflight_need_no_key_but_docs_and_metrics_do():
     client = make_client()
     assert client.get("/readyz").status_code == 200
     assert client.options("/v1/embeddings").status_code != 401
+    assert client.get("/docs.json").status_code == 401 and client.get("/metrics").status_code == 401
+    public_metrics = make_client(open_paths=PROBE_PATHS | {"/metrics"})
+    assert public_metrics.get("/metrics").status_code == 200
+
+
+def test_several_keys_rotate_and_odd_headers_are_a_401():
+    client = make_client(api_keys=("new-key", "old-key"))
+    for key in ("new-key", "old-key"):
+        assert client.post("/v1/embeddings", json={}, headers={"Authorization": f"Bearer {key}"}).status_code == 200
+    for header in ("Bearer retired-key", "Bearer", "Basic new-key", "bearer  new-key ", "Bearer n\u00e9w-key",
+                   "Bearer new-key-and-more", "Bearer new"):
+        response = client.post("/v1/embeddings", json={}, headers={"Authorization": header.encode()})
+        assert response.status_code == (200 if header == "bearer  new-key " else 401), header
+
+
+def test_key_comparison_looks_at_every_key_in_constant_time(monkeypatch):
+    import hmac
+
+    calls = []
+    real = hmac.compare_digest
+    monkeypatch.setattr(hmac, "compare_digest", lambda a, b: calls.append((a, b)) or real(a, b))
+    keys = ("first-key", "second-key", "third-key")
+    for token, expected in (("first-key", True), ("third-key", True), ("none-of-them", False), ("é", False)):
+        calls.clear()
+        assert key_matches(token, keys) is expected
+        assert len(calls) == len(keys)  # no early exit on a match
+        assert all(isinstance(a, bytes) and isinstance(b, bytes) for a, b in calls)
 
 
 def test_no_key_configured_means_open():
-    assert make_client(api_key=None).post("/v1/embeddings", json={}).status_code == 200
+    assert make_client(api_keys=()).post("/v1/embeddings", json={}).status_code == 200
 
 
 @pytest.mark.parametrize("size, status", [(100, 200), (5000, 413)])
 def test_body_limit(size, status):
-    client = make_client(api_key=None)
+    client = make_client(api_keys=())
     assert client.post("/v1/embeddings", content=b"x" * size,
                        headers={"content-type": "application/json"}).status_code == status
 
 
 def test_framework_errors_are_reshaped_with_their_status():
-    client = make_client(api_key=None)
+    client = make_client(api_keys=())
     error = client.post("/bad", json={}).json()["error"]
     assert error == {"message": "input: bad", "type": "invalid_request_error", "param": "input", "code": None}
     crash = client.get("/crash")
