@@ -29,6 +29,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from gateway.admission import Admission
 from gateway.errors import OpenAIErrorBodies, error_response
 from gateway.fetch import UrlFetcher, UrlPolicy
 from gateway.guard import PROBE_PATHS, RequestGuard
@@ -76,6 +77,10 @@ from runners.text import TextEmbedder
 
 logger = logging.getLogger(__name__)
 CONFIG = served_config()  # store models (`bentoml://…`) resolved to their folders
+if not CONFIG.tracing:
+    # With no exporter, BentoML's OpenTelemetry spans still cost CPU, and memory that grew by ~440 MB
+    # under sustained load before levelling off (bench/overload.py). Off unless tracing is asked for.
+    os.environ.setdefault("OTEL_SDK_DISABLED", "true")
 KINDS: dict[str, Kind] = {m.served_model_name: model_kind(m) for m in CONFIG.models}
 # Which model service runs each kind: the Gateway attribute that holds it, the service, its batchable API.
 RUNNERS: dict[Kind, tuple[str, Any, str]] = {
@@ -139,6 +144,10 @@ class Gateway:
         )) if CONFIG.allow_url_inputs else None
         self.infos: dict[str, ModelInfo] = {}
         self._warm_lock = asyncio.Lock()
+        self.admission = {
+            RUNNERS[kind][0]: Admission(RUNNERS[kind][1].name, CONFIG.max_queued_items, CONFIG.max_queued_tokens)
+            for kind in KINDS.values()
+        }
 
     def _runner(self, kind: Kind) -> Callable[[list[Any]], Awaitable[list[np.ndarray]]]:
         attribute, _, api = RUNNERS[kind]
@@ -337,8 +346,10 @@ class Gateway:
 
     async def _run(self, info: ModelInfo, rows: list[Any]) -> list[np.ndarray]:
         """Rows through the model's service; one output per input row, or a clear error."""
+        admission = self.admission[RUNNERS[info.kind][0]]
         try:
-            outputs = await asyncio.wait_for(self._runner(info.kind)(rows), CONFIG.request_timeout_s)
+            with admission.admit(len(rows), sum(row.length for row in rows)):
+                outputs = await asyncio.wait_for(self._runner(info.kind)(rows), CONFIG.request_timeout_s)
         except TimeoutError:
             raise errors.RequestTimeout(
                 f"the request did not finish within {CONFIG.request_timeout_s:g} s"
@@ -408,4 +419,5 @@ Gateway.add_asgi_middleware(OpenAIErrorBodies)
 Gateway.add_asgi_middleware(
     RequestGuard, api_keys=CONFIG.api_keys(), max_request_bytes=CONFIG.max_request_bytes,
     open_paths=PROBE_PATHS | ({"/metrics"} if CONFIG.public_metrics else set()),
+    max_concurrent_requests=CONFIG.max_concurrent_requests,
 )

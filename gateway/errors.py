@@ -32,6 +32,11 @@ STATUS: dict[type[errors.EmbentoError], tuple[int, str | None]] = {
 }
 
 
+# Overloaded (429) and not ready (503) are worth retrying; clients that honour Retry-After wait this long.
+RETRY_AFTER_S = "1"
+RETRY_STATUSES = (429, 503)
+
+
 def error_type(status: int) -> str:
     if status == 429:
         return "rate_limit_error"
@@ -46,7 +51,8 @@ def error_response(exc: errors.EmbentoError) -> JSONResponse:
     status, code = next(STATUS[cls] for cls in type(exc).__mro__ if cls in STATUS)
     if status >= 500:
         logger.error("%s: %s", type(exc).__name__, exc.message)
-    return JSONResponse(error_body(status, exc.message, exc.param, code), status_code=status)
+    headers = {"Retry-After": RETRY_AFTER_S} if status in RETRY_STATUSES else None
+    return JSONResponse(error_body(status, exc.message, exc.param, code), status_code=status, headers=headers)
 
 
 def _is_openai_error(body: bytes) -> bool:
@@ -118,5 +124,7 @@ class OpenAIErrorBodies:
             body = json.dumps(error_body(status, message, param)).encode()
         headers = [(k, v) for k, v in start.get("headers", []) if k.lower() not in (b"content-length", b"content-type")]
         headers += [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+        if status in RETRY_STATUSES and not any(k.lower() == b"retry-after" for k, _ in headers):
+            headers.append((b"retry-after", RETRY_AFTER_S.encode()))
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": body})

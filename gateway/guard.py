@@ -1,4 +1,5 @@
-"""Checks at the edge, before a request reaches a route: API key, media type, body size."""
+"""Checks at the edge, before a request reaches a route or its body is read: API key, concurrency, media
+type, body size."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from collections.abc import Iterable, Sequence
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from gateway.admission import REJECTED
 from gateway.errors import error_response
 from models import errors
 
@@ -25,22 +27,39 @@ def key_matches(token: str, keys: Iterable[str]) -> bool:
 
 class RequestGuard:
     def __init__(self, app: ASGIApp, api_keys: Sequence[str], max_request_bytes: int,
-                 open_paths: frozenset[str] = PROBE_PATHS) -> None:
+                 open_paths: frozenset[str] = PROBE_PATHS, max_concurrent_requests: int = 2**31) -> None:
         self.app = app
         self.api_keys = tuple(api_keys)
         self.max_request_bytes = max_request_bytes
         self.open_paths = open_paths
+        self.max_concurrent_requests = max_concurrent_requests
+        self.in_flight = 0  # POST requests being answered; the event loop is single-threaded
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
         problem = self._check(scope, headers)
+        if problem is None and scope["method"] == "POST":
+            problem = self._check_concurrency()
         if problem is None and scope["method"] == "POST" and "content-length" not in headers:
             receive, problem = await self._buffer_body(receive)
         if problem is not None:
             return await error_response(problem)(scope, receive, send)
-        await self.app(scope, receive, send)
+        if scope["method"] != "POST":
+            return await self.app(scope, receive, send)
+        self.in_flight += 1
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            self.in_flight -= 1
+
+    def _check_concurrency(self) -> errors.EmbentoError | None:
+        """Refused before the body is read or parsed, so a flood of requests costs little to turn away."""
+        if self.in_flight < self.max_concurrent_requests:
+            return None
+        REJECTED.labels(model_service="gateway", reason="concurrency").inc()
+        return errors.Overloaded(f"{self.in_flight} requests are in flight, the most this server takes; retry shortly")
 
     def _check(self, scope: Scope, headers: dict[str, str]) -> errors.EmbentoError | None:
         if scope["method"] == "OPTIONS":  # CORS preflight carries no credentials

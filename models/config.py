@@ -107,9 +107,16 @@ class EmbentoConfig(BaseModel):
     api_key_file: str | None = None  # one key per line, in addition to api_key
     public_metrics: bool = False  # /metrics answers without a key
     cors_allow_origins: list[str] = Field(default_factory=list)  # browsers' cross-origin calls; none by default
+    # OpenTelemetry spans (exported as BentoML's `tracing` configuration or the OTEL_* variables say).
+    tracing: bool = False
     max_client_batch_size: int = Field(2048, ge=1)
     max_request_bytes: int = Field(32 * 1024 * 1024, ge=1024)
     request_timeout_s: float = Field(120.0, gt=0)
+    # Beyond these a request is refused at once with a 429: requests being answered (checked before the
+    # body is read), and work waiting on one model service, in inputs and tokens.
+    max_concurrent_requests: int = Field(512, ge=1)
+    max_queued_items: int = Field(8192, ge=1)
+    max_queued_tokens: int = Field(2_000_000, ge=1)
     # Images and audio
     max_media_items: int = Field(64, ge=1)
     max_item_bytes: int = Field(20 * 1000 * 1000, ge=1)

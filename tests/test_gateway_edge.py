@@ -96,3 +96,57 @@ def test_framework_errors_are_reshaped_with_their_status():
     assert crash.json()["error"]["type"] == "server_error" and "secret" not in crash.text
     missing = client.get("/nope")
     assert missing.status_code == 404 and missing.json()["error"]["type"] == "invalid_request_error"
+
+
+def test_admission_bounds_waiting_work_and_releases_it():
+    from gateway.admission import Admission
+    from models import errors
+
+    admission = Admission("TextEmbedder", max_items=10, max_tokens=100)
+    with admission.admit(500, 5000):  # an idle service takes even an oversize request
+        with pytest.raises(errors.Overloaded, match="TextEmbedder queue is full"):
+            with admission.admit(1, 1):
+                pass
+    with admission.admit(6, 50), admission.admit(4, 50):
+        assert (admission.items, admission.tokens) == (10, 100)
+        for items, tokens in ((1, 0), (0, 1)):
+            with pytest.raises(errors.Overloaded), admission.admit(items, tokens):
+                pass
+    assert (admission.items, admission.tokens) == (0, 0)
+    with pytest.raises(RuntimeError), admission.admit(3, 3):
+        raise RuntimeError("the model service failed")
+    assert (admission.items, admission.tokens) == (0, 0)  # released on failure too
+
+
+def test_requests_beyond_the_concurrency_cap_are_refused_before_their_body_is_read():
+    import asyncio
+
+    import httpx
+
+    release = asyncio.Event()
+    bodies_read = []
+
+    async def slow(request):
+        bodies_read.append(await request.body())
+        await release.wait()
+        return JSONResponse({"ok": True})
+
+    app = Starlette(routes=[Route("/v1/embeddings", slow, methods=["POST"]), Route("/readyz", echo)])
+    guarded = OpenAIErrorBodies(RequestGuard(app, api_keys=(), max_request_bytes=2048, max_concurrent_requests=2))
+
+    async def scenario() -> list[httpx.Response]:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=guarded), base_url="http://edge") as http:
+            held = [asyncio.create_task(http.post("/v1/embeddings", json={"n": i})) for i in range(2)]
+            while len(bodies_read) < 2:
+                await asyncio.sleep(0.01)
+            refused = await http.post("/v1/embeddings", json={"n": 2})
+            probe = await http.get("/readyz")  # probes are never counted nor refused
+            release.set()
+            return [refused, probe, *await asyncio.gather(*held),
+                    await http.post("/v1/embeddings", json={"n": 3})]
+
+    refused, probe, *answered = asyncio.run(scenario())
+    assert refused.status_code == 429 and refused.headers["retry-after"] == "1"
+    assert refused.json()["error"]["code"] == "overloaded" and "2 requests are in flight" in refused.json()["error"]["message"]
+    assert probe.status_code == 200 and [r.status_code for r in answered] == [200, 200, 200]
+    assert len(bodies_read) == 3  # the refused body was never read

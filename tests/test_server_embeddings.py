@@ -198,7 +198,7 @@ def test_bentoml_sync_client(server, sentences, reference):
     np.testing.assert_allclose(got, reference[:3], atol=1e-5)
 
 
-def test_usage_tracking_is_off_in_every_server_process(server_process):
+def test_usage_tracking_and_tracing_are_off_in_every_server_process(server_process):
     import psutil
 
     _, pid = server_process
@@ -206,6 +206,7 @@ def test_usage_tracking_is_off_in_every_server_process(server_process):
     assert len(workers) >= 2  # the gateway and the TextEmbedder
     for process in workers:
         assert process.environ().get("BENTOML_DO_NOT_TRACK") == "True", process.cmdline()
+        assert process.environ().get("OTEL_SDK_DISABLED") == "true", process.cmdline()  # `tracing: false`
 
 
 def test_one_checkpoint_three_backends(client, tiny_bert_path):

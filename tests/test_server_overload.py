@@ -1,0 +1,67 @@
+"""Overload: 200 clients against a small queue get quick 429s with Retry-After in OpenAI's shape, never a
+5xx, and every request that was admitted gets its correct answer."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections import Counter
+from collections.abc import Iterator
+
+import httpx
+import numpy as np
+import pytest
+
+from tests.conftest import MINILM, make_sentences, running_server
+
+pytestmark = pytest.mark.server
+
+CLIENTS = 200
+PER_REQUEST = 4
+MAX_QUEUED_ITEMS = 16
+MAX_CONCURRENT_REQUESTS = 64
+
+
+@pytest.fixture(scope="module")
+def small_queue(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    config = {"models": [{"model_id": MINILM}], "max_queued_items": MAX_QUEUED_ITEMS,
+              "max_concurrent_requests": MAX_CONCURRENT_REQUESTS}
+    with running_server(tmp_path_factory.mktemp("small-queue"), config) as (url, _):
+        yield url
+
+
+def test_overload_is_a_quick_429_and_admitted_work_is_right(small_queue, minilm_path):
+    from sentence_transformers import SentenceTransformer
+
+    sentences = make_sentences(CLIENTS * PER_REQUEST, seed=11)
+    bodies = [sentences[i * PER_REQUEST:(i + 1) * PER_REQUEST] for i in range(CLIENTS)]
+
+    async def storm() -> list[httpx.Response]:
+        limits = httpx.Limits(max_connections=CLIENTS, max_keepalive_connections=CLIENTS)
+        async with httpx.AsyncClient(base_url=small_queue, timeout=120, limits=limits) as http:
+            return await asyncio.gather(*(http.post("/v1/embeddings", json={"input": body, "model": MINILM})
+                                          for body in bodies))
+
+    responses = asyncio.run(storm())
+    statuses = Counter(response.status_code for response in responses)
+    assert set(statuses) == {200, 429}, statuses
+    assert statuses[429] >= CLIENTS // 2  # a queue of 16 inputs holds 4 requests of 4
+    for response in responses:
+        if response.status_code == 429:
+            assert response.headers["retry-after"] == "1"
+            error = response.json()["error"]
+            assert (error["type"], error["code"]) == ("rate_limit_error", "overloaded")
+            assert "queue is full" in error["message"] or "requests are in flight" in error["message"]
+    model = SentenceTransformer(str(minilm_path), device="cpu")
+    admitted = [(body, r) for body, r in zip(bodies, responses) if r.status_code == 200]
+    expected = model.encode([s for body, _ in admitted for s in body])
+    got = np.array([item["embedding"] for _, r in admitted for item in r.json()["data"]])
+    cosines = (got * expected).sum(axis=1) / (np.linalg.norm(got, axis=1) * np.linalg.norm(expected, axis=1))
+    assert cosines.min() >= 0.9999
+    assert httpx.get(f"{small_queue}/health", timeout=30).status_code == 200
+    metrics = httpx.get(f"{small_queue}/metrics", timeout=30).text
+    rejected = re.findall(r'embento_rejected_requests_total\{[^}]*reason="(\w+)"[^}]*\} (\S+)', metrics)
+    assert {reason for reason, _ in rejected} <= {"queue_full", "concurrency"}
+    assert sum(float(count) for _, count in rejected) == statuses[429]
+    queued = re.search(r"embento_queued_items\{[^}]*\} (\S+)", metrics)
+    assert queued and float(queued.group(1)) == 0  # everything admitted was answered and released
