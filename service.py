@@ -95,6 +95,7 @@ TEXT_KINDS = ("embed", "rerank", "classify")
 LIMITS = MediaLimits(CONFIG.max_item_bytes, CONFIG.max_image_pixels, CONFIG.max_audio_seconds)
 STARTED = int(time.time())
 WARMUP_RETRY_S = 1.0
+READINESS_TIMEOUT_S = 1
 INLINE_TOKENIZE_LIMIT = 2048  # characters (or token ids) per request
 
 T = TypeVar("T")
@@ -199,7 +200,22 @@ class Gateway:
         return TokenizedText.rows(name, self.tokenizers[name].encode_texts(["warm-up"]))
 
     async def __is_ready__(self) -> bool:
-        return await self.is_warm()
+        return await self.is_warm() and await self._model_services_answer() is None
+
+    async def _model_services_answer(self) -> str | None:
+        """The first model service that does not answer its readiness probe within a second, or None.
+
+        A model service restarting after a crash accepts connections it cannot answer yet; BentoML's own
+        probe would wait 5 s on it, longer than an orchestrator's probe timeout.
+        """
+        for attribute in dict.fromkeys(RUNNERS[kind][0] for kind in KINDS.values()):
+            proxy_ready = getattr(getattr(self, attribute), "is_ready", None)  # remote services only
+            try:
+                if proxy_ready is not None and not await proxy_ready(READINESS_TIMEOUT_S):
+                    return attribute
+            except (aiohttp.ClientError, TimeoutError):  # BentoML's probe lets a total timeout escape
+                return attribute
+        return None
 
     async def _require_model(self, requested: str | None, capability: str) -> ModelInfo:
         if not await self.is_warm():
@@ -381,10 +397,8 @@ class Gateway:
         """infinity's /health, but honest: 200 only while every model is warm and its service answers."""
         if not await self.is_warm():
             raise errors.NotReady("models are not ready")
-        for attribute in {RUNNERS[kind][0] for kind in KINDS.values()}:
-            proxy_ready = getattr(getattr(self, attribute), "is_ready", None)
-            if proxy_ready is not None and not await proxy_ready(5):
-                raise errors.NotReady(f"the {attribute} service is not ready")
+        if (silent := await self._model_services_answer()) is not None:
+            raise errors.NotReady(f"the {silent} service is not ready")
         return {"unix": time.time()}
 
 

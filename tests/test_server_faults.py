@@ -1,0 +1,95 @@
+"""A model service killed with SIGKILL under load: the requests it held get a 503, readiness turns false
+within a second and back once BentoML has restarted it, nothing hangs, and the answers after are right."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+from collections import Counter
+from collections.abc import Iterator
+
+import httpx
+import numpy as np
+import psutil
+import pytest
+
+from tests.conftest import MINILM, running_server
+
+pytestmark = pytest.mark.server
+
+PROBE_TIMEOUT_S = 5
+
+
+@pytest.fixture(scope="module")
+def fragile(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, int]]:
+    with running_server(tmp_path_factory.mktemp("fragile"), {"models": [{"model_id": MINILM}]}) as running:
+        yield running
+
+
+def service_pid(root: int, name: str) -> int | None:
+    for child in psutil.Process(root).children(recursive=True):
+        try:
+            command = child.cmdline()
+        except psutil.Error:  # the killed one lingers as a zombie until reaped
+            continue
+        if "--service-name" in command and command[command.index("--service-name") + 1] == name:
+            return child.pid
+    return None
+
+
+def test_killed_model_service_is_restarted_and_nothing_hangs(fragile):
+    url, root = fragile
+    body = {"input": ["a sentence to embed"], "model": MINILM}
+    before = np.array(httpx.post(f"{url}/v1/embeddings", json=body, timeout=60).json()["data"][0]["embedding"])
+    victim = service_pid(root, "TextEmbedder")
+
+    async def scenario() -> tuple[list, list]:
+        answers: list[tuple[float, int | str, str]] = []
+        probes: list[tuple[float, int | str]] = []
+        stop = asyncio.Event()
+
+        async def client() -> None:
+            async with httpx.AsyncClient(base_url=url, timeout=60) as http:
+                while not stop.is_set():
+                    try:
+                        response = await http.post("/v1/embeddings", json=body)
+                        answers.append((time.monotonic(), response.status_code, response.text))
+                    except httpx.HTTPError as exc:
+                        answers.append((time.monotonic(), type(exc).__name__, ""))
+
+        clients = [asyncio.create_task(client()) for _ in range(8)]
+        await asyncio.sleep(2)
+        os.kill(victim, signal.SIGKILL)
+        killed_at = time.monotonic()
+        async with httpx.AsyncClient(base_url=url, timeout=PROBE_TIMEOUT_S) as http:
+            while time.monotonic() - killed_at < 90:
+                for path in ("/readyz", "/health"):  # BentoML's probe, and infinity's
+                    try:
+                        probes.append((time.monotonic(), (await http.get(path)).status_code))
+                    except httpx.HTTPError as exc:
+                        probes.append((time.monotonic(), type(exc).__name__))
+                if probes[-1][1] == probes[-2][1] == 200 and any(status != 200 for _, status in probes):
+                    break
+                await asyncio.sleep(0.3)
+        back_at = time.monotonic()
+        await asyncio.sleep(2)
+        stop.set()
+        await asyncio.gather(*clients)
+        return [(t - killed_at, s, m) for t, s, m in answers if t >= killed_at], \
+            [(t - killed_at, s) for t, s in probes], back_at - killed_at
+
+    answers, probes, back_after = asyncio.run(scenario())
+    probe_statuses = [status for _, status in probes]
+    assert set(probe_statuses) == {503, 200}, probes  # false while it restarts, never a hang or a 500
+    assert probe_statuses[-1] == 200
+    statuses = Counter(status for _, status, _ in answers)
+    assert set(statuses) <= {200, 503}, statuses
+    assert all("model service is unavailable" in text for _, status, text in answers if status == 503)
+    assert all(status == 200 for t, status, _ in answers if t > back_after)  # recovered, no hand needed
+    assert statuses[200] > 0
+    restarted = service_pid(root, "TextEmbedder")
+    assert restarted is not None and restarted != victim
+    after = np.array(httpx.post(f"{url}/v1/embeddings", json=body, timeout=60).json()["data"][0]["embedding"])
+    np.testing.assert_allclose(after, before, atol=1e-5)
