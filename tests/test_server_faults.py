@@ -1,5 +1,6 @@
-"""A model service killed with SIGKILL under load: the requests it held get a 503, readiness turns false
-within a second and back once BentoML has restarted it, nothing hangs, and the answers after are right."""
+"""Faults. An input that makes the model raise fails alone, not the 15 requests that shared its batch. A
+model service killed with SIGKILL under load: the requests it held get a 503, readiness turns false within a
+second and back once BentoML has restarted it, nothing hangs, and the answers after are right."""
 
 from __future__ import annotations
 
@@ -9,23 +10,67 @@ import signal
 import time
 from collections import Counter
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import numpy as np
 import psutil
 import pytest
 
-from tests.conftest import MINILM, running_server
+from tests.conftest import MINILM, merged_batches, running_server
+from tests.test_server_embeddings import _direct_tiny_bert
 
 pytestmark = pytest.mark.server
 
 PROBE_TIMEOUT_S = 5
+POISONED = "short-positions"
 
 
 @pytest.fixture(scope="module")
-def fragile(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, int]]:
-    with running_server(tmp_path_factory.mktemp("fragile"), {"models": [{"model_id": MINILM}]}) as running:
+def short_positions_path(tmp_path_factory: pytest.TempPathFactory, tiny_bert_path) -> str:
+    """A tiny BERT that has position embeddings for 64 tokens only: longer inputs make its forward raise."""
+    import torch
+    from transformers import BertConfig, BertModel
+
+    folder = tmp_path_factory.mktemp("short-positions")
+    torch.manual_seed(1)
+    BertModel(BertConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
+                         max_position_embeddings=64)).save_pretrained(folder)
+    for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"):
+        (folder / name).write_bytes((tiny_bert_path / name).read_bytes())
+    return str(folder)
+
+
+@pytest.fixture(scope="module")
+def fragile(tmp_path_factory: pytest.TempPathFactory, short_positions_path: str) -> Iterator[tuple[str, int]]:
+    # An operator's mistake, as happens: max_seq_length set past what the checkpoint can take.
+    config = {"models": [{"model_id": MINILM},
+                         {"model_id": short_positions_path, "served_model_name": POISONED, "max_seq_length": 256}]}
+    with running_server(tmp_path_factory.mktemp("fragile"), config) as running:
         yield running
+
+
+def test_an_input_that_makes_the_model_raise_fails_alone(fragile, short_positions_path):
+    url, _ = fragile
+    good = [f"short sentence number {i} about embeddings" for i in range(15)]
+    poison = " ".join(["word"] * 150)  # 152 tokens: past the 64 positions the model has
+
+    async def together() -> list[httpx.Response]:
+        async with httpx.AsyncClient(base_url=url, timeout=60) as http:
+            texts = good[:7] + [poison] + good[7:]
+            return await asyncio.gather(*(http.post("/v1/embeddings", json={"input": text, "model": POISONED})
+                                          for text in texts))
+
+    metrics_before = httpx.get(f"{url}/metrics", timeout=30).text
+    responses = asyncio.run(together())
+    statuses = [r.status_code for r in responses]
+    assert statuses == [200] * 7 + [500] + [200] * 8, statuses
+    assert "the model failed on input(s) [0]" in responses[7].json()["error"]["message"]
+    got = np.array([r.json()["data"][0]["embedding"] for i, r in enumerate(responses) if i != 7])
+    np.testing.assert_allclose(got, _direct_tiny_bert(Path(short_positions_path), good, "mean", True), atol=1e-5)
+    shared = merged_batches(httpx.get(f"{url}/metrics", timeout=30).text, "embed") - merged_batches(metrics_before, "embed")
+    assert shared >= 1  # the poison really rode in a batch with good requests
+    assert httpx.get(f"{url}/health", timeout=30).status_code == 200
 
 
 def service_pid(root: int, name: str) -> int | None:
