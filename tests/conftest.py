@@ -209,7 +209,8 @@ def background(command: list[str], env: dict[str, str], log_path: Path, cwd: Pat
         try:
             yield process
         finally:
-            os.killpg(process.pid, signal.SIGTERM)
+            with contextlib.suppress(ProcessLookupError):  # a test may have stopped it already
+                os.killpg(process.pid, signal.SIGTERM)
             try:
                 process.wait(timeout=30)
             except subprocess.TimeoutExpired:

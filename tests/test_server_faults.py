@@ -17,7 +17,7 @@ import numpy as np
 import psutil
 import pytest
 
-from tests.conftest import MINILM, merged_batches, running_server
+from tests.conftest import MINILM, make_sentences, merged_batches, running_server
 from tests.test_server_embeddings import _direct_tiny_bert
 
 pytestmark = pytest.mark.server
@@ -138,3 +138,22 @@ def test_killed_model_service_is_restarted_and_nothing_hangs(fragile):
     assert restarted is not None and restarted != victim
     after = np.array(httpx.post(f"{url}/v1/embeddings", json=body, timeout=60).json()["data"][0]["embedding"])
     np.testing.assert_allclose(after, before, atol=1e-5)
+
+
+def test_sigterm_lets_in_flight_requests_finish_then_exits_0(tmp_path):
+    """What an orchestrator does on a rollout: SIGTERM to the main process, as a container's PID 1 gets it."""
+    texts = make_sentences(64, seed=3)
+    with running_server(tmp_path, {"models": [{"model_id": MINILM}]}) as (url, pid):
+        server = psutil.Process(pid)
+
+        async def stop_while_busy() -> list[httpx.Response]:
+            async with httpx.AsyncClient(base_url=url, timeout=60) as http:
+                busy = [asyncio.create_task(http.post("/v1/embeddings", json={"input": texts})) for _ in range(6)]
+                await asyncio.sleep(0.5)
+                os.kill(pid, signal.SIGTERM)
+                return await asyncio.gather(*busy)
+
+        responses = asyncio.run(stop_while_busy())
+        assert [r.status_code for r in responses] == [200] * 6
+        assert all(len(r.json()["data"]) == len(texts) for r in responses)
+        assert server.wait(timeout=60) == 0
