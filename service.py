@@ -366,7 +366,7 @@ class Gateway:
         admission = self.admission[RUNNERS[info.kind][0]]
         try:
             with admission.admit(len(rows), sum(row.length for row in rows)):
-                outputs = await asyncio.wait_for(self._runner(info.kind)(rows), CONFIG.request_timeout_s)
+                outputs = await asyncio.wait_for(self._call_runner(info.kind, rows), CONFIG.request_timeout_s)
         except TimeoutError:
             raise errors.RequestTimeout(
                 f"the request did not finish within {CONFIG.request_timeout_s:g} s"
@@ -383,6 +383,15 @@ class Gateway:
                 f"the model failed on input(s) {failed[:10]} (an error, or NaN/inf output); see the server log"
             )
         return outputs
+
+    async def _call_runner(self, kind: Kind, rows: list[Any]) -> list[np.ndarray]:
+        """One retry when the connection broke: the model service may have closed a kept-alive connection
+        as it was reused (bentoml #4971), or restarted. Inference is idempotent, so sending again is safe."""
+        try:
+            return await self._runner(kind)(rows)
+        except aiohttp.ClientConnectionError as exc:
+            logger.warning("connection to the %s service broke (%r); sending again", RUNNERS[kind][1].name, exc)
+            return await self._runner(kind)(rows)
 
     async def model_list(self) -> ModelList:
         if not await self.is_warm():
