@@ -92,6 +92,8 @@ RUNNERS: dict[Kind, tuple[str, Any, str]] = {
     "clap": ("clap_embedder", ClapEmbedder, "encode"),
     "colpali": ("colpali_embedder", ColPaliEmbedder, "encode"),
 }
+# The Gateway attributes of the model services this configuration uses, each once.
+SERVICE_ATTRIBUTES = list(dict.fromkeys(RUNNERS[kind][0] for kind in KINDS.values()))
 TEXT_KINDS = ("embed", "rerank", "classify")
 LIMITS = MediaLimits(CONFIG.max_item_bytes, CONFIG.max_image_pixels, CONFIG.max_audio_seconds)
 STARTED = int(time.time())
@@ -148,7 +150,7 @@ class Gateway:
         self._warm_lock = asyncio.Lock()
         self.admission = {
             RUNNERS[kind][0]: Admission(RUNNERS[kind][1].name, CONFIG.max_queued_items, CONFIG.max_queued_tokens)
-            for kind in KINDS.values()
+            for kind in dict.fromkeys(KINDS.values())
         }
 
     def _runner(self, kind: Kind) -> Callable[[list[Any]], Awaitable[list[np.ndarray]]]:
@@ -184,8 +186,7 @@ class Gateway:
             return True
 
     async def _fetch_infos(self) -> dict[str, ModelInfo]:
-        attributes = {RUNNERS[kind][0] for kind in KINDS.values()}
-        reported = [i for a in sorted(attributes) for i in await getattr(self, a).to_async.model_info()]
+        reported = [i for a in SERVICE_ATTRIBUTES for i in await getattr(self, a).to_async.model_info()]
         infos = {i["served_model_name"]: ModelInfo(**i) for i in reported}
         missing = set(KINDS) - set(infos)
         if missing:
@@ -209,7 +210,7 @@ class Gateway:
         A model service restarting after a crash accepts connections it cannot answer yet; BentoML's own
         probe would wait 5 s on it, longer than an orchestrator's probe timeout.
         """
-        for attribute in dict.fromkeys(RUNNERS[kind][0] for kind in KINDS.values()):
+        for attribute in SERVICE_ATTRIBUTES:
             proxy_ready = getattr(getattr(self, attribute), "is_ready", None)  # remote services only
             try:
                 if proxy_ready is not None and not await proxy_ready(READINESS_TIMEOUT_S):

@@ -97,7 +97,7 @@ def assert_same(got, expected, where: str = "") -> None:
     elif isinstance(expected, float):
         assert got == pytest.approx(expected, abs=1e-5), where
     elif where.endswith(".embedding") and isinstance(expected, str):
-        decode = lambda text: np.frombuffer(base64.b64decode(text), dtype="<f4")  # noqa: E731
+        decode = lambda text: np.frombuffer(base64.b64decode(text), dtype="<f4")
         np.testing.assert_allclose(decode(got), decode(expected), atol=1e-5, err_msg=where)
     else:
         assert got == expected, where

@@ -3,8 +3,6 @@ policy, and BentoCloud's schema, for the model services the example configuratio
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import yaml
 
@@ -98,6 +96,7 @@ def test_model_services_take_traffic_only_from_the_gateway(manifests):
 def test_bentocloud_file_follows_bentomls_schema_and_the_code(needed_services):
     from bentoml._internal.cloud.schemas.schemasv2 import DeploymentConfigSchema
     from bentoml._internal.utils.cattr import bentoml_cattr
+
     from service import Gateway
 
     config = yaml.safe_load((DEPLOY / "bentocloud.yaml").read_text())
