@@ -427,6 +427,18 @@ async def _get_models(request: Request) -> Response:
         return error_response(exc)
 
 
+# Request limits a client may want to know before it sends: GET /info, as TEI's.
+LIMIT_FIELDS = ("max_client_batch_size", "max_request_bytes", "request_timeout_s", "max_concurrent_requests",
+                "max_queued_items", "max_queued_tokens", "max_media_items", "max_item_bytes", "max_image_pixels",
+                "max_audio_seconds", "allow_url_inputs", "url_timeout_s")
+
+
+async def _get_info(request: Request) -> Response:
+    models = [{"id": m.served_model_name, "kind": KINDS[m.served_model_name], "batch_size": m.batch_size,
+               "max_batch_tokens": m.max_batch_tokens} for m in CONFIG.models]
+    return JSONResponse({"models": models, "limits": {name: getattr(CONFIG, name) for name in LIMIT_FIELDS}})
+
+
 async def _get_health(request: Request) -> Response:
     try:
         return JSONResponse(await bentoml.get_current_service().health())
@@ -438,6 +450,7 @@ check_built_services({Gateway.name, *(dependency.on.name for dependency in Gatew
 for path in ("/v1/models", "/models"):
     routes.router.routes.append(Route(path, _get_models, methods=["GET"]))
 routes.router.routes.append(Route("/health", _get_health, methods=["GET"]))
+routes.router.routes.append(Route("/info", _get_info, methods=["GET"]))
 
 # Added first = outermost: every error below, ours or the framework's, leaves in OpenAI's shape.
 Gateway.add_asgi_middleware(OpenAIErrorBodies)

@@ -108,3 +108,16 @@ def test_server_healthy_after_everything(client):
         client.post("/v1/embeddings", json=body)
     assert_healthy(client)
     assert client.get("/health").status_code == 200
+
+
+def test_info_lists_the_limits_in_force(client):
+    from models.config import EmbentoConfig
+    from service import LIMIT_FIELDS
+    from tests.conftest import MAX_AUDIO_SECONDS, TINY_MEAN
+
+    info = client.get("/info").json()
+    expected = EmbentoConfig(max_audio_seconds=MAX_AUDIO_SECONDS)  # the test server's only change to a limit
+    assert info["limits"] == {name: getattr(expected, name) for name in LIMIT_FIELDS}
+    models = {m["id"]: m for m in info["models"]}
+    assert models[MINILM] == {"id": MINILM, "kind": "embed", "batch_size": 32, "max_batch_tokens": 16384}
+    assert models[TINY_MEAN]["kind"] == "embed" and len(models) == 10

@@ -28,6 +28,7 @@ GUARDED = [
     ("GET", "/docs.json", None),
     ("GET", "/schema.json", None),
     ("GET", "/metrics", None),
+    ("GET", "/info", None),
     ("GET", "/", None),
 ]
 PROBES = ("/livez", "/readyz", "/healthz", "/health")
