@@ -19,7 +19,9 @@ import numpy as np
 from models.base import Row, TokenModel
 from models.batching import plan_batches, run_isolated
 from models.config import ModelConfig
+from models.errors import EmbentoError
 from models.resolve import resolve_model
+from runners.settings import stop_server
 
 logger = logging.getLogger(__name__)
 FAILED = np.empty(0, dtype=np.float32)  # an input the model could not run; the gateway reports it
@@ -32,7 +34,11 @@ class ModelPool:
         # workers; a second team (say, warm-up on the main thread, forwards on BentoML's worker threads)
         # oversubscribes the cores, and libgomp then stops spinning: a MiniLM forward took 2x as long.
         self._torch_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="torch")
-        self.models: dict[str, TokenModel] = self._torch_thread.submit(self._load_all, load, configs).result()
+        try:
+            self.models: dict[str, TokenModel] = self._torch_thread.submit(self._load_all, load, configs).result()
+        except Exception as exc:  # any cause: loading again would meet it again
+            stop_server(exc.message if isinstance(exc, EmbentoError) else f"a model failed to load: {exc!r}")
+            raise
         self._limits = {c.served_model_name: (c.batch_size, c.max_batch_tokens) for c in configs}
 
     @staticmethod

@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
+import logging
+import os
+import signal
+
+from bentoml._internal.context import server_context
+
 from models.base import Kind
 from models.config import ModelConfig
 from models.kinds import model_kind
 from runners.store import served_config
+
+logger = logging.getLogger(__name__)
 
 # BentoML 1.4.30+ recycles the inter-service connection pool every 100 requests / 300 s while requests
 # are still in flight, which surfaces as 500s under concurrency (bentoml #5540, #5698). Never recycle.
@@ -28,3 +36,12 @@ def dispatch_max_rows() -> int:
 def models_of_kind(*kinds: Kind) -> list[ModelConfig]:
     """The configured models a runner serves."""
     return [m for m in served_config().models if model_kind(m) in kinds]
+
+
+def stop_server(reason: str) -> None:
+    """Stop the whole server: for a model that cannot load, which would fail the same way on every one of
+    the restarts BentoML would otherwise make, forever, behind a 503. Stopped, the failure is seen, and an
+    orchestrator restarts the server with its own back-off."""
+    logger.error("%s; stopping the server", reason)
+    if server_context.worker_index is not None:  # a worker process under BentoML's arbiter, our parent
+        os.kill(os.getppid(), signal.SIGTERM)

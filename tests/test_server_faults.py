@@ -157,3 +157,24 @@ def test_sigterm_lets_in_flight_requests_finish_then_exits_0(tmp_path):
         assert [r.status_code for r in responses] == [200] * 6
         assert all(len(r.json()["data"]) == len(texts) for r in responses)
         assert server.wait(timeout=60) == 0
+
+
+def test_a_model_that_cannot_load_stops_the_server_naming_it_and_the_cause(tmp_path, minilm_path):
+    """Without weights the checkpoint fails on every try: the server stops instead of restarting it forever."""
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT, free_port, server_env
+
+    broken = tmp_path / "no-weights"
+    broken.mkdir()
+    for name in ("config.json", "tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"):
+        (broken / name).write_bytes((minilm_path / name).read_bytes())
+    (tmp_path / "embento.yaml").write_text(f"models:\n  - model_id: {MINILM}\n  - model_id: {broken}\n")
+    command = [sys.executable, "-m", "bentoml", "serve", "service:Gateway", "--port", str(free_port())]
+    result = subprocess.run(command, cwd=ROOT, env=server_env(tmp_path / "home", EMBENTO_CONFIG=str(tmp_path / "embento.yaml")),
+                            capture_output=True, text=True, timeout=300, check=False)
+    log = result.stdout + result.stderr
+    assert f"cannot load '{broken}'" in log and "no file named" in log  # the model, and the cause
+    assert "stopping the server" in log
+    assert log.count("Initializing service error") == 1  # stopped at the first failure, not restarted
