@@ -15,6 +15,12 @@ WORDS = (
 BERT_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json")
 
 
+def copy_bert_tokenizer(source: Path, folder: Path) -> None:
+    """MiniLM's tokenizer files, for a BERT checkpoint built here with random weights."""
+    for name in BERT_TOKENIZER_FILES:
+        (folder / name).write_bytes((source / name).read_bytes())
+
+
 def _word_level_tokenizer(specials: list[str]):  # -> tokenizers.Tokenizer
     from tokenizers import Tokenizer, models, normalizers, pre_tokenizers
 

@@ -6,7 +6,6 @@ import contextlib
 import os
 import random
 import re
-import shutil
 import signal
 import socket
 import subprocess
@@ -18,6 +17,8 @@ from pathlib import Path
 import httpx
 import pytest
 import yaml
+
+from tests.checkpoints import copy_bert_tokenizer
 
 ROOT = Path(__file__).resolve().parent.parent
 MINILM = "sentence-transformers/all-MiniLM-L6-v2"
@@ -87,8 +88,7 @@ def tiny_bert_path(tmp_path_factory: pytest.TempPathFactory, minilm_path: Path) 
     config = BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
                         intermediate_size=64, max_position_embeddings=512)
     BertModel(config).save_pretrained(folder)
-    for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"):
-        shutil.copy(minilm_path / name, folder / name)
+    copy_bert_tokenizer(minilm_path, folder)
     return folder
 
 
@@ -104,8 +104,7 @@ def _save_sequence_classifier(folder: Path, minilm_path: Path, labels: list[str]
                         num_labels=len(labels), id2label=dict(enumerate(labels)),
                         label2id={label: i for i, label in enumerate(labels)})
     BertForSequenceClassification(config).save_pretrained(folder)
-    for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"):
-        shutil.copy(minilm_path / name, folder / name)
+    copy_bert_tokenizer(minilm_path, folder)
     return folder
 
 

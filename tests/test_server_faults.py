@@ -17,6 +17,7 @@ import numpy as np
 import psutil
 import pytest
 
+from tests.checkpoints import copy_bert_tokenizer
 from tests.conftest import MINILM, make_sentences, merged_batches, running_server
 from tests.test_server_embeddings import _direct_tiny_bert
 
@@ -36,8 +37,7 @@ def short_positions_path(tmp_path_factory: pytest.TempPathFactory, tiny_bert_pat
     torch.manual_seed(1)
     BertModel(BertConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
                          max_position_embeddings=64)).save_pretrained(folder)
-    for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"):
-        (folder / name).write_bytes((tiny_bert_path / name).read_bytes())
+    copy_bert_tokenizer(tiny_bert_path, folder)
     return str(folder)
 
 
@@ -168,8 +168,8 @@ def test_a_model_that_cannot_load_stops_the_server_naming_it_and_the_cause(tmp_p
 
     broken = tmp_path / "no-weights"
     broken.mkdir()
-    for name in ("config.json", "tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"):
-        (broken / name).write_bytes((minilm_path / name).read_bytes())
+    copy_bert_tokenizer(minilm_path, broken)
+    (broken / "config.json").write_bytes((minilm_path / "config.json").read_bytes())
     (tmp_path / "embento.yaml").write_text(f"models:\n  - model_id: {MINILM}\n  - model_id: {broken}\n")
     command = [sys.executable, "-m", "bentoml", "serve", "service:Gateway", "--port", str(free_port())]
     result = subprocess.run(command, cwd=ROOT, env=server_env(tmp_path / "home", EMBENTO_CONFIG=str(tmp_path / "embento.yaml")),
