@@ -18,6 +18,7 @@ import functools
 import ipaddress
 import logging
 import time
+import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -30,10 +31,12 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from gateway.admission import Admission
+from gateway.deadline import WatchDisconnect, until_done
 from gateway.errors import OpenAIErrorBodies, error_response
 from gateway.fetch import UrlFetcher, UrlPolicy
 from gateway.guard import PROBE_PATHS, RequestGuard
 from gateway.media_inputs import load_item
+from gateway.metrics import ABANDONED, TRACE, RequestTrace, current_trace
 from gateway.routing import check_modalities, choose_model
 from gateway.schemas import (
     EmbeddingRequest,
@@ -62,7 +65,7 @@ from gateway.scoring import (
     validated_texts,
 )
 from models import errors
-from models.base import Kind, ModelInfo, ModelInput, Preprocessor, TokenizedText
+from models.base import Kind, ModelInfo, ModelInput, Preprocessor, Row, TokenizedText
 from models.kinds import model_kind
 from models.media import MediaLimits
 from models.media_processor import MediaProcessor
@@ -99,6 +102,7 @@ LIMITS = MediaLimits(CONFIG.max_item_bytes, CONFIG.max_image_pixels, CONFIG.max_
 STARTED = int(time.time())
 WARMUP_RETRY_S = 1.0
 READINESS_TIMEOUT_S = 1
+CANCEL_TIMEOUT_S = 5
 INLINE_TOKENIZE_LIMIT = 2048  # characters (or token ids) per request
 
 T = TypeVar("T")
@@ -148,6 +152,7 @@ class Gateway:
         )) if CONFIG.allow_url_inputs else None
         self.infos: dict[str, ModelInfo] = {}
         self._warm_lock = asyncio.Lock()
+        self._cancelling: set[asyncio.Task] = set()
         self.admission = {
             RUNNERS[kind][0]: Admission(RUNNERS[kind][1].name, CONFIG.max_queued_items, CONFIG.max_queued_tokens)
             for kind in dict.fromkeys(KINDS.values())
@@ -222,14 +227,25 @@ class Gateway:
     async def _require_model(self, requested: str | None, capability: str) -> ModelInfo:
         if not await self.is_warm():
             raise errors.NotReady("models are still loading; retry shortly")
-        return choose_model(self.infos, requested, capability)
+        info = choose_model(self.infos, requested, capability)
+        current_trace().model = info.served_model_name
+        return info
 
     @staticmethod
     async def _answer(work: Awaitable[T]) -> T:
+        """The route's answer, or its error in OpenAI's shape; either way counted in the metrics."""
+        trace = RequestTrace()
+        token = TRACE.set(trace)
         try:
-            return await work
+            answer = await work
+            trace.finish(200)
+            return answer
         except errors.EmbentoError as exc:
-            return error_response(exc)  # type: ignore[return-value]
+            response = error_response(exc)
+            trace.finish(response.status_code)
+            return response  # type: ignore[return-value]
+        finally:
+            TRACE.reset(token)
 
     # Embeddings
     @bentoml.api(route="/v1/embeddings")
@@ -254,7 +270,7 @@ class Gateway:
 
     async def _embed(self, request: EmbeddingRequest) -> EmbeddingResponse:
         info = await self._require_model(request.model, "embed")
-        items = validated_inputs(request, info, CONFIG.max_client_batch_size, CONFIG.max_media_items)
+        items = validated_inputs(request, info, CONFIG.max_client_batch_size, CONFIG.max_media_items, CONFIG.max_item_chars)
         check_modalities(self.infos, info, {item.modality for item in items})
         if info.served_model_name in self.tokenizers:
             outputs, tokens = await self._embed_text(info, [item.value for item in items], request.prompt_name)
@@ -312,10 +328,10 @@ class Gateway:
         """Score every (query, document) pair; `shape` writes the ranking in the route's wire format."""
         info = await self._require_model(request.model, "rerank")
         if info.served_model_name in self.processors:
-            documents = validated_documents(request, CONFIG.max_media_items)
+            documents = validated_documents(request, CONFIG.max_media_items, CONFIG.max_item_chars, text_documents=False)
             scores, tokens = await self._rank_images(info, request.query, documents)
         else:
-            documents = validated_documents(request, CONFIG.max_client_batch_size)
+            documents = validated_documents(request, CONFIG.max_client_batch_size, CONFIG.max_item_chars, text_documents=True)
             scores, tokens = await self._rank_texts(info, request.query, documents, request.raw_scores)
         return shape(Ranking(model=info.served_model_name, order=rank(scores, request.top_n), scores=scores.tolist(),
                              documents=documents, tokens=tokens))
@@ -354,7 +370,7 @@ class Gateway:
 
     async def _classify(self, request: ClassifyRequest) -> ClassifyResponse:
         info = await self._require_model(request.model, "classify")
-        texts = validated_texts(request, CONFIG.max_client_batch_size)
+        texts = validated_texts(request, CONFIG.max_client_batch_size, CONFIG.max_item_chars)
         tokenizer = self.tokenizers[info.served_model_name]
         token_ids = await _off_loop_if_large(functools.partial(tokenizer.encode_texts, texts), sum(map(len, texts)))
         logits = np.stack(await self._run(info, TokenizedText.rows(info.served_model_name, token_ids)))
@@ -362,28 +378,53 @@ class Gateway:
         return classify_response(info.served_model_name, info.labels, scores.tolist(),
                                  sum(len(ids) for ids in token_ids))
 
-    async def _run(self, info: ModelInfo, rows: list[Any]) -> list[np.ndarray]:
+    async def _run(self, info: ModelInfo, rows: list[Row]) -> list[np.ndarray]:
         """Rows through the model's service; one output per input row, or a clear error."""
-        admission = self.admission[RUNNERS[info.kind][0]]
+        tokens = sum(row.length for row in rows)
+        if tokens > CONFIG.max_request_tokens:
+            raise errors.InvalidRequest(
+                f"the request holds {tokens} tokens after truncation; at most {CONFIG.max_request_tokens} are allowed",
+                param="input",
+            )
+        request_id = uuid.uuid4().hex
+        for row in rows:
+            row.request_id = request_id
+        trace = current_trace()
+        trace.sending(len(rows), tokens)
         try:
-            with admission.admit(len(rows), sum(row.length for row in rows)):
-                outputs = await asyncio.wait_for(self._call_runner(info.kind, rows), CONFIG.request_timeout_s)
-        except TimeoutError:
-            raise errors.RequestTimeout(
-                f"the request did not finish within {CONFIG.request_timeout_s:g} s"
-            ) from None
+            with self.admission[RUNNERS[info.kind][0]].admit(len(rows), tokens):
+                outputs = await until_done(self._call_runner(info.kind, rows), CONFIG.request_timeout_s)
+        except (errors.RequestTimeout, errors.ClientGone) as exc:
+            self._abandon(info.kind, request_id, "deadline" if isinstance(exc, errors.RequestTimeout) else "disconnect")
+            raise
         except bentoml.exceptions.BentoMLException as exc:
             if exc.error_code.value in (429, 503):
                 raise errors.Overloaded("the model service is overloaded; retry later") from exc
             raise errors.InferenceError(f"the model service failed: {exc}") from exc
         except aiohttp.ClientError as exc:
             raise errors.NotReady(f"the model service is unavailable ({type(exc).__name__}); retry shortly") from exc
+        trace.answered = time.perf_counter()
         failed = [i for i, output in enumerate(outputs) if output.size == 0 or not np.isfinite(output).all()]
         if failed:
             raise errors.InferenceError(
                 f"the model failed on input(s) {failed[:10]} (an error, or NaN/inf output); see the server log"
             )
         return outputs
+
+    def _abandon(self, kind: Kind, request_id: str, reason: str) -> None:
+        """Nobody waits for this request any more: its model service drops whatever of it is still queued."""
+        attribute, runner, _ = RUNNERS[kind]
+        ABANDONED.labels(model_service=runner.name, reason=reason).inc()
+
+        async def cancel() -> None:
+            try:
+                await asyncio.wait_for(getattr(self, attribute).to_async.cancel([request_id]), CANCEL_TIMEOUT_S)
+            except Exception as exc:  # the rows then run and are thrown away; nothing else is lost
+                logger.warning("could not cancel a request on the %s service: %r", runner.name, exc)
+
+        task = asyncio.create_task(cancel())
+        self._cancelling.add(task)  # the loop keeps only weak references to tasks
+        task.add_done_callback(self._cancelling.discard)
 
     async def _call_runner(self, kind: Kind, rows: list[Any]) -> list[np.ndarray]:
         """One retry when the connection broke: the model service may have closed a kept-alive connection
@@ -428,7 +469,7 @@ async def _get_models(request: Request) -> Response:
 
 
 # Request limits a client may want to know before it sends: GET /info, as TEI's.
-LIMIT_FIELDS = ("max_client_batch_size", "max_request_bytes", "request_timeout_s", "max_concurrent_requests",
+LIMIT_FIELDS = ("max_client_batch_size", "max_item_chars", "max_request_tokens", "max_request_bytes", "request_timeout_s", "max_concurrent_requests",
                 "max_queued_items", "max_queued_tokens", "max_media_items", "max_item_bytes", "max_image_pixels",
                 "max_audio_seconds", "allow_url_inputs", "url_timeout_s")
 
@@ -459,3 +500,4 @@ Gateway.add_asgi_middleware(
     open_paths=PROBE_PATHS | ({"/metrics"} if CONFIG.public_metrics else set()),
     max_concurrent_requests=CONFIG.max_concurrent_requests,
 )
+Gateway.add_asgi_middleware(WatchDisconnect)

@@ -6,22 +6,8 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 
-import bentoml
-
+from gateway.metrics import QUEUED_ITEMS, QUEUED_TOKENS, REJECTED
 from models import errors
-
-QUEUED_ITEMS = bentoml.metrics.Gauge(
-    name="embento_queued_items", documentation="Inputs sent to a model service and not yet answered",
-    labelnames=["model_service"],
-)
-QUEUED_TOKENS = bentoml.metrics.Gauge(
-    name="embento_queued_tokens", documentation="Tokens (or media positions) sent to a model service and not yet answered",
-    labelnames=["model_service"],
-)
-REJECTED = bentoml.metrics.Counter(
-    name="embento_rejected_requests", documentation="Requests refused before reaching a model service",
-    labelnames=["model_service", "reason"],
-)
 
 
 class Admission:

@@ -28,6 +28,7 @@ STATUS: dict[type[errors.EmbentoError], tuple[int, str | None]] = {
     errors.Overloaded: (429, "overloaded"),
     errors.NotReady: (503, "model_not_ready"),
     errors.RequestTimeout: (504, "timeout"),
+    errors.ClientGone: (499, "client_closed_request"),  # nginx's status; only logs and metrics see it
     errors.EmbentoError: (500, "internal_error"),
 }
 

@@ -8,8 +8,8 @@ from collections.abc import Iterable, Sequence
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from gateway.admission import REJECTED
 from gateway.errors import error_response
+from gateway.metrics import REJECTED
 from models import errors
 
 # Probes stay open so orchestrators need no key; /metrics too where configured (`public_metrics`).

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal, Union
 
@@ -140,7 +141,9 @@ class InputItem:
     value: str | list[int]  # a text, a data URI or URL, or token ids
 
 
-def validated_inputs(request: EmbeddingRequest, info: ModelInfo, max_inputs: int, max_media: int) -> list[InputItem]:
+def validated_inputs(
+    request: EmbeddingRequest, info: ModelInfo, max_inputs: int, max_media: int, max_chars: int
+) -> list[InputItem]:
     """One item per input, with its modality; raises `InvalidRequest` when unusable. Whether the model takes
     those modalities is the caller's check (it knows which models do)."""
     raw = request.input
@@ -159,10 +162,20 @@ def validated_inputs(request: EmbeddingRequest, info: ModelInfo, max_inputs: int
     if empty is not None:
         raise InvalidRequest(f"input[{empty}] is empty; every input needs at least one character or token",
                              param="input")
+    check_text_lengths([item.value if item.modality == "text" else "" for item in items], max_chars, "input")
     if info.kind != "embed" and any(isinstance(item.value, list) for item in items):
         raise InvalidRequest(f"model '{info.served_model_name}' takes text, not token ids", param="input")
     _check_dimensions(request.dimensions, info)
     return items
+
+
+def check_text_lengths(texts: Sequence[str | list[int]], max_chars: int, param: str) -> None:
+    """Texts (token id lists pass) of at most `max_chars` characters each."""
+    too_long = next((i for i, text in enumerate(texts) if isinstance(text, str) and len(text) > max_chars), None)
+    if too_long is not None:
+        raise InvalidRequest(
+            f"{param}[{too_long}] has {len(texts[too_long])} characters; at most {max_chars} are allowed", param=param
+        )
 
 
 def _item(value: str | list[int] | TextItem | ImageItem | AudioItem, modality: Modality) -> InputItem:

@@ -24,7 +24,7 @@ from pydantic import (
     field_validator,
 )
 
-from gateway.schemas import Usage
+from gateway.schemas import Usage, check_text_lengths
 from models.errors import InvalidRequest
 
 
@@ -57,9 +57,14 @@ class CohereV2RerankRequest(RerankRequest):
     model: str = Field(description="Served model name (required by Cohere v2).")
 
 
-def validated_documents(request: RerankRequest, max_documents: int) -> list[str]:
+def validated_documents(request: RerankRequest, max_documents: int, max_chars: int, text_documents: bool) -> list[str]:
+    """The documents as strings. `max_chars` bounds the query, and the documents when they are texts (not
+    images, which `max_item_bytes` bounds)."""
     if not request.query:
         raise InvalidRequest("query must not be empty", param="query")
+    if len(request.query) > max_chars:
+        raise InvalidRequest(f"query has {len(request.query)} characters; at most {max_chars} are allowed",
+                             param="query")
     if not request.documents:
         raise InvalidRequest("documents must not be empty", param="documents")
     if len(request.documents) > max_documents:
@@ -68,7 +73,10 @@ def validated_documents(request: RerankRequest, max_documents: int) -> list[str]
         )
     if request.top_n is not None and request.top_n < 1:
         raise InvalidRequest(f"top_n must be at least 1, got {request.top_n}", param="top_n")
-    return [d if isinstance(d, str) else d.text for d in request.documents]
+    documents = [d if isinstance(d, str) else d.text for d in request.documents]
+    if text_documents:
+        check_text_lengths(documents, max_chars, "documents")
+    return documents
 
 
 @dataclass(frozen=True)
@@ -183,7 +191,7 @@ class ClassifyRequest(BaseModel):
     raw_scores: StrictBool = Field(False, description="Logits instead of softmax (or sigmoid) probabilities.")
 
 
-def validated_texts(request: ClassifyRequest, max_inputs: int) -> list[str]:
+def validated_texts(request: ClassifyRequest, max_inputs: int, max_chars: int) -> list[str]:
     texts = [request.input] if isinstance(request.input, str) else list(request.input)
     if not texts:
         raise InvalidRequest("input must not be empty", param="input")
@@ -192,6 +200,7 @@ def validated_texts(request: ClassifyRequest, max_inputs: int) -> list[str]:
     empty = next((i for i, text in enumerate(texts) if not text), None)
     if empty is not None:
         raise InvalidRequest(f"input[{empty}] is empty", param="input")
+    check_text_lengths(texts, max_chars, "input")
     return texts
 
 

@@ -52,6 +52,7 @@ class TokenizedText(BaseModel):
     model: str
     input_ids: list[int]
     token_type_ids: list[int] | None = None
+    request_id: str = ""  # rows of an abandoned request are dropped by this id
 
     @property
     def length(self) -> int:
@@ -86,10 +87,12 @@ class ModelInput(BaseModel):
     modality: Modality
     arrays: dict[str, Array]
     length: int
+    request_id: str = ""  # rows of an abandoned request are dropped by this id
 
 
 class Row(Protocol):
     model: str
+    request_id: str
 
     @property
     def length(self) -> int: ...

@@ -110,6 +110,9 @@ class EmbentoConfig(BaseModel):
     # OpenTelemetry spans (exported as BentoML's `tracing` configuration or the OTEL_* variables say).
     tracing: bool = False
     max_client_batch_size: int = Field(2048, ge=1)
+    # Refused before tokenizing: a huge text costs tokenizer time even though the model truncates it.
+    max_item_chars: int = Field(200_000, ge=1)
+    max_request_tokens: int = Field(1_000_000, ge=1)  # after truncation; images and audio count positions
     max_request_bytes: int = Field(32 * 1024 * 1024, ge=1024)
     request_timeout_s: float = Field(120.0, gt=0)
     # Beyond these a request is refused at once with a 429: requests being answered (checked before the

@@ -58,3 +58,7 @@ class InferenceError(EmbentoError):
 
 class RequestTimeout(EmbentoError):
     """The request did not finish within its deadline."""
+
+
+class ClientGone(EmbentoError):
+    """The client disconnected before its answer was ready; nobody reads the response."""

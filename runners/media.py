@@ -18,7 +18,7 @@ from models.base import Kind, ModelInput
 from models.config import ModelConfig
 from models.media_encoder import MediaEncoder
 from runners.dispatch import make_work_conserving
-from runners.pool import ModelPool
+from runners.pool import ModelPool, PooledService
 from runners.settings import DISPATCH_MAX_LATENCY_MS, MODEL_SERVICE_CONFIG, dispatch_max_rows, models_of_kind
 from runners.store import pin_store_models
 
@@ -29,17 +29,13 @@ BATCHING = {"batchable": True, "max_batch_size": dispatch_max_rows(), "max_laten
 def _media_service(name: str, kind: Kind, description: str) -> Any:
     """One BentoML service class per family: the same API, its own process, device and scaling."""
 
-    class MediaEmbedder:
+    class MediaEmbedder(PooledService):
         def __init__(self) -> None:
             self.pool = ModelPool(partial(_load, kind=kind), models_of_kind(kind))
 
         @bentoml.api(**BATCHING)
         async def encode(self, rows: list[ModelInput]) -> list[np.ndarray]:
             return await self.pool.run(rows)
-
-        @bentoml.api
-        def model_info(self) -> list[dict]:
-            return self.pool.infos()
 
     MediaEmbedder.__name__ = MediaEmbedder.__qualname__ = name
     MediaEmbedder.__doc__ = description

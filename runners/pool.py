@@ -2,18 +2,21 @@
 
 A runner's batch holds rows from many requests and several models. `ModelPool` groups them by model,
 sorts by length, cuts passes by count and token budget, and answers in request order. A pass that fails
-is bisected, so one bad input never fails the rows it shared a batch with.
+is bisected, so one bad input never fails the rows it shared a batch with. Rows of requests the gateway
+has given up on (deadline, disconnect) are dropped before each pass instead of computed.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import bentoml
 import numpy as np
 
 from models.base import Row, TokenModel
@@ -24,8 +27,34 @@ from models.resolve import resolve_model
 from runners.settings import stop_server
 
 logger = logging.getLogger(__name__)
-FAILED = np.empty(0, dtype=np.float32)  # an input the model could not run; the gateway reports it
+FAILED = np.empty(0, dtype=np.float32)  # an input the model could not run (or dropped); the gateway reports it
 Loader = Callable[[Path, ModelConfig], TokenModel]
+# An abandoned request's id is kept this long: its rows may still be on their way, or queued behind others.
+ABANDONED_TTL_S = 600.0
+BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, float("inf"))
+FORWARD_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, float("inf"))
+
+COMPUTED_INPUTS = bentoml.metrics.Counter(
+    name="embento_model_inputs", documentation="Inputs a model ran", labelnames=["model"],
+)
+COMPUTED_TOKENS = bentoml.metrics.Counter(
+    name="embento_model_tokens", documentation="Tokens (or media positions) a model ran", labelnames=["model"],
+)
+FAILED_INPUTS = bentoml.metrics.Counter(
+    name="embento_model_failed_inputs", documentation="Inputs a model failed on, alone", labelnames=["model"],
+)
+DROPPED_INPUTS = bentoml.metrics.Counter(
+    name="embento_dropped_inputs", documentation="Inputs of abandoned requests dropped instead of run",
+    labelnames=["model"],
+)
+PASS_SIZE = bentoml.metrics.Histogram(
+    name="embento_model_batch_size", documentation="Inputs per forward pass", labelnames=["model"],
+    buckets=BATCH_BUCKETS,
+)
+PASS_SECONDS = bentoml.metrics.Histogram(
+    name="embento_model_forward_seconds", documentation="Seconds per forward pass", labelnames=["model"],
+    buckets=FORWARD_BUCKETS,
+)
 
 
 class ModelPool:
@@ -40,6 +69,9 @@ class ModelPool:
             stop_server(exc.message if isinstance(exc, EmbentoError) else f"a model failed to load: {exc!r}")
             raise
         self._limits = {c.served_model_name: (c.batch_size, c.max_batch_tokens) for c in configs}
+        # Request id -> when it was abandoned. Written on the event loop, read on the torch thread: single
+        # dict operations are atomic, and only the event loop iterates it.
+        self._abandoned: dict[str, float] = {}
 
     @staticmethod
     def _load_all(load: Loader, configs: list[ModelConfig]) -> dict[str, TokenModel]:
@@ -53,6 +85,17 @@ class ModelPool:
 
     def infos(self) -> list[dict]:
         return [model.info.to_dict() for model in self.models.values()]
+
+    def cancel(self, request_ids: list[str]) -> None:
+        """Drop these requests' rows that have not run yet, now or when they arrive."""
+        now = time.monotonic()
+        for request_id in request_ids:
+            self._abandoned[request_id] = now
+        while self._abandoned:  # oldest first: dicts keep insertion order
+            oldest = next(iter(self._abandoned))
+            if now - self._abandoned[oldest] < ABANDONED_TTL_S:
+                break
+            del self._abandoned[oldest]
 
     async def run(self, rows: list[Row]) -> list[np.ndarray]:
         return await asyncio.get_running_loop().run_in_executor(self._torch_thread, self._run_rows, rows)
@@ -76,8 +119,47 @@ class ModelPool:
             return [LookupError(name)] * len(rows)
         batch_size, max_tokens = self._limits[name]
         outputs: list[np.ndarray | Exception] = [FAILED] * len(rows)
-        for chunk in plan_batches([row.length for row in rows], batch_size, max_tokens):
-            done = run_isolated(lambda part: model.forward([rows[i] for i in part]), chunk)
-            for index, output in zip(chunk, done):
+        live = self._live(name, rows, range(len(rows)))
+        for chunk in plan_batches([rows[i].length for i in live], batch_size, max_tokens):
+            indices = self._live(name, rows, [live[i] for i in chunk])  # some may have been abandoned since
+            if not indices:
+                continue
+            started = time.perf_counter()
+            done = run_isolated(lambda part: model.forward([rows[i] for i in part]), indices)
+            self._observe(name, [rows[i] for i in indices], done, time.perf_counter() - started)
+            for index, output in zip(indices, done):
                 outputs[index] = output
         return outputs
+
+    def _live(self, model: str, rows: list[Row], indices: Iterable[int]) -> list[int]:
+        """The indices whose requests are still awaited; the others count as dropped."""
+        indices = list(indices)
+        live = [i for i in indices if rows[i].request_id not in self._abandoned]
+        if len(live) < len(indices):
+            DROPPED_INPUTS.labels(model=model).inc(len(indices) - len(live))
+        return live
+
+    @staticmethod
+    def _observe(model: str, rows: list[Row], outputs: list[np.ndarray | Exception], seconds: float) -> None:
+        COMPUTED_INPUTS.labels(model=model).inc(len(rows))
+        COMPUTED_TOKENS.labels(model=model).inc(sum(row.length for row in rows))
+        PASS_SIZE.labels(model=model).observe(len(rows))
+        PASS_SECONDS.labels(model=model).observe(seconds)
+        failed = sum(isinstance(output, Exception) for output in outputs)
+        if failed:
+            FAILED_INPUTS.labels(model=model).inc(failed)
+
+
+class PooledService:
+    """The APIs every model service has beside its batchable one; subclasses set `pool`."""
+
+    pool: ModelPool
+
+    @bentoml.api
+    def model_info(self) -> list[dict]:
+        return self.pool.infos()
+
+    @bentoml.api
+    async def cancel(self, request_ids: list[str]) -> None:
+        """The gateway gave up on these requests (deadline, or the client left): drop their queued rows."""
+        self.pool.cancel(request_ids)

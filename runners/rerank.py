@@ -16,7 +16,7 @@ from models.config import ModelConfig
 from models.kinds import model_kind
 from models.text_scorer import TextScorer
 from runners.dispatch import make_work_conserving
-from runners.pool import ModelPool
+from runners.pool import ModelPool, PooledService
 from runners.settings import DISPATCH_MAX_LATENCY_MS, MODEL_SERVICE_CONFIG, dispatch_max_rows, models_of_kind
 from runners.store import pin_store_models
 
@@ -29,7 +29,7 @@ def _load_scorer(folder: Path, cfg: ModelConfig) -> TextScorer:
 
 @bentoml.service(name="Reranker", **MODEL_SERVICE_CONFIG)
 @pin_store_models(models_of_kind("rerank", "classify"))
-class Reranker:
+class Reranker(PooledService):
     def __init__(self) -> None:
         self.pool = ModelPool(_load_scorer, models_of_kind("rerank", "classify"))
 
@@ -37,7 +37,3 @@ class Reranker:
     async def score(self, rows: list[TokenizedText]) -> list[np.ndarray]:
         """Token ids in, one row of logits per row out (an empty array where the model failed on that row)."""
         return await self.pool.run(rows)
-
-    @bentoml.api
-    def model_info(self) -> list[dict]:
-        return self.pool.infos()

@@ -8,7 +8,7 @@ import numpy as np
 from models.base import TokenizedText
 from models.text_encoder import TextEncoder
 from runners.dispatch import make_work_conserving
-from runners.pool import ModelPool
+from runners.pool import ModelPool, PooledService
 from runners.settings import DISPATCH_MAX_LATENCY_MS, MODEL_SERVICE_CONFIG, dispatch_max_rows, models_of_kind
 from runners.store import pin_store_models
 
@@ -17,7 +17,7 @@ make_work_conserving()
 
 @bentoml.service(name="TextEmbedder", **MODEL_SERVICE_CONFIG)
 @pin_store_models(models_of_kind("embed"))
-class TextEmbedder:
+class TextEmbedder(PooledService):
     def __init__(self) -> None:
         self.pool = ModelPool(TextEncoder, models_of_kind("embed"))
 
@@ -25,7 +25,3 @@ class TextEmbedder:
     async def embed(self, rows: list[TokenizedText]) -> list[np.ndarray]:
         """Token ids in, one embedding per row out (an empty array where the model failed on that row)."""
         return await self.pool.run(rows)
-
-    @bentoml.api
-    def model_info(self) -> list[dict]:
-        return self.pool.infos()

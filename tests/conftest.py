@@ -61,6 +61,18 @@ def merged_batches(metrics: str, method: str) -> float:
     return count - single
 
 
+SAMPLE = re.compile(r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(?P<labels>[^}]*)\})? (?P<value>\S+)$", re.M)
+
+
+def metric(metrics: str, name: str, **labels: str) -> float:
+    """The sum of a Prometheus metric's samples whose labels include `labels` (0 when there are none)."""
+    wanted = {f'{key}="{value}"' for key, value in labels.items()}
+    return sum(
+        float(sample["value"]) for sample in SAMPLE.finditer(metrics)
+        if sample["name"] == name and wanted <= set((sample["labels"] or "").split(","))
+    )
+
+
 def make_sentences(count: int = 50, seed: int = 7) -> list[str]:
     """Mixed lengths, from one word to well past MiniLM's 256-token limit."""
     rng = random.Random(seed)

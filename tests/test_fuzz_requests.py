@@ -47,29 +47,29 @@ def check(parse: Any, body: Any, then: Any) -> None:
 @given(bodies)
 def test_embedding_requests(body):
     for info in (TEXT_MODEL, CLIP_MODEL):
-        check(EmbeddingRequest.model_validate, body, lambda r, info=info: validated_inputs(r, info, 64, 8))
+        check(EmbeddingRequest.model_validate, body, lambda r, info=info: validated_inputs(r, info, 64, 8, 1000))
 
 
 @FUZZ
 @given(bodies)
 def test_legacy_media_requests(body):
     check(LegacyMediaRequest.model_validate, body,
-          lambda r: validated_inputs(r.as_embedding_request("image"), CLIP_MODEL, 64, 8))
+          lambda r: validated_inputs(r.as_embedding_request("image"), CLIP_MODEL, 64, 8, 1000))
 
 
 @FUZZ
 @given(bodies)
 def test_rerank_requests(body):
     for model in (RerankRequest, CohereV2RerankRequest):
-        check(model.model_validate, body, lambda r: validated_documents(r, 64))
+        check(model.model_validate, body, lambda r: validated_documents(r, 64, 1000, text_documents=True))
 
 
 @FUZZ
 @given(bodies)
 def test_classify_requests(body):
-    check(ClassifyRequest.model_validate, body, lambda r: validated_texts(r, 64))
+    check(ClassifyRequest.model_validate, body, lambda r: validated_texts(r, 64, 1000))
 
 
 @pytest.mark.parametrize("body, items", [({"input": "a"}, 1), ({"input": ["a", "b"]}, 2), ({"input": [[1, 2]]}, 1)])
 def test_valid_bodies_pass_so_the_fuzz_reaches_the_checks(body, items):
-    assert len(validated_inputs(EmbeddingRequest.model_validate(body), TEXT_MODEL, 64, 8)) == items
+    assert len(validated_inputs(EmbeddingRequest.model_validate(body), TEXT_MODEL, 64, 8, 1000)) == items

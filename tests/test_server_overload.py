@@ -20,12 +20,13 @@ CLIENTS = 200
 PER_REQUEST = 4
 MAX_QUEUED_ITEMS = 16
 MAX_CONCURRENT_REQUESTS = 64
+MAX_REQUEST_TOKENS = 2000  # above any 4-sentence request of the storm
 
 
 @pytest.fixture(scope="module")
 def small_queue(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     config = {"models": [{"model_id": MINILM}], "max_queued_items": MAX_QUEUED_ITEMS,
-              "max_concurrent_requests": MAX_CONCURRENT_REQUESTS}
+              "max_concurrent_requests": MAX_CONCURRENT_REQUESTS, "max_request_tokens": MAX_REQUEST_TOKENS}
     with running_server(tmp_path_factory.mktemp("small-queue"), config) as (url, _):
         yield url
 
@@ -65,3 +66,15 @@ def test_overload_is_a_quick_429_and_admitted_work_is_right(small_queue, minilm_
     assert sum(float(count) for _, count in rejected) == statuses[429]
     queued = re.search(r"embento_queued_items\{[^}]*\} (\S+)", metrics)
     assert queued and float(queued.group(1)) == 0  # everything admitted was answered and released
+
+
+def test_tokens_per_request_are_bounded_after_truncation(small_queue):
+    long_text = " ".join(["word"] * 1000)  # truncated to MiniLM's 256 tokens
+    fits = httpx.post(f"{small_queue}/v1/embeddings", json={"input": [long_text] * 7, "model": MINILM}, timeout=60)
+    assert fits.status_code == 200 and fits.json()["usage"]["prompt_tokens"] == 7 * 256
+    refused = httpx.post(f"{small_queue}/v1/embeddings", json={"input": [long_text] * 8, "model": MINILM}, timeout=60)
+    assert refused.status_code == 400
+    error = refused.json()["error"]
+    assert error["param"] == "input" and f"2048 tokens after truncation; at most {MAX_REQUEST_TOKENS}" in error["message"]
+    info = httpx.get(f"{small_queue}/info", timeout=10).json()
+    assert info["limits"]["max_request_tokens"] == MAX_REQUEST_TOKENS

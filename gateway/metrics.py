@@ -1,0 +1,96 @@
+"""The gateway's Prometheus metrics (on `/metrics`, with BentoML's and the model services' own).
+
+Per model: requests by status, inputs, tokens and latency by stage. Per model service: work waiting,
+requests refused and requests abandoned. Labels hold only served model and service names, never text
+from a request, so a client cannot grow the series without bound.
+"""
+
+from __future__ import annotations
+
+import time
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+
+import bentoml
+
+NO_MODEL = "none"  # a request refused before a served model was chosen
+# Seconds; a request's stages range from a cached tokenization to minutes of queue under overload.
+LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 120.0,
+                   float("inf"))
+
+REQUESTS = bentoml.metrics.Counter(
+    name="embento_requests", documentation="Requests answered, by served model and HTTP status",
+    labelnames=["model", "status"],
+)
+INPUTS = bentoml.metrics.Counter(
+    name="embento_request_inputs", documentation="Inputs (texts, images, audio clips, documents) in requests",
+    labelnames=["model"],
+)
+TOKENS = bentoml.metrics.Counter(
+    name="embento_request_tokens", documentation="Tokens (or media positions) in requests, after truncation",
+    labelnames=["model"],
+)
+STAGE_SECONDS = bentoml.metrics.Histogram(
+    name="embento_stage_seconds",
+    documentation="Request latency by stage: preprocess (validate, tokenize, decode), model_service (queue "
+                  "and inference), postprocess (scores and response), total",
+    labelnames=["model", "stage"], buckets=LATENCY_BUCKETS,
+)
+QUEUED_ITEMS = bentoml.metrics.Gauge(
+    name="embento_queued_items", documentation="Inputs sent to a model service and not yet answered",
+    labelnames=["model_service"],
+)
+QUEUED_TOKENS = bentoml.metrics.Gauge(
+    name="embento_queued_tokens",
+    documentation="Tokens (or media positions) sent to a model service and not yet answered",
+    labelnames=["model_service"],
+)
+REJECTED = bentoml.metrics.Counter(
+    name="embento_rejected_requests", documentation="Requests refused before reaching a model service",
+    labelnames=["model_service", "reason"],
+)
+ABANDONED = bentoml.metrics.Counter(
+    name="embento_abandoned_requests",
+    documentation="Requests given up while a model service had them (deadline or disconnect); their queued "
+                  "rows are dropped there",
+    labelnames=["model_service", "reason"],
+)
+
+
+@dataclass
+class RequestTrace:
+    """One request's way through the gateway, recorded as it goes and observed once at the end."""
+
+    started: float = field(default_factory=time.perf_counter)
+    model: str = NO_MODEL
+    sent: float | None = None  # rows handed to the model service
+    answered: float | None = None  # its outputs back
+
+    def sending(self, inputs: int, tokens: int) -> None:
+        self.sent = time.perf_counter()
+        INPUTS.labels(model=self.model).inc(inputs)
+        TOKENS.labels(model=self.model).inc(tokens)
+
+    def finish(self, status: int) -> None:
+        now = time.perf_counter()
+        REQUESTS.labels(model=self.model, status=str(status)).inc()
+        stages = {"total": now - self.started}
+        if self.sent is not None:
+            stages["preprocess"] = self.sent - self.started
+        if self.sent is not None and self.answered is not None:
+            stages["model_service"] = self.answered - self.sent
+            stages["postprocess"] = now - self.answered
+        for stage, seconds in stages.items():
+            STAGE_SECONDS.labels(model=self.model, stage=stage).observe(seconds)
+
+
+TRACE: ContextVar[RequestTrace] = ContextVar("embento_request_trace")
+
+
+def current_trace() -> RequestTrace:
+    """The trace of the request being answered (a detached one outside a request, e.g. warm-up)."""
+    trace = TRACE.get(None)
+    if trace is None:
+        trace = RequestTrace()
+        TRACE.set(trace)
+    return trace
