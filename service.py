@@ -29,6 +29,7 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gateway.admission import Admission
 from gateway.deadline import WatchDisconnect, until_done
@@ -41,6 +42,7 @@ from gateway.routing import check_modalities, choose_model
 from gateway.schemas import (
     EmbeddingRequest,
     EmbeddingResponse,
+    FailedModel,
     InputItem,
     LegacyMediaRequest,
     ModelCard,
@@ -66,6 +68,7 @@ from gateway.scoring import (
 )
 from models import errors
 from models.base import Kind, ModelInfo, ModelInput, Preprocessor, Row, TokenizedText
+from models.config import ModelConfig
 from models.kinds import model_kind
 from models.media import MediaLimits
 from models.media_processor import MediaProcessor
@@ -75,6 +78,7 @@ from models.text_tokenizer import TextTokenizer
 from runners.image import ARGS, IMAGE, bento_envs
 from runners.media import ClapEmbedder, ClipEmbedder, ColPaliEmbedder
 from runners.rerank import Reranker
+from runners.settings import load_models
 from runners.store import check_built_services, pin_store_models, served_config
 from runners.text import TextEmbedder
 
@@ -139,24 +143,28 @@ class Gateway:
     def __init__(self) -> None:
         self.tokenizers: dict[str, Preprocessor] = {}
         self.processors: dict[str, MediaProcessor] = {}
-        for m in CONFIG.models:
-            folder, kind = resolve_model(m.model_id, m.revision), KINDS[m.served_model_name]
-            if kind in TEXT_KINDS:
-                self.tokenizers[m.served_model_name] = TextTokenizer(folder, m)
-            else:
-                self.processors[m.served_model_name] = MediaProcessor(folder, m, kind)
+        _, self._failed_here = load_models(CONFIG.models, self._load_preprocessor, CONFIG.allow_partial)
         self.fetcher = UrlFetcher(UrlPolicy(
             allow_private=CONFIG.allow_private_urls,
             allowed_networks=tuple(ipaddress.ip_network(n, strict=False) for n in CONFIG.url_allow_networks),
             timeout_s=CONFIG.url_timeout_s, max_bytes=CONFIG.max_item_bytes,
         )) if CONFIG.allow_url_inputs else None
-        self.infos: dict[str, ModelInfo] = {}
+        self.infos: dict[str, ModelInfo] = {}  # the models served, once warm
+        self.failed: dict[str, str] = {}  # served name -> why it failed to load (allow_partial), once warm
+        self._warm = False
         self._warm_lock = asyncio.Lock()
         self._cancelling: set[asyncio.Task] = set()
         self.admission = {
             RUNNERS[kind][0]: Admission(RUNNERS[kind][1].name, CONFIG.max_queued_items, CONFIG.max_queued_tokens)
             for kind in dict.fromkeys(KINDS.values())
         }
+
+    def _load_preprocessor(self, cfg: ModelConfig) -> None:
+        folder, kind = resolve_model(cfg.model_id, cfg.revision), KINDS[cfg.served_model_name]
+        if kind in TEXT_KINDS:
+            self.tokenizers[cfg.served_model_name] = TextTokenizer(folder, cfg)
+        else:
+            self.processors[cfg.served_model_name] = MediaProcessor(folder, cfg, kind)
 
     def _runner(self, kind: Kind) -> Callable[[list[Any]], Awaitable[list[np.ndarray]]]:
         attribute, _, api = RUNNERS[kind]
@@ -171,14 +179,14 @@ class Gateway:
         self._warmup_task = asyncio.create_task(keep_trying())
 
     async def is_warm(self) -> bool:
-        """True once every model has reported its facts and answered a real call."""
-        if self.infos:
+        """True once every model has reported its facts (or why it failed to load) and answered a real call."""
+        if self._warm:
             return True
         async with self._warm_lock:
-            if self.infos:
+            if self._warm:
                 return True
             try:
-                infos = await self._fetch_infos()
+                infos, failed = await self._fetch_infos()
                 for name, info in infos.items():
                     outputs = await self._runner(info.kind)(self._warmup_rows(info))
                     if outputs[0].size == 0 or outputs[0].shape[-1] != info.dimension:
@@ -186,17 +194,21 @@ class Gateway:
             except Exception as exc:  # not up yet, or broken: either way not ready
                 logger.info("models not ready yet: %r", exc)
                 return False
-            self.infos = infos
-            logger.info("all models warm: %s", sorted(infos))
+            self.infos, self.failed, self._warm = infos, failed, True
+            logger.info("all models warm: %s%s", sorted(infos), f"; failed to load: {sorted(failed)}" if failed else "")
             return True
 
-    async def _fetch_infos(self) -> dict[str, ModelInfo]:
-        reported = [i for a in SERVICE_ATTRIBUTES for i in await getattr(self, a).to_async.model_info()]
-        infos = {i["served_model_name"]: ModelInfo(**i) for i in reported}
-        missing = set(KINDS) - set(infos)
+    async def _fetch_infos(self) -> tuple[dict[str, ModelInfo], dict[str, str]]:
+        """The models each service serves, and those that failed to load here or there."""
+        reports = [await getattr(self, a).to_async.model_info() for a in SERVICE_ATTRIBUTES]
+        failed = {name: reason for report in reports for name, reason in report["failed"].items()}
+        failed.update(self._failed_here)
+        infos = {i["served_model_name"]: ModelInfo(**i) for report in reports for i in report["models"]}
+        missing = set(KINDS) - set(infos) - set(failed)
         if missing:
             raise errors.NotReady(f"no model service reported {sorted(missing)}")
-        return {name: infos[name] for name in KINDS}  # configuration order: the first is the default
+        # configuration order: the first is the default
+        return {name: infos[name] for name in KINDS if name not in failed}, failed
 
     def _warmup_rows(self, info: ModelInfo) -> list[Any]:
         name = info.served_model_name
@@ -207,7 +219,12 @@ class Gateway:
         return TokenizedText.rows(name, self.tokenizers[name].encode_texts(["warm-up"]))
 
     async def __is_ready__(self) -> bool:
-        return await self.is_warm() and await self._model_services_answer() is None
+        return await self.is_warm() and bool(self.infos) and await self._model_services_answer() is None
+
+    async def readiness(self) -> dict[str, Any]:
+        """/readyz's body: whether requests can be served, by which models, and which failed to load."""
+        ready = await self.__is_ready__()
+        return {"ready": ready, "models": list(self.infos), "failed": self.failed}
 
     async def _model_services_answer(self) -> str | None:
         """The first model service that does not answer its readiness probe within a second, or None.
@@ -227,6 +244,9 @@ class Gateway:
     async def _require_model(self, requested: str | None, capability: str) -> ModelInfo:
         if not await self.is_warm():
             raise errors.NotReady("models are still loading; retry shortly")
+        if requested in self.failed:
+            raise errors.ModelUnavailable(f"model '{requested}' failed to load: {self.failed[requested]}",
+                                          param="model")
         info = choose_model(self.infos, requested, capability)
         current_trace().model = info.served_model_name
         return info
@@ -443,7 +463,7 @@ class Gateway:
                       backend=i.backend, dimension=i.dimension, max_input_tokens=i.max_input_tokens,
                       multi_vector=i.multi_vector, labels=i.labels if i.kind == "classify" else None)
             for i in self.infos.values()
-        ])
+        ], failed=[FailedModel(id=name, error=reason) for name, reason in self.failed.items()])
 
     async def health(self) -> dict[str, float]:
         """infinity's /health, but honest: 200 only while every model is warm and its service answers."""
@@ -459,6 +479,20 @@ async def _off_loop_if_large(work: Callable[[], T], size: int) -> T:
     if size <= INLINE_TOKENIZE_LIMIT:
         return work()
     return await asyncio.to_thread(work)
+
+
+class ReadinessReport:
+    """GET /readyz with a body: which models serve and which failed to load. BentoML's own /readyz says only
+    200 or 503, and its route comes before any mounted one, so this answers it first."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"] != "/readyz" or scope["method"] not in ("GET", "HEAD"):
+            return await self.app(scope, receive, send)
+        report = await bentoml.get_current_service().readiness()
+        await JSONResponse(report, status_code=200 if report["ready"] else 503)(scope, receive, send)
 
 
 async def _get_models(request: Request) -> Response:
@@ -501,3 +535,4 @@ Gateway.add_asgi_middleware(
     max_concurrent_requests=CONFIG.max_concurrent_requests,
 )
 Gateway.add_asgi_middleware(WatchDisconnect)
+Gateway.add_asgi_middleware(ReadinessReport)

@@ -27,6 +27,7 @@ STATUS: dict[type[errors.EmbentoError], tuple[int, str | None]] = {
     errors.Unauthorized: (401, "invalid_api_key"),
     errors.Overloaded: (429, "overloaded"),
     errors.NotReady: (503, "model_not_ready"),
+    errors.ModelUnavailable: (503, "model_unavailable"),
     errors.RequestTimeout: (504, "timeout"),
     errors.ClientGone: (499, "client_closed_request"),  # nginx's status; only logs and metrics see it
     errors.EmbentoError: (500, "internal_error"),

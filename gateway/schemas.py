@@ -41,7 +41,7 @@ class AudioItem(BaseModel):
 
 
 TypedItem = Union[TextItem, ImageItem, AudioItem]
-EmbeddingInput = Union[StrictStr, list[Union[StrictStr, TypedItem]], TokenIds, list[TokenIds]]
+EmbeddingInput = Union[StrictStr, list[StrictStr | TypedItem], TokenIds, list[TokenIds]]
 
 
 class EmbeddingRequest(BaseModel):
@@ -130,9 +130,17 @@ class ModelCard(BaseModel):
     labels: list[str] | None = None
 
 
+class FailedModel(BaseModel):
+    """A configured model that failed to load (served anyway with `allow_partial`): why."""
+
+    id: str
+    error: str
+
+
 class ModelList(BaseModel):
     object: Literal["list"] = "list"
     data: list[ModelCard]
+    failed: list[FailedModel] = Field(default_factory=list)
 
 
 @dataclass(frozen=True)

@@ -102,6 +102,9 @@ class EmbentoConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     models: list[ModelConfig] = Field(default_factory=lambda: [ModelConfig()], min_length=1)
+    # A model that fails to load stops the server (the log names it and the cause); with allow_partial the
+    # others are served, and /readyz, /v1/models and requests naming it say why it is missing.
+    allow_partial: bool = False
     # Keys clients may send as `Authorization: Bearer <key>`; several allow rotation. Secret: never printed.
     api_key: list[SecretStr] = Field(default_factory=list)
     api_key_file: str | None = None  # one key per line, in addition to api_key

@@ -62,3 +62,7 @@ class RequestTimeout(EmbentoError):
 
 class ClientGone(EmbentoError):
     """The client disconnected before its answer was ready; nobody reads the response."""
+
+
+class ModelUnavailable(EmbentoError):
+    """The request names a configured model that failed to load (the others serve, with allow_partial)."""

@@ -19,7 +19,13 @@ from models.config import ModelConfig
 from models.media_encoder import MediaEncoder
 from runners.dispatch import make_work_conserving
 from runners.pool import ModelPool, PooledService
-from runners.settings import DISPATCH_MAX_LATENCY_MS, MODEL_SERVICE_CONFIG, dispatch_max_rows, models_of_kind
+from runners.settings import (
+    DISPATCH_MAX_LATENCY_MS,
+    MODEL_SERVICE_CONFIG,
+    allow_partial,
+    dispatch_max_rows,
+    models_of_kind,
+)
 from runners.store import pin_store_models
 
 make_work_conserving()
@@ -31,7 +37,7 @@ def _media_service(name: str, kind: Kind, description: str) -> Any:
 
     class MediaEmbedder(PooledService):
         def __init__(self) -> None:
-            self.pool = ModelPool(partial(_load, kind=kind), models_of_kind(kind))
+            self.pool = ModelPool(partial(_load, kind=kind), models_of_kind(kind), allow_partial())
 
         @bentoml.api(**BATCHING)
         async def encode(self, rows: list[ModelInput]) -> list[np.ndarray]:

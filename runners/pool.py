@@ -14,6 +14,7 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 
 import bentoml
@@ -22,9 +23,8 @@ import numpy as np
 from models.base import Row, TokenModel
 from models.batching import plan_batches, run_isolated
 from models.config import ModelConfig
-from models.errors import EmbentoError
 from models.resolve import resolve_model
-from runners.settings import stop_server
+from runners.settings import load_models
 
 logger = logging.getLogger(__name__)
 FAILED = np.empty(0, dtype=np.float32)  # an input the model could not run (or dropped); the gateway reports it
@@ -58,33 +58,24 @@ PASS_SECONDS = bentoml.metrics.Histogram(
 
 
 class ModelPool:
-    def __init__(self, load: Loader, configs: list[ModelConfig]) -> None:
+    def __init__(self, load: Loader, configs: list[ModelConfig], allow_partial: bool = False) -> None:
         # All torch work happens on this one thread. OpenMP gives every calling thread its own team of
         # workers; a second team (say, warm-up on the main thread, forwards on BentoML's worker threads)
         # oversubscribes the cores, and libgomp then stops spinning: a MiniLM forward took 2x as long.
         self._torch_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="torch")
-        try:
-            self.models: dict[str, TokenModel] = self._torch_thread.submit(self._load_all, load, configs).result()
-        except Exception as exc:  # any cause: loading again would meet it again
-            stop_server(exc.message if isinstance(exc, EmbentoError) else f"a model failed to load: {exc!r}")
-            raise
+        self.models: dict[str, TokenModel]
+        self.failed: dict[str, str]  # served name -> why it did not load (with allow_partial)
+        self.models, self.failed = self._torch_thread.submit(
+            load_models, configs, partial(_load_one, load), allow_partial
+        ).result()
         self._limits = {c.served_model_name: (c.batch_size, c.max_batch_tokens) for c in configs}
         # Request id -> when it was abandoned. Written on the event loop, read on the torch thread: single
         # dict operations are atomic, and only the event loop iterates it.
         self._abandoned: dict[str, float] = {}
 
-    @staticmethod
-    def _load_all(load: Loader, configs: list[ModelConfig]) -> dict[str, TokenModel]:
-        models = {}
-        for cfg in configs:
-            logger.info("loading %s as '%s'", cfg.model_id, cfg.served_model_name)
-            model = load(resolve_model(cfg.model_id, cfg.revision), cfg)
-            logger.info("model '%s' is warm: %s", cfg.served_model_name, model.info)
-            models[cfg.served_model_name] = model
-        return models
-
-    def infos(self) -> list[dict]:
-        return [model.info.to_dict() for model in self.models.values()]
+    def report(self) -> dict:
+        """The loaded models' facts, and why any others failed to load."""
+        return {"models": [model.info.to_dict() for model in self.models.values()], "failed": self.failed}
 
     def cancel(self, request_ids: list[str]) -> None:
         """Drop these requests' rows that have not run yet, now or when they arrive."""
@@ -150,14 +141,21 @@ class ModelPool:
             FAILED_INPUTS.labels(model=model).inc(failed)
 
 
+def _load_one(load: Loader, cfg: ModelConfig) -> TokenModel:
+    logger.info("loading %s as '%s'", cfg.model_id, cfg.served_model_name)
+    model = load(resolve_model(cfg.model_id, cfg.revision), cfg)
+    logger.info("model '%s' is warm: %s", cfg.served_model_name, model.info)
+    return model
+
+
 class PooledService:
     """The APIs every model service has beside its batchable one; subclasses set `pool`."""
 
     pool: ModelPool
 
     @bentoml.api
-    def model_info(self) -> list[dict]:
-        return self.pool.infos()
+    def model_info(self) -> dict:
+        return self.pool.report()
 
     @bentoml.api
     async def cancel(self, request_ids: list[str]) -> None:

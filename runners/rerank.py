@@ -17,7 +17,13 @@ from models.kinds import model_kind
 from models.text_scorer import TextScorer
 from runners.dispatch import make_work_conserving
 from runners.pool import ModelPool, PooledService
-from runners.settings import DISPATCH_MAX_LATENCY_MS, MODEL_SERVICE_CONFIG, dispatch_max_rows, models_of_kind
+from runners.settings import (
+    DISPATCH_MAX_LATENCY_MS,
+    MODEL_SERVICE_CONFIG,
+    allow_partial,
+    dispatch_max_rows,
+    models_of_kind,
+)
 from runners.store import pin_store_models
 
 make_work_conserving()
@@ -31,7 +37,7 @@ def _load_scorer(folder: Path, cfg: ModelConfig) -> TextScorer:
 @pin_store_models(models_of_kind("rerank", "classify"))
 class Reranker(PooledService):
     def __init__(self) -> None:
-        self.pool = ModelPool(_load_scorer, models_of_kind("rerank", "classify"))
+        self.pool = ModelPool(_load_scorer, models_of_kind("rerank", "classify"), allow_partial())
 
     @bentoml.api(batchable=True, max_batch_size=dispatch_max_rows(), max_latency_ms=DISPATCH_MAX_LATENCY_MS)
     async def score(self, rows: list[TokenizedText]) -> list[np.ndarray]:

@@ -5,15 +5,19 @@ from __future__ import annotations
 import logging
 import os
 import signal
+from collections.abc import Callable
+from typing import TypeVar
 
 from bentoml._internal.context import server_context
 
 from models.base import Kind
 from models.config import ModelConfig
+from models.errors import EmbentoError
 from models.kinds import model_kind
 from runners.store import served_config
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 # BentoML 1.4.30+ recycles the inter-service connection pool every 100 requests / 300 s while requests
 # are still in flight, which surfaces as 500s under concurrency (bentoml #5540, #5698). Never recycle.
@@ -33,6 +37,10 @@ def dispatch_max_rows() -> int:
     return max(64, 4 * max(m.batch_size for m in served_config().models))
 
 
+def allow_partial() -> bool:
+    return served_config().allow_partial
+
+
 def models_of_kind(*kinds: Kind) -> list[ModelConfig]:
     """The configured models a runner serves."""
     return [m for m in served_config().models if model_kind(m) in kinds]
@@ -45,3 +53,23 @@ def stop_server(reason: str) -> None:
     logger.error("%s; stopping the server", reason)
     if server_context.worker_index is not None:  # a worker process under BentoML's arbiter, our parent
         os.kill(os.getppid(), signal.SIGTERM)
+
+
+def load_models(
+    configs: list[ModelConfig], load: Callable[[ModelConfig], T], allow_partial: bool
+) -> tuple[dict[str, T], dict[str, str]]:
+    """Each model loaded, by served name, and why the others failed. A failure stops the server, or with
+    `allow_partial` is logged and recorded while the other models load and serve."""
+    loaded: dict[str, T] = {}
+    failed: dict[str, str] = {}
+    for cfg in configs:
+        try:
+            loaded[cfg.served_model_name] = load(cfg)
+        except Exception as exc:  # any cause: loading again would meet it again
+            reason = exc.message if isinstance(exc, EmbentoError) else f"a model failed to load: {exc!r}"
+            if not allow_partial:
+                stop_server(reason)
+                raise
+            logger.error("%s; serving the other models (allow_partial)", reason)
+            failed[cfg.served_model_name] = reason
+    return loaded, failed

@@ -9,7 +9,13 @@ from models.base import TokenizedText
 from models.text_encoder import TextEncoder
 from runners.dispatch import make_work_conserving
 from runners.pool import ModelPool, PooledService
-from runners.settings import DISPATCH_MAX_LATENCY_MS, MODEL_SERVICE_CONFIG, dispatch_max_rows, models_of_kind
+from runners.settings import (
+    DISPATCH_MAX_LATENCY_MS,
+    MODEL_SERVICE_CONFIG,
+    allow_partial,
+    dispatch_max_rows,
+    models_of_kind,
+)
 from runners.store import pin_store_models
 
 make_work_conserving()
@@ -19,7 +25,7 @@ make_work_conserving()
 @pin_store_models(models_of_kind("embed"))
 class TextEmbedder(PooledService):
     def __init__(self) -> None:
-        self.pool = ModelPool(TextEncoder, models_of_kind("embed"))
+        self.pool = ModelPool(TextEncoder, models_of_kind("embed"), allow_partial())
 
     @bentoml.api(batchable=True, max_batch_size=dispatch_max_rows(), max_latency_ms=DISPATCH_MAX_LATENCY_MS)
     async def embed(self, rows: list[TokenizedText]) -> list[np.ndarray]:

@@ -159,6 +159,14 @@ def test_sigterm_lets_in_flight_requests_finish_then_exits_0(tmp_path):
         assert server.wait(timeout=60) == 0
 
 
+def checkpoint_without_weights(folder: Path, minilm_path: Path) -> Path:
+    """MiniLM's config and tokenizer without its weights: fails to load, every time, once the tokenizer is read."""
+    folder.mkdir()
+    copy_bert_tokenizer(minilm_path, folder)
+    (folder / "config.json").write_bytes((minilm_path / "config.json").read_bytes())
+    return folder
+
+
 def test_a_model_that_cannot_load_stops_the_server_naming_it_and_the_cause(tmp_path, minilm_path):
     """Without weights the checkpoint fails on every try: the server stops instead of restarting it forever."""
     import subprocess
@@ -166,10 +174,7 @@ def test_a_model_that_cannot_load_stops_the_server_naming_it_and_the_cause(tmp_p
 
     from tests.conftest import ROOT, free_port, server_env
 
-    broken = tmp_path / "no-weights"
-    broken.mkdir()
-    copy_bert_tokenizer(minilm_path, broken)
-    (broken / "config.json").write_bytes((minilm_path / "config.json").read_bytes())
+    broken = checkpoint_without_weights(tmp_path / "no-weights", minilm_path)
     (tmp_path / "embento.yaml").write_text(f"models:\n  - model_id: {MINILM}\n  - model_id: {broken}\n")
     command = [sys.executable, "-m", "bentoml", "serve", "service:Gateway", "--port", str(free_port())]
     result = subprocess.run(command, cwd=ROOT, env=server_env(tmp_path / "home", EMBENTO_CONFIG=str(tmp_path / "embento.yaml")),
@@ -178,3 +183,34 @@ def test_a_model_that_cannot_load_stops_the_server_naming_it_and_the_cause(tmp_p
     assert f"cannot load '{broken}'" in log and "no file named" in log  # the model, and the cause
     assert "stopping the server" in log
     assert log.count("Initializing service error") == 1  # stopped at the first failure, not restarted
+
+
+def test_with_allow_partial_the_other_models_serve_and_the_failures_are_reported(tmp_path, minilm_path):
+    broken = checkpoint_without_weights(tmp_path / "no-weights", minilm_path)
+    config = {"allow_partial": True, "models": [
+        {"model_id": MINILM},
+        {"model_id": str(broken), "served_model_name": "broken"},
+        # the Reranker service's only model: that service serves nothing, and is no reason to be unready
+        {"model_id": str(broken), "served_model_name": "broken-reranker", "kind": "rerank"},
+    ]}
+    with running_server(tmp_path, config) as (url, _):
+        ready = httpx.get(f"{url}/readyz", timeout=30)
+        assert ready.status_code == 200
+        assert ready.json()["models"] == [MINILM]
+        assert set(ready.json()["failed"]) == {"broken", "broken-reranker"}
+        assert all("no file named" in reason for reason in ready.json()["failed"].values())
+
+        listed = httpx.get(f"{url}/v1/models", timeout=30).json()
+        assert [card["id"] for card in listed["data"]] == [MINILM]
+        assert {entry["id"] for entry in listed["failed"]} == {"broken", "broken-reranker"}
+
+        for path, body in (("/v1/embeddings", {"model": "broken", "input": "x"}),
+                           ("/v1/rerank", {"model": "broken-reranker", "query": "q", "documents": ["d"]})):
+            refused = httpx.post(f"{url}{path}", json=body, timeout=30)
+            assert refused.status_code == 503
+            error = refused.json()["error"]
+            assert error["code"] == "model_unavailable" and "failed to load" in error["message"]
+            assert error["param"] == "model"
+        served = httpx.post(f"{url}/v1/embeddings", json={"input": "still here"}, timeout=30)  # the default
+        assert served.status_code == 200 and served.json()["model"] == MINILM
+        assert httpx.get(f"{url}/health", timeout=30).status_code == 200

@@ -93,3 +93,36 @@ def test_no_key_reaches_the_log(secured):
     assert "Embento initialized" in text or "TextEmbedder" in text  # the log is the server's
     for secret in (KEY, FILE_KEY, WRONG):
         assert secret not in text
+
+
+def test_model_services_serve_on_unix_sockets_only(server_process):
+    """In one `bentoml serve`, each model service serves on a Unix socket and on no TCP port; every TCP
+    port the server listens on (the gateway's, the process manager's control) is on loopback. (Circus hands
+    every worker all the sockets it made, so model services hold the gateway's port too, unserved: a
+    worker serves only its `--fd`.)"""
+    import json
+
+    import psutil
+
+    from service import RUNNERS
+
+    url, pid = server_process
+    gateway_port = ("127.0.0.1", int(url.rsplit(":", 1)[1]))
+    tree = [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
+    names = {runner.name for _, runner, _ in RUNNERS.values()}
+    model_services = [p for p in tree if names & set(p.cmdline())]
+    assert len(model_services) == 5  # TextEmbedder, Reranker, ClipEmbedder, ClapEmbedder, ColPaliEmbedder
+
+    def tcp_listeners(process: psutil.Process) -> set[tuple[str, int]]:
+        return {(c.laddr.ip, c.laddr.port) for c in process.net_connections("inet") if c.status == psutil.CONN_LISTEN}
+
+    for process in model_services:
+        command = process.cmdline()
+        served_fd = int(command[command.index("--fd") + 1])
+        assert served_fd in {c.fd for c in process.net_connections("unix")}, command
+        assert tcp_listeners(process) <= {gateway_port}
+    listening = set().union(*(tcp_listeners(p) for p in tree))
+    assert gateway_port in listening and {ip for ip, _ in listening} == {"127.0.0.1"}, listening
+    runner_maps = [json.loads(p.environ()["BENTOML_RUNNER_MAP"]) for p in tree if "BENTOML_RUNNER_MAP" in p.environ()]
+    addresses = {name: address for runner_map in runner_maps for name, address in runner_map.items()}
+    assert all(addresses[name].startswith("file://") for name in names), addresses
