@@ -195,7 +195,7 @@ class Gateway:
                 logger.info("models not ready yet: %r", exc)
                 return False
             self.infos, self.failed, self._warm = infos, failed, True
-            logger.info("all models warm: %s%s", sorted(infos), f"; failed to load: {sorted(failed)}" if failed else "")
+            logger.info("all models warm: %s; failed to load: %s", sorted(infos), sorted(failed) or "none")
             return True
 
     async def _fetch_infos(self) -> tuple[dict[str, ModelInfo], dict[str, str]]:
@@ -264,6 +264,9 @@ class Gateway:
             response = error_response(exc)
             trace.finish(response.status_code)
             return response  # type: ignore[return-value]
+        except Exception:  # a bug: BentoML answers 500
+            trace.finish(500)
+            raise
         finally:
             TRACE.reset(token)
 
@@ -290,7 +293,8 @@ class Gateway:
 
     async def _embed(self, request: EmbeddingRequest) -> EmbeddingResponse:
         info = await self._require_model(request.model, "embed")
-        items = validated_inputs(request, info, CONFIG.max_client_batch_size, CONFIG.max_media_items, CONFIG.max_item_chars)
+        items = validated_inputs(request, info, CONFIG.max_client_batch_size, CONFIG.max_media_items,
+                                 CONFIG.max_item_chars)
         check_modalities(self.infos, info, {item.modality for item in items})
         if info.served_model_name in self.tokenizers:
             outputs, tokens = await self._embed_text(info, [item.value for item in items], request.prompt_name)
@@ -348,10 +352,12 @@ class Gateway:
         """Score every (query, document) pair; `shape` writes the ranking in the route's wire format."""
         info = await self._require_model(request.model, "rerank")
         if info.served_model_name in self.processors:
-            documents = validated_documents(request, CONFIG.max_media_items, CONFIG.max_item_chars, text_documents=False)
+            documents = validated_documents(request, CONFIG.max_media_items, CONFIG.max_item_chars,
+                                            text_documents=False)
             scores, tokens = await self._rank_images(info, request.query, documents)
         else:
-            documents = validated_documents(request, CONFIG.max_client_batch_size, CONFIG.max_item_chars, text_documents=True)
+            documents = validated_documents(request, CONFIG.max_client_batch_size, CONFIG.max_item_chars,
+                                            text_documents=True)
             scores, tokens = await self._rank_texts(info, request.query, documents, request.raw_scores)
         return shape(Ranking(model=info.served_model_name, order=rank(scores, request.top_n), scores=scores.tolist(),
                              documents=documents, tokens=tokens))
@@ -415,7 +421,8 @@ class Gateway:
             with self.admission[RUNNERS[info.kind][0]].admit(len(rows), tokens):
                 outputs = await until_done(self._call_runner(info.kind, rows), CONFIG.request_timeout_s)
         except (errors.RequestTimeout, errors.ClientGone) as exc:
-            self._abandon(info.kind, request_id, "deadline" if isinstance(exc, errors.RequestTimeout) else "disconnect")
+            reason = "deadline" if isinstance(exc, errors.RequestTimeout) else "disconnect"
+            self._abandon(info.kind, request_id, reason)
             raise
         except bentoml.exceptions.BentoMLException as exc:
             if exc.error_code.value in (429, 503):
@@ -503,9 +510,10 @@ async def _get_models(request: Request) -> Response:
 
 
 # Request limits a client may want to know before it sends: GET /info, as TEI's.
-LIMIT_FIELDS = ("max_client_batch_size", "max_item_chars", "max_request_tokens", "max_request_bytes", "request_timeout_s", "max_concurrent_requests",
-                "max_queued_items", "max_queued_tokens", "max_media_items", "max_item_bytes", "max_image_pixels",
-                "max_audio_seconds", "allow_url_inputs", "url_timeout_s")
+LIMIT_FIELDS = ("max_client_batch_size", "max_item_chars", "max_request_tokens", "max_request_bytes",
+                "request_timeout_s", "max_concurrent_requests", "max_queued_items", "max_queued_tokens",
+                "max_media_items", "max_item_bytes", "max_image_pixels", "max_audio_seconds", "allow_url_inputs",
+                "url_timeout_s")
 
 
 async def _get_info(request: Request) -> Response:

@@ -5,7 +5,10 @@
 Drives the server with wrk (Debian package `wrk`: a C load generator, so the client costs little of the
 two cores it shares with the server) first on `/livez`, the cheapest answer BentoML gives (the ceiling),
 then with embedding requests that are mostly refused (429). Prints latency percentiles and rates for both,
-the statuses, and the server's RSS before and after. Loopback only.
+the statuses, and the server's RSS before and after. Then the cost of one refusal on its own: while a few
+clients keep the model queue full with long inputs, one client sends requests one at a time and times the
+429s (under 200 connections, latency is mostly waiting behind the other connections: Little's law).
+Loopback only.
 """
 
 from __future__ import annotations
@@ -15,7 +18,11 @@ import re
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 from pathlib import Path
+
+import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from load import tree_rss_mb  # noqa: E402
@@ -39,6 +46,37 @@ def run_wrk(url: str, seconds: int, connections: int, script: str | None = None)
     return {key: match.group(1) if match else "0" for key, match in found.items()}
 
 
+def refusal_latency(url: str, seconds: float, queue: int) -> tuple[float, float, int]:
+    """p50 and p99 (ms) of 429s met by one sequential client while the queue is held full, and their count."""
+    long_text = " ".join(["word"] * 300)
+    stop = threading.Event()
+
+    def hold() -> None:
+        with httpx.Client(timeout=120) as http:
+            while not stop.is_set():
+                http.post(f"{url}/v1/embeddings", json={"input": [long_text] * queue})
+
+    holders = [threading.Thread(target=hold)]  # a second would spin on 429s of its own
+    for thread in holders:
+        thread.start()
+    time.sleep(2)  # the queue is full from here on
+    refusals: list[float] = []
+    deadline = time.monotonic() + seconds
+    with httpx.Client(timeout=120) as http:
+        while time.monotonic() < deadline:
+            started = time.perf_counter()
+            status = http.post(f"{url}/v1/embeddings", json={"input": ["a short sentence"]}).status_code
+            if status == 429:
+                refusals.append((time.perf_counter() - started) * 1000)
+    stop.set()
+    for thread in holders:
+        thread.join()
+    if not refusals:
+        return float("nan"), float("nan"), 0
+    refusals.sort()
+    return refusals[len(refusals) // 2], refusals[int(len(refusals) * 0.99)], len(refusals)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seconds", type=int, default=10)
@@ -58,11 +96,13 @@ def main() -> None:
             ceiling = run_wrk(f"{url}/livez", args.seconds, args.connections)
             overload = run_wrk(f"{url}/v1/embeddings", args.seconds, args.connections, script.name)
         rss_after = tree_rss_mb(process.pid)
+        p50, p99, refused = refusal_latency(url, args.seconds, args.queue)
     finally:
         stop_server(process)
     for name, figures in (("/livez (ceiling)", ceiling), ("/v1/embeddings, overloaded", overload)):
         print(f"{name:28s} p50 {figures['p50']:>9s}  p99 {figures['p99']:>9s}  {figures['rate']:>8s} req/s  "
               f"{figures['requests']} requests, {figures['non_2xx']} not 2xx")
+    print(f"one client, queue held full: {refused} refusals, p50 {p50:.1f} ms, p99 {p99:.1f} ms")
     print(f"server RSS {rss_before:.0f} MB before, {rss_after:.0f} MB after ({(rss_after / rss_before - 1) * 100:+.1f} %)")
 
 

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import aiohttp
 import numpy as np
+import psutil
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -42,6 +43,22 @@ SAMPLE_EVERY_S = 15.0
 PROBE = {"model": MINILM, "input": ["the same sentence, every time"]}
 
 
+SERVICES = ("Embento", "TextEmbedder", "Reranker", "ClipEmbedder")
+
+
+def rss_by_process(pid: int) -> dict[str, float]:
+    """MiB per process of the server's tree, named by the service it runs (the process manager otherwise)."""
+    root = psutil.Process(pid)
+    sizes: dict[str, float] = {}
+    for process in [root, *root.children(recursive=True)]:
+        try:
+            name = next((n for n in SERVICES if n in process.cmdline()), f"pid {process.pid}")
+            sizes[name] = sizes.get(name, 0.0) + process.memory_info().rss / 2**20
+        except psutil.NoSuchProcess:
+            continue
+    return sizes
+
+
 def bodies(kind: str, rng: random.Random) -> dict:
     if kind == "text":
         return {"model": MINILM, "input": corpus(rng.randint(1, 16), 3, 120, seed=rng.randrange(10**6))}
@@ -50,7 +67,8 @@ def bodies(kind: str, rng: random.Random) -> dict:
                                                                            seed=rng.randrange(10**6))}
     images = [image_bytes(rng.randint(24, 96), rng.randint(24, 96), seed=rng.randrange(10**6))
               for _ in range(rng.randint(1, 4))]
-    return {"model": "clip", "input": [{"image": "data:image/png;base64," + base64.b64encode(b).decode()} for b in images]}
+    uris = ["data:image/png;base64," + base64.b64encode(image).decode() for image in images]
+    return {"model": "clip", "input": [{"image": uri} for uri in uris]}
 
 
 PATHS = {"text": "/v1/embeddings", "rerank": "/v1/rerank", "image": "/v1/embeddings"}
@@ -89,11 +107,14 @@ async def soak(url: str, pid: int, minutes: float, clients: dict[str, int]) -> N
     tasks = [asyncio.create_task(client(url, kind, seed=i * 100 + n, stop_at=stop_at, counts=counts))
              for i, (kind, n_clients) in enumerate(clients.items()) for n in range(n_clients)]
     samples: list[tuple[float, float]] = []
+    processes: list[tuple[float, dict[str, float]]] = []
     while time.monotonic() < stop_at:
         samples.append((time.monotonic() - started, tree_rss_mb(pid)))
+        processes.append((samples[-1][0], rss_by_process(pid)))
         await asyncio.sleep(SAMPLE_EVERY_S)
     await asyncio.gather(*tasks)
     samples.append((time.monotonic() - started, tree_rss_mb(pid)))
+    processes.append((samples[-1][0], rss_by_process(pid)))
     after = await probe(url)
 
     print(f"{minutes:g} min, clients {clients}")
@@ -107,6 +128,10 @@ async def soak(url: str, pid: int, minutes: float, clients: dict[str, int]) -> N
     settled = next(rss for t, rss in samples if t >= SETTLE_S)
     print(f"  RSS after {SETTLE_S:.0f} s: {settled:.0f} MiB; at the end: {samples[-1][1]:.0f} MiB; "
           f"growth {100 * (samples[-1][1] - settled) / settled:+.1f} %; peak {max(r for _, r in samples):.0f} MiB")
+    settled_processes = next(sizes for t, sizes in processes if t >= SETTLE_S)
+    for name, end in processes[-1][1].items():
+        start = settled_processes.get(name, float("nan"))
+        print(f"    {name:14s} {start:7.0f} MiB after {SETTLE_S:.0f} s, {end:7.0f} MiB at the end ({end - start:+.0f})")
     print(f"  fixed request's embedding unchanged: {bool(np.allclose(before, after, atol=1e-6))}")
 
 

@@ -23,6 +23,7 @@ import numpy as np
 from models.base import Row, TokenModel
 from models.batching import plan_batches, run_isolated
 from models.config import ModelConfig
+from models.memory import HeapTrimmer
 from models.resolve import resolve_model
 from runners.settings import load_models
 
@@ -72,6 +73,7 @@ class ModelPool:
         # Request id -> when it was abandoned. Written on the event loop, read on the torch thread: single
         # dict operations are atomic, and only the event loop iterates it.
         self._abandoned: dict[str, float] = {}
+        self._heap = HeapTrimmer()
 
     def report(self) -> dict:
         """The loaded models' facts, and why any others failed to load."""
@@ -100,6 +102,7 @@ class ModelPool:
             outputs = self._run_model(name, [rows[i] for i in indices])
             for index, output in zip(indices, outputs):
                 results[index] = FAILED if isinstance(output, Exception) else output
+        self._heap.after_work()
         return results
 
     def _run_model(self, name: str, rows: list[Row]) -> list[np.ndarray | Exception]:

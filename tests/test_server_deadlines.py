@@ -52,8 +52,8 @@ def test_past_the_deadline_and_after_a_disconnect_queued_work_is_dropped(short_d
 
     def blocker() -> None:
         started = time.monotonic()
-        outcome["response"] = httpx.post(f"{url}/v1/embeddings", json={"model": MINILM, "input": [LONG] * BLOCKER_INPUTS},
-                                         timeout=60)
+        body = {"model": MINILM, "input": [LONG] * BLOCKER_INPUTS}
+        outcome["response"] = httpx.post(f"{url}/v1/embeddings", json=body, timeout=60)
         outcome["seconds"] = time.monotonic() - started
 
     running = threading.Thread(target=blocker)
