@@ -141,6 +141,10 @@ routes = Starlette()  # GET routes; BentoML's own API routes are POST-only
 @depend_on_model_services
 class Gateway:
     def __init__(self) -> None:
+        if "colpali" not in KINDS.values():  # only ColPali's processor needs torch tensors
+            # transformers imports torch (and scipy, sklearn) whenever it can: 460 MiB of RSS in a process
+            # that only tokenizes and resizes; without them, 125 MiB. Read once, at transformers' import.
+            os.environ.setdefault("USE_TORCH", "0")
         self.tokenizers: dict[str, Preprocessor] = {}
         self.processors: dict[str, MediaProcessor] = {}
         _, self._failed_here = load_models(CONFIG.models, self._load_preprocessor, CONFIG.allow_partial)
