@@ -32,6 +32,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gateway.admission import Admission
+from gateway.coalesce import Coalescer
 from gateway.deadline import WatchDisconnect, until_done
 from gateway.errors import OpenAIErrorBodies, error_response
 from gateway.fetch import UrlFetcher, UrlPolicy
@@ -75,10 +76,11 @@ from models.media_processor import MediaProcessor
 from models.resolve import resolve_model
 from models.scores import activate, late_interaction, rank
 from models.text_tokenizer import TextTokenizer
+from runners.framework import fix_media_types, skip_untraced_middleware
 from runners.image import ARGS, IMAGE, bento_envs
 from runners.media import ClapEmbedder, ClipEmbedder, ColPaliEmbedder
 from runners.rerank import Reranker
-from runners.settings import load_models
+from runners.settings import dispatch_max_rows, load_models
 from runners.store import check_built_services, pin_store_models, served_config
 from runners.text import TextEmbedder
 
@@ -89,6 +91,7 @@ if not CONFIG.tracing:
     # without) and memory (a plain BentoML service grew by ~440 MB under 200 connections before levelling
     # off). Off unless tracing is asked for.
     os.environ.setdefault("OTEL_SDK_DISABLED", "true")
+    skip_untraced_middleware()
 KINDS: dict[str, Kind] = {m.served_model_name: model_kind(m) for m in CONFIG.models}
 # Which model service runs each kind: the Gateway attribute that holds it, the service, its batchable API.
 RUNNERS: dict[Kind, tuple[str, Any, str]] = {
@@ -101,6 +104,7 @@ RUNNERS: dict[Kind, tuple[str, Any, str]] = {
 }
 # The Gateway attributes of the model services this configuration uses, each once.
 SERVICE_ATTRIBUTES = list(dict.fromkeys(RUNNERS[kind][0] for kind in KINDS.values()))
+API_OF = {attribute: api for attribute, _, api in RUNNERS.values()}
 TEXT_KINDS = ("embed", "rerank", "classify")
 LIMITS = MediaLimits(CONFIG.max_item_bytes, CONFIG.max_image_pixels, CONFIG.max_audio_seconds)
 STARTED = int(time.time())
@@ -162,6 +166,10 @@ class Gateway:
             RUNNERS[kind][0]: Admission(RUNNERS[kind][1].name, CONFIG.max_queued_items, CONFIG.max_queued_tokens)
             for kind in dict.fromkeys(KINDS.values())
         }
+        self.coalescers = {
+            attribute: Coalescer(functools.partial(self._call_runner, attribute), dispatch_max_rows())
+            for attribute in SERVICE_ATTRIBUTES
+        }
 
     def _load_preprocessor(self, cfg: ModelConfig) -> None:
         folder, kind = resolve_model(cfg.model_id, cfg.revision), KINDS[cfg.served_model_name]
@@ -171,8 +179,7 @@ class Gateway:
             self.processors[cfg.served_model_name] = MediaProcessor(folder, cfg, kind)
 
     def _runner(self, kind: Kind) -> Callable[[list[Any]], Awaitable[list[np.ndarray]]]:
-        attribute, _, api = RUNNERS[kind]
-        return getattr(getattr(self, attribute).to_async, api)
+        return self.coalescers[RUNNERS[kind][0]].run
 
     @bentoml.on_startup
     async def _start_warmup(self) -> None:
@@ -423,7 +430,7 @@ class Gateway:
         trace.sending(len(rows), tokens)
         try:
             with self.admission[RUNNERS[info.kind][0]].admit(len(rows), tokens):
-                outputs = await until_done(self._call_runner(info.kind, rows), CONFIG.request_timeout_s)
+                outputs = await until_done(self._runner(info.kind)(rows), CONFIG.request_timeout_s)
         except (errors.RequestTimeout, errors.ClientGone) as exc:
             reason = "deadline" if isinstance(exc, errors.RequestTimeout) else "disconnect"
             self._abandon(info.kind, request_id, reason)
@@ -457,14 +464,18 @@ class Gateway:
         self._cancelling.add(task)  # the loop keeps only weak references to tasks
         task.add_done_callback(self._cancelling.discard)
 
-    async def _call_runner(self, kind: Kind, rows: list[Any]) -> list[np.ndarray]:
-        """One retry when the connection broke: the model service may have closed a kept-alive connection
-        as it was reused (bentoml #4971), or restarted. Inference is idempotent, so sending again is safe."""
+    async def _call_runner(self, attribute: str, rows: list[Any]) -> list[np.ndarray]:
+        """One call to a model service's batchable API (the coalescer's `send`).
+
+        One retry when the connection broke: the model service may have closed a kept-alive connection as it
+        was reused (bentoml #4971), or restarted. Inference is idempotent, so sending again is safe."""
+        service = getattr(self, attribute)
+        call = getattr(service.to_async, API_OF[attribute])
         try:
-            return await self._runner(kind)(rows)
+            return await call(rows)
         except aiohttp.ClientConnectionError as exc:
-            logger.warning("connection to the %s service broke (%r); sending again", RUNNERS[kind][1].name, exc)
-            return await self._runner(kind)(rows)
+            logger.warning("connection to the %s service broke (%r); sending again", attribute, exc)
+            return await call(rows)
 
     async def model_list(self) -> ModelList:
         if not await self.is_warm():
@@ -533,7 +544,10 @@ async def _get_health(request: Request) -> Response:
         return error_response(exc)
 
 
-check_built_services({Gateway.name, *(dependency.on.name for dependency in Gateway.dependencies.values())})
+SERVICES = [Gateway, *(dependency.on for dependency in Gateway.dependencies.values())]
+check_built_services({service.name for service in SERVICES})
+for service in SERVICES:
+    fix_media_types(service)
 for path in ("/v1/models", "/models"):
     routes.router.routes.append(Route(path, _get_models, methods=["GET"]))
 routes.router.routes.append(Route("/health", _get_health, methods=["GET"]))

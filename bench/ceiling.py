@@ -35,7 +35,7 @@ def run_backend(model_path: str, backend: str, dtype: str, threads: int, seconds
     import torch
 
     from models.base import TokenizedText
-    from models.batching import plan_batches
+    from models.batching import pass_overhead_tokens, plan_batches
     from models.config import ModelConfig
     from models.text_encoder import TextEncoder
     from models.text_tokenizer import TextTokenizer
@@ -46,7 +46,8 @@ def run_backend(model_path: str, backend: str, dtype: str, threads: int, seconds
 
     def encode(texts: list[str]) -> None:
         ids = tokenizer.encode_texts(texts)
-        for part in plan_batches([len(i) for i in ids], cfg.batch_size, cfg.max_batch_tokens):
+        for part in plan_batches([len(i) for i in ids], cfg.batch_size, cfg.max_batch_tokens,
+                                 pass_overhead_tokens(encoder.info.device)):
             encoder.forward(TokenizedText.rows("m", [ids[i] for i in part]))
 
     encode(corpus(64, 5, 40))  # warm-up

@@ -11,22 +11,45 @@ Item = TypeVar("Item")
 Result = TypeVar("Result")
 
 
-def plan_batches(lengths: Sequence[int], batch_size: int, max_batch_tokens: int) -> list[list[int]]:
-    """Indices sorted by length, cut so each pass holds at most `batch_size` inputs and at most
-    `max_batch_tokens` padded tokens (longest length x count). An input longer than the whole
-    budget still runs, alone."""
+# What one forward pass costs beyond its padded tokens, in tokens. On CPU a pass of all-MiniLM-L6-v2 took
+# 3.7 ms + 0.11 ms per padded token (fitted over 1-32 rows of 8-256 tokens): ~32 tokens. On a GPU the
+# per-token cost is tiny until the device is full, so a pass is worth thousands of tokens.
+PASS_OVERHEAD_TOKENS = {"cpu": 32, "gpu": 4096}
+
+
+def pass_overhead_tokens(device: str) -> int:
+    return PASS_OVERHEAD_TOKENS["cpu" if device == "cpu" else "gpu"]
+
+
+def plan_batches(
+    lengths: Sequence[int], batch_size: int, max_batch_tokens: int, overhead_tokens: int = PASS_OVERHEAD_TOKENS["cpu"]
+) -> list[list[int]]:
+    """Indices sorted by length, cut into passes of at most `batch_size` inputs and `max_batch_tokens` padded
+    tokens (longest length x count), at the cuts that cost least: `overhead_tokens` per pass plus every
+    padded token. An input longer than the whole budget still runs, alone.
+
+    Padding is what a fixed cut wastes: 40 queued sentences cut 32 + 8 pad the 32 to the longest of them;
+    cut where the lengths jump, each pass pads little. Dynamic programming over the sorted lengths, O(n x
+    batch_size)."""
     order = sorted(range(len(lengths)), key=lengths.__getitem__)
+    ordered = [lengths[i] for i in order]
+    best = [0.0] + [float("inf")] * len(ordered)  # best[j]: the cheapest plan of the j shortest
+    cut = [0] * (len(ordered) + 1)  # where best[j]'s last pass starts
+    for end in range(1, len(ordered) + 1):
+        longest = ordered[end - 1]
+        for start in range(end - 1, max(0, end - batch_size) - 1, -1):
+            count = end - start
+            if count > 1 and longest * count > max_batch_tokens:
+                break
+            cost = best[start] + overhead_tokens + longest * count
+            if cost < best[end]:
+                best[end], cut[end] = cost, start
     passes: list[list[int]] = []
-    current: list[int] = []
-    for index in order:
-        padded = lengths[index] * (len(current) + 1)  # sorted ascending: this one is the longest
-        if current and (len(current) == batch_size or padded > max_batch_tokens):
-            passes.append(current)
-            current = []
-        current.append(index)
-    if current:
-        passes.append(current)
-    return passes
+    end = len(ordered)
+    while end:
+        passes.append(order[cut[end] : end])
+        end = cut[end]
+    return passes[::-1]
 
 
 def run_isolated(

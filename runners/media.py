@@ -17,7 +17,7 @@ import numpy as np
 from models.base import Kind, ModelInput
 from models.config import ModelConfig
 from models.media_encoder import MediaEncoder
-from runners.dispatch import make_work_conserving
+from runners.framework import make_work_conserving
 from runners.pool import ModelPool, PooledService
 from runners.settings import (
     DISPATCH_MAX_LATENCY_MS,

@@ -21,7 +21,7 @@ import bentoml
 import numpy as np
 
 from models.base import Row, TokenModel
-from models.batching import plan_batches, run_isolated
+from models.batching import pass_overhead_tokens, plan_batches, run_isolated
 from models.config import ModelConfig
 from models.memory import HeapTrimmer
 from models.resolve import resolve_model
@@ -69,7 +69,11 @@ class ModelPool:
         self.models, self.failed = self._torch_thread.submit(
             load_models, configs, partial(_load_one, load), allow_partial
         ).result()
-        self._limits = {c.served_model_name: (c.batch_size, c.max_batch_tokens) for c in configs}
+        # Per model: inputs and padded tokens per pass, and what a pass costs beyond its tokens.
+        self._limits = {
+            name: (c.batch_size, c.max_batch_tokens, pass_overhead_tokens(self.models[name].info.device))
+            for c in configs if (name := c.served_model_name) in self.models
+        }
         # Request id -> when it was abandoned. Written on the event loop, read on the torch thread: single
         # dict operations are atomic, and only the event loop iterates it.
         self._abandoned: dict[str, float] = {}
@@ -111,10 +115,10 @@ class ModelPool:
         if model is None:
             logger.error("rows for unknown model '%s' reached the runner", name)
             return [LookupError(name)] * len(rows)
-        batch_size, max_tokens = self._limits[name]
+        batch_size, max_tokens, overhead = self._limits[name]
         outputs: list[np.ndarray | Exception] = [FAILED] * len(rows)
         live = self._live(name, rows, range(len(rows)))
-        for chunk in plan_batches([rows[i].length for i in live], batch_size, max_tokens):
+        for chunk in plan_batches([rows[i].length for i in live], batch_size, max_tokens, overhead):
             indices = self._live(name, rows, [live[i] for i in chunk])  # some may have been abandoned since
             if not indices:
                 continue

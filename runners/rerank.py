@@ -15,7 +15,7 @@ from models.base import TokenizedText
 from models.config import ModelConfig
 from models.kinds import model_kind
 from models.text_scorer import TextScorer
-from runners.dispatch import make_work_conserving
+from runners.framework import make_work_conserving
 from runners.pool import ModelPool, PooledService
 from runners.settings import (
     DISPATCH_MAX_LATENCY_MS,

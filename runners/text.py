@@ -7,7 +7,7 @@ import numpy as np
 
 from models.base import TokenizedText
 from models.text_encoder import TextEncoder
-from runners.dispatch import make_work_conserving
+from runners.framework import make_work_conserving
 from runners.pool import ModelPool, PooledService
 from runners.settings import (
     DISPATCH_MAX_LATENCY_MS,

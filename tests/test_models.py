@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import random
 import subprocess
 import sys
 
@@ -113,8 +114,35 @@ def test_plan_batches_respects_count_and_token_budget():
     for chunk in passes:
         assert len(chunk) <= 3
         assert max(lengths[i] for i in chunk) * len(chunk) <= 200
-    assert passes[0] == [6, 2, 0]  # shortest first
+    assert [lengths[i] for p in passes for i in p] == sorted(lengths)  # passes of similar lengths
     assert plan_batches([1000], batch_size=4, max_batch_tokens=10) == [[0]]  # too long for the budget: alone
+
+
+def plan_cost(lengths: list[int], passes: list[list[int]], overhead: int) -> int:
+    return sum(overhead + len(p) * max(lengths[i] for i in p) for p in passes)
+
+
+def test_plan_batches_finds_the_cheapest_cuts():
+    """Against every way of cutting the sorted lengths into passes (2^(n-1) of them)."""
+    rng = random.Random(3)
+    for _ in range(200):
+        lengths = [rng.randint(1, 120) for _ in range(rng.randint(1, 9))]
+        batch_size, budget, overhead = rng.randint(1, 5), rng.randint(50, 400), rng.choice([0, 8, 32, 500])
+        ordered = sorted(range(len(lengths)), key=lengths.__getitem__)
+        best = float("inf")
+        for mask in range(2 ** (len(lengths) - 1)):
+            cuts = [0] + [i + 1 for i in range(len(lengths) - 1) if mask >> i & 1] + [len(lengths)]
+            passes = [ordered[a:b] for a, b in zip(cuts, cuts[1:])]
+            if all(len(p) <= batch_size and (len(p) == 1 or len(p) * lengths[p[-1]] <= budget) for p in passes):
+                best = min(best, plan_cost(lengths, passes, overhead))
+        plan = plan_batches(lengths, batch_size, budget, overhead)
+        assert plan_cost(lengths, plan, overhead) == best
+
+
+def test_plan_batches_cuts_where_lengths_jump_not_at_the_count():
+    lengths = [10] * 20 + [200] * 12
+    passes = plan_batches(lengths, batch_size=32, max_batch_tokens=100_000, overhead_tokens=32)
+    assert [sorted({lengths[i] for i in p}) for p in passes] == [[10], [200]]
 
 
 def test_run_isolated_fails_only_the_bad_inputs():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from bentoml._internal.marshal.dispatcher import Optimizer
 
-from runners.dispatch import make_work_conserving
+from runners.framework import make_work_conserving
 
 
 def test_dispatcher_never_holds_requests_for_an_idle_model():

@@ -1,0 +1,75 @@
+"""Concurrent requests for one model service leave the gateway as one call.
+
+A call to a model service costs about a millisecond of CPU on each side (HTTP, validation, pickling,
+BentoML's dispatcher), as much as the forward pass of a short sentence in a batch. So while one call is in
+flight, the requests that arrive wait here, and leave together when it returns: under load the model
+service sees one batch-sized call per forward pass instead of one per request. A request that finds
+nothing in flight leaves at once, so one request at a time pays no wait.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Awaitable, Callable
+
+import numpy as np
+
+from models.base import Row
+
+Send = Callable[[list[Row]], Awaitable[list[np.ndarray]]]
+
+
+class Coalescer:
+    def __init__(self, send: Send, max_rows: int) -> None:
+        """`send` runs rows on the model service; `max_rows` bounds one call (a larger request goes alone)."""
+        self._send = send
+        self._max_rows = max_rows
+        self._waiting: deque[tuple[list[Row], asyncio.Future[list[np.ndarray]]]] = deque()
+        self._sender: asyncio.Task[None] | None = None
+
+    async def run(self, rows: list[Row]) -> list[np.ndarray]:
+        """One output per row, as the model service answered. Cancelling this before the rows left drops them."""
+        future: asyncio.Future[list[np.ndarray]] = asyncio.get_running_loop().create_future()
+        self._waiting.append((rows, future))
+        if self._sender is None:
+            self._sender = asyncio.create_task(self._send_while_waiting())
+        return await future
+
+    async def _send_while_waiting(self) -> None:
+        try:
+            while batch := self._take():
+                await self._send_together(batch)
+        finally:
+            self._sender = None
+
+    def _take(self) -> list[tuple[list[Row], asyncio.Future[list[np.ndarray]]]]:
+        """The waiting requests, oldest first, up to `max_rows` rows (at least one request); those whose
+        caller gave up (deadline, disconnect) are dropped here, before they cost anything."""
+        taken: list[tuple[list[Row], asyncio.Future[list[np.ndarray]]]] = []
+        count = 0
+        while self._waiting:
+            rows, future = self._waiting[0]
+            if not future.done() and taken and count + len(rows) > self._max_rows:
+                break
+            self._waiting.popleft()
+            if not future.done():
+                taken.append((rows, future))
+                count += len(rows)
+        return taken
+
+    async def _send_together(self, batch: list[tuple[list[Row], asyncio.Future[list[np.ndarray]]]]) -> None:
+        try:
+            outputs = await self._send([row for rows, _ in batch for row in rows])
+        except BaseException as exc:  # every request of the call gets the call's error
+            for _, future in batch:
+                if not future.done():
+                    future.set_exception(exc) if isinstance(exc, Exception) else future.cancel()
+            if not isinstance(exc, Exception):
+                raise
+            return
+        start = 0
+        for rows, future in batch:
+            if not future.done():
+                future.set_result(outputs[start : start + len(rows)])
+            start += len(rows)

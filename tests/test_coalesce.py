@@ -1,0 +1,107 @@
+"""The gateway's coalescer: concurrent requests leave as one model-service call, without mixing answers."""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+
+from gateway.coalesce import Coalescer
+from models.base import TokenizedText
+
+
+def rows(request: str, count: int) -> list[TokenizedText]:
+    return [TokenizedText(model="m", input_ids=[i + 1], request_id=request) for i in range(count)]
+
+
+class FakeModelService:
+    """Answers each row with [request number, position]; records every call; waits until released."""
+
+    def __init__(self) -> None:
+        self.calls: list[list[str]] = []
+        self.release = asyncio.Event()
+        self.fail = False
+
+    async def send(self, batch: list[TokenizedText]) -> list[np.ndarray]:
+        self.calls.append([row.request_id for row in batch])
+        await self.release.wait()
+        if self.fail:
+            raise ConnectionError("model service gone")
+        return [np.array([float(row.request_id), float(row.input_ids[0])]) for row in batch]
+
+
+async def settle() -> None:
+    for _ in range(5):
+        await asyncio.sleep(0)
+
+
+def test_requests_arriving_during_a_call_leave_together_in_one_call():
+    async def scenario() -> None:
+        service = FakeModelService()
+        coalescer = Coalescer(service.send, max_rows=64)
+        first = asyncio.create_task(coalescer.run(rows("1", 2)))
+        await settle()
+        assert service.calls == [["1", "1"]]  # alone: left at once
+        later = [asyncio.create_task(coalescer.run(rows(str(n), n))) for n in (2, 3, 4)]
+        await settle()
+        assert len(service.calls) == 1  # waiting for the call in flight
+        service.release.set()
+        answers = await asyncio.gather(first, *later)
+        assert service.calls[1] == ["2"] * 2 + ["3"] * 3 + ["4"] * 4  # one call for the three
+        for request, answer in zip((1, 2, 3, 4), answers):
+            assert [list(a) for a in answer] == [[request, i + 1] for i in range(len(answer))]
+            assert len(answer) == (2 if request == 1 else request)
+
+    asyncio.run(scenario())
+
+
+def test_a_call_holds_at_most_max_rows_unless_one_request_is_larger():
+    async def scenario() -> None:
+        service = FakeModelService()
+        coalescer = Coalescer(service.send, max_rows=5)
+        first = asyncio.create_task(coalescer.run(rows("1", 1)))
+        await settle()
+        later = [asyncio.create_task(coalescer.run(rows(str(n), count))) for n, count in ((2, 3), (3, 3), (4, 9))]
+        await settle()
+        service.release.set()
+        await asyncio.gather(first, *later)
+        assert [sorted(set(call)) for call in service.calls] == [["1"], ["2"], ["3"], ["4"]]
+
+    asyncio.run(scenario())
+
+
+def test_a_request_abandoned_before_its_call_is_never_sent():
+    async def scenario() -> None:
+        service = FakeModelService()
+        coalescer = Coalescer(service.send, max_rows=64)
+        first = asyncio.create_task(coalescer.run(rows("1", 1)))
+        await settle()
+        gone = asyncio.create_task(coalescer.run(rows("2", 1)))
+        kept = asyncio.create_task(coalescer.run(rows("3", 1)))
+        await settle()
+        gone.cancel()  # the deadline passed, or the client left
+        service.release.set()
+        await asyncio.gather(first, kept)
+        assert service.calls == [["1"], ["3"]]
+
+    asyncio.run(scenario())
+
+
+def test_a_failed_call_fails_each_of_its_requests_and_the_next_call_still_goes():
+    async def scenario() -> None:
+        service = FakeModelService()
+        coalescer = Coalescer(service.send, max_rows=64)
+        service.fail = True
+        first = asyncio.create_task(coalescer.run(rows("1", 1)))
+        await settle()
+        second = asyncio.create_task(coalescer.run(rows("2", 1)))
+        await settle()
+        service.release.set()
+        for task in (first, second):
+            with pytest.raises(ConnectionError):
+                await task
+        service.fail = False
+        assert [list(a) for a in await coalescer.run(rows("5", 1))] == [[5.0, 1.0]]
+
+    asyncio.run(scenario())
