@@ -79,6 +79,7 @@ from models.text_tokenizer import TextTokenizer
 from runners.framework import fix_media_types, skip_untraced_middleware
 from runners.image import ARGS, IMAGE, bento_envs
 from runners.media import ClapEmbedder, ClipEmbedder, ColPaliEmbedder
+from runners.pool import DROPPED_INPUTS
 from runners.rerank import Reranker
 from runners.settings import dispatch_max_rows, load_models
 from runners.store import check_built_services, pin_store_models, served_config
@@ -167,7 +168,7 @@ class Gateway:
             for kind in dict.fromkeys(KINDS.values())
         }
         self.coalescers = {
-            attribute: Coalescer(functools.partial(self._call_runner, attribute), dispatch_max_rows())
+            attribute: Coalescer(functools.partial(self._call_runner, attribute), dispatch_max_rows(), _count_dropped)
             for attribute in SERVICE_ATTRIBUTES
         }
 
@@ -494,6 +495,11 @@ class Gateway:
         if (silent := await self._model_services_answer()) is not None:
             raise errors.NotReady(f"the {silent} service is not ready")
         return {"unix": time.time()}
+
+
+def _count_dropped(rows: list[Row]) -> None:
+    """An abandoned request's rows that never reached the model service count as dropped, as those that did."""
+    DROPPED_INPUTS.labels(model=rows[0].model).inc(len(rows))
 
 
 async def _off_loop_if_large(work: Callable[[], T], size: int) -> T:

@@ -1,22 +1,22 @@
-"""In-process ceiling: sentence-transformers `encode` on the load generator's corpora, same thread count.
+"""In-process ceilings: the model called directly on the load generator's corpora, same thread count.
 
-    python bench/ceiling.py [--threads N] [--model-path PATH]
-
-No HTTP, no queue, no serialization: what the model alone does on this machine.
+No HTTP, no queue, no serialization: what the model alone does on this machine, handed every in-flight
+request's items at once (what a perfect batcher could gather).
 """
 
 from __future__ import annotations
 
-import argparse
 import time
 from collections.abc import Callable
+from pathlib import Path
 
-from load import SCENARIOS, Scenario, corpus
+from load import Scenario, corpus
+
+Encode = Callable[[list[str]], object]
 
 
-def measure(encode: Callable[[list[str]], object], scenario: Scenario, seconds: float) -> float:
-    """Items per second when every in-flight request's items are encoded at once (what a perfect batcher
-    could gather), on the scenario's corpus, for `seconds`."""
+def measure(encode: Encode, scenario: Scenario, seconds: float) -> float:
+    """Items per second, encoding `in_flight x per request` items per call, for `seconds`."""
     texts = corpus(2000, scenario.min_words, scenario.max_words)
     batch = scenario.in_flight * scenario.sentences_per_request
     done, started = 0, time.perf_counter()
@@ -26,12 +26,19 @@ def measure(encode: Callable[[list[str]], object], scenario: Scenario, seconds: 
     return done / (time.perf_counter() - started)
 
 
-def run_backend(model_path: str, backend: str, dtype: str, threads: int, seconds: float,
-                scenarios: tuple[Scenario, ...]) -> dict[str, float]:
-    """The same engine the server runs (Embento's tokenizer and encoder for this backend), in-process:
-    each batch tokenized, sorted by length and cut into passes exactly as the model service cuts them."""
-    from pathlib import Path
+def sentence_transformers_encoder(model_path: str, threads: int) -> Encode:
+    """sentence-transformers' `encode`: length-sorted, 32 per pass."""
+    import torch
+    from sentence_transformers import SentenceTransformer
 
+    torch.set_num_threads(threads)
+    model = SentenceTransformer(model_path, device="cpu")
+    return model.encode
+
+
+def engine_encoder(model_path: str, backend: str, dtype: str, threads: int) -> Encode:
+    """Embento's own tokenizer and encoder for this backend: each call tokenized, sorted by length and cut
+    into passes exactly as the model service cuts them."""
     import torch
 
     from models.base import TokenizedText
@@ -43,50 +50,11 @@ def run_backend(model_path: str, backend: str, dtype: str, threads: int, seconds
     torch.set_num_threads(threads)
     cfg = ModelConfig(model_id=model_path, backend=backend, dtype=dtype)
     tokenizer, encoder = TextTokenizer(Path(model_path), cfg), TextEncoder(Path(model_path), cfg)
+    overhead = pass_overhead_tokens(encoder.info.device)
 
     def encode(texts: list[str]) -> None:
         ids = tokenizer.encode_texts(texts)
-        for part in plan_batches([len(i) for i in ids], cfg.batch_size, cfg.max_batch_tokens,
-                                 pass_overhead_tokens(encoder.info.device)):
+        for part in plan_batches([len(i) for i in ids], cfg.batch_size, cfg.max_batch_tokens, overhead):
             encoder.forward(TokenizedText.rows("m", [ids[i] for i in part]))
 
-    encode(corpus(64, 5, 40))  # warm-up
-    figures = {}
-    for scenario in scenarios:
-        figures[scenario.name] = measure(encode, scenario, seconds)
-        print(f"ceiling {scenario.name:40s} {figures[scenario.name]:9.1f} sent/s  "
-              f"({backend}, {dtype}, threads {threads})")
-    return figures
-
-
-def run(model_path: str, threads: int, seconds: float, scenarios: tuple[Scenario, ...] = SCENARIOS) -> dict[str, float]:
-    import torch
-    from sentence_transformers import SentenceTransformer
-
-    torch.set_num_threads(threads)
-    model = SentenceTransformer(model_path, device="cpu")
-    model.encode(corpus(64, 5, 40), batch_size=32)  # warm-up
-    figures = {}
-    for scenario in scenarios:
-        rate = measure(model.encode, scenario, seconds)  # length-sorted, 32 per pass
-        figures[scenario.name] = rate
-        print(f"ceiling {scenario.name:40s} {rate:9.1f} sent/s  (threads {threads})")
-    return figures
-
-
-def main() -> None:
-    from models.resolve import packaged_model_path
-
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's own choice)")
-    parser.add_argument("--model-path", default=None)
-    parser.add_argument("--seconds", type=float, default=10.0)
-    args = parser.parse_args()
-    import torch
-
-    path = args.model_path or str(packaged_model_path("sentence-transformers/all-MiniLM-L6-v2"))
-    run(path, args.threads or torch.get_num_threads(), args.seconds)
-
-
-if __name__ == "__main__":
-    main()
+    return encode

@@ -35,7 +35,7 @@ def start_server(port: int, **settings: str) -> subprocess.Popen:
                 return process
         except httpx.HTTPError:
             pass
-        time.sleep(1)
+        time.sleep(0.1)  # startup time is measured at this resolution
     os.killpg(process.pid, signal.SIGKILL)
     raise SystemExit("server did not become ready")
 

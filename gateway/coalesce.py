@@ -21,10 +21,12 @@ Send = Callable[[list[Row]], Awaitable[list[np.ndarray]]]
 
 
 class Coalescer:
-    def __init__(self, send: Send, max_rows: int) -> None:
-        """`send` runs rows on the model service; `max_rows` bounds one call (a larger request goes alone)."""
+    def __init__(self, send: Send, max_rows: int, dropped: Callable[[list[Row]], None] = lambda rows: None) -> None:
+        """`send` runs rows on the model service; `max_rows` bounds one call (a larger request goes alone);
+        `dropped` hears of each abandoned request's rows that never left."""
         self._send = send
         self._max_rows = max_rows
+        self._dropped = dropped
         self._waiting: deque[tuple[list[Row], asyncio.Future[list[np.ndarray]]]] = deque()
         self._sender: asyncio.Task[None] | None = None
 
@@ -53,7 +55,9 @@ class Coalescer:
             if not future.done() and taken and count + len(rows) > self._max_rows:
                 break
             self._waiting.popleft()
-            if not future.done():
+            if future.done():
+                self._dropped(rows)
+            else:
                 taken.append((rows, future))
                 count += len(rows)
         return taken

@@ -74,16 +74,18 @@ def test_a_call_holds_at_most_max_rows_unless_one_request_is_larger():
 def test_a_request_abandoned_before_its_call_is_never_sent():
     async def scenario() -> None:
         service = FakeModelService()
-        coalescer = Coalescer(service.send, max_rows=64)
+        dropped: list[str] = []
+        coalescer = Coalescer(service.send, max_rows=64, dropped=lambda rs: dropped.extend(r.request_id for r in rs))
         first = asyncio.create_task(coalescer.run(rows("1", 1)))
         await settle()
-        gone = asyncio.create_task(coalescer.run(rows("2", 1)))
+        gone = asyncio.create_task(coalescer.run(rows("2", 3)))
         kept = asyncio.create_task(coalescer.run(rows("3", 1)))
         await settle()
         gone.cancel()  # the deadline passed, or the client left
         service.release.set()
         await asyncio.gather(first, kept)
         assert service.calls == [["1"], ["3"]]
+        assert dropped == ["2", "2", "2"]  # counted as dropped
 
     asyncio.run(scenario())
 
