@@ -38,7 +38,7 @@ from gateway.errors import OpenAIErrorBodies, error_response
 from gateway.fetch import UrlFetcher, UrlPolicy
 from gateway.guard import PROBE_PATHS, RequestGuard
 from gateway.media_inputs import load_item
-from gateway.metrics import ABANDONED, TRACE, RequestTrace, current_trace
+from gateway.metrics import ABANDONED, REQUESTS_PER_CALL, TRACE, RequestTrace, current_trace
 from gateway.routing import check_modalities, choose_model
 from gateway.schemas import (
     EmbeddingRequest,
@@ -106,6 +106,7 @@ RUNNERS: dict[Kind, tuple[str, Any, str]] = {
 # The Gateway attributes of the model services this configuration uses, each once.
 SERVICE_ATTRIBUTES = list(dict.fromkeys(RUNNERS[kind][0] for kind in KINDS.values()))
 API_OF = {attribute: api for attribute, _, api in RUNNERS.values()}
+SERVICE_NAMES = {attribute: runner.name for attribute, runner, _ in RUNNERS.values()}
 TEXT_KINDS = ("embed", "rerank", "classify")
 LIMITS = MediaLimits(CONFIG.max_item_bytes, CONFIG.max_image_pixels, CONFIG.max_audio_seconds)
 STARTED = int(time.time())
@@ -470,8 +471,8 @@ class Gateway:
 
         One retry when the connection broke: the model service may have closed a kept-alive connection as it
         was reused (bentoml #4971), or restarted. Inference is idempotent, so sending again is safe."""
-        service = getattr(self, attribute)
-        call = getattr(service.to_async, API_OF[attribute])
+        call = getattr(getattr(self, attribute).to_async, API_OF[attribute])
+        REQUESTS_PER_CALL.labels(model_service=SERVICE_NAMES[attribute]).observe(len({row.request_id for row in rows}))
         try:
             return await call(rows)
         except aiohttp.ClientConnectionError as exc:

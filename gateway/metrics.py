@@ -49,6 +49,11 @@ REJECTED = bentoml.metrics.Counter(
     name="embento_rejected_requests", documentation="Requests refused before reaching a model service",
     labelnames=["model_service", "reason"],
 )
+REQUESTS_PER_CALL = bentoml.metrics.Histogram(
+    name="embento_requests_per_call",
+    documentation="Requests that left together in one model-service call (gateway/coalesce.py)",
+    labelnames=["model_service"], buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, float("inf")),
+)
 ABANDONED = bentoml.metrics.Counter(
     name="embento_abandoned_requests",
     documentation="Requests given up while a model service had them (deadline or disconnect); their queued "

@@ -25,6 +25,7 @@ from models.batching import pass_overhead_tokens, plan_batches, run_isolated
 from models.config import ModelConfig
 from models.memory import HeapTrimmer
 from models.resolve import resolve_model
+from runners.framework import drain_before_shutdown
 from runners.settings import load_models
 
 logger = logging.getLogger(__name__)
@@ -78,6 +79,13 @@ class ModelPool:
         # dict operations are atomic, and only the event loop iterates it.
         self._abandoned: dict[str, float] = {}
         self._heap = HeapTrimmer()
+        self._running = 0
+        self._last_done = time.monotonic()
+        drain_before_shutdown(self.idle_seconds)
+
+    def idle_seconds(self) -> float:
+        """How long the pool has had nothing to run (0 while it runs)."""
+        return 0.0 if self._running else time.monotonic() - self._last_done
 
     def report(self) -> dict:
         """The loaded models' facts, and why any others failed to load."""
@@ -95,7 +103,12 @@ class ModelPool:
             del self._abandoned[oldest]
 
     async def run(self, rows: list[Row]) -> list[np.ndarray]:
-        return await asyncio.get_running_loop().run_in_executor(self._torch_thread, self._run_rows, rows)
+        self._running += 1
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self._torch_thread, self._run_rows, rows)
+        finally:
+            self._running -= 1
+            self._last_done = time.monotonic()
 
     def _run_rows(self, rows: list[Row]) -> list[np.ndarray]:
         results: list[np.ndarray] = [FAILED] * len(rows)

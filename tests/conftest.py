@@ -41,24 +41,12 @@ WORDS = (
 ).split()
 
 
-BATCH_METRIC = re.compile(
-    r'^bentoml_service_adaptive_batch_size_(count|bucket)\{(?P<labels>[^}]*)\} (?P<value>[0-9.e+]+)$', re.M
-)
-
-
-def merged_batches(metrics: str, method: str) -> float:
-    """How many batches of a model-service API carried more than one request (count minus the le=1 bucket),
-    from BentoML's adaptive-batch-size histogram on the gateway's /metrics."""
-    count = single = 0.0
-    for match in BATCH_METRIC.finditer(metrics):
-        labels = match["labels"]
-        if f'method_name="{method}"' not in labels:
-            continue
-        if match.group(1) == "count":
-            count += float(match["value"])
-        elif 'le="1.0"' in labels:
-            single += float(match["value"])
-    return count - single
+def merged_batches(metrics: str, model_service: str) -> float:
+    """How many model-service calls carried more than one request (count minus the le=1 bucket), from the
+    gateway's requests-per-call histogram: concurrent requests leave the gateway together."""
+    labels = {"model_service": model_service}
+    return metric(metrics, "embento_requests_per_call_count", **labels) - metric(
+        metrics, "embento_requests_per_call_bucket", le="1.0", **labels)
 
 
 SAMPLE = re.compile(r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(?P<labels>[^}]*)\})? (?P<value>\S+)$", re.M)

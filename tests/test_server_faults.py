@@ -68,7 +68,7 @@ def test_an_input_that_makes_the_model_raise_fails_alone(fragile, short_position
     assert "the model failed on input(s) [0]" in responses[7].json()["error"]["message"]
     got = np.array([r.json()["data"][0]["embedding"] for i, r in enumerate(responses) if i != 7])
     np.testing.assert_allclose(got, _direct_tiny_bert(Path(short_positions_path), good, "mean", True), atol=1e-5)
-    shared = merged_batches(httpx.get(f"{url}/metrics", timeout=30).text, "embed") - merged_batches(metrics_before, "embed")
+    shared = merged_batches(httpx.get(f"{url}/metrics", timeout=30).text, "TextEmbedder") - merged_batches(metrics_before, "TextEmbedder")
     assert shared >= 1  # the poison really rode in a batch with good requests
     assert httpx.get(f"{url}/health", timeout=30).status_code == 200
 

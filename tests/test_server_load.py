@@ -28,11 +28,11 @@ async def _fire(
 
 
 def test_concurrent_requests_are_batched(server, client):
-    before = merged_batches(client.get("/metrics").text, "embed")
+    before = merged_batches(client.get("/metrics").text, "TextEmbedder")
     bodies = [{"input": sentence, "model": MINILM} for sentence in make_sentences(32, seed=3)]
     statuses = asyncio.run(_fire(server, clients=32, requests_each=3, bodies=bodies))
     assert statuses == Counter({200: 96})
-    after = merged_batches(client.get("/metrics").text, "embed")
+    after = merged_batches(client.get("/metrics").text, "TextEmbedder")
     assert after > before, "no batch held more than one request"
 
 
@@ -48,7 +48,7 @@ def test_32_rerank_clients_with_20_documents_each(server, client):
     documents = make_sentences(60, seed=13)
     bodies = [{"model": TINY_RERANKER, "query": f"question number {i}", "documents": documents[i:i + 20]}
               for i in range(40)]
-    before = merged_batches(client.get("/metrics").text, "score")
+    before = merged_batches(client.get("/metrics").text, "Reranker")
     statuses = asyncio.run(_fire(server, clients=32, requests_each=3, bodies=bodies, path="/v1/rerank"))
     assert statuses == Counter({200: 96})
-    assert merged_batches(client.get("/metrics").text, "score") > before, "no rerank batch held two requests"
+    assert merged_batches(client.get("/metrics").text, "Reranker") > before, "no rerank batch held two requests"
