@@ -134,6 +134,9 @@ class EmbentoConfig(BaseModel):
     url_timeout_s: float = Field(10.0, gt=0)
     # Exported ONNX and converted CTranslate2 models, reused across starts.
     cache_dir: str = "~/.cache/embento"
+    # Intra-op threads of each model service (torch, ONNX Runtime, CTranslate2). None: the cores this server
+    # may use, shared among its model services, so that together they do not oversubscribe the machine.
+    cpu_threads: int | None = Field(None, ge=1)
 
     @field_validator("url_allow_networks", "api_key", "cors_allow_origins", mode="before")
     @classmethod

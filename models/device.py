@@ -13,6 +13,11 @@ from models.errors import ConfigError, ModelLoadError
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
+def set_cpu_threads(threads: int) -> None:
+    """Intra-op threads for torch, and so for ONNX Runtime and CTranslate2, which take torch's count."""
+    torch.set_num_threads(threads)
+
+
 def pick_device(requested: str) -> str:
     """`auto` takes the first GPU when there is one (CUDA, else Apple's MPS); an explicit one must exist."""
     if requested == "auto":

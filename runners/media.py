@@ -23,6 +23,7 @@ from runners.settings import (
     DISPATCH_MAX_LATENCY_MS,
     MODEL_SERVICE_CONFIG,
     allow_partial,
+    cpu_threads,
     dispatch_max_rows,
     models_of_kind,
 )
@@ -37,7 +38,7 @@ def _media_service(name: str, kind: Kind, description: str) -> Any:
 
     class MediaEmbedder(PooledService):
         def __init__(self) -> None:
-            self.pool = ModelPool(partial(_load, kind=kind), models_of_kind(kind), allow_partial())
+            self.pool = ModelPool(partial(_load, kind=kind), models_of_kind(kind), allow_partial(), cpu_threads())
 
         @bentoml.api(**BATCHING)
         async def encode(self, rows: list[ModelInput]) -> list[np.ndarray]:

@@ -60,11 +60,16 @@ PASS_SECONDS = bentoml.metrics.Histogram(
 
 
 class ModelPool:
-    def __init__(self, load: Loader, configs: list[ModelConfig], allow_partial: bool = False) -> None:
+    def __init__(self, load: Loader, configs: list[ModelConfig], allow_partial: bool = False,
+                 threads: int | None = None) -> None:
         # All torch work happens on this one thread. OpenMP gives every calling thread its own team of
         # workers; a second team (say, warm-up on the main thread, forwards on BentoML's worker threads)
         # oversubscribes the cores, and libgomp then stops spinning: a MiniLM forward took 2x as long.
         self._torch_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="torch")
+        if threads is not None:  # on the thread that runs the models: OpenMP keeps the count per thread
+            from models.device import set_cpu_threads  # imports torch: model-service processes only
+
+            self._torch_thread.submit(set_cpu_threads, threads).result()
         self.models: dict[str, TokenModel]
         self.failed: dict[str, str]  # served name -> why it did not load (with allow_partial)
         self.models, self.failed = self._torch_thread.submit(

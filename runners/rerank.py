@@ -21,6 +21,7 @@ from runners.settings import (
     DISPATCH_MAX_LATENCY_MS,
     MODEL_SERVICE_CONFIG,
     allow_partial,
+    cpu_threads,
     dispatch_max_rows,
     models_of_kind,
 )
@@ -37,7 +38,7 @@ def _load_scorer(folder: Path, cfg: ModelConfig) -> TextScorer:
 @pin_store_models(models_of_kind("rerank", "classify"))
 class Reranker(PooledService):
     def __init__(self) -> None:
-        self.pool = ModelPool(_load_scorer, models_of_kind("rerank", "classify"), allow_partial())
+        self.pool = ModelPool(_load_scorer, models_of_kind("rerank", "classify"), allow_partial(), cpu_threads())
 
     @bentoml.api(batchable=True, max_batch_size=dispatch_max_rows(), max_latency_ms=DISPATCH_MAX_LATENCY_MS)
     async def score(self, rows: list[TokenizedText]) -> list[np.ndarray]:

@@ -32,6 +32,24 @@ MODEL_SERVICE_CONFIG = {
 DISPATCH_MAX_LATENCY_MS = 300_000
 
 
+# Which model service runs each kind (rerankers and classifiers share one); service.py composes them.
+MODEL_SERVICE_OF: dict[Kind, str] = {
+    "embed": "TextEmbedder", "rerank": "Reranker", "classify": "Reranker",
+    "clip": "ClipEmbedder", "clap": "ClapEmbedder", "colpali": "ColPaliEmbedder",
+}
+
+
+def cpu_threads() -> int:
+    """Intra-op threads for one model service. Each service runs its own thread pool; with every pool as
+    wide as the machine, a text embedder, a reranker and a CLIP served together on 2 cores answered 1.4,
+    1.2 and 21 requests/s under mixed load, against 2.2, 1.9 and 83 with one thread each."""
+    configured = served_config()
+    if configured.cpu_threads:
+        return configured.cpu_threads
+    services = {MODEL_SERVICE_OF[model_kind(m)] for m in configured.models}
+    return max(1, len(os.sched_getaffinity(0)) // len(services))
+
+
 def dispatch_max_rows() -> int:
     """Rows one runner call may gather: enough for several passes of the largest model batch."""
     return max(64, 4 * max(m.batch_size for m in served_config().models))

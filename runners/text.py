@@ -13,6 +13,7 @@ from runners.settings import (
     DISPATCH_MAX_LATENCY_MS,
     MODEL_SERVICE_CONFIG,
     allow_partial,
+    cpu_threads,
     dispatch_max_rows,
     models_of_kind,
 )
@@ -25,7 +26,7 @@ make_work_conserving()
 @pin_store_models(models_of_kind("embed"))
 class TextEmbedder(PooledService):
     def __init__(self) -> None:
-        self.pool = ModelPool(TextEncoder, models_of_kind("embed"), allow_partial())
+        self.pool = ModelPool(TextEncoder, models_of_kind("embed"), allow_partial(), cpu_threads())
 
     @bentoml.api(batchable=True, max_batch_size=dispatch_max_rows(), max_latency_ms=DISPATCH_MAX_LATENCY_MS)
     async def embed(self, rows: list[TokenizedText]) -> list[np.ndarray]:

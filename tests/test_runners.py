@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 from bentoml._internal.marshal.dispatcher import Optimizer
 
 from runners.framework import make_work_conserving
@@ -15,3 +17,23 @@ def test_dispatcher_never_holds_requests_for_an_idle_model():
     optimizer.trigger_refresh()
     assert optimizer.wait == 0
     assert abs(optimizer.o_a - 0.003) < 1e-6 and abs(optimizer.o_b - 0.01) < 1e-6  # the latency model is kept
+
+
+def test_every_kind_names_the_model_service_that_runs_it():
+    from runners.settings import MODEL_SERVICE_OF
+    from service import RUNNERS
+
+    assert {kind: runner.name for kind, (_, runner, _) in RUNNERS.items()} == MODEL_SERVICE_OF
+
+
+def test_model_services_share_the_cores_unless_told_otherwise(monkeypatch):
+    from models.config import EmbentoConfig, ModelConfig
+    from runners import settings
+
+    cores = len(os.sched_getaffinity(0))
+    text, reranker = ModelConfig(model_id="a", kind="embed"), ModelConfig(model_id="b", kind="rerank")
+    for models, threads in (([text], cores), ([text, reranker], max(1, cores // 2))):
+        monkeypatch.setattr(settings, "served_config", lambda models=models: EmbentoConfig(models=models))
+        assert settings.cpu_threads() == threads
+    monkeypatch.setattr(settings, "served_config", lambda: EmbentoConfig(models=[text, reranker], cpu_threads=3))
+    assert settings.cpu_threads() == 3
