@@ -1,7 +1,7 @@
 """Soak: minutes of mixed load (text embeddings, rerank, image embeddings) on one server, watching errors
 and memory.
 
-    python bench/soak.py [--minutes 10] [--text 6] [--rerank 3] [--image 2]
+    python bench/soak.py [--minutes 10] [--text 6] [--rerank 3] [--image 2] [--cpu-threads N]
 
 Models: the packaged all-MiniLM-L6-v2, a reranker of ms-marco-MiniLM-L-6-v2's shape (bench/rerank.py) and
 a tiny random CLIP (the test suite's). Each client loops: send, check the answer, send again. The server's
@@ -141,6 +141,8 @@ def main() -> None:
     parser.add_argument("--text", type=int, default=6)
     parser.add_argument("--rerank", type=int, default=3)
     parser.add_argument("--image", type=int, default=2)
+    parser.add_argument("--cpu-threads", type=int, default=None,
+                        help="threads per model service (default: the cores shared among the three)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
@@ -148,7 +150,7 @@ def main() -> None:
         clip = build_clip(folder / "clip", packaged_model_path(MINILM))
         config = {"models": [{"model_id": MINILM}, {"model_id": str(reranker), "served_model_name": "reranker"},
                              {"model_id": str(clip), "served_model_name": "clip"}],
-                  "cache_dir": str(folder / "cache")}
+                  "cache_dir": str(folder / "cache"), "cpu_threads": args.cpu_threads}
         (folder / "embento.yaml").write_text(yaml.safe_dump(config))
         port = free_port()
         process = start_server(port, EMBENTO_CONFIG=str(folder / "embento.yaml"), BENTOML_HOME=str(folder / "home"))
