@@ -257,14 +257,14 @@ def verdict(ok: bool) -> str:
 
 
 @dataclass
-class Row:
+class TableRow:
     """One line of a scenario table, and its target if it has one."""
 
     cells: list[str]
     target: tuple[str, str, bool] | None  # (what, measured, met)
 
 
-def scenario_row(group: Group, name: str, f: Figures) -> Row:
+def scenario_row(group: Group, name: str, f: Figures) -> TableRow:
     ratio = statistics.median(f.ratios)
     target: tuple[str, str, bool] | None = None
     if name == SEQUENTIAL:
@@ -281,7 +281,7 @@ def scenario_row(group: Group, name: str, f: Figures) -> Row:
     cells = [name, spread(f.server), ceiling_cell, spread([100 * r for r in f.ratios], "{:.0f}") + " %",
              f"{target[0]}: {verdict(target[2])}" if target else "", latency_cell,
              f"{statistics.median(f.rss_mb):.0f}", str(f.errors)]
-    return Row(cells, target)
+    return TableRow(cells, target)
 
 
 def group_section(result: GroupResult) -> tuple[list[str], list[list[str]]]:
