@@ -18,12 +18,10 @@ from models.base import Kind, ModelInput
 from models.config import ModelConfig
 from models.media_encoder import MediaEncoder
 from runners.framework import make_work_conserving
-from runners.pool import ModelPool, PooledService
+from runners.pool import PooledService, pool_for
 from runners.settings import (
     DISPATCH_MAX_LATENCY_MS,
     MODEL_SERVICE_CONFIG,
-    allow_partial,
-    cpu_threads,
     dispatch_max_rows,
     models_of_kind,
 )
@@ -38,7 +36,7 @@ def _media_service(name: str, kind: Kind, description: str) -> Any:
 
     class MediaEmbedder(PooledService):
         def __init__(self) -> None:
-            self.pool = ModelPool(partial(_load, kind=kind), models_of_kind(kind), allow_partial(), cpu_threads())
+            self.pool = pool_for(partial(_load, kind=kind), kind)
 
         @bentoml.api(**BATCHING)
         async def encode(self, rows: list[ModelInput]) -> list[np.ndarray]:

@@ -20,13 +20,13 @@ from pathlib import Path
 import bentoml
 import numpy as np
 
-from models.base import Row, TokenModel
+from models.base import Kind, Row, TokenModel
 from models.batching import pass_overhead_tokens, plan_batches, run_isolated
 from models.config import ModelConfig
 from models.memory import HeapTrimmer
 from models.resolve import resolve_model
 from runners.framework import drain_before_shutdown
-from runners.settings import load_models
+from runners.settings import allow_partial, cpu_threads, load_models, models_of_kind
 
 logger = logging.getLogger(__name__)
 FAILED = np.empty(0, dtype=np.float32)  # an input the model could not run (or dropped); the gateway reports it
@@ -164,6 +164,11 @@ class ModelPool:
         failed = sum(isinstance(output, Exception) for output in outputs)
         if failed:
             FAILED_INPUTS.labels(model=model).inc(failed)
+
+
+def pool_for(load: Loader, *kinds: Kind) -> ModelPool:
+    """A model service's pool: the configured models of these kinds, under the server's settings."""
+    return ModelPool(load, models_of_kind(*kinds), allow_partial(), cpu_threads())
 
 
 def _load_one(load: Loader, cfg: ModelConfig) -> TokenModel:

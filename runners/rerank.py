@@ -16,12 +16,10 @@ from models.config import ModelConfig
 from models.kinds import model_kind
 from models.text_scorer import TextScorer
 from runners.framework import make_work_conserving
-from runners.pool import ModelPool, PooledService
+from runners.pool import PooledService, pool_for
 from runners.settings import (
     DISPATCH_MAX_LATENCY_MS,
     MODEL_SERVICE_CONFIG,
-    allow_partial,
-    cpu_threads,
     dispatch_max_rows,
     models_of_kind,
 )
@@ -38,7 +36,7 @@ def _load_scorer(folder: Path, cfg: ModelConfig) -> TextScorer:
 @pin_store_models(models_of_kind("rerank", "classify"))
 class Reranker(PooledService):
     def __init__(self) -> None:
-        self.pool = ModelPool(_load_scorer, models_of_kind("rerank", "classify"), allow_partial(), cpu_threads())
+        self.pool = pool_for(_load_scorer, "rerank", "classify")
 
     @bentoml.api(batchable=True, max_batch_size=dispatch_max_rows(), max_latency_ms=DISPATCH_MAX_LATENCY_MS)
     async def score(self, rows: list[TokenizedText]) -> list[np.ndarray]:

@@ -8,12 +8,10 @@ import numpy as np
 from models.base import TokenizedText
 from models.text_encoder import TextEncoder
 from runners.framework import make_work_conserving
-from runners.pool import ModelPool, PooledService
+from runners.pool import PooledService, pool_for
 from runners.settings import (
     DISPATCH_MAX_LATENCY_MS,
     MODEL_SERVICE_CONFIG,
-    allow_partial,
-    cpu_threads,
     dispatch_max_rows,
     models_of_kind,
 )
@@ -26,7 +24,7 @@ make_work_conserving()
 @pin_store_models(models_of_kind("embed"))
 class TextEmbedder(PooledService):
     def __init__(self) -> None:
-        self.pool = ModelPool(TextEncoder, models_of_kind("embed"), allow_partial(), cpu_threads())
+        self.pool = pool_for(TextEncoder, "embed")
 
     @bentoml.api(batchable=True, max_batch_size=dispatch_max_rows(), max_latency_ms=DISPATCH_MAX_LATENCY_MS)
     async def embed(self, rows: list[TokenizedText]) -> list[np.ndarray]:
