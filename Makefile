@@ -29,7 +29,7 @@ test: setup
 bento: setup
 	$(VENV)/bin/embento build
 
-# The benchmark matrix, into docs/benchmarks.md (about 15 minutes here).
+# The benchmark matrix, into docs/benchmarks.md (about 17 minutes here).
 bench: setup
 	HF_HUB_OFFLINE=1 $(VENV)/bin/python bench/run_all.py
 
