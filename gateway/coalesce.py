@@ -5,6 +5,14 @@ BentoML's dispatcher), as much as the forward pass of a short sentence in a batc
 flight, the requests that arrive wait here, and leave together when it returns: under load the model
 service sees one batch-sized call per forward pass instead of one per request. A request that finds
 nothing in flight leaves at once, so one request at a time pays no wait.
+
+When a call returns while others wait, the next call waits a little longer (at most `RETURN_WAIT_S`) for
+the clients just answered: under a closed loop they come straight back, and without the wait the
+in-flight requests split into two halves that take turns, each a half-size batch. The wait also lets the
+gateway write those answers while the model service is idle instead of during its next forward pass, where
+every bit of CPU taken from a torch thread stalls the others. all-MiniLM-L6-v2 on 2 cores, alternating
+runs: 32 in flight x 1 sentence 187-202 sent/s against 155-194 without it, 8 x 10 290-309 against 268-293;
+one request at a time is not held (nothing waits when its call returns).
 """
 
 from __future__ import annotations
@@ -18,6 +26,8 @@ import numpy as np
 from models.base import Row
 
 Send = Callable[[list[Row]], Awaitable[list[np.ndarray]]]
+Waiting = tuple[list[Row], "asyncio.Future[list[np.ndarray]]"]
+RETURN_WAIT_S = 0.005
 
 
 class Coalescer:
@@ -27,13 +37,15 @@ class Coalescer:
         self._send = send
         self._max_rows = max_rows
         self._dropped = dropped
-        self._waiting: deque[tuple[list[Row], asyncio.Future[list[np.ndarray]]]] = deque()
+        self._waiting: deque[Waiting] = deque()
+        self._arrived = asyncio.Event()
         self._sender: asyncio.Task[None] | None = None
 
     async def run(self, rows: list[Row]) -> list[np.ndarray]:
         """One output per row, as the model service answered. Cancelling this before the rows left drops them."""
         future: asyncio.Future[list[np.ndarray]] = asyncio.get_running_loop().create_future()
         self._waiting.append((rows, future))
+        self._arrived.set()
         if self._sender is None:
             self._sender = asyncio.create_task(self._send_while_waiting())
         return await future
@@ -42,13 +54,34 @@ class Coalescer:
         try:
             while batch := self._take():
                 await self._send_together(batch)
+                await self._wait_for_returning(sum(len(rows) for rows, _ in batch))
         finally:
             self._sender = None
 
-    def _take(self) -> list[tuple[list[Row], asyncio.Future[list[np.ndarray]]]]:
+    async def _wait_for_returning(self, answered_rows: int) -> None:
+        """If requests wait, give those just answered up to `RETURN_WAIT_S` to come back and join them."""
+        waiting = self._waiting_rows()
+        if not waiting:
+            return
+        target = min(self._max_rows, waiting + answered_rows)
+        deadline = asyncio.get_running_loop().time() + RETURN_WAIT_S
+        while self._waiting_rows() < target:
+            left = deadline - asyncio.get_running_loop().time()
+            if left <= 0:
+                return
+            self._arrived.clear()
+            try:
+                await asyncio.wait_for(self._arrived.wait(), left)
+            except TimeoutError:
+                return
+
+    def _waiting_rows(self) -> int:
+        return sum(len(rows) for rows, future in self._waiting if not future.done())
+
+    def _take(self) -> list[Waiting]:
         """The waiting requests, oldest first, up to `max_rows` rows (at least one request); those whose
         caller gave up (deadline, disconnect) are dropped here, before they cost anything."""
-        taken: list[tuple[list[Row], asyncio.Future[list[np.ndarray]]]] = []
+        taken: list[Waiting] = []
         count = 0
         while self._waiting:
             rows, future = self._waiting[0]
@@ -62,7 +95,7 @@ class Coalescer:
                 count += len(rows)
         return taken
 
-    async def _send_together(self, batch: list[tuple[list[Row], asyncio.Future[list[np.ndarray]]]]) -> None:
+    async def _send_together(self, batch: list[Waiting]) -> None:
         try:
             outputs = await self._send([row for rows, _ in batch for row in rows])
         except BaseException as exc:  # every request of the call gets the call's error

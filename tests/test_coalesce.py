@@ -107,3 +107,36 @@ def test_a_failed_call_fails_each_of_its_requests_and_the_next_call_still_goes()
         assert [list(a) for a in await coalescer.run(rows("5", 1))] == [[5.0, 1.0]]
 
     asyncio.run(scenario())
+
+
+def test_after_a_call_returns_the_next_one_waits_briefly_for_the_clients_just_answered():
+    async def scenario() -> None:
+        service = FakeModelService()
+        coalescer = Coalescer(service.send, max_rows=64)
+        first = asyncio.create_task(coalescer.run(rows("1", 1)))
+        await settle()
+        waiting = asyncio.create_task(coalescer.run(rows("2", 1)))
+        await settle()
+        service.release.set()
+        await first
+        back = asyncio.create_task(coalescer.run(rows("3", 1)))  # the answered client comes straight back
+        await asyncio.wait_for(asyncio.gather(waiting, back), timeout=5)
+        assert service.calls == [["1"], ["2", "3"]]
+
+    asyncio.run(scenario())
+
+
+def test_the_wait_for_answered_clients_is_bounded_and_skipped_when_nothing_waits():
+    async def scenario() -> None:
+        service = FakeModelService()
+        service.release.set()
+        coalescer = Coalescer(service.send, max_rows=64)
+        first = asyncio.create_task(coalescer.run(rows("1", 1)))
+        await settle()
+        waiting = asyncio.create_task(coalescer.run(rows("2", 1)))
+        await asyncio.wait_for(asyncio.gather(first, waiting), timeout=5)  # nobody came back: it left anyway
+        assert service.calls == [["1"], ["2"]]
+        await asyncio.wait_for(coalescer.run(rows("3", 1)), timeout=5)
+        assert service.calls[-1] == ["3"]  # alone, with nothing in flight: sent at once
+
+    asyncio.run(scenario())
