@@ -13,19 +13,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
-
-import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import ceiling  # noqa: E402
 import load  # noqa: E402
-from server import ROOT, free_port  # noqa: E402
+from server import free_port, start_server, stop_server  # noqa: E402
 
 from models.base import TokenizedText  # noqa: E402
 from models.config import ModelConfig  # noqa: E402
@@ -33,24 +29,6 @@ from models.resolve import packaged_model_path  # noqa: E402
 from models.text_tokenizer import TextTokenizer  # noqa: E402
 
 MINILM = "sentence-transformers/all-MiniLM-L6-v2"
-
-
-def start_text_embedder(port: int) -> subprocess.Popen:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("EMBENTO_")}
-    env.update(HF_HUB_OFFLINE="1", BENTOML_DO_NOT_TRACK="True")
-    process = subprocess.Popen(
-        [sys.executable, "-m", "bentoml_cli._internal.start", "start-http-server", "service:Gateway",
-         "--service-name", "TextEmbedder", "--host", "127.0.0.1", "--port", str(port)],
-        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    for _ in range(3000):
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=2).status_code == 200:
-                return process
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.1)
-    os.killpg(process.pid, signal.SIGKILL)
-    raise SystemExit("TextEmbedder did not become ready")
 
 
 async def rows_per_second(url: str, token_ids: list[list[int]], per_call: int, seconds: float) -> float:
@@ -78,7 +56,7 @@ def main() -> None:
     token_ids = TextTokenizer(path, ModelConfig(model_id=str(path))).encode_texts(load.corpus(2000, 8, 20))
     encode = ceiling.engine_encoder(str(path), "torch", "auto", len(os.sched_getaffinity(0)))
     port = free_port()
-    server = start_text_embedder(port)
+    server = start_server(port, service_name="TextEmbedder")
     try:
         url = f"http://127.0.0.1:{port}"
         asyncio.run(rows_per_second(url, token_ids, args.calls[0], 2.0))  # warm-up
@@ -90,8 +68,7 @@ def main() -> None:
         full = ceiling.measure(encode, load.Scenario("ceiling", 32, 1, 8, 20), args.seconds / 2)
         print(f"the matrix's ceiling (32 per call): {full:.1f} sent/s")
     finally:
-        os.killpg(server.pid, signal.SIGTERM)
-        server.wait(timeout=30)
+        stop_server(server)
 
 
 if __name__ == "__main__":
