@@ -37,13 +37,14 @@ def sentence_transformers_encoder(model_path: str, threads: int) -> Encode:
 
 
 def engine_encoder(model_path: str, backend: str, dtype: str, threads: int) -> Encode:
-    """Embento's own tokenizer and encoder for this backend: each call tokenized, sorted by length and cut
-    into passes exactly as the model service cuts them."""
+    """Embento's own tokenizer and encoder for this backend: each call tokenized, sorted by length, shared
+    across the cores and cut into passes exactly as the model service does it."""
     import torch
 
     from models.base import TokenizedText
     from models.batching import pass_overhead_tokens, plan_batches
     from models.config import ModelConfig
+    from models.lanes import Lanes, shares_cores
     from models.text_encoder import TextEncoder
     from models.text_tokenizer import TextTokenizer
 
@@ -51,10 +52,15 @@ def engine_encoder(model_path: str, backend: str, dtype: str, threads: int) -> E
     cfg = ModelConfig(model_id=model_path, backend=backend, dtype=dtype)
     tokenizer, encoder = TextTokenizer(Path(model_path), cfg), TextEncoder(Path(model_path), cfg)
     overhead = pass_overhead_tokens(encoder.info.device)
+    lanes = Lanes(threads if shares_cores(encoder.info) else 1)
 
     def encode(texts: list[str]) -> None:
         ids = tokenizer.encode_texts(texts)
-        for part in plan_batches([len(i) for i in ids], cfg.batch_size, cfg.max_batch_tokens, overhead):
-            encoder.forward(TokenizedText.rows("m", [ids[i] for i in part]))
+
+        def run_part(part: list[int]) -> None:
+            for chunk in plan_batches([len(ids[i]) for i in part], cfg.batch_size, cfg.max_batch_tokens, overhead):
+                encoder.forward(TokenizedText.rows("m", [ids[part[i]] for i in chunk]))
+
+        lanes.run(run_part, [len(i) for i in ids])
 
     return encode

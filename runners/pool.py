@@ -1,7 +1,8 @@
 """The model-running core every runner shares.
 
 A runner's batch holds rows from many requests and several models. `ModelPool` groups them by model,
-sorts by length, cuts passes by count and token budget, and answers in request order. A pass that fails
+sorts by length, cuts passes by count and token budget (on CPU, a big batch as one pass per core at the same
+time), and answers in request order. A pass that fails
 is bisected, so one bad input never fails the rows it shared a batch with. Rows of requests the gateway
 has given up on (deadline, disconnect) are dropped before each pass instead of computed.
 """
@@ -23,6 +24,7 @@ import numpy as np
 from models.base import Kind, Row, TokenModel
 from models.batching import pass_overhead_tokens, plan_batches, run_isolated
 from models.config import ModelConfig
+from models.lanes import Lanes, shares_cores
 from models.memory import HeapTrimmer
 from models.resolve import resolve_model
 from runners.framework import drain_before_shutdown
@@ -75,6 +77,9 @@ class ModelPool:
         self.models, self.failed = self._torch_thread.submit(
             load_models, configs, partial(_load_one, load), allow_partial
         ).result()
+        # Batches big enough run as one pass per core (see models/lanes.py); the rest on the torch thread.
+        sharing = any(shares_cores(model.info) for model in self.models.values())
+        self._lanes = Lanes(threads if threads and sharing else 1)
         # Per model: inputs and padded tokens per pass, and what a pass costs beyond its tokens.
         self._limits = {
             name: (c.batch_size, c.max_batch_tokens, pass_overhead_tokens(self.models[name].info.device))
@@ -133,19 +138,31 @@ class ModelPool:
         if model is None:
             logger.error("rows for unknown model '%s' reached the runner", name)
             return [LookupError(name)] * len(rows)
-        batch_size, max_tokens, overhead = self._limits[name]
         outputs: list[np.ndarray | Exception] = [FAILED] * len(rows)
         live = self._live(name, rows, range(len(rows)))
-        for chunk in plan_batches([rows[i].length for i in live], batch_size, max_tokens, overhead):
-            indices = self._live(name, rows, [live[i] for i in chunk])  # some may have been abandoned since
-            if not indices:
+
+        def run_part(part: list[int]) -> None:
+            self._run_passes(name, model, rows, [live[i] for i in part], outputs)
+
+        if shares_cores(model.info):
+            self._lanes.run(run_part, [rows[i].length for i in live])
+        else:
+            run_part(list(range(len(live))))
+        return outputs
+
+    def _run_passes(self, name: str, model: TokenModel, rows: list[Row], indices: list[int],
+                    outputs: list[np.ndarray | Exception]) -> None:
+        """These rows of one model in passes cut by count and token budget, their outputs into `outputs`."""
+        batch_size, max_tokens, overhead = self._limits[name]
+        for chunk in plan_batches([rows[i].length for i in indices], batch_size, max_tokens, overhead):
+            live = self._live(name, rows, [indices[i] for i in chunk])  # some may have been abandoned since
+            if not live:
                 continue
             started = time.perf_counter()
-            done = run_isolated(lambda part: model.forward([rows[i] for i in part]), indices)
-            self._observe(name, [rows[i] for i in indices], done, time.perf_counter() - started)
-            for index, output in zip(indices, done):
+            done = run_isolated(lambda part: model.forward([rows[i] for i in part]), live)
+            self._observe(name, [rows[i] for i in live], done, time.perf_counter() - started)
+            for index, output in zip(live, done):
                 outputs[index] = output
-        return outputs
 
     def _live(self, model: str, rows: list[Row], indices: Iterable[int]) -> list[int]:
         """The indices whose requests are still awaited; the others count as dropped."""
