@@ -14,7 +14,12 @@ DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.
 
 
 def set_cpu_threads(threads: int) -> None:
-    """Intra-op threads for torch, and so for ONNX Runtime and CTranslate2, which take torch's count."""
+    """Intra-op threads for torch on the calling thread, and so for ONNX Runtime and CTranslate2, which take
+    torch's count. torch keeps the count per thread but sets each thread's on its first parallel op from a
+    process-wide value, the last one set anywhere: without settling that first, a lane thread set to 1 ran
+    its passes on 2 once another thread had set 2 meanwhile, the cores were oversubscribed, and every pass
+    in the process ran at half speed from then on."""
+    torch.get_num_threads()  # this thread's first-use initialisation, done now so it cannot undo the count
     torch.set_num_threads(threads)
 
 

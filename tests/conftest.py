@@ -68,6 +68,18 @@ def make_sentences(count: int = 50, seed: int = 7) -> list[str]:
     return [" ".join(rng.choice(WORDS) for _ in range(n)).capitalize() + "." for n in lengths[:count]]
 
 
+@pytest.fixture
+def cache_dir(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """One export cache (ONNX, CTranslate2) for the whole session, away from the user's."""
+    from models import config
+
+    folder = tmp_path_factory.getbasetemp() / "embento-cache"
+    monkeypatch.setenv("EMBENTO_CACHE_DIR", str(folder))
+    config.get_config.cache_clear()
+    yield folder
+    config.get_config.cache_clear()
+
+
 @pytest.fixture(scope="session")
 def minilm_path() -> Path:
     from models.resolve import packaged_model_path

@@ -16,17 +16,7 @@ from models.text_scorer import TextScorer
 from models.text_tokenizer import TextTokenizer
 from tests.conftest import MINILM, make_sentences
 
-
-@pytest.fixture(autouse=True)
-def cache_dir(tmp_path_factory, monkeypatch):
-    """One export cache for this module's tests, away from the user's."""
-    from models import config
-
-    folder = tmp_path_factory.getbasetemp() / "embento-cache"
-    monkeypatch.setenv("EMBENTO_CACHE_DIR", str(folder))
-    config.get_config.cache_clear()
-    yield folder
-    config.get_config.cache_clear()
+pytestmark = pytest.mark.usefixtures("cache_dir")
 
 
 def _cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:

@@ -17,7 +17,7 @@ from models.config import ModelConfig
 from models.lanes import Lanes, share_out
 from models.text_encoder import TextEncoder
 from models.text_tokenizer import TextTokenizer
-from tests.conftest import MINILM, make_sentences
+from tests.conftest import make_sentences
 
 
 def test_share_out_cuts_runs_of_neighbouring_lengths_with_about_equal_tokens():
@@ -70,13 +70,19 @@ class ThreadRecorder:
         return self.encoder.forward(rows)
 
 
-def test_pool_shares_a_big_batch_across_the_cores_and_answers_the_same(minilm_path: Path):
+@pytest.mark.parametrize("backend", ["torch", "onnx"])
+def test_pool_shares_a_big_batch_across_the_cores_and_answers_the_same(
+    request: pytest.FixtureRequest, minilm_path: Path, tiny_bert_path: Path, backend: str
+):
     from runners.pool import ModelPool
 
-    cfg = ModelConfig(model_id=MINILM, served_model_name="m", device="cpu")
-    recorder = ThreadRecorder(TextEncoder(minilm_path, cfg))
+    path = minilm_path if backend == "torch" else tiny_bert_path  # a tiny checkpoint exports in seconds
+    if backend == "onnx":
+        request.getfixturevalue("cache_dir")
+    cfg = ModelConfig(model_id=str(path), served_model_name="m", device="cpu", backend=backend)
+    recorder = ThreadRecorder(TextEncoder(path, cfg))
     pool = ModelPool(lambda folder, config: recorder, [cfg], threads=2)
-    ids = TextTokenizer(minilm_path, cfg).encode_texts(make_sentences(50))
+    ids = TextTokenizer(path, cfg).encode_texts(make_sentences(50))
     outputs = asyncio.run(pool.run(TokenizedText.rows("m", ids)))
 
     assert {name.rsplit("_", 1)[0] for name in recorder.threads} == {"lane0", "lane1"}
