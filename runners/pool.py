@@ -3,8 +3,8 @@
 A runner's batch holds rows from many requests and several models. `ModelPool` groups them by model,
 sorts by length, cuts passes by count and token budget (on CPU, a big batch as one pass per core at the same
 time), and answers in request order. A pass that fails is bisected, so one bad input never fails the rows it
-shared a batch with. Rows of requests the gateway
-has given up on (deadline, disconnect) are dropped before each pass instead of computed.
+shared a batch with. Rows of requests the gateway has given up on (deadline, disconnect) are dropped before
+each pass instead of computed.
 """
 
 from __future__ import annotations
