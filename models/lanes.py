@@ -14,7 +14,7 @@ rows/s, 12 rows: even, 16 rows: 301 -> 316).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 
 from models.base import ModelInfo
 
@@ -66,5 +66,7 @@ class Lanes:
         if len(parts) == 1:
             work(parts[0])
             return
-        for future in [lane.submit(work, part) for lane, part in zip(self._threads, parts)]:
+        futures = [lane.submit(work, part) for lane, part in zip(self._threads, parts)]
+        wait(futures)  # every part finished before anything returns or raises: none still writes afterwards
+        for future in futures:
             future.result()
