@@ -60,14 +60,12 @@ class TextTokenizer:
             texts = [prompt + text for text in texts]
         if self.settings.do_lower_case:
             texts = [text.lower() for text in texts]
-        encoded = self._tokenizer(
-            texts,
-            truncation=True,
-            max_length=self.max_input_tokens,
-            return_attention_mask=False,
-            return_token_type_ids=False,
-        )
-        return encoded["input_ids"]
+        # The Rust tokenizer directly, set as transformers would set it: its Python wrapper took 37 us per
+        # one-sentence request here against 23 us, on the gateway's event loop.
+        backend = self._tokenizer.backend_tokenizer
+        backend.enable_truncation(self.max_input_tokens, direction=self._template.truncation_side)
+        backend.no_padding()
+        return [encoding.ids for encoding in backend.encode_batch(texts)]
 
     def encode_pairs(self, query: str, documents: list[str]) -> tuple[list[list[int]], list[list[int]] | None]:
         """(query, document) pairs for a cross-encoder: the query is kept whole, documents are cut to fit."""

@@ -18,6 +18,7 @@ from models.postprocess import to_base64, truncate_dimensions
 from models.resolve import resolve_model
 from models.text_encoder import TextEncoder
 from models.text_tokenizer import TextTokenizer
+from tests.checkpoints import WORDS
 from tests.conftest import MINILM, ROOT, make_sentences
 
 
@@ -72,6 +73,25 @@ def test_tokenizer_and_encoder_match_sentence_transformers(minilm, st_model):
     np.testing.assert_allclose(encoder.forward(TokenizedText.rows("test", ids)), st_model.encode(sentences),
                                atol=1e-5)
     assert encoder.info.dimension == 384 and encoder.info.normalized
+
+
+@pytest.mark.parametrize("side", ["right", "left"])
+@pytest.mark.parametrize("checkpoint", ["minilm_path", "tiny_clap_path", "tiny_colqwen2_path"])
+def test_text_is_tokenized_as_transformers_tokenizes_it(checkpoint, side, request, tmp_path):
+    """`encode_texts` calls the Rust tokenizer directly; it must give what the transformers call gives, for
+    WordPiece, byte-level BPE and word-level vocabularies, truncating on the tokenizer's side."""
+    from transformers import AutoTokenizer
+
+    AutoTokenizer.from_pretrained(str(request.getfixturevalue(checkpoint)), truncation_side=side).save_pretrained(
+        tmp_path)
+    reference = AutoTokenizer.from_pretrained(str(tmp_path))
+    tokenizer = TextTokenizer(tmp_path, ModelConfig(model_id=str(tmp_path), max_seq_length=12))
+    texts = ["hello", "Hello World, again!", " leading space", " ".join(WORDS), "<unk> stays text", "é ü 漢字"]
+    expected = reference(texts, truncation=True, max_length=12)["input_ids"]
+    assert tokenizer.encode_texts(texts) == expected
+    assert len(expected[3]) == 12 < len(reference(texts[3])["input_ids"])  # the long text really is cut
+    assert tokenizer.encode_texts(texts, "query: ") == reference(
+        ["query: " + text for text in texts], truncation=True, max_length=12)["input_ids"]
 
 
 def test_token_ids_are_framed_and_checked(minilm):
