@@ -16,19 +16,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import signal
 import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
-
-import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import load
-from server import free_port, start_server, stop_server
+from server import free_port, start_server, stop_server, wait_until_ready
 
 from models.resolve import packaged_model_path
 
@@ -37,32 +33,12 @@ SCENARIOS = [s for s in load.SCENARIOS if "mixed" not in s.name]  # mixed length
 
 
 def start_infinity(executable: str, port: int) -> subprocess.Popen:
-    folder = packaged_model_path(MODEL)
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "DO_NOT_TRACK": "1", "INFINITY_ANONYMOUS_USAGE_STATS": "0"}
     process = subprocess.Popen(
-        [executable, "v2", "--model-id", str(folder), "--served-model-name", MODEL, "--engine", "torch",
-         "--device", "cpu", "--no-bettertransformer", "--host", "127.0.0.1", "--port", str(port)],
+        [executable, "v2", "--model-id", str(packaged_model_path(MODEL)), "--served-model-name", MODEL,
+         "--engine", "torch", "--device", "cpu", "--no-bettertransformer", "--host", "127.0.0.1", "--port", str(port)],
         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=5).status_code == 200:
-                return process
-        except httpx.HTTPError:
-            pass
-        if process.poll() is not None:
-            raise SystemExit(f"infinity exited with {process.returncode} before it was ready")
-        time.sleep(0.2)
-    os.killpg(process.pid, signal.SIGKILL)
-    raise SystemExit("infinity did not become ready")
-
-
-def stop_infinity(process: subprocess.Popen) -> None:
-    os.killpg(process.pid, signal.SIGTERM)
-    try:
-        process.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
+    return wait_until_ready(process, f"http://127.0.0.1:{port}/health")
 
 
 def measure(url: str, pid: int, duration: float) -> dict[str, load.Result]:
@@ -88,15 +64,13 @@ def main() -> None:
             port = free_port()
             print(f"[round {round_ + 1}/{args.rounds}] {name}", flush=True)
             if name == "embento":
-                server = start_server(port)
-                url, stop = f"http://127.0.0.1:{port}/v1/embeddings", stop_server
+                server, url = start_server(port), f"http://127.0.0.1:{port}/v1/embeddings"
             else:
-                server = start_infinity(args.infinity, port)
-                url, stop = f"http://127.0.0.1:{port}/embeddings", stop_infinity
+                server, url = start_infinity(args.infinity, port), f"http://127.0.0.1:{port}/embeddings"
             try:
                 runs[name].append(measure(url, server.pid, args.duration))
             finally:
-                stop(server)
+                stop_server(server)
     print(f"\nmedians of {args.rounds} rounds (sent/s, p50 ms):")
     for scenario in SCENARIOS:
         rate = {n: statistics.median(r[scenario.name].sentences / r[scenario.name].elapsed_s for r in rs)

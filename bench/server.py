@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -31,16 +32,22 @@ def start_server(port: int, service_name: str | None = None, **settings: str) ->
     process = subprocess.Popen(
         [sys.executable, "-m", *serve, "--host", "127.0.0.1", "--port", str(port)],
         cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    return wait_until_ready(process, f"http://127.0.0.1:{port}/readyz")
+
+
+def wait_until_ready(process: subprocess.Popen, url: str) -> subprocess.Popen:
+    """`process` (started in a session of its own) once `url` answers 200; killed if it never does."""
     deadline = time.monotonic() + 300
-    while time.monotonic() < deadline:
+    while time.monotonic() < deadline and process.poll() is None:
         try:
-            if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=5).status_code == 200:
+            if httpx.get(url, timeout=5).status_code == 200:
                 return process
         except httpx.HTTPError:
             pass
         time.sleep(0.1)  # startup time is measured at this resolution
-    os.killpg(process.pid, signal.SIGKILL)
-    raise SystemExit("server did not become ready")
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)
+    raise SystemExit(f"{url} did not answer 200 (exit status {process.poll()})")
 
 
 def stop_server(process: subprocess.Popen) -> None:
