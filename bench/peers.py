@@ -29,7 +29,6 @@ from server import free_port, start_server, stop_server, wait_until_ready
 from models.resolve import packaged_model_path
 
 MODEL = "sentence-transformers/all-MiniLM-L6-v2"
-SCENARIOS = [s for s in load.SCENARIOS if "mixed" not in s.name]  # mixed lengths: minutes per run on both
 
 
 def start_infinity(executable: str, port: int) -> subprocess.Popen:
@@ -45,7 +44,7 @@ def measure(url: str, pid: int, duration: float) -> dict[str, load.Result]:
     body = load.embeddings_body(MODEL)
     asyncio.run(load.warm_up(url, body))
     results = {}
-    for scenario in SCENARIOS:
+    for scenario in load.SCENARIOS:
         asyncio.run(load.run_scenario(url, body, scenario, 2, 100_000))  # this scenario's shapes, warm
         results[scenario.name] = asyncio.run(load.run_scenario(url, body, scenario, duration, 100_000))
         load.report(scenario, results[scenario.name], load.tree_rss_mb(pid))
@@ -72,7 +71,7 @@ def main() -> None:
             finally:
                 stop_server(server)
     print(f"\nmedians of {args.rounds} rounds (sent/s, p50 ms):")
-    for scenario in SCENARIOS:
+    for scenario in load.SCENARIOS:
         rate = {n: statistics.median(r[scenario.name].sentences / r[scenario.name].elapsed_s for r in rs)
                 for n, rs in runs.items()}
         p50 = {n: statistics.median(r[scenario.name].percentile(0.5) for r in rs) for n, rs in runs.items()}
