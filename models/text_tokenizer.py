@@ -27,6 +27,11 @@ class TextTokenizer:
             raise ModelLoadError(f"cannot load the tokenizer of '{cfg.model_id}': {exc}") from exc
         if not self._template.is_fast:
             raise ModelLoadError(f"'{cfg.model_id}' has no fast tokenizer (tokenizer.json); it is required")
+        # `tokenizer.json` may declare padding and truncation (all-MiniLM-L6-v2's pads every text to 128).
+        # transformers resets both on each call; a direct call of the Rust tokenizer would apply them, so
+        # they go now, before the per-thread copies are made, and each direct call sets its own truncation.
+        self._template.backend_tokenizer.no_padding()
+        self._template.backend_tokenizer.no_truncation()
         self._per_thread = PerThread(self._template)
         self.settings: TextSettings = read_text_settings(folder, cfg, self._template.model_max_length)
         self.max_input_tokens = self.settings.max_seq_length
@@ -64,14 +69,13 @@ class TextTokenizer:
         # one-sentence request here against 23 us, on the gateway's event loop.
         backend = self._tokenizer.backend_tokenizer
         backend.enable_truncation(self.max_input_tokens, direction=self._template.truncation_side)
-        backend.no_padding()
         return [encoding.ids for encoding in backend.encode_batch(texts)]
 
     def encode_pairs(self, query: str, documents: list[str]) -> tuple[list[list[int]], list[list[int]] | None]:
         """(query, document) pairs for a cross-encoder: the query is kept whole, documents are cut to fit."""
         if self.settings.do_lower_case:
             query, documents = query.lower(), [document.lower() for document in documents]
-        query_tokens = self._count_tokens(query)
+        query_tokens = self.count_tokens(query)
         room = self.max_input_tokens - self._pair_frame - query_tokens
         if room < 1:
             raise InvalidRequest(
@@ -89,8 +93,9 @@ class TextTokenizer:
         )
         return encoded["input_ids"], encoded["token_type_ids"] if self._uses_segments else None
 
-    def _count_tokens(self, text: str) -> int:
-        """Untruncated length, measured on the Rust tokenizer: transformers would warn about long text."""
+    def count_tokens(self, text: str) -> int:
+        """Untruncated length without special tokens, measured on the Rust tokenizer: transformers would
+        warn about long text."""
         backend = self._tokenizer.backend_tokenizer
         backend.no_truncation()  # this thread's copy; the next call sets its own truncation again
         return len(backend.encode(text, add_special_tokens=False).ids)

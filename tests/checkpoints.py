@@ -21,6 +21,16 @@ def copy_bert_tokenizer(source: Path, folder: Path) -> None:
         (folder / name).write_bytes((source / name).read_bytes())
 
 
+def save_as_cross_encoder(plain: Path, folder: Path, max_length: int) -> Path:
+    """A sequence-classification checkpoint saved as sentence-transformers saves a trained CrossEncoder: its
+    modules.json and sentence_bert_config.json, and the tokenizer saved again by transformers, which keeps
+    whatever padding and truncation the source `tokenizer.json` declared (MiniLM's: both fixed at 128)."""
+    from sentence_transformers import CrossEncoder
+
+    CrossEncoder(str(plain), max_length=max_length, local_files_only=True, device="cpu").save_pretrained(str(folder))
+    return folder
+
+
 def _word_level_tokenizer(specials: list[str]):  # -> tokenizers.Tokenizer
     from tokenizers import Tokenizer, models, normalizers, pre_tokenizers
 

@@ -18,7 +18,7 @@ import httpx
 import pytest
 import yaml
 
-from tests.checkpoints import copy_bert_tokenizer
+from tests.checkpoints import copy_bert_tokenizer, save_as_cross_encoder
 
 ROOT = Path(__file__).resolve().parent.parent
 MINILM = "sentence-transformers/all-MiniLM-L6-v2"
@@ -130,6 +130,21 @@ def tiny_reranker_path(tmp_path_factory: pytest.TempPathFactory, minilm_path: Pa
 def tiny_classifier_path(tmp_path_factory: pytest.TempPathFactory, minilm_path: Path) -> Path:
     """A three-label text classifier, saved as a plain transformers checkpoint."""
     return _save_sequence_classifier(tmp_path_factory.mktemp("tiny-classifier"), minilm_path, CLASSIFIER_LABELS)
+
+
+@pytest.fixture(scope="session")
+def minilm_reranker_path(tmp_path_factory: pytest.TempPathFactory, minilm_path: Path) -> Path:
+    """A reranker as one fine-tuned from all-MiniLM-L6-v2 is saved: a CrossEncoder with a 128-token limit,
+    whose `tokenizer.json` (MiniLM's, unmodified) pads and truncates every text to 128 tokens."""
+    plain = _save_sequence_classifier(tmp_path_factory.mktemp("plain-reranker"), minilm_path, ["relevance"])
+    return save_as_cross_encoder(plain, tmp_path_factory.mktemp("minilm-reranker"), 128)
+
+
+@pytest.fixture(scope="session")
+def minilm_classifier_path(tmp_path_factory: pytest.TempPathFactory, minilm_path: Path) -> Path:
+    """A three-label classifier saved the same way."""
+    plain = _save_sequence_classifier(tmp_path_factory.mktemp("plain-classifier"), minilm_path, CLASSIFIER_LABELS)
+    return save_as_cross_encoder(plain, tmp_path_factory.mktemp("minilm-classifier"), 128)
 
 
 @pytest.fixture(scope="session")
