@@ -15,6 +15,7 @@ from models.text_encoder import TextEncoder
 from models.text_scorer import TextScorer
 from models.text_tokenizer import TextTokenizer
 from tests.conftest import MINILM, make_sentences
+from tests.tolerance import assert_close
 
 pytestmark = pytest.mark.usefixtures("cache_dir")
 
@@ -94,7 +95,7 @@ def test_onnx_scorers_match_torch(request, fixture):
         rows = TokenizedText.rows("m", tokenizer.encode_texts(documents))
     torch_logits = np.stack(TextScorer(path, ModelConfig(model_id=str(path)), kind).forward(rows))
     onnx_logits = np.stack(TextScorer(path, ModelConfig(model_id=str(path), backend="onnx"), kind).forward(rows))
-    np.testing.assert_allclose(onnx_logits, torch_logits, atol=1e-4)
+    assert_close(onnx_logits, torch_logits)
     assert _cosines(onnx_logits.T, torch_logits.T).min() >= 0.99999
 
 

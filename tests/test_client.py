@@ -18,6 +18,7 @@ from tests.conftest import (
     TINY_RERANKER,
 )
 from tests.media import AUDIO, IMAGES, data_uri
+from tests.tolerance import assert_close, assert_same_vectors
 
 pytestmark = pytest.mark.server
 
@@ -35,8 +36,7 @@ def _floats(client, body: dict) -> list:
 def test_embed(embento, client):
     vectors = embento.embed(["a sentence", "another one"], model=MINILM)
     assert vectors.shape == (2, 384) and vectors.dtype == np.float32
-    np.testing.assert_allclose(vectors, _floats(client, {"input": ["a sentence", "another one"], "model": MINILM}),
-                               atol=1e-6)
+    assert_same_vectors(vectors, _floats(client, {"input": ["a sentence", "another one"], "model": MINILM}))
     assert embento.embed(["a sentence"], model=MINILM, dimensions=64).shape == (1, 64)
 
 
@@ -49,7 +49,7 @@ def test_embed_images_and_audio(embento, client, tmp_path):
     assert isinstance(pages, list) and pages[0].ndim == 2 and pages[0].shape[1] == 16
     expected = _floats(client, {"input": [{"image": data_uri(*IMAGES["png"])}],
                                 "model": TINY_COLPALI})[0]
-    np.testing.assert_allclose(pages[0], expected, atol=1e-6)
+    assert_same_vectors(pages[0], expected)
     clips = embento.embed_audio([AUDIO["wav-16k-mono"][0], AUDIO["flac-44k-mono"][0]], model=TINY_CLAP)
     assert clips.shape == (2, 16)
 
@@ -95,10 +95,10 @@ def assert_same(got, expected, where: str = "") -> None:
         for index, (a, b) in enumerate(zip(got, expected)):
             assert_same(a, b, f"{where}[{index}]")
     elif isinstance(expected, float):
-        assert got == pytest.approx(expected, abs=1e-5), where
+        assert_close(got, expected, err_msg=where)
     elif where.endswith(".embedding") and isinstance(expected, str):
         decode = lambda text: np.frombuffer(base64.b64decode(text), dtype="<f4")
-        np.testing.assert_allclose(decode(got), decode(expected), atol=1e-5, err_msg=where)
+        assert_same_vectors(decode(got), decode(expected), err_msg=where)
     else:
         assert got == expected, where
 

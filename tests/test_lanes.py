@@ -18,6 +18,7 @@ from models.lanes import Lanes, share_out
 from models.text_encoder import TextEncoder
 from models.text_tokenizer import TextTokenizer
 from tests.conftest import make_sentences
+from tests.tolerance import assert_same_vectors
 
 
 def test_share_out_cuts_runs_of_neighbouring_lengths_with_about_equal_tokens():
@@ -87,7 +88,7 @@ def test_pool_shares_a_big_batch_across_the_cores_and_answers_the_same(
 
     assert {name.rsplit("_", 1)[0] for name in recorder.threads} == {"lane0", "lane1"}
     for row_ids, output in zip(ids, outputs):
-        np.testing.assert_allclose(output, recorder.encoder.forward(TokenizedText.rows("m", [row_ids]))[0], atol=1e-5)
+        assert_same_vectors(output, recorder.encoder.forward(TokenizedText.rows("m", [row_ids]))[0])
 
     recorder.threads.clear()
     asyncio.run(pool.run(TokenizedText.rows("m", ids[:3])))  # too small to split: the torch thread, whole

@@ -20,6 +20,7 @@ from models.text_encoder import TextEncoder
 from models.text_tokenizer import TextTokenizer
 from tests.checkpoints import WORDS
 from tests.conftest import MINILM, ROOT, make_sentences
+from tests.tolerance import assert_same_vectors
 
 
 @pytest.fixture(scope="module")
@@ -70,8 +71,7 @@ def test_tokenizer_and_encoder_match_sentence_transformers(minilm, st_model):
     expected_ids = st_model.tokenize(sentences)["input_ids"]
     for row, got in zip(expected_ids, ids):
         assert row[row != 0].tolist() == got
-    np.testing.assert_allclose(encoder.forward(TokenizedText.rows("test", ids)), st_model.encode(sentences),
-                               atol=1e-5)
+    assert_same_vectors(encoder.forward(TokenizedText.rows("test", ids)), st_model.encode(sentences))
     assert encoder.info.dimension == 384 and encoder.info.normalized
 
 
@@ -123,8 +123,8 @@ def test_pooling_and_normalize_overrides(minilm_path, minilm, st_model):
     assert not cls_raw.info.normalized
     token_states = st_model.encode(["one sentence", "and another, rather longer sentence"],
                                    output_value="token_embeddings")
-    np.testing.assert_allclose(cls_raw.forward(TokenizedText.rows("test", ids)),
-                               np.stack([t[0].numpy() for t in token_states]), atol=1e-5)
+    assert_same_vectors(cls_raw.forward(TokenizedText.rows("test", ids)),
+                        np.stack([t[0].numpy() for t in token_states]))
 
 
 def test_plan_batches_respects_count_and_token_budget():
@@ -213,5 +213,5 @@ def test_plain_transformers_checkpoint_with_pooling_setting(tiny_bert_path, pool
         for row in ids:  # one at a time: no padding in the reference
             hidden = model(input_ids=torch.tensor([row])).last_hidden_state[0]
             expected.append({"lasttoken": hidden[-1], "mean": hidden.mean(0), "cls": hidden[0]}[pooling].numpy())
-    np.testing.assert_allclose(encoder.forward(TokenizedText.rows("test", ids)), np.stack(expected), atol=1e-5)
+    assert_same_vectors(encoder.forward(TokenizedText.rows("test", ids)), np.stack(expected))
     assert encoder.info.max_input_tokens == 512 and not encoder.info.normalized

@@ -19,6 +19,7 @@ from models.media import MediaLimits, decode_audio, decode_image
 from models.media_encoder import MediaEncoder
 from models.scores import late_interaction
 from tests.media import AUDIO, IMAGES, audio_bytes, bomb_png, data_uri, image_bytes
+from tests.tolerance import assert_close, assert_same_vectors
 
 LIMITS = MediaLimits(max_item_bytes=20_000_000, max_image_pixels=40_000_000, max_audio_seconds=5.0)
 
@@ -189,7 +190,7 @@ def test_colpali_multi_vectors_and_maxsim_match_transformers(tiny_colpali_path, 
             assert cosine(row, want) >= 0.9999
     scores = processor.score_retrieval(expected_queries, expected_pages).numpy()
     ours = [[late_interaction(q, p) for p in outputs[2:]] for q in outputs[:2]]
-    np.testing.assert_allclose(ours, scores, rtol=1e-4)
+    assert_close(ours, scores)
 
 
 def test_colqwen2_pages_of_different_sizes_match_transformers(tiny_colqwen2_path):
@@ -224,4 +225,4 @@ def test_a_row_that_fails_inside_the_model_fails_alone(tiny_clip_path, clip):
     outputs = asyncio.run(pool.run([good[0], broken, good[1], good[2]]))
     assert outputs[1].size == 0
     for ours, expected in zip([outputs[0], outputs[2], outputs[3]], clip.forward(good)):
-        np.testing.assert_allclose(ours, expected, atol=1e-6)
+        assert_same_vectors(ours, expected)

@@ -19,6 +19,7 @@ from models.scores import activate, rank
 from models.text_scorer import TextScorer
 from models.text_tokenizer import TextTokenizer
 from tests.conftest import CLASSIFIER_LABELS, make_sentences
+from tests.tolerance import assert_close
 
 QUERY = "how do engineers keep their data private"
 
@@ -69,9 +70,9 @@ def test_rerank_scores_match_cross_encoder_predict(tiny_reranker_path, reranker)
     reference = CrossEncoder(str(tiny_reranker_path), local_files_only=True, device="cpu")
     short = [i for i, d in enumerate(documents) if len(d.split()) < 100]  # no truncation: identical inputs
     pairs = [(QUERY, documents[i]) for i in short]
-    np.testing.assert_allclose(activate(logits, "sigmoid")[short, 0], reference.predict(pairs), atol=1e-5)
+    assert_close(activate(logits, "sigmoid")[short, 0], reference.predict(pairs))
     raw = reference.predict(pairs, activation_fn=lambda x: x)
-    np.testing.assert_allclose(logits[short, 0], raw, atol=1e-5)
+    assert_close(logits[short, 0], raw)
     assert np.ptp(raw) > 0.1, "scores of a random checkpoint should still differ by input"
 
 
@@ -91,7 +92,7 @@ def test_long_documents_are_cut_and_the_query_kept(tiny_reranker_path, reranker)
     model = AutoModelForSequenceClassification.from_pretrained(str(tiny_reranker_path)).eval()
     with torch.inference_mode():
         expected = model(**reference).logits.numpy()
-    np.testing.assert_allclose(scorer.forward(TokenizedText.rows("test", [ids], [segments])), expected, atol=1e-5)
+    assert_close(scorer.forward(TokenizedText.rows("test", [ids], [segments])), expected)
 
 
 def test_a_query_too_long_for_any_document_is_refused(reranker):
@@ -118,7 +119,7 @@ def test_classifier_scores_match_a_transformers_forward(tiny_classifier_path, cl
         expected = model(**features).logits
     expected = expected if raw else torch.softmax(expected, dim=-1)
     got = logits if raw else activate(logits, scorer.info.activation)
-    np.testing.assert_allclose(got, expected.numpy(), atol=1e-5)
+    assert_close(got, expected.numpy())
 
 
 def test_multi_label_classifiers_use_sigmoid(tiny_classifier_path, tmp_path):

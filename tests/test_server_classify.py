@@ -8,6 +8,7 @@ import pytest
 
 from tests.conftest import CLASSIFIER_LABELS, MINILM, TINY_CLASSIFIER, TINY_RERANKER, make_sentences
 from tests.test_server_errors import assert_healthy, assert_openai_error
+from tests.tolerance import assert_close
 
 pytestmark = pytest.mark.server
 TEXTS = make_sentences(8, seed=4)
@@ -39,7 +40,7 @@ def test_scores_match_a_transformers_forward(client, logits, path, raw):
         scores = [item["score"] for item in row]
         assert scores == sorted(scores, reverse=True)
         got = [next(i["score"] for i in row if i["label"] == label) for label in CLASSIFIER_LABELS]
-        np.testing.assert_allclose(got, want, atol=1e-5)
+        assert_close(got, want)
     assert body["usage"]["prompt_tokens"] > len(TEXTS)
 
 

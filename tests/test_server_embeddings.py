@@ -22,6 +22,7 @@ from tests.conftest import (
     TINY_RERANKER,
     make_sentences,
 )
+from tests.tolerance import assert_close, assert_same_vectors
 
 pytestmark = pytest.mark.server
 
@@ -89,10 +90,10 @@ def test_token_ids_equal_text(client, minilm_path, sentences):
     from_text = embed(client, input=texts, model=MINILM)
     for ids in (with_specials, without_specials):
         from_ids = embed(client, input=ids, model=MINILM)
-        np.testing.assert_allclose(vectors(from_ids), vectors(from_text), atol=1e-5)
+        assert_same_vectors(vectors(from_ids), vectors(from_text))
         assert from_ids["usage"] == from_text["usage"]
     single = embed(client, input=with_specials[0], model=MINILM)
-    np.testing.assert_allclose(vectors(single)[0], vectors(from_text)[0], atol=1e-5)
+    assert_same_vectors(vectors(single)[0], vectors(from_text)[0])
 
 
 def test_dimensions_is_renormalized_prefix(client, sentences):
@@ -100,21 +101,21 @@ def test_dimensions_is_renormalized_prefix(client, sentences):
     short = vectors(embed(client, input=sentences[:8], model=MINILM, dimensions=128))
     prefix = full[:, :128] / np.linalg.norm(full[:, :128], axis=1, keepdims=True)
     assert short.shape == (8, 128)
-    np.testing.assert_allclose(short, prefix, atol=1e-6)
-    np.testing.assert_allclose(np.linalg.norm(short, axis=1), 1.0, atol=1e-5)
+    assert_same_vectors(short, prefix)
+    assert_close(np.linalg.norm(short, axis=1), np.ones(len(short)))
 
 
 def test_string_input_and_default_model(client, sentences, reference):
     payload = client.post("/v1/embeddings", json={"input": sentences[3]}).json()
     assert payload["model"] == MINILM
-    np.testing.assert_allclose(vectors(payload)[0], reference[3], atol=1e-5)
+    assert_same_vectors(vectors(payload)[0], reference[3])
 
 
 def test_infinity_path_and_fields(client, sentences, reference):
     response = client.post("/embeddings", json={"input": [sentences[0]], "model": MINILM, "modality": "text",
                                                 "user": "someone"})
     assert response.status_code == 200
-    np.testing.assert_allclose(vectors(response.json())[0], reference[0], atol=1e-5)
+    assert_same_vectors(vectors(response.json())[0], reference[0])
 
 
 def _direct_tiny_bert(path: Path, texts: list[str], pooling: str, normalize: bool) -> np.ndarray:
@@ -142,7 +143,7 @@ def test_tiny_bert_variants_are_routed_by_model(client, tiny_bert_path, sentence
     payload = embed(client, input=texts, model=name)
     assert payload["model"] == name
     expected = _direct_tiny_bert(tiny_bert_path, texts, pooling, normalize)
-    np.testing.assert_allclose(vectors(payload), expected, atol=1e-4)
+    assert_same_vectors(vectors(payload), expected)
 
 
 def test_models_list(client):
@@ -178,12 +179,12 @@ def test_openai_sdk(server, sentences, reference):
 
     sdk = OpenAI(base_url=f"{server}/v1", api_key="unused")
     default_mode = sdk.embeddings.create(input=sentences[:4], model=MINILM)  # the SDK asks for base64
-    np.testing.assert_allclose(np.array([d.embedding for d in default_mode.data]), reference[:4], atol=1e-5)
+    assert_same_vectors(np.array([d.embedding for d in default_mode.data]), reference[:4])
     as_float = sdk.embeddings.create(input=sentences[5], model=MINILM, encoding_format="float")
-    np.testing.assert_allclose(as_float.data[0].embedding, reference[5], atol=1e-5)
+    assert_same_vectors(as_float.data[0].embedding, reference[5])
     as_base64 = sdk.embeddings.create(input=[sentences[6]], model=MINILM, encoding_format="base64")
     decoded = np.frombuffer(base64.b64decode(as_base64.data[0].embedding), dtype="<f4")
-    np.testing.assert_allclose(decoded, reference[6], atol=1e-5)
+    assert_same_vectors(decoded, reference[6])
     assert default_mode.usage.prompt_tokens > 0 and default_mode.model == MINILM
     short = sdk.embeddings.create(input=sentences[:2], model=MINILM, dimensions=64)
     assert len(short.data[0].embedding) == 64
@@ -195,7 +196,7 @@ def test_bentoml_sync_client(server, sentences, reference):
     with bentoml.SyncHTTPClient(server) as bento:
         result = bento.embeddings({"input": sentences[:3], "model": MINILM})
     got = np.array([row["embedding"] for row in result["data"]])
-    np.testing.assert_allclose(got, reference[:3], atol=1e-5)
+    assert_same_vectors(got, reference[:3])
 
 
 def test_usage_tracking_and_tracing_are_off_in_every_server_process(server_process):

@@ -20,6 +20,7 @@ import pytest
 from tests.checkpoints import copy_bert_tokenizer
 from tests.conftest import MINILM, make_sentences, merged_batches, running_server
 from tests.test_server_embeddings import _direct_tiny_bert
+from tests.tolerance import assert_same_vectors
 
 pytestmark = pytest.mark.server
 
@@ -67,7 +68,7 @@ def test_an_input_that_makes_the_model_raise_fails_alone(fragile, short_position
     assert statuses == [200] * 7 + [500] + [200] * 8, statuses
     assert "the model failed on input(s) [0]" in responses[7].json()["error"]["message"]
     got = np.array([r.json()["data"][0]["embedding"] for i, r in enumerate(responses) if i != 7])
-    np.testing.assert_allclose(got, _direct_tiny_bert(Path(short_positions_path), good, "mean", True), atol=1e-5)
+    assert_same_vectors(got, _direct_tiny_bert(Path(short_positions_path), good, "mean", True))
     shared = merged_batches(httpx.get(f"{url}/metrics", timeout=30).text, "TextEmbedder") - merged_batches(metrics_before, "TextEmbedder")
     assert shared >= 1  # the poison really rode in a batch with good requests
     assert httpx.get(f"{url}/health", timeout=30).status_code == 200
@@ -137,7 +138,7 @@ def test_killed_model_service_is_restarted_and_nothing_hangs(fragile):
     restarted = service_pid(root, "TextEmbedder")
     assert restarted is not None and restarted != victim
     after = np.array(httpx.post(f"{url}/v1/embeddings", json=body, timeout=60).json()["data"][0]["embedding"])
-    np.testing.assert_allclose(after, before, atol=1e-5)
+    assert_same_vectors(after, before)
 
 
 def test_sigterm_lets_in_flight_requests_finish_then_exits_0(tmp_path):

@@ -16,6 +16,7 @@ import pytest
 from tests.conftest import MAX_AUDIO_SECONDS, MINILM, TINY_CLAP, TINY_CLIP, TINY_COLPALI
 from tests.media import AUDIO, IMAGES, audio_bytes, bomb_png, data_uri, image_bytes
 from tests.test_server_errors import assert_healthy, assert_openai_error
+from tests.tolerance import assert_close, assert_same_vectors
 
 pytestmark = pytest.mark.server
 
@@ -124,7 +125,7 @@ def test_colpali_keeps_the_multi_vector_shape(client, tiny_colpali_path):
         assert min(cosine(a, b) for a, b in zip(matrix, expected)) >= 0.9999
         assert base64_item["shape"] == list(expected.shape)
         flat = np.frombuffer(base64.b64decode(base64_item["embedding"]), dtype="<f4")
-        np.testing.assert_allclose(flat.reshape(base64_item["shape"]), matrix, atol=1e-6)
+        assert_same_vectors(flat.reshape(base64_item["shape"]), matrix)
 
 
 def test_infinity_legacy_routes(client, clip_reference):
@@ -145,7 +146,7 @@ def test_image_rerank_maxsim_and_cosine(client):
         q, docs = np.asarray(vectors[0]["embedding"]), [np.asarray(v["embedding"]) for v in vectors[1:]]
         expected = [float((q @ d.T).max(axis=1).sum()) if model == TINY_COLPALI else float(q @ d) for d in docs]
         got = {r["index"]: r["relevance_score"] for r in ranked["results"]}
-        np.testing.assert_allclose([got[i] for i in range(len(pages))], expected, rtol=1e-4, atol=1e-5)
+        assert_close([got[i] for i in range(len(pages))], expected)
         assert [r["index"] for r in ranked["results"]] == list(np.argsort(-np.asarray(expected), kind="stable"))
 
 

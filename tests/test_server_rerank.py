@@ -8,6 +8,7 @@ import pytest
 
 from tests.conftest import MINILM, TINY_CLASSIFIER, TINY_RERANKER, make_sentences
 from tests.test_server_errors import assert_healthy, assert_openai_error
+from tests.tolerance import assert_close
 
 pytestmark = pytest.mark.server
 QUERY = "how do platform teams keep embeddings private"
@@ -37,7 +38,7 @@ def test_scores_match_cross_encoder_predict(client, cross_encoder, raw):
     assert sorted(r["index"] for r in results) == list(range(len(DOCUMENTS)))
     pairs = [(QUERY, document) for document in DOCUMENTS]
     expected = cross_encoder.predict(pairs, activation_fn=(lambda x: x) if raw else None)
-    np.testing.assert_allclose(_scores_by_index(results), expected, atol=1e-5)
+    assert_close(_scores_by_index(results), expected)
     scores = [r["relevance_score"] for r in results]
     assert scores == sorted(scores, reverse=True)
 
@@ -51,7 +52,7 @@ def test_cohere_v1_sdk(server, cross_encoder):
     best = np.argsort(-expected, kind="stable")[:3].tolist()
     assert [r.index for r in response.results] == best
     assert [r.document.text for r in response.results] == [DOCUMENTS[i] for i in best]
-    np.testing.assert_allclose([r.relevance_score for r in response.results], expected[best], atol=1e-5)
+    assert_close([r.relevance_score for r in response.results], expected[best])
     assert response.id and response.meta.api_version.version == "1"
 
 
@@ -113,7 +114,7 @@ def test_long_documents_are_truncated_not_refused(client, tiny_reranker_path):
     model = AutoModelForSequenceClassification.from_pretrained(str(tiny_reranker_path)).eval()
     with torch.inference_mode():
         expected = model(**features).logits[0, 0].item()
-    assert abs(_scores_by_index(response.json()["results"])[0] - expected) <= 1e-5
+    assert_close(_scores_by_index(response.json()["results"])[0], expected)
 
 
 BAD_RERANKS = [

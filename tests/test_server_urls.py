@@ -10,12 +10,12 @@ from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import httpx
-import numpy as np
 import pytest
 
 from tests.conftest import TINY_CLIP, running_server
 from tests.media import IMAGES, data_uri, image_bytes
 from tests.test_server_errors import assert_openai_error
+from tests.tolerance import assert_same_vectors
 
 pytestmark = pytest.mark.server
 MAX_ITEM_BYTES = 300_000
@@ -94,7 +94,7 @@ def test_an_allowed_url_embeds_like_the_same_bytes(url_client, files):
     fetched = _embed(url_client, f"{files}/ok.png")
     assert fetched.status_code == 200, fetched.text
     inline = _embed(url_client, data_uri(PNG, "image/png")).json()
-    np.testing.assert_allclose(fetched.json()["data"][0]["embedding"], inline["data"][0]["embedding"], atol=1e-6)
+    assert_same_vectors(fetched.json()["data"][0]["embedding"], inline["data"][0]["embedding"])
     assert _embed(url_client, f"{files}/redirect-ok").status_code == 200
 
 
