@@ -67,6 +67,7 @@ from gateway.scoring import (
     validated_documents,
     validated_texts,
 )
+from gateway.warmup import Warmup
 from models import errors
 from models.base import Kind, ModelInfo, ModelInput, Preprocessor, Row, TokenizedText
 from models.config import ModelConfig
@@ -81,7 +82,7 @@ from runners.image import ARGS, IMAGE, bento_envs
 from runners.media import ClapEmbedder, ClipEmbedder, ColPaliEmbedder
 from runners.pool import DROPPED_INPUTS
 from runners.rerank import Reranker
-from runners.settings import dispatch_max_rows, load_models
+from runners.settings import dispatch_max_rows, exit_nonzero_after_failed_start, load_models, stop_server
 from runners.store import check_built_services, pin_store_models, served_config
 from runners.text import TextEmbedder
 
@@ -159,10 +160,7 @@ class Gateway:
             allowed_networks=tuple(ipaddress.ip_network(n, strict=False) for n in CONFIG.url_allow_networks),
             timeout_s=CONFIG.url_timeout_s, max_bytes=CONFIG.max_item_bytes,
         )) if CONFIG.allow_url_inputs else None
-        self.infos: dict[str, ModelInfo] = {}  # the models served, once warm
-        self.failed: dict[str, str] = {}  # served name -> why it failed to load (allow_partial), once warm
-        self._warm = False
-        self._warm_lock = asyncio.Lock()
+        self.warmup = Warmup(self._fetch_infos, self._warm_up, CONFIG.allow_partial, stop_server)
         self._cancelling: set[asyncio.Task] = set()
         self.admission = {
             RUNNERS[kind][0]: Admission(RUNNERS[kind][1].name, CONFIG.max_queued_items, CONFIG.max_queued_tokens)
@@ -183,33 +181,27 @@ class Gateway:
     def _runner(self, kind: Kind) -> Callable[[list[Any]], Awaitable[list[np.ndarray]]]:
         return self.coalescers[RUNNERS[kind][0]].run
 
+    @property
+    def infos(self) -> dict[str, ModelInfo]:
+        """The models served, once warm, in configuration order (the first is the default)."""
+        return self.warmup.infos
+
+    @property
+    def failed(self) -> dict[str, str]:
+        """Served name -> why it failed to load or to warm up (allow_partial), once warm."""
+        return self.warmup.failed
+
     @bentoml.on_startup
     async def _start_warmup(self) -> None:
         async def keep_trying() -> None:
-            while not await self.is_warm():
+            while not await self.warmup.attempt() and not self.warmup.stopped:
                 await asyncio.sleep(WARMUP_RETRY_S)
 
         self._warmup_task = asyncio.create_task(keep_trying())
 
     async def is_warm(self) -> bool:
-        """True once every model has reported its facts (or why it failed to load) and answered a real call."""
-        if self._warm:
-            return True
-        async with self._warm_lock:
-            if self._warm:
-                return True
-            try:
-                infos, failed = await self._fetch_infos()
-                for name, info in infos.items():
-                    outputs = await self._runner(info.kind)(self._warmup_rows(info))
-                    if outputs[0].size == 0 or outputs[0].shape[-1] != info.dimension:
-                        raise errors.InferenceError(f"warm-up of '{name}' returned no output")
-            except Exception as exc:  # not up yet, or broken: either way not ready
-                logger.info("models not ready yet: %r", exc)
-                return False
-            self.infos, self.failed, self._warm = infos, failed, True
-            logger.info("all models warm: %s; failed to load: %s", sorted(infos), sorted(failed) or "none")
-            return True
+        """True once every model has reported its facts (or why it failed) and answered a real call."""
+        return await self.warmup.attempt()
 
     async def _fetch_infos(self) -> tuple[dict[str, ModelInfo], dict[str, str]]:
         """The models each service serves, and those that failed to load here or there."""
@@ -223,10 +215,18 @@ class Gateway:
         # configuration order: the first is the default
         return {name: infos[name] for name in KINDS if name not in failed}, failed
 
+    async def _warm_up(self, info: ModelInfo) -> None:
+        """One real call through every modality the model serves; raises if it fails or answers the wrong shape."""
+        outputs = _checked(await self._runner(info.kind)(self._warmup_rows(info)))
+        shapes = sorted({output.shape for output in outputs})
+        if any(output.shape[-1] != info.dimension for output in outputs):
+            raise errors.InferenceError(f"it answered outputs of shape {shapes}; the model reports {info.dimension} "
+                                        "features")
+
     def _warmup_rows(self, info: ModelInfo) -> list[Any]:
         name = info.served_model_name
         if name in self.processors:
-            return self.processors[name].rows(name, "text", ["warm-up"])
+            return self.processors[name].warmup_rows(name)
         if info.kind == "rerank":
             return TokenizedText.rows(name, *self.tokenizers[name].encode_pairs("warm-up", ["warm-up"]))
         return TokenizedText.rows(name, self.tokenizers[name].encode_texts(["warm-up"]))
@@ -437,19 +437,8 @@ class Gateway:
             reason = "deadline" if isinstance(exc, errors.RequestTimeout) else "disconnect"
             self._abandon(info.kind, request_id, reason)
             raise
-        except bentoml.exceptions.BentoMLException as exc:
-            if exc.error_code.value in (429, 503):
-                raise errors.Overloaded("the model service is overloaded; retry later") from exc
-            raise errors.InferenceError(f"the model service failed: {exc}") from exc
-        except aiohttp.ClientError as exc:
-            raise errors.NotReady(f"the model service is unavailable ({type(exc).__name__}); retry shortly") from exc
         trace.answered = time.perf_counter()
-        failed = [i for i, output in enumerate(outputs) if output.size == 0 or not np.isfinite(output).all()]
-        if failed:
-            raise errors.InferenceError(
-                f"the model failed on input(s) {failed[:10]} (an error, or NaN/inf output); see the server log"
-            )
-        return outputs
+        return _checked(outputs)
 
     def _abandon(self, kind: Kind, request_id: str, reason: str) -> None:
         """Nobody waits for this request any more: its model service drops whatever of it is still queued."""
@@ -467,17 +456,24 @@ class Gateway:
         task.add_done_callback(self._cancelling.discard)
 
     async def _call_runner(self, attribute: str, rows: list[Any]) -> list[np.ndarray]:
-        """One call to a model service's batchable API (the coalescer's `send`).
+        """One call to a model service's batchable API (the coalescer's `send`); its failures as our errors.
 
         One retry when the connection broke: the model service may have closed a kept-alive connection as it
         was reused (bentoml #4971), or restarted. Inference is idempotent, so sending again is safe."""
         call = getattr(getattr(self, attribute).to_async, API_OF[attribute])
         REQUESTS_PER_CALL.labels(model_service=SERVICE_NAMES[attribute]).observe(len({row.request_id for row in rows}))
         try:
-            return await call(rows)
-        except aiohttp.ClientConnectionError as exc:
-            logger.warning("connection to the %s service broke (%r); sending again", attribute, exc)
-            return await call(rows)
+            try:
+                return await call(rows)
+            except aiohttp.ClientConnectionError as exc:
+                logger.warning("connection to the %s service broke (%r); sending again", attribute, exc)
+                return await call(rows)
+        except bentoml.exceptions.BentoMLException as exc:
+            if exc.error_code.value in (429, 503):
+                raise errors.Overloaded("the model service is overloaded; retry later") from exc
+            raise errors.InferenceError(f"the model service failed: {exc}") from exc
+        except aiohttp.ClientError as exc:
+            raise errors.NotReady(f"the model service is unavailable ({type(exc).__name__}); retry shortly") from exc
 
     async def model_list(self) -> ModelList:
         if not await self.is_warm():
@@ -496,6 +492,16 @@ class Gateway:
         if (silent := await self._model_services_answer()) is not None:
             raise errors.NotReady(f"the {silent} service is not ready")
         return {"unix": time.time()}
+
+
+def _checked(outputs: list[np.ndarray]) -> list[np.ndarray]:
+    """The outputs, unless the model failed on some input (an empty output) or answered NaN or inf."""
+    failed = [i for i, output in enumerate(outputs) if output.size == 0 or not np.isfinite(output).all()]
+    if failed:
+        raise errors.InferenceError(
+            f"the model failed on input(s) {failed[:10]} (an error, or NaN/inf output); see the server log"
+        )
+    return outputs
 
 
 def _count_dropped(rows: list[Row]) -> None:
@@ -551,6 +557,7 @@ async def _get_health(request: Request) -> Response:
         return error_response(exc)
 
 
+exit_nonzero_after_failed_start()
 SERVICES = [Gateway, *(dependency.on for dependency in Gateway.dependencies.values())]
 check_built_services({service.name for service in SERVICES})
 for service in SERVICES:
@@ -560,7 +567,9 @@ for path in ("/v1/models", "/models"):
 routes.router.routes.append(Route("/health", _get_health, methods=["GET"]))
 routes.router.routes.append(Route("/info", _get_info, methods=["GET"]))
 
-# Added first = outermost: every error below, ours or the framework's, leaves in OpenAI's shape.
+# Added first = outermost. The readiness report is the probe's body itself, so it stands outside the
+# error rewriting; every other error below, ours or the framework's, leaves in OpenAI's shape.
+Gateway.add_asgi_middleware(ReadinessReport)
 Gateway.add_asgi_middleware(OpenAIErrorBodies)
 Gateway.add_asgi_middleware(
     RequestGuard, api_keys=CONFIG.api_keys(), max_request_bytes=CONFIG.max_request_bytes,
@@ -568,4 +577,3 @@ Gateway.add_asgi_middleware(
     max_concurrent_requests=CONFIG.max_concurrent_requests,
 )
 Gateway.add_asgi_middleware(WatchDisconnect)
-Gateway.add_asgi_middleware(ReadinessReport)

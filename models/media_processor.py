@@ -62,6 +62,20 @@ class MediaProcessor:
                 rows[index] = row
         return rows  # type: ignore[return-value]
 
+    def warmup_rows(self, model: str) -> list[ModelInput]:
+        """One row per modality the model takes, so that warm-up runs every tower (and each input's dtype)."""
+        return [row for modality in self.modalities for row in self.rows(model, modality, [self._sample(modality)])]
+
+    def _sample(self, modality: Modality) -> Any:
+        if modality == "image":
+            from PIL import Image
+
+            return Image.new("RGB", (64, 48), (200, 120, 40))
+        if modality == "audio":
+            rate = self.sampling_rate or 16000
+            return (0.1 * np.sin(2 * np.pi * 440 * np.arange(rate) / rate)).astype(np.float32)  # 1 s of A4
+        return "warm-up"
+
     def rows(self, model: str, modality: Modality, items: list[Any]) -> list[ModelInput]:
         """Rows for texts (str), images (PIL, RGB) or audio (mono float32 at `sampling_rate`)."""
         if modality not in self.modalities:

@@ -5,8 +5,11 @@ second and back once BentoML has restarted it, nothing hangs, and the answers af
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
+import subprocess
+import sys
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -16,9 +19,20 @@ import httpx
 import numpy as np
 import psutil
 import pytest
+import yaml
 
+from runners.settings import STARTUP_FAILED_STATUS
 from tests.checkpoints import copy_bert_tokenizer
-from tests.conftest import MINILM, make_sentences, merged_batches, running_server
+from tests.conftest import (
+    MINILM,
+    ROOT,
+    background,
+    free_port,
+    make_sentences,
+    merged_batches,
+    running_server,
+    server_env,
+)
 from tests.test_server_embeddings import _direct_tiny_bert
 from tests.tolerance import assert_same_vectors
 
@@ -168,22 +182,97 @@ def checkpoint_without_weights(folder: Path, minilm_path: Path) -> Path:
     return folder
 
 
+def serve_until_it_stops(folder: Path, config: dict, command: list[str] | None = None) -> tuple[int, str]:
+    """`bentoml serve` (or `command`) with this configuration, run until it exits: (status, log)."""
+    (folder / "embento.yaml").write_text(yaml.safe_dump(config))
+    command = command or [sys.executable, "-m", "bentoml", "serve", "service:Gateway", "--port", str(free_port())]
+    env = server_env(folder / "home", EMBENTO_CONFIG=str(folder / "embento.yaml"))
+    result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False)
+    return result.returncode, result.stdout + result.stderr
+
+
 def test_a_model_that_cannot_load_stops_the_server_naming_it_and_the_cause(tmp_path, minilm_path):
-    """Without weights the checkpoint fails on every try: the server stops instead of restarting it forever."""
-    import subprocess
-    import sys
-
-    from tests.conftest import ROOT, free_port, server_env
-
+    """Without weights the checkpoint fails on every try: the server stops instead of restarting it forever,
+    and exits non-zero, so that systemd, a Kubernetes Job or `embento serve && ...` see a failure."""
     broken = checkpoint_without_weights(tmp_path / "no-weights", minilm_path)
-    (tmp_path / "embento.yaml").write_text(f"models:\n  - model_id: {MINILM}\n  - model_id: {broken}\n")
-    command = [sys.executable, "-m", "bentoml", "serve", "service:Gateway", "--port", str(free_port())]
-    result = subprocess.run(command, cwd=ROOT, env=server_env(tmp_path / "home", EMBENTO_CONFIG=str(tmp_path / "embento.yaml")),
-                            capture_output=True, text=True, timeout=300, check=False)
-    log = result.stdout + result.stderr
+    status, log = serve_until_it_stops(tmp_path, {"models": [{"model_id": MINILM}, {"model_id": str(broken)}]})
     assert f"cannot load '{broken}'" in log and "no file named" in log  # the model, and the cause
     assert "stopping the server" in log
     assert log.count("Initializing service error") == 1  # stopped at the first failure, not restarted
+    assert status == STARTUP_FAILED_STATUS
+
+
+def test_embento_serve_exits_non_zero_when_the_backend_cannot_run_the_model(tmp_path, minilm_path):
+    """CTranslate2 has no converter for MPNet: the model service fails to load, and `embento serve` passes
+    BentoML's status on."""
+    import torch
+    from transformers import MPNetConfig, MPNetModel
+
+    mpnet = tmp_path / "tiny-mpnet"
+    torch.manual_seed(2)
+    MPNetModel(MPNetConfig(vocab_size=30527, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                           intermediate_size=64)).save_pretrained(mpnet)
+    copy_bert_tokenizer(minilm_path, mpnet)
+    command = [sys.executable, "-m", "cli", "serve", "--model-id", str(mpnet), "--backend", "ctranslate2",
+               "--host", "127.0.0.1", "--port", str(free_port())]
+    status, log = serve_until_it_stops(tmp_path, {"models": [{"model_id": MINILM}]}, command)
+    assert "No conversion is registered for the model configuration MPNetConfig" in log
+    assert status == STARTUP_FAILED_STATUS
+
+
+def too_short_reranker(minilm_reranker_path: Path) -> dict:
+    """An operator's mistake: a reranker limited to 4 tokens, which no query and document fit in. It loads,
+    and its warm-up (a real rerank) fails, as every request would."""
+    return {"model_id": str(minilm_reranker_path), "served_model_name": "too-short", "max_seq_length": 4}
+
+
+def test_a_warm_up_that_cannot_succeed_stops_the_server(tmp_path, minilm_reranker_path):
+    status, log = serve_until_it_stops(tmp_path, {"models": [{"model_id": MINILM},
+                                                             too_short_reranker(minilm_reranker_path)]})
+    assert "model 'too-short': its warm-up failed: query is 3 tokens" in log and "4-token limit" in log
+    assert "stopping the server" in log
+    assert status == STARTUP_FAILED_STATUS
+
+
+def test_with_allow_partial_a_failed_warm_up_is_reported_and_the_others_serve(tmp_path, minilm_reranker_path):
+    config = {"allow_partial": True, "models": [{"model_id": MINILM}, too_short_reranker(minilm_reranker_path)]}
+    with running_server(tmp_path, config) as (url, _):
+        ready = httpx.get(f"{url}/readyz", timeout=30)
+        assert ready.status_code == 200 and ready.json()["models"] == [MINILM]
+        assert list(ready.json()["failed"]) == ["too-short"]
+        assert "warm-up failed: query is 3 tokens" in ready.json()["failed"]["too-short"]
+        listed = httpx.get(f"{url}/v1/models", timeout=30).json()
+        assert [card["id"] for card in listed["data"]] == [MINILM]
+        assert [entry["id"] for entry in listed["failed"]] == ["too-short"]
+        refused = httpx.post(f"{url}/v1/rerank", json={"model": "too-short", "query": "q", "documents": ["d"]},
+                             timeout=30)
+        assert refused.status_code == 503 and refused.json()["error"]["code"] == "model_unavailable"
+        assert httpx.post(f"{url}/v1/embeddings", json={"input": "still here"}, timeout=30).status_code == 200
+    warnings = [line for line in (tmp_path / "server.log").read_text().splitlines() if "too-short" in line]
+    assert any("WARNING" in line and "warm-up failed" in line for line in warnings), warnings
+
+
+def test_readyz_answers_its_report_when_not_ready(tmp_path, minilm_reranker_path):
+    """No model left to serve: never ready, and the probe's body is the report itself, not an error wrapping it."""
+    (tmp_path / "embento.yaml").write_text(yaml.safe_dump(
+        {"allow_partial": True, "models": [too_short_reranker(minilm_reranker_path)]}))
+    port = free_port()
+    command = [sys.executable, "-m", "bentoml", "serve", "service:Gateway", "--host", "127.0.0.1", "--port", str(port)]
+    env = server_env(tmp_path / "home", EMBENTO_CONFIG=str(tmp_path / "embento.yaml"))
+    probe = None
+    with background(command, env, tmp_path / "server.log") as process:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and process.poll() is None:
+            with contextlib.suppress(httpx.HTTPError):
+                probe = httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=5)
+                if probe.json().get("failed"):
+                    break
+            time.sleep(1)
+        assert probe is not None and process.poll() is None, (tmp_path / "server.log").read_text()[-3000:]
+        assert probe.status_code == 503
+        assert probe.json() == {"ready": False, "models": [],
+                                "failed": {"too-short": probe.json()["failed"]["too-short"]}}
+        assert "warm-up failed" in probe.json()["failed"]["too-short"]
 
 
 def test_with_allow_partial_the_other_models_serve_and_the_failures_are_reported(tmp_path, minilm_path):
