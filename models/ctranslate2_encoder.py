@@ -42,11 +42,20 @@ class CTranslate2Transformer(torch.nn.Module):
             ctranslate2.StorageView.from_array(lengths),
             token_type_ids=features["token_type_ids"].tolist() if "token_type_ids" in features else None,
         )
-        hidden = output.last_hidden_state
-        tokens = torch.as_tensor(hidden, device=self._device) if self._device.startswith("cuda") else \
-            torch.from_numpy(np.array(hidden))
-        features["token_embeddings"] = tokens.float()
+        features["token_embeddings"] = token_embeddings(output.last_hidden_state, self._device)
         return features
+
+
+def token_embeddings(hidden: Any, device: str) -> torch.Tensor:
+    """A CTranslate2 output as a float32 tensor on `device`. bfloat16 (`auto` on an H100 or H200) has no
+    array interface, so the output is converted to float32 first, where it lies."""
+    import ctranslate2
+
+    if hidden.dtype != ctranslate2.DataType.float32:
+        hidden = hidden.to(ctranslate2.DataType.float32)
+    if device.startswith("cuda"):
+        return torch.as_tensor(hidden, device=device)
+    return torch.from_numpy(np.array(hidden))
 
 
 def converted_model(folder: Path) -> Path:

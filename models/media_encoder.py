@@ -30,6 +30,7 @@ class MediaEncoder:
         dtype = pick_dtype(cfg.dtype, device)
         self._model = _load(folder, cfg, kind, dtype).to(device).eval()
         self._device = device
+        self._dtype = dtype
         self._multi_vector = kind == "colpali"
         probe = self.forward(self.processor.rows(cfg.served_model_name, "text", ["warm-up"]))[0]
         self.info = ModelInfo(
@@ -53,7 +54,7 @@ class MediaEncoder:
         outputs: list[np.ndarray] = [np.empty(0, dtype=np.float32)] * len(rows)
         for modality, indices in by_modality.items():
             batch = collate([rows[i].arrays for i in indices], self.processor.pad_id, self.processor.pad_left,
-                            self._device)
+                            self._device, self._dtype)
             for index, output in zip(indices, self._run(modality, batch)):
                 outputs[index] = output
         return outputs

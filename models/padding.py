@@ -25,10 +25,13 @@ def pad_rows(rows: Sequence[TokenizedText], tokenizer: PreTrainedTokenizerBase, 
     return collate(items, pad_id, tokenizer.padding_side == "left", device)
 
 
-def collate(items: Sequence[dict[str, Any]], pad_id: int, pad_left: bool, device: Any) -> dict[str, Any]:
+def collate(items: Sequence[dict[str, Any]], pad_id: int, pad_left: bool, device: Any,
+            float_dtype: Any = None) -> dict[str, Any]:
     """Per-item processor arrays -> batch tensors. Equal shapes stack; unequal ones (token sequences,
     ColQwen2's patch lists) are padded along their first axis, ids with `pad_id` and the rest with 0, on
-    the tokenizer's side, as the processor would pad a batch."""
+    the tokenizer's side, as the processor would pad a batch. Floating-point arrays (pixels, audio
+    features), which processors give in float32, become `float_dtype`: the model's, which a bf16 model
+    needs (CLAP's BatchNorm refuses float32 input)."""
     import numpy as np
     import torch
 
@@ -46,5 +49,6 @@ def collate(items: Sequence[dict[str, Any]], pad_id: int, pad_left: bool, device
                     stacked[row, width - len(a):] = a
                 else:
                     stacked[row, : len(a)] = a
-        batch[key] = torch.from_numpy(stacked).to(device)
+        tensor = torch.from_numpy(stacked)
+        batch[key] = tensor.to(device, dtype=float_dtype if tensor.is_floating_point() else None)
     return batch

@@ -148,3 +148,20 @@ def test_impossible_kinds_and_devices_are_refused_before_loading(tiny_reranker_p
         with pytest.raises(ConfigError, match="model 'x': device 'cuda'"):
             TextEncoder(tiny_bert_path, ModelConfig(model_id=str(tiny_bert_path), served_model_name="x",
                                                     device="cuda"))
+
+
+def test_ctranslate2_bfloat16_output_becomes_float32_tokens():
+    """`dtype: auto` is bfloat16 on an H100 or H200, and a bfloat16 StorageView has no array interface: every
+    pass failed. Checked on the conversion itself: CTranslate2's CPU build here runs no bfloat16 model."""
+    import ctranslate2
+    import torch
+
+    from models.ctranslate2_encoder import token_embeddings
+
+    values = np.array([[[0.5, -1.25], [3.0, 0.0078125]]], dtype=np.float32)  # exact in bfloat16
+    hidden = ctranslate2.StorageView.from_array(values).to(ctranslate2.DataType.bfloat16)
+    with pytest.raises(Exception, match="bfloat16 is not supported"):
+        np.array(hidden)
+    tokens = token_embeddings(hidden, "cpu")
+    assert tokens.dtype == torch.float32
+    np.testing.assert_array_equal(tokens.numpy(), values)
