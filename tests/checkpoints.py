@@ -21,14 +21,25 @@ def copy_bert_tokenizer(source: Path, folder: Path) -> None:
         (folder / name).write_bytes((source / name).read_bytes())
 
 
-def save_as_cross_encoder(plain: Path, folder: Path, max_length: int) -> Path:
-    """A sequence-classification checkpoint saved as sentence-transformers saves a trained CrossEncoder: its
-    modules.json and sentence_bert_config.json, and the tokenizer saved again by transformers, which keeps
-    whatever padding and truncation the source `tokenizer.json` declared (MiniLM's: both fixed at 128)."""
+def build_minilm_cross_encoder(folder: Path, minilm: Path, labels: list[str], max_length: int = 128) -> Path:
+    """A cross-encoder as one fine-tuned from all-MiniLM-L6-v2 is saved: MiniLM's trained encoder under a
+    head of seeded random weights (no trained head is to be had here), with MiniLM's unmodified tokenizer
+    files, saved by sentence-transformers' CrossEncoder with a 128-token limit. transformers saves the
+    tokenizer again and keeps what its `tokenizer.json` declared: padding and truncation fixed at 128."""
+    import torch
     from sentence_transformers import CrossEncoder
+    from transformers import BertForSequenceClassification
 
-    CrossEncoder(str(plain), max_length=max_length, local_files_only=True, device="cpu").save_pretrained(str(folder))
-    return folder
+    plain = folder / "fine-tuned"
+    torch.manual_seed(len(labels))
+    BertForSequenceClassification.from_pretrained(
+        str(minilm), num_labels=len(labels), id2label=dict(enumerate(labels)),
+        label2id={label: i for i, label in enumerate(labels)}).save_pretrained(plain)
+    copy_bert_tokenizer(minilm, plain)
+    saved = folder / "cross-encoder"
+    CrossEncoder(str(plain), max_length=max_length, local_files_only=True, device="cpu").save_pretrained(str(saved))
+    shutil.rmtree(plain)
+    return saved
 
 
 def _word_level_tokenizer(specials: list[str]):  # -> tokenizers.Tokenizer

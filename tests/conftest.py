@@ -18,7 +18,7 @@ import httpx
 import pytest
 import yaml
 
-from tests.checkpoints import copy_bert_tokenizer, save_as_cross_encoder
+from tests.checkpoints import build_minilm_cross_encoder, copy_bert_tokenizer
 
 ROOT = Path(__file__).resolve().parent.parent
 MINILM = "sentence-transformers/all-MiniLM-L6-v2"
@@ -28,6 +28,8 @@ TINY_MEAN_ONNX = "tiny-bert-mean-onnx"
 TINY_MEAN_CT2 = "tiny-bert-mean-ct2"
 TINY_RERANKER = "tiny-reranker"
 TINY_CLASSIFIER = "tiny-classifier"
+MINILM_RERANKER = "minilm-reranker"
+MINILM_CLASSIFIER = "minilm-classifier"
 TINY_CLIP = "tiny-clip"
 TINY_CLAP = "tiny-clap"
 TINY_COLPALI = "tiny-colpali"
@@ -134,17 +136,14 @@ def tiny_classifier_path(tmp_path_factory: pytest.TempPathFactory, minilm_path: 
 
 @pytest.fixture(scope="session")
 def minilm_reranker_path(tmp_path_factory: pytest.TempPathFactory, minilm_path: Path) -> Path:
-    """A reranker as one fine-tuned from all-MiniLM-L6-v2 is saved: a CrossEncoder with a 128-token limit,
-    whose `tokenizer.json` (MiniLM's, unmodified) pads and truncates every text to 128 tokens."""
-    plain = _save_sequence_classifier(tmp_path_factory.mktemp("plain-reranker"), minilm_path, ["relevance"])
-    return save_as_cross_encoder(plain, tmp_path_factory.mktemp("minilm-reranker"), 128)
+    """A reranker as one fine-tuned from all-MiniLM-L6-v2 is saved (see `build_minilm_cross_encoder`)."""
+    return build_minilm_cross_encoder(tmp_path_factory.mktemp("minilm-reranker"), minilm_path, ["relevance"])
 
 
 @pytest.fixture(scope="session")
 def minilm_classifier_path(tmp_path_factory: pytest.TempPathFactory, minilm_path: Path) -> Path:
     """A three-label classifier saved the same way."""
-    plain = _save_sequence_classifier(tmp_path_factory.mktemp("plain-classifier"), minilm_path, CLASSIFIER_LABELS)
-    return save_as_cross_encoder(plain, tmp_path_factory.mktemp("minilm-classifier"), 128)
+    return build_minilm_cross_encoder(tmp_path_factory.mktemp("minilm-classifier"), minilm_path, CLASSIFIER_LABELS)
 
 
 @pytest.fixture(scope="session")
@@ -185,10 +184,12 @@ def free_port() -> int:
 def server_process(
     tmp_path_factory: pytest.TempPathFactory, tiny_bert_path: Path, tiny_reranker_path: Path,
     tiny_classifier_path: Path, tiny_clip_path: Path, tiny_clap_path: Path, tiny_colpali_path: Path,
+    minilm_reranker_path: Path, minilm_classifier_path: Path,
 ) -> Iterator[tuple[str, int]]:
     """One production-mode `bentoml serve` on loopback, (url, pid), serving MiniLM, one tiny BERT under four
     names (torch mean and CLS pooling, ONNX Runtime, CTranslate2), a tiny reranker (on ONNX Runtime), a tiny
-    classifier, and tiny CLIP, CLAP and ColPali models. URL inputs stay off."""
+    classifier, tiny CLIP, CLAP and ColPali models, and a reranker and a classifier saved as ones fine-tuned
+    from MiniLM are. URL inputs stay off."""
     folder = tmp_path_factory.mktemp("server")
     config: dict = {"models": [
         {"model_id": MINILM},
@@ -201,6 +202,8 @@ def server_process(
         {"model_id": str(tiny_clip_path), "served_model_name": TINY_CLIP},
         {"model_id": str(tiny_clap_path), "served_model_name": TINY_CLAP},
         {"model_id": str(tiny_colpali_path), "served_model_name": TINY_COLPALI},
+        {"model_id": str(minilm_reranker_path), "served_model_name": MINILM_RERANKER},
+        {"model_id": str(minilm_classifier_path), "served_model_name": MINILM_CLASSIFIER},
     ], "max_audio_seconds": MAX_AUDIO_SECONDS, "cache_dir": str(folder / "cache")}
     with running_server(folder, config) as running:
         yield running

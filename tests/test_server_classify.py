@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.conftest import CLASSIFIER_LABELS, MINILM, TINY_CLASSIFIER, TINY_RERANKER, make_sentences
+from tests.conftest import CLASSIFIER_LABELS, MINILM, MINILM_CLASSIFIER, TINY_CLASSIFIER, TINY_RERANKER, make_sentences
 from tests.test_server_errors import assert_healthy, assert_openai_error
 from tests.tolerance import assert_close
 
@@ -42,6 +42,21 @@ def test_scores_match_a_transformers_forward(client, logits, path, raw):
         got = [next(i["score"] for i in row if i["label"] == label) for label in CLASSIFIER_LABELS]
         assert_close(got, want)
     assert body["usage"]["prompt_tokens"] > len(TEXTS)
+
+
+@pytest.mark.parametrize("raw", [False, True])
+def test_a_classifier_saved_from_minilm_scores_as_cross_encoder_predicts(client, minilm_classifier_path, raw):
+    """Its tokenizer.json (MiniLM's) pads and truncates every text to 128 tokens; the last text runs past that."""
+    from sentence_transformers import CrossEncoder
+
+    texts = TEXTS + [" ".join(["private embeddings on our own machines"] * 40)]
+    response = client.post("/v1/classify", json={"model": MINILM_CLASSIFIER, "input": texts, "raw_scores": raw})
+    assert response.status_code == 200, response.text
+    got = [[next(i["score"] for i in row if i["label"] == label) for label in CLASSIFIER_LABELS]
+           for row in response.json()["data"]]
+    reference = CrossEncoder(str(minilm_classifier_path), local_files_only=True, device="cpu")
+    # one text at a time: CrossEncoder.predict reads a list of two strings as one pair
+    assert_close(got, [reference.predict(text, apply_softmax=not raw) for text in texts])
 
 
 def test_a_bare_string_and_the_default_model(client):

@@ -11,6 +11,8 @@ import pytest
 
 from tests.conftest import (
     MINILM,
+    MINILM_CLASSIFIER,
+    MINILM_RERANKER,
     TINY_CLAP,
     TINY_CLASSIFIER,
     TINY_CLIP,
@@ -153,7 +155,7 @@ def test_models_list(client):
     cards = {card["id"]: card for card in body["data"]}
     assert body["object"] == "list" and set(cards) == {MINILM, TINY_MEAN, TINY_CLS, TINY_MEAN_ONNX, TINY_MEAN_CT2,
                                                        TINY_RERANKER, TINY_CLASSIFIER, TINY_CLIP, TINY_CLAP,
-                                                       TINY_COLPALI}
+                                                       TINY_COLPALI, MINILM_RERANKER, MINILM_CLASSIFIER}
     assert [cards[n]["backend"] for n in (TINY_MEAN, TINY_MEAN_ONNX, TINY_MEAN_CT2)] == ["torch", "onnx", "ctranslate2"]
     assert cards[TINY_CLIP]["modalities"] == ["text", "image"]
     assert cards[TINY_CLIP]["capabilities"] == ["embed", "rerank"]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.conftest import MINILM, TINY_CLASSIFIER, TINY_RERANKER, make_sentences
+from tests.conftest import MINILM, MINILM_RERANKER, TINY_CLASSIFIER, TINY_RERANKER, make_sentences
 from tests.test_server_errors import assert_healthy, assert_openai_error
 from tests.tolerance import assert_close
 
@@ -41,6 +41,19 @@ def test_scores_match_cross_encoder_predict(client, cross_encoder, raw):
     assert_close(_scores_by_index(results), expected)
     scores = [r["relevance_score"] for r in results]
     assert scores == sorted(scores, reverse=True)
+
+
+def test_a_reranker_saved_from_minilm_serves_and_scores_as_cross_encoder_predicts(client, minilm_reranker_path):
+    """Its tokenizer.json (MiniLM's) pads and truncates every text to 128 tokens: such a reranker counted every
+    query as 128 tokens, refused every request and never became ready. One document runs past the limit."""
+    from sentence_transformers import CrossEncoder
+
+    documents = DOCUMENTS + [" ".join(["private embeddings on our own machines"] * 40)]
+    response = client.post("/v1/rerank", json={"model": MINILM_RERANKER, "query": QUERY, "documents": documents})
+    assert response.status_code == 200, response.text
+    reference = CrossEncoder(str(minilm_reranker_path), local_files_only=True, device="cpu")
+    assert reference.max_length == 128
+    assert_close(_scores_by_index(response.json()["results"]), reference.predict([(QUERY, d) for d in documents]))
 
 
 def test_cohere_v1_sdk(server, cross_encoder):

@@ -32,7 +32,8 @@ def checkpoint(request: pytest.FixtureRequest) -> Path:
 def tokenizers(checkpoint: Path):  # -> (TextTokenizer, the transformers tokenizer)
     from transformers import AutoTokenizer
 
-    return TextTokenizer(checkpoint, ModelConfig(model_id=str(checkpoint))), AutoTokenizer.from_pretrained(str(checkpoint))
+    ours = TextTokenizer(checkpoint, ModelConfig(model_id=str(checkpoint)))
+    return ours, AutoTokenizer.from_pretrained(str(checkpoint))
 
 
 def test_the_checkpoints_declare_fixed_padding_and_truncation(checkpoint):
