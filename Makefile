@@ -1,22 +1,33 @@
 # Everything sets itself up: `make serve` and `make test` work on a fresh clone.
 PYTHON ?= python3.11
 VENV := .venv
-STAMP := $(VENV)/.installed
+# cpu or cuda: which torch and ONNX Runtime builds go in (requirements-$(ACCEL).txt). Remembered in the venv,
+# so `make setup ACCEL=cuda` once, then `make serve` and `make test`, stay on the CUDA build.
+ACCEL ?= $(or $(shell cat $(VENV)/.accel 2>/dev/null),cpu)
+ifeq ($(filter $(ACCEL),cpu cuda),)
+$(error ACCEL must be cpu or cuda, not '$(ACCEL)')
+endif
+STAMP := $(VENV)/.installed-$(ACCEL)
 
 .PHONY: setup serve test bench bench-guard bento clean
 
 setup: $(STAMP)
 
 # requirements-cpu.txt pins CPU torch from PyTorch's CPU index (a plain `torch` would pull a multi-GB CUDA
-# build). torch goes in first, alone and without its dependencies, so that only torch is asked of that index.
-CPU_PINS := $(shell grep -E '^[a-z]' requirements-cpu.txt)
-TORCH_INDEX := $(shell sed -n 's/^--extra-index-url //p' requirements-cpu.txt)
-$(STAMP): requirements.txt requirements-cpu.txt requirements-test.txt pyproject.toml
+# build); torch goes in first, alone and without its dependencies, so that only torch is asked of that index.
+# requirements-cuda.txt pins PyPI's torch (built for CUDA 13) and onnxruntime-gpu. The two ONNX Runtime
+# packages cannot share a venv: the one of the other accelerator goes out first.
+ACCEL_PINS := $(shell grep -E '^[a-z]' requirements-$(ACCEL).txt)
+TORCH_INDEX := $(shell sed -n 's/^--extra-index-url //p' requirements-$(ACCEL).txt)
+$(STAMP): requirements.txt requirements-$(ACCEL).txt requirements-test.txt pyproject.toml
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --quiet --upgrade pip
-	$(VENV)/bin/pip install --quiet --quiet --retries 1 --no-deps --extra-index-url $(TORCH_INDEX) $(filter torch==%,$(CPU_PINS))
-	$(VENV)/bin/pip install --quiet --quiet $(CPU_PINS) -r requirements.txt -r requirements-test.txt
+	$(VENV)/bin/pip uninstall --quiet --quiet --yes onnxruntime onnxruntime-gpu
+	$(if $(TORCH_INDEX),$(VENV)/bin/pip install --quiet --quiet --retries 1 --no-deps --extra-index-url $(TORCH_INDEX) $(filter torch==%,$(ACCEL_PINS)))
+	$(VENV)/bin/pip install --quiet --quiet $(ACCEL_PINS) -r requirements.txt -r requirements-test.txt
 	$(VENV)/bin/pip install --quiet --quiet --no-deps -e .
+	rm -f $(VENV)/.installed-*
+	echo $(ACCEL) > $(VENV)/.accel
 	touch $(STAMP)
 
 serve: setup
