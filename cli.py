@@ -11,14 +11,18 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from models.config import CONFIG_FILE_NAME, ENV_PREFIX, STORE_PREFIX, env_names, load_config
+import yaml
+
+from models.config import CONFIG_FILE_NAME, ENV_PREFIX, STORE_PREFIX, EmbentoConfig, env_names, load_config
 from models.errors import ConfigError, EmbentoError
 
 PROJECT_ROOT = Path(__file__).resolve().parent
@@ -92,8 +96,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     build = commands.add_parser(
         "build", help="build the Bento variants: embento:<version>-<accel>",
-        description=f"Runs `bentoml build` once per variant. The Bento serves the models its {CONFIG_FILE_NAME} "
-                    "names (EMBENTO_* variables are not applied while building) and pins its store models.",
+        description="Runs `bentoml build` once per variant. The Bento carries the configuration in force as its "
+                    f"{CONFIG_FILE_NAME} ({CONFIG_FILE_NAME} in --project-dir, or EMBENTO_CONFIG's file, with "
+                    "EMBENTO_* variables applied; API keys left out) and serves it; it pins its store models.",
     )
     build.add_argument("--accel", action="append", choices=ACCELERATORS,
                        help="variant to build; repeat for several (default: all)")
@@ -143,16 +148,42 @@ def bento_build_command(project_dir: Path, accel: str, version: str) -> list[str
 
 
 def build(args: argparse.Namespace) -> int:
+    """Each variant from a build context holding the project's files and, as its embento.yaml, the
+    configuration in force now (the file, or EMBENTO_CONFIG's, with EMBENTO_* variables applied): what the
+    Bento then serves wherever it runs."""
+    project_dir = args.project_dir.resolve()
+    try:
+        config = load_config(os.environ, cwd=project_dir)
+    except ConfigError as exc:
+        print(f"embento: {exc.message}", file=sys.stderr)
+        return 2
     env = {k: v for k, v in os.environ.items() if not k.startswith(ENV_PREFIX)}  # the Bento carries its file
     env.setdefault("BENTOML_DO_NOT_TRACK", "True")
-    version = args.version or project_version(args.project_dir)
-    for accel in args.accel or ACCELERATORS:
-        result = subprocess.run(bento_build_command(args.project_dir, accel, version), cwd=args.project_dir,
-                                env=env, stdout=subprocess.PIPE, text=True, check=False)
-        if result.returncode != 0:
-            return result.returncode
-        print(f"embento: built {result.stdout.strip().removeprefix('__tag__:')}")
+    version = args.version or project_version(project_dir)
+    with tempfile.TemporaryDirectory(prefix="embento-build-") as scratch:
+        context = build_context(project_dir, Path(scratch), config)
+        for accel in args.accel or ACCELERATORS:
+            result = subprocess.run(bento_build_command(context, accel, version), cwd=context, env=env,
+                                    stdout=subprocess.PIPE, text=True, check=False)
+            if result.returncode != 0:
+                return result.returncode
+            print(f"embento: built {result.stdout.strip().removeprefix('__tag__:')}")
     return 0
+
+
+def build_context(project_dir: Path, context: Path, config: EmbentoConfig) -> Path:
+    """The files bentofile.yaml includes, and `config` written as the context's embento.yaml. API keys stay
+    out: they are secrets of a deployment, set where it runs, not baked into an image."""
+    bentofile = yaml.safe_load((project_dir / "bentofile.yaml").read_text())
+    for pattern in [*bentofile.get("include", []), "bentofile.yaml", "pyproject.toml"]:
+        for source in project_dir.glob(pattern):
+            if source.is_file():
+                target = context / source.relative_to(project_dir)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(source, target)
+    served = config.model_dump(mode="json", exclude={"api_key", "api_key_file"})
+    (context / CONFIG_FILE_NAME).write_text(yaml.safe_dump(served, sort_keys=False))
+    return context
 
 
 def import_model(args: argparse.Namespace) -> int:

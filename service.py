@@ -83,7 +83,7 @@ from runners.media import ClapEmbedder, ClipEmbedder, ColPaliEmbedder
 from runners.pool import DROPPED_INPUTS
 from runners.rerank import Reranker
 from runners.settings import dispatch_max_rows, exit_nonzero_after_failed_start, load_models, stop_server
-from runners.store import check_built_services, pin_store_models, served_config
+from runners.store import check_served_bento, pin_store_models, served_config
 from runners.text import TextEmbedder
 
 logger = logging.getLogger(__name__)
@@ -559,7 +559,7 @@ async def _get_health(request: Request) -> Response:
 
 exit_nonzero_after_failed_start()
 SERVICES = [Gateway, *(dependency.on for dependency in Gateway.dependencies.values())]
-check_built_services({service.name for service in SERVICES})
+check_served_bento({service.name for service in SERVICES})
 for service in SERVICES:
     fix_media_types(service)
 for path in ("/v1/models", "/models"):

@@ -9,6 +9,8 @@ when a newer one has been imported since.
 
 from __future__ import annotations
 
+import logging
+import os
 import re
 import shutil
 from collections.abc import Callable, Iterable
@@ -18,12 +20,23 @@ from typing import TypeVar
 
 import bentoml
 import yaml
+from bentoml._internal.context import server_context
 
-from models.config import STORE_PREFIX, EmbentoConfig, ModelConfig, get_config, store_tag
+from models.config import (
+    CONFIG_FILE_NAME,
+    ENV_PREFIX,
+    STORE_PREFIX,
+    EmbentoConfig,
+    ModelConfig,
+    get_config,
+    load_config,
+    store_tag,
+)
 from models.errors import ConfigError, ModelLoadError
 from models.kinds import detect_kind
 from models.resolve import resolve_model
 
+logger = logging.getLogger(__name__)
 T = TypeVar("T", bound=type)
 IGNORED_FILES = shutil.ignore_patterns(".git", ".cache", ".gitattributes")
 
@@ -67,15 +80,34 @@ def _bento_pins() -> dict[str, str]:
     return {str(m["tag"]).split(":")[0]: str(m["tag"]) for s in services for m in s.get("models") or []}
 
 
-def check_built_services(needed: set[str]) -> None:
-    """A Bento holds the services its build configuration needed; a configuration that needs more (say,
-    a reranker added through EMBENTO_CONFIG) cannot be served from it."""
-    built = {s["name"] for s in served_bento().get("services") or []}
+def check_served_bento(needed: set[str]) -> None:
+    """A Bento serves the configuration it carries (`embento build` writes the one in force at build time).
+
+    It holds the services that configuration needed, so one that needs more (say, a reranker added through
+    EMBENTO_CONFIG) cannot be served from it. A Bento whose carried configuration is not the one it was built
+    with (a plain `bentoml build` under EMBENTO_CONFIG) is refused rather than serving other models
+    silently. EMBENTO_* variables set where it runs are overrides, and logged as such."""
+    bento = served_bento()
+    if not bento:
+        return
+    labeled = (bento.get("labels") or {}).get("models")
+    carried = [m.served_model_name for m in load_config({}, cwd=Path.cwd()).models]
+    if labeled is not None and labeled.split(",") != carried:
+        raise ConfigError(
+            f"this Bento ({bento.get('version')}) was built for the models {labeled.split(',')}, but the "
+            f"{CONFIG_FILE_NAME} it carries serves {carried}: it was built under a configuration it does not "
+            "hold. Rebuild it with `embento build`, which writes the configuration in force into the Bento"
+        )
+    built = {s["name"] for s in bento.get("services") or []}
     if built and not needed <= built:
         raise ConfigError(
-            f"this Bento ({served_bento().get('version')}) was built with the services {sorted(built)}, but the "
+            f"this Bento ({bento.get('version')}) was built with the services {sorted(built)}, but the "
             f"configuration needs {sorted(needed - built)} too: rebuild it with that configuration in embento.yaml"
         )
+    overrides = sorted(name for name in os.environ if name.startswith(ENV_PREFIX))
+    if overrides and server_context.worker_index is None:  # once, in `bentoml serve`'s own process
+        logger.warning("%s override the configuration this Bento (%s) was built with", ", ".join(overrides),
+                       bento.get("version"))
 
 
 def stored_model(tag: str) -> bentoml.Model:

@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import sys
 import tarfile
+from collections.abc import Iterator
 from importlib.metadata import version
 from pathlib import Path
 
@@ -46,8 +47,8 @@ STORE_CONFIG = yaml.safe_dump({"models": [
 MODEL_SERVICES = {"TextEmbedder", "Reranker", "ClipEmbedder"}
 
 
-def embento(home: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "cli", *args], cwd=ROOT, env=server_env(home),
+def embento(home: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "cli", *args], cwd=ROOT, env=server_env(home, **env),
                           capture_output=True, text=True, check=False, timeout=600)
 
 
@@ -108,7 +109,10 @@ def test_bento_records_its_variant_models_and_pins(bentos, store_tags, accel):
                     "ClipEmbedder": [store_tags[TINY_CLIP]]}
     gateway = next(service for service in info["services"] if service["name"] == "Embento")
     assert {d["service"] for d in gateway["dependencies"]} == MODEL_SERVICES
-    assert (bentos[accel] / "src" / "embento.yaml").read_text() == STORE_CONFIG
+    carried = yaml.safe_load((bentos[accel] / "src" / "embento.yaml").read_text())
+    assert [(m["model_id"], m["served_model_name"]) for m in carried["models"]] == [
+        (m["model_id"], m.get("served_model_name", m["model_id"].removeprefix("bentoml://")))
+        for m in yaml.safe_load(STORE_CONFIG)["models"]]
 
 
 def test_variant_images_differ_only_in_their_accelerator_packages(bentos):
@@ -226,6 +230,52 @@ def test_a_bento_refuses_a_configuration_that_needs_services_it_lacks(home, bent
     assert result.returncode != 0
     assert "was built with the services ['ClipEmbedder', 'Embento', 'Reranker', 'TextEmbedder']" in result.stderr
     assert "needs ['ClapEmbedder'] too: rebuild it" in result.stderr
+
+
+def serve_bento(home: Path, tag: str, folder: Path, **env: str) -> Iterator[str]:
+    """`bentoml serve <tag>` from `folder`, which holds no configuration, until the block ends."""
+    port = free_port()
+    command = [sys.executable, "-m", "bentoml", "serve", tag, "--host", "127.0.0.1", "--port", str(port)]
+    with background(command, server_env(home, **env), folder / "bento.log", cwd=folder) as process:
+        url = f"http://127.0.0.1:{port}"
+        wait_ready(url, process, folder / "bento.log")
+        yield url
+
+
+def test_a_bento_serves_the_configuration_it_was_built_with(home, store_tags, tmp_path):
+    """Built under EMBENTO_CONFIG (a file outside the project) and a variable, served from elsewhere with no
+    configuration: it serves what it was built with, not the default model."""
+    (tmp_path / "other.yaml").write_text(yaml.safe_dump({"models": [{"model_id": f"bentoml://{TINY_RERANKER}"}]}))
+    built = embento(home, "build", "--accel", "cpu", "--version", "from-env",
+                    EMBENTO_CONFIG=str(tmp_path / "other.yaml"), EMBENTO_MAX_CLIENT_BATCH_SIZE="16")
+    assert built.returncode == 0, built.stderr
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    with contextlib.contextmanager(serve_bento)(home, "embento:from-env-cpu", elsewhere) as url:
+        assert [m["id"] for m in httpx.get(f"{url}/v1/models", timeout=30).json()["data"]] == [TINY_RERANKER]
+        assert httpx.get(f"{url}/info", timeout=30).json()["limits"]["max_client_batch_size"] == 16
+    assert "override the configuration" not in (elsewhere / "bento.log").read_text()
+    with contextlib.contextmanager(serve_bento)(home, "embento:from-env-cpu", elsewhere,
+                                                EMBENTO_MAX_CLIENT_BATCH_SIZE="8") as url:
+        assert httpx.get(f"{url}/info", timeout=30).json()["limits"]["max_client_batch_size"] == 8
+    log = (elsewhere / "bento.log").read_text()
+    assert "EMBENTO_MAX_CLIENT_BATCH_SIZE override the configuration this Bento (from-env-cpu) was built with" in log
+
+
+def test_a_bento_built_under_a_configuration_it_does_not_carry_is_refused(home, store_tags, tmp_path):
+    """`bentoml build` itself under EMBENTO_CONFIG pins and labels that configuration's models but carries the
+    project's embento.yaml (here: none, so the default model): serving it is refused, not silently wrong."""
+    (tmp_path / "other.yaml").write_text(yaml.safe_dump({"models": [{"model_id": f"bentoml://{TINY_RERANKER}"}]}))
+    command = [sys.executable, "-m", "bentoml", "build", str(ROOT), "--version", "plain-build", "--output", "tag"]
+    built = subprocess.run(command, cwd=ROOT, env=server_env(home, EMBENTO_CONFIG=str(tmp_path / "other.yaml")),
+                           capture_output=True, text=True, check=False, timeout=600)
+    assert built.returncode == 0, built.stderr
+    serve = [sys.executable, "-m", "bentoml", "serve", "embento:plain-build", "--port", str(free_port())]
+    served = subprocess.run(serve, cwd=tmp_path, env=server_env(home), capture_output=True, text=True, check=False,
+                            timeout=300)
+    assert served.returncode != 0
+    assert f"was built for the models ['{TINY_RERANKER}'], but the embento.yaml it carries serves [" in served.stderr
+    assert "Rebuild it with `embento build`" in served.stderr
 
 
 def test_store_errors_name_the_way_out(home, tmp_path):
