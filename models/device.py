@@ -64,7 +64,7 @@ def load_on_device(model_class: type, folder: Path, cfg: ModelConfig, task: str)
         from models.onnx_runtime import onnx_checkpoint, provider, session_options
 
         folder, file_name = onnx_checkpoint(folder, task, quantize=cfg.dtype == "int8")
-        kwargs = {"backend": "onnx", "model_kwargs": {"file_name": file_name, "provider": provider(device),
+        kwargs = {"backend": "onnx", "model_kwargs": {"file_name": file_name, **provider(device),
                                                        "session_options": session_options(torch.get_num_threads())}}
         dtype = "int8" if cfg.dtype == "int8" else "float32"
     elif cfg.backend == "ctranslate2":

@@ -165,3 +165,13 @@ def test_ctranslate2_bfloat16_output_becomes_float32_tokens():
     tokens = token_embeddings(hidden, "cpu")
     assert tokens.dtype == torch.float32
     np.testing.assert_array_equal(tokens.numpy(), values)
+
+
+def test_onnx_runtime_runs_on_the_gpu_it_is_given():
+    """ONNX Runtime's CUDA provider without a device_id runs on GPU 0: `device: cuda:1` ran there. The
+    options are what sentence-transformers hands optimum's ORTModel (no GPU here to open a session on)."""
+    from models.onnx_runtime import provider
+
+    assert provider("cuda:1") == {"provider": "CUDAExecutionProvider", "provider_options": {"device_id": 1}}
+    assert provider("cuda") == {"provider": "CUDAExecutionProvider", "provider_options": {"device_id": 0}}
+    assert provider("cpu") == {"provider": "CPUExecutionProvider"}
