@@ -1,0 +1,118 @@
+"""Every (kind, backend) pair of the support matrix (models/backends.py) in every dtype it allows on a CPU,
+through a real server: it loads, warms up through every modality, answers, and agrees with float32.
+
+`dtype: auto` is bfloat16 on an H100 or H200, so the bf16 column here is what most GPU users run. float32
+references come from the session's main server.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import httpx
+import numpy as np
+import pytest
+
+from models.backends import BACKENDS_FOR_KIND, CPU_ONLY, GPU_ONLY
+from models.config import BACKEND_DTYPES
+from tests.conftest import (
+    MINILM_CLASSIFIER,
+    MINILM_RERANKER,
+    TINY_CLAP,
+    TINY_CLIP,
+    TINY_COLPALI,
+    TINY_MEAN,
+    TINY_MEAN_CT2,
+    TINY_MEAN_ONNX,
+    running_server,
+)
+from tests.media import audio_bytes, data_uri, image_bytes
+from tests.test_backends import DOCUMENTS
+from tests.tolerance import cosines
+
+pytestmark = pytest.mark.server
+# Agreement with float32. int8 is bounded by ONNX Runtime's dynamic quantization, which scales activations
+# per tensor, over the whole padded batch: a scorer's few logits moved by 0.95-0.99 here (batch- and
+# CPU-dependent); all-MiniLM-L6-v2's embeddings keep a mean of 0.99 (test_backends.py, README).
+MIN_COSINE = {"float32": 0.999, "bfloat16": 0.999, "int8": 0.9}
+QUERY = "how do platform teams keep their embeddings private"
+TEXTS = DOCUMENTS[:8]  # sentences about different things: scores that differ by more than rounding
+IMAGE_INPUTS = [{"image": data_uri(image_bytes(seed=seed), "image/png")} for seed in (1, 2)]
+AUDIO_INPUTS = [{"audio": data_uri(audio_bytes(rate=48000, seed=seed), "audio/wav")} for seed in (1, 2)]
+# kind -> (its checkpoint fixture, the main server's float32 model of it and that model's backend)
+KINDS = {
+    "embed": ("tiny_bert_path", {"torch": TINY_MEAN, "onnx": TINY_MEAN_ONNX, "ctranslate2": TINY_MEAN_CT2}),
+    "rerank": ("minilm_reranker_path", {"torch": MINILM_RERANKER}),
+    "classify": ("minilm_classifier_path", {"torch": MINILM_CLASSIFIER}),
+    "clip": ("tiny_clip_path", {"torch": TINY_CLIP}),
+    "clap": ("tiny_clap_path", {"torch": TINY_CLAP}),
+    "colpali": ("tiny_colpali_path", {"torch": TINY_COLPALI}),
+}
+
+
+def cpu_dtypes(backend: str) -> list[str]:
+    """What the matrix allows on a CPU for this backend ("auto" is float32 there)."""
+    return [d for d in BACKEND_DTYPES[backend] if d != "auto" and (backend, d) not in GPU_ONLY]
+
+
+# Every pair and CPU dtype but those the main server already serves (and other tests compare with
+# sentence-transformers and transformers directly).
+VARIANTS = [(kind, backend, dtype) for kind, backends in BACKENDS_FOR_KIND.items() for backend in backends
+            for dtype in cpu_dtypes(backend) if not (dtype == "float32" and backend in KINDS[kind][1])]
+
+
+def name(kind: str, backend: str, dtype: str) -> str:
+    return f"{kind}-{backend}-{dtype}"
+
+
+def float32_reference(kind: str, backend: str) -> str:
+    """The main server's float32 model of this kind: on the same backend where it has one."""
+    served = KINDS[kind][1]
+    return served.get(backend) or next(iter(served.values()))
+
+
+@pytest.fixture(scope="module")
+def dtype_server(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Iterator[str]:
+    models = [{"model_id": str(request.getfixturevalue(KINDS[kind][0])), "kind": kind, "backend": backend,
+               "dtype": dtype, "device": "cpu", "served_model_name": name(kind, backend, dtype)}
+              for kind, backend, dtype in VARIANTS]
+    folder = tmp_path_factory.mktemp("dtype-server")
+    with running_server(folder, {"models": models, "cache_dir": str(folder / "cache")}) as (url, _):
+        yield url
+
+
+def outputs(http: httpx.Client, kind: str, model: str) -> list[np.ndarray]:
+    """One array per answer of the model to every input its kind takes: vectors, or raw logits."""
+    if kind == "rerank":
+        body = http.post("/v1/rerank", json={"model": model, "query": QUERY, "documents": TEXTS, "raw_scores": True})
+        assert body.status_code == 200, body.text
+        scores = {r["index"]: r["relevance_score"] for r in body.json()["results"]}
+        return [np.array([scores[i] for i in range(len(TEXTS))])]
+    if kind == "classify":
+        body = http.post("/v1/classify", json={"model": model, "input": TEXTS, "raw_scores": True})
+        assert body.status_code == 200, body.text
+        return [np.array([item["score"] for item in sorted(row, key=lambda i: i["label"])])
+                for row in body.json()["data"]]
+    inputs = {"clip": IMAGE_INPUTS, "colpali": IMAGE_INPUTS, "clap": AUDIO_INPUTS}.get(kind, [])
+    body = http.post("/v1/embeddings", json={"model": model, "input": [{"text": t} for t in TEXTS[:3]] + inputs})
+    assert body.status_code == 200, body.text
+    return [np.asarray(item["embedding"]) for item in body.json()["data"]]
+
+
+@pytest.mark.parametrize("kind, backend, dtype", VARIANTS, ids=[name(*v) for v in VARIANTS])
+def test_every_pair_and_cpu_dtype_serves_and_agrees_with_float32(client, dtype_server, kind, backend, dtype):
+    with httpx.Client(base_url=dtype_server, timeout=120) as http:
+        ours = outputs(http, kind, name(kind, backend, dtype))
+    expected = outputs(client, kind, float32_reference(kind, backend))
+    assert len(ours) == len(expected)
+    for got, want in zip(ours, expected):
+        # rerank logits: one vector over the documents, centred so that a shared offset cannot hide a change
+        got, want = (got - want.mean(), want - want.mean()) if kind == "rerank" else (got, want)
+        assert cosines(got, want).min() >= MIN_COSINE[dtype]
+
+
+def test_the_matrix_covers_what_the_configuration_allows_on_a_cpu():
+    assert ("onnx", "int8") in CPU_ONLY and ("torch", "float16") in GPU_ONLY
+    assert {dtype for _, _, dtype in VARIANTS} == {"float32", "bfloat16", "int8"}
+    assert ("clap", "torch", "bfloat16") in VARIANTS and ("embed", "ctranslate2", "int8") in VARIANTS
+    assert len(VARIANTS) == 12  # 20 pairs and dtypes, less the 8 float32 ones the main server has
