@@ -218,8 +218,8 @@ class Gateway:
     async def _warm_up(self, info: ModelInfo) -> None:
         """One real call through every modality the model serves; raises if it fails or answers the wrong shape."""
         outputs = _checked(await self._runner(info.kind)(self._warmup_rows(info)))
-        shapes = sorted({output.shape for output in outputs})
         if any(output.shape[-1] != info.dimension for output in outputs):
+            shapes = sorted({output.shape for output in outputs})
             raise errors.InferenceError(f"it answered outputs of shape {shapes}; the model reports {info.dimension} "
                                         "features")
 
