@@ -15,13 +15,9 @@ from models.text_encoder import TextEncoder
 from models.text_scorer import TextScorer
 from models.text_tokenizer import TextTokenizer
 from tests.conftest import MINILM, make_sentences
-from tests.tolerance import assert_close
+from tests.tolerance import assert_close, cosines
 
 pytestmark = pytest.mark.usefixtures("cache_dir")
-
-
-def _cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    return (a * b).sum(axis=1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
 
 
 def _embed(path, cfg: ModelConfig, texts: list[str]) -> np.ndarray:
@@ -43,7 +39,7 @@ def test_embedders_match_torch(minilm_path, tiny_bert_path, name, backend, thres
     texts = make_sentences(30, seed=17)  # up to 700 words: past every model's limit
     reference = _embed(path, ModelConfig(model_id=str(path), **EMBEDDERS[name]), texts)
     ours = _embed(path, ModelConfig(model_id=str(path), backend=backend, **EMBEDDERS[name]), texts)
-    assert _cosines(ours, reference).min() >= threshold
+    assert cosines(ours, reference).min() >= threshold
     np.testing.assert_allclose(np.linalg.norm(ours, axis=1), np.linalg.norm(reference, axis=1), rtol=1e-3)
 
 
@@ -75,8 +71,8 @@ def test_int8_keeps_retrieval(minilm_path, backend):
     full = ModelConfig(model_id=MINILM)
     int8 = ModelConfig(model_id=MINILM, backend=backend, dtype="int8")
     reference_docs, ours_docs = _embed(minilm_path, full, documents), _embed(minilm_path, int8, documents)
-    cosines = _cosines(ours_docs, reference_docs)
-    assert cosines.mean() >= 0.99 and cosines.min() >= 0.97, cosines
+    similarity = cosines(ours_docs, reference_docs)
+    assert similarity.mean() >= 0.99 and similarity.min() >= 0.97, similarity
     reference_top = (_embed(minilm_path, full, queries) @ reference_docs.T).argmax(axis=1)
     ours_top = (_embed(minilm_path, int8, queries) @ ours_docs.T).argmax(axis=1)
     np.testing.assert_array_equal(reference_top, np.arange(len(queries)))  # a fair test: fp32 gets them all
@@ -96,7 +92,7 @@ def test_onnx_scorers_match_torch(request, fixture):
     torch_logits = np.stack(TextScorer(path, ModelConfig(model_id=str(path)), kind).forward(rows))
     onnx_logits = np.stack(TextScorer(path, ModelConfig(model_id=str(path), backend="onnx"), kind).forward(rows))
     assert_close(onnx_logits, torch_logits)
-    assert _cosines(onnx_logits.T, torch_logits.T).min() >= 0.99999
+    assert cosines(onnx_logits.T, torch_logits.T).min() >= 0.99999
 
 
 def test_the_second_load_reuses_the_export_and_conversion(tiny_bert_path, cache_dir, monkeypatch):
