@@ -88,10 +88,9 @@ def _export(folder: Path, task: str, target: Path) -> None:
 def _quantize(exported: Path, target: Path, preset: str) -> None:
     """Dynamic int8 of the MatMuls that have a weight, per channel; the embeddings (Gather) and attention's
     activation-by-activation MatMuls stay float32. ONNX Runtime scales activations per tensor, one scale for
-    the whole padded batch, which costs short inputs most: every int8 input left out helps them.
-    all-MiniLM-L6-v2, 20 sentences of 1 word to past 256 tokens (bench/onnx_int8.py, README): min / mean
-    cosine to fp32 0.9836 / 0.9900 with every MatMul and Gather quantized, 0.9917 / 0.9934 so, and faster
-    (1.45x fp32 against 1.31x). The file grows from 22 to 57 MB (float32 embeddings)."""
+    the whole padded batch, which costs short inputs most: every int8 input left out helps them, and the
+    graph runs faster so (figures: bench/onnx_int8.py, README's int8 section). The file grows from 22 to
+    57 MB on all-MiniLM-L6-v2 (float32 embeddings)."""
     from optimum.onnxruntime import ORTQuantizer
     from optimum.onnxruntime.configuration import AutoQuantizationConfig
 

@@ -91,10 +91,11 @@ def check_served_bento(needed: set[str]) -> None:
     if not bento:
         return
     labeled = (bento.get("labels") or {}).get("models")
+    built_for = labeled.split(",") if labeled is not None else None
     carried = [m.served_model_name for m in load_config({}, cwd=Path.cwd()).models]
-    if labeled is not None and labeled.split(",") != carried:
+    if built_for is not None and built_for != carried:
         raise ConfigError(
-            f"this Bento ({bento.get('version')}) was built for the models {labeled.split(',')}, but the "
+            f"this Bento ({bento.get('version')}) was built for the models {built_for}, but the "
             f"{CONFIG_FILE_NAME} it carries serves {carried}: it was built under a configuration it does not "
             "hold. Rebuild it with `embento build`, which writes the configuration in force into the Bento"
         )
