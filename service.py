@@ -48,7 +48,10 @@ from gateway.schemas import (
     LegacyMediaRequest,
     ModelCard,
     ModelList,
+    SparseEmbeddingRequest,
+    SparseValue,
     embedding_response,
+    sparse_values,
     validated_inputs,
 )
 from gateway.scoring import (
@@ -98,6 +101,7 @@ KINDS: dict[str, Kind] = {m.served_model_name: model_kind(m) for m in CONFIG.mod
 # Which model service runs each kind: the Gateway attribute that holds it, the service, its batchable API.
 RUNNERS: dict[Kind, tuple[str, Any, str]] = {
     "embed": ("embedder", TextEmbedder, "embed"),
+    "sparse": ("embedder", TextEmbedder, "embed"),
     "rerank": ("reranker", Reranker, "score"),
     "classify": ("reranker", Reranker, "score"),
     "clip": ("clip_embedder", ClipEmbedder, "encode"),
@@ -108,7 +112,7 @@ RUNNERS: dict[Kind, tuple[str, Any, str]] = {
 SERVICE_ATTRIBUTES = list(dict.fromkeys(RUNNERS[kind][0] for kind in KINDS.values()))
 API_OF = {attribute: api for attribute, _, api in RUNNERS.values()}
 SERVICE_NAMES = {attribute: runner.name for attribute, runner, _ in RUNNERS.values()}
-TEXT_KINDS = ("embed", "rerank", "classify")
+TEXT_KINDS = ("embed", "sparse", "rerank", "classify")
 LIMITS = MediaLimits(CONFIG.max_item_bytes, CONFIG.max_image_pixels, CONFIG.max_audio_seconds)
 STARTED = int(time.time())
 WARMUP_RETRY_S = 1.0
@@ -174,7 +178,7 @@ class Gateway:
     def _load_preprocessor(self, cfg: ModelConfig) -> None:
         folder, kind = resolve_model(cfg.model_id, cfg.revision), KINDS[cfg.served_model_name]
         if kind in TEXT_KINDS:
-            self.tokenizers[cfg.served_model_name] = TextTokenizer(folder, cfg)
+            self.tokenizers[cfg.served_model_name] = TextTokenizer(folder, cfg, kind)
         else:
             self.processors[cfg.served_model_name] = MediaProcessor(folder, cfg, kind)
 
@@ -218,10 +222,13 @@ class Gateway:
     async def _warm_up(self, info: ModelInfo) -> None:
         """One real call through every modality the model serves; raises if it fails or answers the wrong shape."""
         outputs = _checked(await self._runner(info.kind)(self._warmup_rows(info)))
-        if any(output.shape[-1] != info.dimension for output in outputs):
-            shapes = sorted({output.shape for output in outputs})
-            raise errors.InferenceError(f"it answered outputs of shape {shapes}; the model reports {info.dimension} "
-                                        "features")
+        if info.sparse:
+            wrong = [o.shape for o in outputs if o.shape[0] != 2 or (o.shape[1] and o[0].max() >= info.dimension)]
+        else:
+            wrong = [output.shape for output in outputs if output.shape[-1] != info.dimension]
+        if wrong:
+            raise errors.InferenceError(f"it answered outputs of shape {sorted(set(wrong))}; the model reports "
+                                        f"{info.dimension} features")
 
     def _warmup_rows(self, info: ModelInfo) -> list[Any]:
         name = info.served_model_name
@@ -294,6 +301,16 @@ class Gateway:
         """The same, at infinity's path."""
         return await self._answer(self._embed(request))
 
+    @bentoml.api(route="/embed_sparse")
+    async def embed_sparse(self, request: SparseEmbeddingRequest, /) -> list[list[SparseValue]]:
+        """TEI's sparse route: per input, its active vocabulary entries as `{"index", "value"}`."""
+        async def embed() -> list[list[SparseValue]]:
+            internal = request.as_embedding_request()
+            info = await self._require_model(internal.model, "embed_sparse")
+            return sparse_values(await self._embed(internal, info))
+
+        return await self._answer(embed())
+
     @bentoml.api(route="/embeddings_image")
     async def embeddings_image(self, request: LegacyMediaRequest, /) -> EmbeddingResponse:
         """infinity's legacy image route: `input` is data URIs or URLs."""
@@ -304,28 +321,32 @@ class Gateway:
         """infinity's legacy audio route: `input` is data URIs or URLs."""
         return await self._answer(self._embed(request.as_embedding_request("audio")))
 
-    async def _embed(self, request: EmbeddingRequest) -> EmbeddingResponse:
-        info = await self._require_model(request.model, "embed")
+    async def _embed(self, request: EmbeddingRequest, info: ModelInfo | None = None) -> EmbeddingResponse:
+        info = info or await self._require_model(request.model, "embed")
         items = validated_inputs(request, info, CONFIG.max_client_batch_size, CONFIG.max_media_items,
                                  CONFIG.max_item_chars)
         check_modalities(self.infos, info, {item.modality for item in items})
         if info.served_model_name in self.tokenizers:
-            outputs, tokens = await self._embed_text(info, [item.value for item in items], request.prompt_name)
+            outputs, tokens = await self._embed_text(info, [item.value for item in items], request)
         else:
             outputs, tokens = await self._embed_media(info, items)
         return embedding_response(info, outputs, request, tokens)
 
     async def _embed_text(
-        self, info: ModelInfo, inputs: list[str] | list[list[int]], prompt_name: str | None
+        self, info: ModelInfo, inputs: list[str] | list[list[int]], request: EmbeddingRequest
     ) -> tuple[list[np.ndarray], int]:
         tokenizer = self.tokenizers[info.served_model_name]
+        prompt_length = 0
         if isinstance(inputs[0], str):
-            work = functools.partial(tokenizer.encode_texts, inputs, tokenizer.prompt(prompt_name))
+            prompt = tokenizer.prompt(request.prompt_name, request.instruction)
+            prompt_length = tokenizer.prompt_length(prompt) if prompt else 0
+            work = functools.partial(tokenizer.encode_texts, inputs, prompt, request.truncation())
         else:
-            work = functools.partial(tokenizer.encode_ids, inputs)
+            work = functools.partial(tokenizer.encode_ids, inputs, request.truncation())
         token_ids = await _off_loop_if_large(work, sum(len(item) for item in inputs))
-        vectors = await self._run(info, TokenizedText.rows(info.served_model_name, token_ids))
-        return vectors, sum(len(ids) for ids in token_ids)
+        rows = TokenizedText.rows(info.served_model_name, token_ids, prompt_length=prompt_length,
+                                  normalize=request.normalize)
+        return await self._run(info, rows), sum(len(ids) for ids in token_ids)
 
     async def _embed_media(self, info: ModelInfo, items: list[InputItem]) -> tuple[list[np.ndarray], int]:
         rows = await self._media_rows(info, items)
@@ -367,22 +388,26 @@ class Gateway:
         if info.served_model_name in self.processors:
             documents = validated_documents(request, CONFIG.max_media_items, CONFIG.max_item_chars,
                                             text_documents=False)
+            if request.instruction is not None:
+                raise errors.InvalidRequest(f"model '{info.served_model_name}' takes no instruction",
+                                            param="instruction")
             scores, tokens = await self._rank_images(info, request.query, documents)
         else:
             documents = validated_documents(request, CONFIG.max_client_batch_size, CONFIG.max_item_chars,
                                             text_documents=True)
-            scores, tokens = await self._rank_texts(info, request.query, documents, request.raw_scores)
+            scores, tokens = await self._rank_texts(info, request, documents)
         return shape(Ranking(model=info.served_model_name, order=rank(scores, request.top_n), scores=scores.tolist(),
                              documents=documents, tokens=tokens))
 
-    async def _rank_texts(
-        self, info: ModelInfo, query: str, documents: list[str], raw_scores: bool
-    ) -> tuple[np.ndarray, int]:
+    async def _rank_texts(self, info: ModelInfo, request: RerankRequest, documents: list[str]
+                          ) -> tuple[np.ndarray, int]:
         """A cross-encoder over each (query, document) pair."""
-        work = functools.partial(self.tokenizers[info.served_model_name].encode_pairs, query, documents)
+        query = request.query
+        work = functools.partial(self.tokenizers[info.served_model_name].encode_pairs, query, documents,
+                                 request.instruction, request.truncation())
         token_ids, segments = await _off_loop_if_large(work, len(query) * len(documents) + sum(map(len, documents)))
         logits = np.stack(await self._run(info, TokenizedText.rows(info.served_model_name, token_ids, segments)))
-        scores = activate(logits, "identity" if raw_scores else info.activation)[:, 0]
+        scores = activate(logits, "identity" if request.raw_scores else info.activation)[:, 0]
         return scores, sum(len(ids) for ids in token_ids)
 
     async def _rank_images(self, info: ModelInfo, query: str, documents: list[str]) -> tuple[np.ndarray, int]:
@@ -411,7 +436,8 @@ class Gateway:
         info = await self._require_model(request.model, "classify")
         texts = validated_texts(request, CONFIG.max_client_batch_size, CONFIG.max_item_chars)
         tokenizer = self.tokenizers[info.served_model_name]
-        token_ids = await _off_loop_if_large(functools.partial(tokenizer.encode_texts, texts), sum(map(len, texts)))
+        work = functools.partial(tokenizer.encode_texts, texts, "", request.truncation())
+        token_ids = await _off_loop_if_large(work, sum(map(len, texts)))
         logits = np.stack(await self._run(info, TokenizedText.rows(info.served_model_name, token_ids)))
         scores = activate(logits, "identity" if request.raw_scores else info.activation)
         return classify_response(info.served_model_name, info.labels, scores.tolist(),
@@ -481,7 +507,7 @@ class Gateway:
         return ModelList(data=[
             ModelCard(id=i.served_model_name, created=STARTED, modalities=i.modalities, capabilities=i.capabilities,
                       backend=i.backend, dimension=i.dimension, max_input_tokens=i.max_input_tokens,
-                      multi_vector=i.multi_vector, labels=i.labels if i.kind == "classify" else None)
+                      multi_vector=i.multi_vector, sparse=i.sparse, labels=i.labels if i.kind == "classify" else None)
             for i in self.infos.values()
         ], failed=[FailedModel(id=name, error=reason) for name, reason in self.failed.items()])
 
@@ -495,8 +521,9 @@ class Gateway:
 
 
 def _checked(outputs: list[np.ndarray]) -> list[np.ndarray]:
-    """The outputs, unless the model failed on some input (an empty output) or answered NaN or inf."""
-    failed = [i for i, output in enumerate(outputs) if output.size == 0 or not np.isfinite(output).all()]
+    """The outputs, unless the model failed on some input (`runners.pool.FAILED`) or answered NaN or inf.
+    A sparse output with no active entry is (2, 0), not a failure."""
+    failed = [i for i, output in enumerate(outputs) if output.shape == (0,) or not np.isfinite(output).all()]
     if failed:
         raise errors.InferenceError(
             f"the model failed on input(s) {failed[:10]} (an error, or NaN/inf output); see the server log"

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal, Union
+from typing import Any, Literal, Union
 
 import numpy as np
 from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    StrictBool,
     StrictInt,
     StrictStr,
     ValidationError,
@@ -18,9 +19,9 @@ from pydantic import (
     field_validator,
 )
 
-from models.base import Modality, ModelInfo
+from models.base import Modality, ModelInfo, Truncation
 from models.errors import InvalidRequest
-from models.postprocess import to_base64, truncate_dimensions
+from models.postprocess import keep_largest, to_base64, truncate_dimensions
 
 TokenIds = list[StrictInt]
 
@@ -44,7 +45,24 @@ TypedItem = Union[TextItem, ImageItem, AudioItem]
 EmbeddingInput = Union[StrictStr, list[StrictStr | TypedItem], TokenIds, list[TokenIds]]
 
 
-class EmbeddingRequest(BaseModel):
+class TruncationControls(BaseModel):
+    """TEI's per-request truncation fields, on every text route that takes them."""
+
+    truncate: StrictBool | None = Field(None, description="Cut input longer than the model takes (the default); "
+                                        "false refuses it with a 400 naming the input.")
+    truncation_direction: Literal["right", "left"] | None = Field(
+        None, description="Which end is cut: right (the default of most tokenizers) or left.")
+
+    @field_validator("truncation_direction", mode="before")
+    @classmethod
+    def _either_case(cls, value: Any) -> Any:
+        return value.lower() if isinstance(value, str) else value  # TEI takes "Right" and "Left" too
+
+    def truncation(self) -> Truncation:
+        return Truncation(enabled=self.truncate is not False, side=self.truncation_direction)
+
+
+class EmbeddingRequest(TruncationControls):
     """POST /v1/embeddings. Unknown fields are ignored, as OpenAI SDK extras may add some."""
 
     input: EmbeddingInput = Field(
@@ -58,6 +76,12 @@ class EmbeddingRequest(BaseModel):
     modality: Modality = Field("text", description="infinity's field: what plain strings in `input` are; images "
                                "and audio as data URIs or http(s) URLs.")
     prompt_name: str | None = Field(None, description="A named prompt of the model (e.g. 'query').")
+    instruction: StrictStr | None = Field(
+        None, description="A task instruction for queries, written with the model's instruction template (Qwen3-"
+        "Embedding: `Instruct: {instruction}\\nQuery:`), else prepended as is. Not with prompt_name.")
+    normalize: StrictBool | None = Field(None, description="Unit-length vectors, or false for the raw pooled "
+                                         "vector; the model's own behaviour when omitted. Text embedders only.")
+    max_active_dims: StrictInt | None = Field(None, description="Sparse models: keep the N largest weights.")
 
     @field_validator("input", mode="wrap")
     @classmethod
@@ -84,12 +108,45 @@ class LegacyMediaRequest(BaseModel):
                                 user=self.user, modality=modality)
 
 
+class SparseEmbeddingRequest(TruncationControls):
+    """TEI's POST /embed_sparse, with Embento's `model`, `instruction` and `max_active_dims`."""
+
+    inputs: StrictStr | list[StrictStr]
+    model: str | None = Field(None, description="Served model name; defaults to the first sparse model.")
+    prompt_name: str | None = None
+    instruction: StrictStr | None = None
+    max_active_dims: StrictInt | None = None
+
+    def as_embedding_request(self) -> EmbeddingRequest:
+        return EmbeddingRequest(input=self.inputs, model=self.model, prompt_name=self.prompt_name,
+                                instruction=self.instruction, max_active_dims=self.max_active_dims,
+                                truncate=self.truncate, truncation_direction=self.truncation_direction)
+
+
+class SparseEmbedding(BaseModel):
+    """The active entries of a sparse (SPLADE) embedding: vocabulary indices, ascending, and their weights."""
+
+    indices: list[int]
+    values: list[float]
+
+    @classmethod
+    def of(cls, entries: np.ndarray) -> SparseEmbedding:
+        return cls.model_construct(indices=entries[0].astype(np.int64).tolist(), values=entries[1].tolist())
+
+
+class SparseValue(BaseModel):
+    """One entry of TEI's /embed_sparse answer."""
+
+    index: int
+    value: float
+
+
 class EmbeddingData(BaseModel):
     object: Literal["embedding"] = "embedding"
     index: int
     # `str` (base64) first: BentoML's schema keeps only a union's first member, and its Python client
     # walks a declared array character by character when the value is a base64 string.
-    embedding: str | list[float] | list[list[float]]
+    embedding: str | list[float] | list[list[float]] | SparseEmbedding
 
 
 class MultiVectorData(EmbeddingData):
@@ -127,6 +184,7 @@ class ModelCard(BaseModel):
     dimension: int
     max_input_tokens: int
     multi_vector: bool = False
+    sparse: bool = False  # `dimension` is then the vocabulary size
     labels: list[str] | None = None
 
 
@@ -171,10 +229,32 @@ def validated_inputs(
         raise InvalidRequest(f"input[{empty}] is empty; every input needs at least one character or token",
                              param="input")
     check_text_lengths([item.value if item.modality == "text" else "" for item in items], max_chars, "input")
-    if info.kind != "embed" and any(isinstance(item.value, list) for item in items):
+    if info.kind not in ("embed", "sparse") and any(isinstance(item.value, list) for item in items):
         raise InvalidRequest(f"model '{info.served_model_name}' takes text, not token ids", param="input")
     _check_dimensions(request.dimensions, info)
+    _check_text_controls(request, info)
     return items
+
+
+def _check_text_controls(request: EmbeddingRequest, info: ModelInfo) -> None:
+    """The fields that apply to some kinds of model only."""
+    name = info.served_model_name
+    if info.sparse and request.encoding_format == "base64":
+        raise InvalidRequest(f"model '{name}' is sparse: its embeddings are indices and values, which have no "
+                             "base64 encoding", param="encoding_format")
+    raw_sparse = info.sparse and request.normalize is False  # what a sparse model gives anyway
+    if request.normalize is not None and info.kind != "embed" and not raw_sparse:
+        raise InvalidRequest(f"normalize applies to dense text embedders; model '{name}' is a {info.kind} model",
+                             param="normalize")
+    if request.max_active_dims is not None and not info.sparse:
+        raise InvalidRequest(f"max_active_dims applies to sparse models; model '{name}' is dense",
+                             param="max_active_dims")
+    if request.max_active_dims is not None and request.max_active_dims < 1:
+        raise InvalidRequest(f"max_active_dims must be at least 1, got {request.max_active_dims}",
+                             param="max_active_dims")
+    if request.instruction is not None and info.kind not in ("embed", "sparse"):
+        raise InvalidRequest(f"instruction applies to text embedders; model '{name}' is a {info.kind} model",
+                             param="instruction")
 
 
 def check_text_lengths(texts: Sequence[str | list[int]], max_chars: int, param: str) -> None:
@@ -201,6 +281,9 @@ def _item(value: str | list[int] | TextItem | ImageItem | AudioItem, modality: M
 def _check_dimensions(dimensions: int | None, info: ModelInfo) -> None:
     if dimensions is None:
         return
+    if info.sparse:
+        raise InvalidRequest(f"model '{info.served_model_name}' is sparse: dimensions does not apply (use "
+                             "max_active_dims)", param="dimensions")
     if info.multi_vector:
         raise InvalidRequest(f"model '{info.served_model_name}' returns one vector per token; dimensions does not "
                              "apply", param="dimensions")
@@ -215,11 +298,16 @@ def _check_dimensions(dimensions: int | None, info: ModelInfo) -> None:
 def embedding_response(
     info: ModelInfo, outputs: list[np.ndarray], request: EmbeddingRequest, tokens: int
 ) -> EmbeddingResponse:
-    """Vectors cut to `dimensions` (re-normalized) and encoded; multi-vectors keep their shape."""
-    if info.multi_vector:
+    """Vectors cut to `dimensions` (re-normalized) and encoded; multi-vectors keep their shape; sparse ones
+    are their active entries, the largest `max_active_dims` of them."""
+    if info.sparse:
+        data = [EmbeddingData.model_construct(object="embedding", index=i, embedding=SparseEmbedding.of(
+            keep_largest(output, request.max_active_dims))) for i, output in enumerate(outputs)]
+    elif info.multi_vector:
         data = [_multi_vector_data(i, output, request.encoding_format) for i, output in enumerate(outputs)]
     else:
-        vectors = truncate_dimensions(np.stack(outputs), request.dimensions, renormalize=info.normalized)
+        normalized = info.normalized if request.normalize is None else request.normalize
+        vectors = truncate_dimensions(np.stack(outputs), request.dimensions, renormalize=normalized)
         encode = to_base64 if request.encoding_format == "base64" else np.ndarray.tolist
         data = [EmbeddingData.model_construct(object="embedding", index=i, embedding=encode(v))
                 for i, v in enumerate(vectors)]
@@ -234,3 +322,9 @@ def _multi_vector_data(index: int, matrix: np.ndarray, encoding_format: str) -> 
         return MultiVectorData.model_construct(object="embedding", index=index, embedding=to_base64(matrix),
                                                shape=list(matrix.shape))
     return EmbeddingData.model_construct(object="embedding", index=index, embedding=matrix.tolist())
+
+
+def sparse_values(response: EmbeddingResponse) -> list[list[SparseValue]]:
+    """TEI's /embed_sparse answer: per input, its active entries as `{"index", "value"}`."""
+    return [[SparseValue.model_construct(index=i, value=v) for i, v in zip(d.embedding.indices, d.embedding.values)]
+            for d in response.data]  # type: ignore[union-attr]

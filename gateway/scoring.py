@@ -24,7 +24,7 @@ from pydantic import (
     field_validator,
 )
 
-from gateway.schemas import Usage, check_text_lengths
+from gateway.schemas import TruncationControls, Usage, check_text_lengths
 from models.errors import InvalidRequest
 
 
@@ -35,13 +35,15 @@ class DocumentObject(BaseModel):
     text: StrictStr
 
 
-class RerankRequest(BaseModel):
+class RerankRequest(TruncationControls):
     model: str | None = Field(None, description="Served model name; defaults to the first reranker.")
     query: StrictStr
     documents: list[StrictStr | DocumentObject]
     top_n: StrictInt | None = Field(None, description="Return the best N; all when omitted.")
     return_documents: StrictBool = False
     raw_scores: StrictBool = Field(False, description="Logits instead of the model's activation.")
+    instruction: StrictStr | None = Field(None, description="For causal-LM rerankers whose chat template takes "
+                                          "one (Qwen3-Reranker's `<Instruct>`); the template's default otherwise.")
 
     @field_validator("documents", mode="wrap")
     @classmethod
@@ -185,7 +187,7 @@ def cohere_v2_rerank_response(ranking: Ranking) -> CohereV2RerankResponse:
 
 
 # infinity's /classify
-class ClassifyRequest(BaseModel):
+class ClassifyRequest(TruncationControls):
     model: str | None = Field(None, description="Served model name; defaults to the first classifier.")
     input: StrictStr | list[StrictStr]
     raw_scores: StrictBool = Field(False, description="Logits instead of softmax (or sigmoid) probabilities.")

@@ -1,7 +1,8 @@
 """Which backend can run which model kind on which device, checked before anything is served.
 
 Support matrix (kind x backend): text embedders run on torch, ONNX Runtime and CTranslate2; rerankers and
-classifiers on torch and ONNX Runtime; CLIP, CLAP and ColPali on torch only. Dtypes per backend are checked
+classifiers on torch and ONNX Runtime (causal-LM rerankers on torch only, `models.text_scorer`); sparse
+(SPLADE), CLIP, CLAP and ColPali models on torch only. Dtypes per backend are checked
 when the configuration is read (`models.config.BACKEND_DTYPES`); the device-dependent ones here.
 """
 
@@ -17,6 +18,7 @@ from models.errors import ConfigError
 
 BACKENDS_FOR_KIND: dict[str, tuple[str, ...]] = {
     "embed": ("torch", "onnx", "ctranslate2"),
+    "sparse": ("torch",),
     "rerank": ("torch", "onnx"),
     "classify": ("torch", "onnx"),
     "clip": ("torch",),

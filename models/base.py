@@ -9,11 +9,11 @@ from typing import Annotated, Any, Literal, Protocol
 import numpy as np
 from pydantic import BaseModel, ConfigDict, PlainSerializer, PlainValidator, WithJsonSchema
 
-Kind = Literal["embed", "rerank", "classify", "clip", "clap", "colpali"]
+Kind = Literal["embed", "sparse", "rerank", "classify", "clip", "clap", "colpali"]
 Modality = Literal["text", "image", "audio"]
 # What a request may ask of each kind of model.
 CAPABILITIES: dict[str, list[str]] = {
-    "embed": ["embed"], "rerank": ["rerank"], "classify": ["classify"],
+    "embed": ["embed"], "sparse": ["embed_sparse", "embed"], "rerank": ["rerank"], "classify": ["classify"],
     "clip": ["embed", "rerank"], "clap": ["embed"], "colpali": ["embed", "rerank"],
 }
 # How raw outputs become scores: the names `models.scores.activate` knows.
@@ -29,7 +29,8 @@ class ModelInfo:
     kind: Kind
     modalities: list[str]
     backend: str
-    dimension: int  # features per input (per token, for multi-vector models), or the number of labels
+    dimension: int  # features per input (per token, for multi-vector models; the vocabulary, for sparse ones)
+    # or the number of labels
     max_input_tokens: int
     normalized: bool
     device: str
@@ -42,6 +43,11 @@ class ModelInfo:
     def capabilities(self) -> list[str]:
         return CAPABILITIES[self.kind]
 
+    @property
+    def sparse(self) -> bool:
+        """One weight per vocabulary entry, most of them zero (SPLADE): sent as indices and values."""
+        return self.kind == "sparse"
+
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
@@ -52,6 +58,9 @@ class TokenizedText(BaseModel):
     model: str
     input_ids: list[int]
     token_type_ids: list[int] | None = None
+    # Leading tokens (special tokens and the prompt) that a pooling with `include_prompt: false` leaves out.
+    prompt_length: int = 0
+    normalize: bool | None = None  # unit length, or the raw pooled vector; None: as the model does
     request_id: str = ""  # rows of an abandoned request are dropped by this id
 
     @property
@@ -60,11 +69,11 @@ class TokenizedText(BaseModel):
 
     @classmethod
     def rows(
-        cls, model: str, token_ids: list[list[int]], segments: list[list[int]] | None = None
+        cls, model: str, token_ids: list[list[int]], segments: list[list[int]] | None = None, **shared: Any
     ) -> list[TokenizedText]:
-        """One row per input, with its segment ids when given (pairs)."""
+        """One row per input, with its segment ids when given (pairs) and the fields all rows share."""
         if segments is None:
-            return [cls(model=model, input_ids=ids) for ids in token_ids]
+            return [cls(model=model, input_ids=ids, **shared) for ids in token_ids]
         return [cls(model=model, input_ids=ids, token_type_ids=types) for ids, types in zip(token_ids, segments)]
 
 
@@ -100,11 +109,21 @@ class Row(Protocol):
 
 class TokenModel(Protocol):
     """Runs one checkpoint (runner side): one float32 output per input row, in order: a vector for
-    embedders, logits (one per label) for scorers, a (tokens, dim) matrix for multi-vector models."""
+    embedders, logits (one per label) for scorers, a (tokens, dim) matrix for multi-vector models, and for
+    sparse models a (2, active) matrix: the active vocabulary indices (ascending) over their weights."""
 
     info: ModelInfo
 
     def forward(self, rows: Sequence[Any]) -> Sequence[np.ndarray]: ...
+
+
+@dataclass(frozen=True)
+class Truncation:
+    """What a request asks of input longer than the model takes (TEI's `truncate`, `truncation_direction`):
+    cut it, from this side (None: the tokenizer's own), or refuse it."""
+
+    enabled: bool = True
+    side: Literal["right", "left"] | None = None
 
 
 class Preprocessor(Protocol):
@@ -112,12 +131,16 @@ class Preprocessor(Protocol):
 
     max_input_tokens: int
 
-    def prompt(self, name: str | None) -> str: ...
+    def prompt(self, name: str | None, instruction: str | None = None) -> str: ...
 
-    def encode_texts(self, texts: list[str], prompt: str = "") -> list[list[int]]: ...
+    def prompt_length(self, prompt: str) -> int: ...
 
-    def encode_ids(self, inputs: list[list[int]]) -> list[list[int]]: ...
+    def encode_texts(self, texts: list[str], prompt: str = "", truncation: Truncation = Truncation()
+                     ) -> list[list[int]]: ...
 
-    def encode_pairs(self, query: str, documents: list[str]) -> tuple[list[list[int]], list[list[int]] | None]:
+    def encode_ids(self, inputs: list[list[int]], truncation: Truncation = Truncation()) -> list[list[int]]: ...
+
+    def encode_pairs(self, query: str, documents: list[str], instruction: str | None = None,
+                     truncation: Truncation = Truncation()) -> tuple[list[list[int]], list[list[int]] | None]:
         """Token ids per (query, document) pair, and their segment ids if the model takes them."""
         ...

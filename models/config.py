@@ -28,7 +28,7 @@ ENV_PREFIX = "EMBENTO_"
 PoolingMethod = Literal["mean", "cls", "lasttoken", "max", "mean_sqrt_len_tokens", "weightedmean"]
 Backend = Literal["torch", "onnx", "ctranslate2"]
 Dtype = Literal["auto", "float32", "float16", "bfloat16", "int8", "int8_float16"]
-ModelKind = Literal["auto", "embed", "rerank", "classify", "clip", "clap", "colpali"]
+ModelKind = Literal["auto", "embed", "sparse", "rerank", "classify", "clip", "clap", "colpali"]
 # Which dtypes each backend can run ("int8": dynamic quantization on ONNX Runtime, int8 weights on CTranslate2).
 BACKEND_DTYPES: dict[str, tuple[str, ...]] = {
     "torch": ("auto", "float32", "float16", "bfloat16"),
@@ -56,6 +56,15 @@ class ModelConfig(BaseModel):
     normalize: bool | None = None
     prompts: dict[str, str] = Field(default_factory=dict)
     default_prompt_name: str | None = None
+    # How a request's `instruction` is written before a query, `{instruction}` standing for it; unset, it is
+    # read from the model's `Instruct: ...\nQuery:` prompt when it has one, else the instruction is prepended.
+    instruction_template: str | None = None
+    # A causal LM served as a reranker without sentence-transformers files: the Jinja chat template that
+    # renders its system (instruction), query and document messages, or a file holding it, and the tokens
+    # whose logits score the pair (`true_token` alone: its logit; with `false_token`: their difference).
+    chat_template: str | None = None
+    true_token: str | None = None
+    false_token: str | None = None
     trust_remote_code: bool = False
 
     @field_validator("device")
@@ -65,10 +74,18 @@ class ModelConfig(BaseModel):
             raise ValueError(f"device '{value}' must be auto, cpu, cuda, cuda:N or mps")
         return value
 
-    @field_validator("revision", "default_prompt_name", mode="before")
+    @field_validator("revision", "default_prompt_name", "instruction_template", "chat_template", "true_token",
+                     "false_token", mode="before")
     @classmethod
     def _empty_is_none(cls, value: Any) -> Any:
         return None if value == "" else value
+
+    @field_validator("instruction_template")
+    @classmethod
+    def _template_has_slot(cls, value: str | None) -> str | None:
+        if value is not None and "{instruction}" not in value:
+            raise ValueError(f"instruction_template '{value}' must contain '{{instruction}}'")
+        return value
 
     @model_validator(mode="after")
     def _dtype_fits_backend(self) -> ModelConfig:

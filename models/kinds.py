@@ -3,8 +3,11 @@
 ColPali and ColQwen2 (`model_type`) embed page images and queries as multi-vectors: `colpali`. CLAP is
 `clap` and the CLIP family (CLIP, SigLIP and kin) is `clip`: two towers, text and audio or images.
 A `*ForSequenceClassification` head (which includes sentence-transformers CrossEncoder folders) with one
-label scores (query, document) pairs: a reranker; with two or more labels it is a classifier. Anything
-else is served as a text embedder.
+label scores (query, document) pairs: a reranker; with two or more labels it is a classifier. A causal LM
+is a reranker when sentence-transformers' CrossEncoder files or its model card say so
+(`models.llm_reranker`). A sentence-transformers `SparseEncoder` folder (SPLADE) is `sparse`; a bare
+`*ForMaskedLM` is not, since a plain BERT checkpoint has that architecture too (`kind: sparse` serves one
+with SPLADE pooling). Anything else is served as a text embedder.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from typing import Any
 from models.backends import check_kind
 from models.base import Kind
 from models.config import ModelConfig
-from models.errors import ModelLoadError
+from models.llm_reranker import has_qwen3_reranker_card, is_causal_cross_encoder
 from models.resolve import read_json, resolve_model
 
 
@@ -43,12 +46,10 @@ def detect_kind(folder: Path) -> Kind:
         return "clip"
     if any(name.endswith("ForSequenceClassification") for name in architectures):
         return "rerank" if label_count(config) == 1 else "classify"
-    if read_json(folder / "config_sentence_transformers.json").get("model_type") == "CrossEncoder":
-        # A CrossEncoder over a causal LM scores with a chat template the gateway does not apply yet.
-        raise ModelLoadError(
-            f"{folder} is a CrossEncoder over {architectures or 'an unknown architecture'}; only "
-            "*ForSequenceClassification cross-encoders are supported"
-        )
+    if is_causal_cross_encoder(folder) or has_qwen3_reranker_card(folder):
+        return "rerank"
+    if read_json(folder / "config_sentence_transformers.json").get("model_type") == "SparseEncoder":
+        return "sparse"
     return "embed"
 
 

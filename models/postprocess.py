@@ -1,4 +1,4 @@
-"""What happens to vectors after the model: Matryoshka truncation and wire encodings."""
+"""What happens to vectors after the model: Matryoshka truncation, sparse top-k and wire encodings."""
 
 from __future__ import annotations
 
@@ -21,3 +21,12 @@ def truncate_dimensions(vectors: np.ndarray, dimensions: int | None, renormalize
 def to_base64(vector: np.ndarray) -> str:
     """Little-endian float32 bytes, base64-encoded: what OpenAI's `encoding_format=base64` returns."""
     return base64.b64encode(np.ascontiguousarray(vector, dtype="<f4").tobytes()).decode("ascii")
+
+
+def keep_largest(entries: np.ndarray, count: int | None) -> np.ndarray:
+    """A sparse output's (2, active) [indices; weights] cut to its `count` largest weights (by magnitude,
+    as sentence-transformers' `max_active_dims`), indices still ascending."""
+    if count is None or entries.shape[1] <= count:
+        return entries
+    kept = np.sort(np.argpartition(-np.abs(entries[1]), count - 1)[:count])
+    return entries[:, kept]

@@ -2,6 +2,9 @@
 
 A sentence-transformers folder runs as its `modules.json` declares (Transformer -> Pooling -> Dense ->
 Normalize); a plain transformers encoder gets Transformer -> Pooling (mean unless configured) -> Normalize.
+The closing Normalize is applied per row, so a request may ask for the raw pooled vector (`normalize:
+false`), and a pooling with `include_prompt: false` leaves out each row's own prompt tokens (rows of one
+batch carry different prompts, where sentence-transformers assumes one per batch).
 """
 
 from __future__ import annotations
@@ -29,6 +32,10 @@ class TextEncoder:
         self._model, device, dtype = _load_sentence_transformer(folder, cfg)
         self._tokenizer = self._model.tokenizer
         self._device = device
+        normalized = _ends_in_normalize(self._model)
+        if normalized:
+            del self._model[len(self._model) - 1]  # applied per row in `forward`
+        self._excludes_prompt = any(getattr(m, "include_prompt", True) is False for m in self._model)
         self.settings: TextSettings = read_text_settings(folder, cfg, self._tokenizer.model_max_length)
         self._model.max_seq_length = self.settings.max_seq_length
         self.info = ModelInfo(
@@ -39,7 +46,7 @@ class TextEncoder:
             backend=cfg.backend,
             dimension=int(self._model.get_embedding_dimension()),
             max_input_tokens=self.settings.max_seq_length,
-            normalized=_has_normalize(self._model),
+            normalized=normalized,
             device=device,
             dtype=dtype,
         )
@@ -47,10 +54,41 @@ class TextEncoder:
     def forward(self, rows: Sequence[TokenizedText]) -> np.ndarray:
         import torch
 
-        features = pad_rows(rows, self._tokenizer, self._device)
+        features = {**pad_rows(rows, self._tokenizer, self._device), "modality": "text"}
         with torch.inference_mode():
-            output = self._model({**features, "modality": "text"})["sentence_embedding"]
+            if self._excludes_prompt:
+                features = self._model[0](features)
+                features["attention_mask"] = _without_prompts(features["attention_mask"], rows,
+                                                              self._tokenizer.padding_side == "left")
+                for module in self._model[1:]:
+                    features = module(features)
+            else:
+                features = self._model(features)
+            output = _normalize_rows(features["sentence_embedding"], rows, self.info.normalized)
         return output.float().cpu().numpy()
+
+
+def _without_prompts(attention_mask: Any, rows: Sequence[TokenizedText], left_padded: bool) -> Any:
+    """The mask with each row's prompt tokens cleared, for pooling only (attention has run by now)."""
+    mask = attention_mask.clone()
+    width = mask.shape[1]
+    for index, row in enumerate(rows):
+        start = width - row.length if left_padded else 0
+        mask[index, start:start + row.prompt_length] = 0
+    return mask
+
+
+def _normalize_rows(embeddings: Any, rows: Sequence[TokenizedText], by_default: bool) -> Any:
+    """Unit length for the rows that ask for it (None: the model's own behaviour), as Normalize computes it."""
+    import torch
+
+    wanted = [by_default if row.normalize is None else row.normalize for row in rows]
+    if not any(wanted):
+        return embeddings
+    normalized = torch.nn.functional.normalize(embeddings, p=2, dim=1)
+    if all(wanted):
+        return normalized
+    return torch.where(torch.tensor(wanted, device=embeddings.device)[:, None], normalized, embeddings)
 
 
 def _load_sentence_transformer(folder: Path, cfg: ModelConfig) -> tuple[Any, str, str]:  # SentenceTransformer
@@ -87,3 +125,9 @@ def _has_normalize(model: object) -> bool:
     from sentence_transformers.sentence_transformer.modules import Normalize
 
     return any(isinstance(m, Normalize) for m in model)  # type: ignore[attr-defined]
+
+
+def _ends_in_normalize(model: Any) -> bool:
+    from sentence_transformers.sentence_transformer.modules import Normalize
+
+    return isinstance(model[len(model) - 1], Normalize)

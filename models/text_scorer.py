@@ -1,8 +1,9 @@
 """Token ids -> logits, through the checkpoint's sentence-transformers CrossEncoder.
 
-One class serves rerankers (a one-label head over a (query, document) pair) and classifiers (a head with
-one logit per label over a single text). The runner returns logits; activations are applied per request
-(`models.scores.activate`), so `raw_scores` costs nothing.
+One class serves rerankers (a one-label head over a (query, document) pair, or a causal LM whose logits at
+the last position score it, as `LogitScore` defines) and classifiers (a head with one logit per label over a
+single text). The runner returns logits; activations are applied per request (`models.scores.activate`),
+so `raw_scores` costs nothing.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ import numpy as np
 
 from models.base import Activation, Kind, ModelInfo, TokenizedText
 from models.config import ModelConfig
-from models.errors import ModelLoadError
+from models.errors import ConfigError, ModelLoadError
+from models.llm_reranker import causal_rerank_format, token_id
 from models.padding import pad_rows
 from models.text_settings import read_text_settings
 
@@ -28,7 +30,13 @@ class TextScorer:
     """The `TokenModel` of rerankers and text classifiers on the torch backend."""
 
     def __init__(self, folder: Path, cfg: ModelConfig, kind: Kind) -> None:
-        self._model, device, dtype = _load_cross_encoder(folder, cfg)
+        causal = causal_rerank_format(folder, cfg) if kind == "rerank" else None
+        if causal is not None:
+            self._model, device, dtype = _load_causal_reranker(folder, cfg, causal.true_token, causal.false_token)
+        else:
+            self._model, device, dtype = _load_cross_encoder(folder, cfg)
+        # A causal LM computes logits for its last position only (sentence-transformers' `logits_to_keep`).
+        self._extra_inputs = {"logits_to_keep": 1} if causal is not None else {}
         self._tokenizer = self._model.tokenizer
         self._device = device
         config = self._model.config
@@ -58,7 +66,7 @@ class TextScorer:
 
         features = pad_rows(rows, self._tokenizer, self._device)
         with torch.inference_mode():
-            logits = self._model({**features, "modality": "text"})["scores"]
+            logits = self._model({**features, **self._extra_inputs, "modality": "text"})["scores"]
         return logits.float().cpu().numpy().reshape(len(rows), -1)
 
 
@@ -73,6 +81,28 @@ def _load_cross_encoder(folder: Path, cfg: ModelConfig) -> tuple[Any, str, str]:
         raise ModelLoadError(f"'{cfg.model_id}' has no trained classification head; it cannot rerank or classify")
     if len(model) != 1 or getattr(model[0], "transformer_task", None) != "sequence-classification":
         raise ModelLoadError(f"'{cfg.model_id}' is not a sequence-classification model; it cannot rerank or classify")
+    return model, device, dtype
+
+
+def _load_causal_reranker(folder: Path, cfg: ModelConfig, true_token: str | None, false_token: str | None
+                          ) -> tuple[Any, str, str]:  # CrossEncoder
+    """A CrossEncoder over a causal LM: the folder's modules, or sentence-transformers' default for a bare
+    causal LM (a `LogitScore` over "yes" and "no"); configured tokens replace its `LogitScore`."""
+    from sentence_transformers import CrossEncoder
+    from sentence_transformers.cross_encoder.modules import LogitScore
+
+    from models.device import load_on_device
+
+    if cfg.backend != "torch":
+        raise ConfigError(f"model '{cfg.served_model_name}' is a causal-LM reranker; it runs on the torch backend only")
+    model, device, dtype = load_on_device(CrossEncoder, folder, cfg, "text-generation")
+    at = next((i for i, module in enumerate(model) if isinstance(module, LogitScore)), None)
+    if getattr(model[0], "transformer_task", None) != "text-generation" or at is None:
+        raise ModelLoadError(f"'{cfg.model_id}' is a causal-LM CrossEncoder without a text-generation Transformer "
+                             "and a LogitScore module")
+    if true_token is not None:
+        false_id = None if false_token is None else token_id(model.tokenizer, false_token, "false_token", cfg.model_id)
+        model[at] = LogitScore(token_id(model.tokenizer, true_token, "true_token", cfg.model_id), false_id)
     return model, device, dtype
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -11,6 +12,9 @@ from models.resolve import read_json
 
 # Tokenizers without a real limit report this sentinel (transformers' VERY_LARGE_INTEGER is larger).
 _NO_LIMIT = 1_000_000
+# The instruction-query prompt of today's decoder embedders (Qwen3-Embedding, gte-Qwen2, e5-mistral):
+# `Instruct: <task>\nQuery:`, with or without a space after the colon.
+_INSTRUCT_PROMPT = re.compile(r"Instruct: .*\nQuery:( ?)", re.DOTALL)
 
 
 @dataclass(frozen=True)
@@ -19,6 +23,13 @@ class TextSettings:
     do_lower_case: bool = False
     prompts: dict[str, str] = field(default_factory=dict)
     default_prompt_name: str | None = None
+    instruction_template: str | None = None  # `{instruction}` marks where a request's instruction goes
+
+    def instruction_prompt(self, instruction: str) -> str:
+        """The prefix for a request's own instruction: the model's template filled in, else the instruction."""
+        if self.instruction_template is None:
+            return instruction
+        return self.instruction_template.replace("{instruction}", instruction)
 
     def prompt(self, name: str | None) -> str:
         """The prefix for a named prompt; None means the default prompt (or none)."""
@@ -55,9 +66,19 @@ def read_text_settings(folder: Path, cfg: ModelConfig, tokenizer_max_length: int
     default_prompt = cfg.default_prompt_name or st_meta.get("default_prompt_name") or None
     if default_prompt not in prompts:
         default_prompt = None
+    prompts = {k: v for k, v in prompts.items() if v is not None}
     return TextSettings(
         max_seq_length=int(max_length),
         do_lower_case=bool(st_config.get("do_lower_case", False)),
-        prompts={k: v for k, v in prompts.items() if v is not None},
+        prompts=prompts,
         default_prompt_name=default_prompt,
+        instruction_template=cfg.instruction_template or _declared_instruction_template(prompts),
     )
+
+
+def _declared_instruction_template(prompts: dict[str, str]) -> str | None:
+    """`Instruct: {instruction}\nQuery:` when one of the model's prompts has that form."""
+    for prompt in prompts.values():
+        if match := _INSTRUCT_PROMPT.fullmatch(prompt):
+            return "Instruct: {instruction}\nQuery:" + match.group(1)
+    return None

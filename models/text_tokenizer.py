@@ -9,8 +9,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from models.base import Kind, Truncation
+from models.chat_pairs import ChatPairs
 from models.config import ModelConfig
 from models.errors import InvalidRequest, ModelLoadError
+from models.llm_reranker import causal_rerank_format
 from models.per_thread import PerThread
 from models.text_settings import TextSettings, read_text_settings
 
@@ -18,7 +21,7 @@ from models.text_settings import TextSettings, read_text_settings
 class TextTokenizer:
     """The `Preprocessor` of text models. Safe to call from several threads at once."""
 
-    def __init__(self, folder: Path, cfg: ModelConfig) -> None:
+    def __init__(self, folder: Path, cfg: ModelConfig, kind: Kind = "embed") -> None:
         from transformers import AutoTokenizer
 
         try:
@@ -39,6 +42,10 @@ class TextTokenizer:
         self._prefix, self._suffix = self._special_token_frame()
         self._pair_frame = self._template.num_special_tokens_to_add(pair=True)
         self._uses_segments = "token_type_ids" in self._template.model_input_names
+        self._prompt_lengths: dict[str, int] = {}
+        causal = causal_rerank_format(folder, cfg) if kind == "rerank" else None
+        self._chat = None if causal is None else ChatPairs(self._template, causal.chat_template,
+                                                           self.max_input_tokens, cfg.model_id)
 
     @property
     def _tokenizer(self) -> Any:
@@ -51,7 +58,12 @@ class TextTokenizer:
         at = framed.index(marker)
         return framed[:at], framed[at + 1 :]
 
-    def prompt(self, name: str | None) -> str:
+    def prompt(self, name: str | None, instruction: str | None = None) -> str:
+        """The prefix of a named prompt (None: the default one), or of a request's own instruction."""
+        if instruction is not None:
+            if name is not None:
+                raise InvalidRequest("give prompt_name or instruction, not both", param="instruction")
+            return self.settings.instruction_prompt(instruction)
         try:
             return self.settings.prompt(name)
         except KeyError:
@@ -60,7 +72,17 @@ class TextTokenizer:
                 f"unknown prompt_name '{name}'; this model has: {known}", param="prompt_name"
             ) from None
 
-    def encode_texts(self, texts: list[str], prompt: str = "") -> list[list[int]]:
+    def prompt_length(self, prompt: str) -> int:
+        """The leading tokens a prompt makes, its special tokens included and a closing one (EOS, SEP) not:
+        what sentence-transformers leaves out of a pooling with `include_prompt: false`."""
+        if prompt not in self._prompt_lengths:
+            ids = self.encode_texts([prompt])[0]
+            closing = 1 if ids and ids[-1] in self._tokenizer.all_special_ids else 0
+            self._prompt_lengths[prompt] = len(ids) - closing
+        return self._prompt_lengths[prompt]
+
+    def encode_texts(self, texts: list[str], prompt: str = "", truncation: Truncation = Truncation()
+                     ) -> list[list[int]]:
         if prompt:
             texts = [prompt + text for text in texts]
         if self.settings.do_lower_case:
@@ -68,13 +90,35 @@ class TextTokenizer:
         # The Rust tokenizer directly, set as transformers would set it: its Python wrapper took 37 us per
         # one-sentence request here against 23 us, on the gateway's event loop.
         backend = self._tokenizer.backend_tokenizer
-        backend.enable_truncation(self.max_input_tokens, direction=self._template.truncation_side)
-        return [encoding.ids for encoding in backend.encode_batch(texts)]
+        if truncation.enabled:
+            side = truncation.side or self._template.truncation_side
+            backend.enable_truncation(self.max_input_tokens, direction=side)
+        else:
+            backend.no_truncation()
+        encoded = [encoding.ids for encoding in backend.encode_batch(texts)]
+        if not truncation.enabled:
+            self._refuse_long(encoded)
+        return encoded
 
-    def encode_pairs(self, query: str, documents: list[str]) -> tuple[list[list[int]], list[list[int]] | None]:
+    def _refuse_long(self, encoded: list[list[int]]) -> None:
+        longest = max(range(len(encoded)), key=lambda i: len(encoded[i]))
+        if len(encoded[longest]) > self.max_input_tokens:
+            raise InvalidRequest(
+                f"input[{longest}] is {len(encoded[longest])} tokens; this model takes at most "
+                f"{self.max_input_tokens} (truncate is false)", param="input")
+
+    def encode_pairs(self, query: str, documents: list[str], instruction: str | None = None,
+                     truncation: Truncation = Truncation()) -> tuple[list[list[int]], list[list[int]] | None]:
         """(query, document) pairs for a cross-encoder: the query is kept whole, documents are cut to fit."""
         if self.settings.do_lower_case:
             query, documents = query.lower(), [document.lower() for document in documents]
+        if self._chat is not None:
+            if instruction is not None and not self._chat.takes_instruction:
+                raise InvalidRequest("this model's chat template has no place for an instruction", param="instruction")
+            return self._chat.encode(self._tokenizer, query, documents, instruction, truncation), None
+        if instruction is not None:
+            raise InvalidRequest("this reranker takes no instruction (only causal-LM rerankers with a chat template "
+                                 "do)", param="instruction")
         query_tokens = self.count_tokens(query)
         room = self.max_input_tokens - self._pair_frame - query_tokens
         if room < 1:
@@ -83,14 +127,22 @@ class TextTokenizer:
                 f"{self.max_input_tokens}-token limit, so it can be at most {query_tokens + room - 1} tokens",
                 param="query",
             )
-        encoded = self._tokenizer(
+        tokenizer = self._tokenizer
+        tokenizer.truncation_side = truncation.side or self._template.truncation_side  # this thread's copy
+        encoded = tokenizer(
             [query] * len(documents),
             documents,
-            truncation="only_second",
+            truncation="only_second" if truncation.enabled else False,
             max_length=self.max_input_tokens,
             return_attention_mask=False,
             return_token_type_ids=self._uses_segments,
         )
+        if not truncation.enabled:
+            longest = max(range(len(documents)), key=lambda i: len(encoded["input_ids"][i]))
+            if (length := len(encoded["input_ids"][longest])) > self.max_input_tokens:
+                raise InvalidRequest(f"documents[{longest}] makes a pair of {length} tokens with the query; this "
+                                     f"model takes at most {self.max_input_tokens} (truncate is false)",
+                                     param="documents")
         return encoded["input_ids"], encoded["token_type_ids"] if self._uses_segments else None
 
     def count_tokens(self, text: str) -> int:
@@ -100,7 +152,7 @@ class TextTokenizer:
         backend.no_truncation()  # this thread's copy; the next call sets its own truncation again
         return len(backend.encode(text, add_special_tokens=False).ids)
 
-    def encode_ids(self, inputs: list[list[int]]) -> list[list[int]]:
+    def encode_ids(self, inputs: list[list[int]], truncation: Truncation = Truncation()) -> list[list[int]]:
         """Token-id input, with or without the special tokens; framed and truncated like text."""
         body_limit = self.max_input_tokens - len(self._prefix) - len(self._suffix)
         encoded = []
@@ -112,7 +164,12 @@ class TextTokenizer:
                     param="input",
                 )
             body = self._strip_frame(ids)
-            encoded.append(self._prefix + body[:body_limit] + self._suffix)
+            if truncation.enabled and len(body) > body_limit:
+                left = (truncation.side or self._template.truncation_side) == "left"
+                body = body[len(body) - body_limit:] if left else body[:body_limit]
+            encoded.append(self._prefix + body + self._suffix)
+        if not truncation.enabled:
+            self._refuse_long(encoded)
         return encoded
 
     def _strip_frame(self, ids: list[int]) -> list[int]:

@@ -39,7 +39,7 @@ STARTUP_FAILED_STATUS = 1
 
 # Which model service runs each kind (rerankers and classifiers share one); service.py composes them.
 MODEL_SERVICE_OF: dict[Kind, str] = {
-    "embed": "TextEmbedder", "rerank": "Reranker", "classify": "Reranker",
+    "embed": "TextEmbedder", "sparse": "TextEmbedder", "rerank": "Reranker", "classify": "Reranker",
     "clip": "ClipEmbedder", "clap": "ClapEmbedder", "colpali": "ColPaliEmbedder",
 }
 

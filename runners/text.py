@@ -1,11 +1,16 @@
-"""TextEmbedder: one BentoML model service for every configured text-embedding model."""
+"""TextEmbedder: one BentoML model service for every configured text-embedding model, dense or sparse."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import bentoml
 import numpy as np
 
-from models.base import TokenizedText
+from models.base import TokenizedText, TokenModel
+from models.config import ModelConfig
+from models.kinds import model_kind
+from models.sparse_encoder import SparseTextEncoder
 from models.text_encoder import TextEncoder
 from runners.framework import make_work_conserving
 from runners.pool import PooledService, pool_for
@@ -20,11 +25,15 @@ from runners.store import pin_store_models
 make_work_conserving()
 
 
+def _load_text_model(folder: Path, cfg: ModelConfig) -> TokenModel:
+    return SparseTextEncoder(folder, cfg) if model_kind(cfg) == "sparse" else TextEncoder(folder, cfg)
+
+
 @bentoml.service(name="TextEmbedder", **MODEL_SERVICE_CONFIG)
-@pin_store_models(models_of_kind("embed"))
+@pin_store_models(models_of_kind("embed", "sparse"))
 class TextEmbedder(PooledService):
     def __init__(self) -> None:
-        self.pool = pool_for(TextEncoder, "embed")
+        self.pool = pool_for(_load_text_model, "embed", "sparse")
 
     @bentoml.api(batchable=True, max_batch_size=dispatch_max_rows(), max_latency_ms=DISPATCH_MAX_LATENCY_MS)
     async def embed(self, rows: list[TokenizedText]) -> list[np.ndarray]:

@@ -173,3 +173,163 @@ def build_colqwen2(folder: Path) -> Path:
     ColQwen2ForRetrieval(ColQwen2Config(vlm_config=vlm, embedding_dim=16)).save_pretrained(folder)
     ColQwen2Processor(image_processor=images, tokenizer=tokenizer).save_pretrained(folder)
     return folder
+
+
+# Qwen3-Reranker's prompt, as its model card formats it: what a causal-LM reranker's chat template renders.
+QWEN3_RERANKER_CHAT_TEMPLATE = (
+    '{%- set instruction = messages | selectattr("role", "eq", "system") | map(attribute="content") | first '
+    '| default("Given a web search query, retrieve relevant passages that answer the query") -%}'
+    '{%- set query = messages | selectattr("role", "eq", "query") | map(attribute="content") | first -%}'
+    '{%- set document = messages | selectattr("role", "eq", "document") | map(attribute="content") | first -%}'
+    '<|im_start|>system\nJudge whether the Document meets the requirements based on the Query and the Instruct '
+    'provided. Note that the answer can only be "yes" or "no".<|im_end|>\n<|im_start|>user\n'
+    '<Instruct>: {{ instruction }}\n<Query>: {{ query }}\n<Document>: {{ document }}<|im_end|>\n'
+    # an expression, not text: Jinja drops a template's final newline, and the prompt ends in two
+    '{{ "<|im_start|>assistant\\n<think>\\n\\n</think>\\n\\n" }}'
+)
+# Qwen3's own chat template, reduced to its plain turns: what a Qwen3 base or Qwen3-Reranker folder ships.
+QWEN3_CHAT_TEMPLATE = (
+    "{%- for message in messages %}{%- if message.role in ('system', 'user', 'assistant') %}"
+    "{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>\\n' }}{%- endif %}{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+)
+QWEN3_SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>", "</think>"]
+
+
+def qwen_tokenizer(append_eos: bool, chat_template: str = QWEN3_CHAT_TEMPLATE):  # -> Qwen2TokenizerFast
+    """A byte-level BPE trained here on a small corpus (Qwen's kind: no unknown tokens, `Ġ`-prefixed words),
+    padding on the left as Qwen3's tokenizers do. `append_eos`: the post-processor ends every text with
+    `<|endoftext|>`, as Qwen3-Embedding's `tokenizer.json` does, so last-token pooling reads the EOS."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from transformers import Qwen2TokenizerFast
+
+    bpe = Tokenizer(models.BPE())
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.decoder = decoders.ByteLevel()
+    corpus = [" ".join(WORDS), "yes no Instruct Query Document Judge whether meets the requirements based on "
+              "provided Note that answer can only be Given web search query retrieve relevant passages system "
+              "user assistant"] * 3
+    bpe.train_from_iterator(corpus, trainers.BpeTrainer(
+        vocab_size=600, special_tokens=QWEN3_SPECIALS, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    if append_eos:
+        eos = bpe.token_to_id("<|endoftext|>")
+        bpe.post_processor = processors.TemplateProcessing(
+            single="$A <|endoftext|>", pair="$A <|endoftext|> $B <|endoftext|>",
+            special_tokens=[("<|endoftext|>", eos)])
+    else:
+        bpe.post_processor = processors.ByteLevel(trim_offsets=False)
+    return Qwen2TokenizerFast(tokenizer_object=bpe, eos_token="<|im_end|>", pad_token="<|endoftext|>",
+                              unk_token=None, bos_token=None, padding_side="left", model_max_length=131072,
+                              additional_special_tokens=QWEN3_SPECIALS[1:], chat_template=chat_template)
+
+
+def _qwen3_config(vocab_size: int, **extra):  # -> Qwen3Config
+    from transformers import Qwen3Config
+
+    return Qwen3Config(vocab_size=vocab_size, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                       num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=512,
+                       tie_word_embeddings=True, **extra)
+
+
+def build_qwen3_embedder(folder: Path) -> Path:
+    """As Qwen3-Embedding is published: a Qwen3 decoder (its config naming Qwen3ForCausalLM, its weights
+    those of the bare decoder, no LM head) in a sentence-transformers folder with
+    last-token pooling and normalization, an EOS appended by its tokenizer, left padding, and its `query`
+    prompt in the `Instruct: ...\\nQuery:` form."""
+    import torch
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.sentence_transformer.modules import Normalize, Pooling, Transformer
+    from transformers import Qwen3Model
+
+    plain = folder / "decoder"
+    tokenizer = qwen_tokenizer(append_eos=True)
+    torch.manual_seed(21)
+    Qwen3Model(_qwen3_config(len(tokenizer), initializer_range=0.2)).save_pretrained(plain)
+    tokenizer.save_pretrained(plain)
+    transformer = Transformer(str(plain), max_seq_length=48)
+    prompts = {"query": "Instruct: Given a web search query, retrieve relevant passages that answer the query\n"
+               "Query:", "document": ""}
+    model = SentenceTransformer(modules=[transformer, Pooling(32, pooling_mode="lasttoken"), Normalize()],
+                                prompts=prompts, device="cpu")
+    saved = folder / "qwen3-embedder"
+    model.save_pretrained(str(saved))
+    shutil.rmtree(plain)
+    # As published: saved before sentence-transformers read chat messages, so text is tokenized as text
+    # (a folder saved now would declare a `message` input, since the tokenizer has a chat template).
+    (saved / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 48, "do_lower_case": False}))
+    config = json.loads((saved / "config.json").read_text())
+    (saved / "config.json").write_text(json.dumps({**config, "architectures": ["Qwen3ForCausalLM"]}, indent=2))
+    return saved
+
+
+def _save_qwen3_causal_lm(folder: Path, chat_template: str) -> None:
+    import torch
+    from transformers import Qwen3ForCausalLM
+
+    tokenizer = qwen_tokenizer(append_eos=False, chat_template=chat_template)
+    torch.manual_seed(22)
+    Qwen3ForCausalLM(_qwen3_config(len(tokenizer), initializer_range=0.2)).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+
+
+def build_qwen3_reranker(folder: Path, max_length: int = 160) -> Path:
+    """A causal-LM reranker as sentence-transformers saves one: its `CrossEncoder` over a Qwen3ForCausalLM
+    (Transformer with `text-generation`, then `LogitScore` over the "yes"/"no" tokens), the pair rendered by
+    the checkpoint's chat template in Qwen3-Reranker's format."""
+    from sentence_transformers import CrossEncoder
+
+    plain = folder / "causal-lm"
+    _save_qwen3_causal_lm(plain, QWEN3_RERANKER_CHAT_TEMPLATE)
+    saved = folder / "qwen3-reranker"
+    CrossEncoder(str(plain), max_length=max_length, local_files_only=True, device="cpu").save_pretrained(str(saved))
+    shutil.rmtree(plain)
+    return saved
+
+
+# Qwen3-Reranker's model card: the prompt around "<Instruct>: ...\n<Query>: ...\n<Document>: ...", and the score
+# P(yes) over "yes" and "no" at the last position.
+QWEN3_RERANKER_PREFIX = ("<|im_start|>system\nJudge whether the Document meets the requirements based on the Query and "
+                         'the Instruct provided. Note that the answer can only be "yes" or "no".<|im_end|>\n'
+                         "<|im_start|>user\n")
+QWEN3_RERANKER_SUFFIX = "<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"
+QWEN3_RERANKER_CARD = (
+    "# Qwen3-Reranker (tiny, random weights)\n\n```python\n"
+    f"prefix = {json.dumps(QWEN3_RERANKER_PREFIX)}\nsuffix = {json.dumps(QWEN3_RERANKER_SUFFIX)}\n"
+    'token_false_id = tokenizer.convert_tokens_to_ids("no")\ntoken_true_id = tokenizer.convert_tokens_to_ids("yes")\n'
+    "```\n"
+)
+
+
+def build_plain_qwen3_reranker(folder: Path) -> Path:
+    """As Qwen3-Reranker is published: a bare Qwen3ForCausalLM with Qwen3's own chat template, whose model
+    card gives the prompt and the yes/no scoring formula (no sentence-transformers files)."""
+    _save_qwen3_causal_lm(folder, QWEN3_CHAT_TEMPLATE)
+    (folder / "README.md").write_text(QWEN3_RERANKER_CARD)
+    return folder
+
+
+def build_splade(folder: Path, minilm: Path) -> Path:
+    """A SPLADE model as sentence-transformers saves one: a BertForMaskedLM under `SpladePooling` (max), with
+    MiniLM's tokenizer. The MLM bias is set low, as training leaves it, so few vocabulary entries are active."""
+    import torch
+    from sentence_transformers import SparseEncoder
+    from sentence_transformers.sentence_transformer.modules import Transformer
+    from sentence_transformers.sparse_encoder.modules import SpladePooling
+    from transformers import BertConfig, BertForMaskedLM
+
+    plain = folder / "mlm"
+    torch.manual_seed(23)
+    config = BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                        intermediate_size=64, max_position_embeddings=512)
+    mlm = BertForMaskedLM(config)
+    with torch.no_grad():
+        mlm.cls.predictions.bias.fill_(-0.4)
+    mlm.save_pretrained(plain)
+    copy_bert_tokenizer(minilm, plain)
+    transformer = Transformer(str(plain), transformer_task="fill-mask", max_seq_length=128)
+    model = SparseEncoder(modules=[transformer, SpladePooling("max")],
+                          device="cpu")
+    saved = folder / "splade"
+    model.save_pretrained(str(saved))
+    shutil.rmtree(plain)
+    return saved

@@ -33,6 +33,11 @@ MINILM_CLASSIFIER = "minilm-classifier"
 TINY_CLIP = "tiny-clip"
 TINY_CLAP = "tiny-clap"
 TINY_COLPALI = "tiny-colpali"
+QWEN3_EMBEDDER = "tiny-qwen3-embedder"
+QWEN3_RERANKER = "tiny-qwen3-reranker"
+QWEN3_RERANKER_PLAIN = "tiny-qwen3-reranker-plain"
+PLAIN_RERANKER_MAX_TOKENS = 160  # configured: a bare causal LM's files give only its position limit
+TINY_SPLADE = "tiny-splade"
 MAX_AUDIO_SECONDS = 5.0  # the test server's cap, small so the over-long test clip stays small
 CLASSIFIER_LABELS = ["negative", "neutral", "positive"]
 SERVER_START_TIMEOUT_S = 300
@@ -174,6 +179,34 @@ def tiny_colqwen2_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_colqwen2(tmp_path_factory.mktemp("tiny-colqwen2"))
 
 
+@pytest.fixture(scope="session")
+def qwen3_embedder_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from tests.checkpoints import build_qwen3_embedder
+
+    return build_qwen3_embedder(tmp_path_factory.mktemp("qwen3-embedder"))
+
+
+@pytest.fixture(scope="session")
+def qwen3_reranker_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from tests.checkpoints import build_qwen3_reranker
+
+    return build_qwen3_reranker(tmp_path_factory.mktemp("qwen3-reranker"))
+
+
+@pytest.fixture(scope="session")
+def plain_qwen3_reranker_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from tests.checkpoints import build_plain_qwen3_reranker
+
+    return build_plain_qwen3_reranker(tmp_path_factory.mktemp("qwen3-reranker-plain"))
+
+
+@pytest.fixture(scope="session")
+def splade_path(tmp_path_factory: pytest.TempPathFactory, minilm_path: Path) -> Path:
+    from tests.checkpoints import build_splade
+
+    return build_splade(tmp_path_factory.mktemp("splade"), minilm_path)
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -184,12 +217,14 @@ def free_port() -> int:
 def server_process(
     tmp_path_factory: pytest.TempPathFactory, tiny_bert_path: Path, tiny_reranker_path: Path,
     tiny_classifier_path: Path, tiny_clip_path: Path, tiny_clap_path: Path, tiny_colpali_path: Path,
-    minilm_reranker_path: Path, minilm_classifier_path: Path,
+    minilm_reranker_path: Path, minilm_classifier_path: Path, qwen3_embedder_path: Path, qwen3_reranker_path: Path,
+    plain_qwen3_reranker_path: Path, splade_path: Path,
 ) -> Iterator[tuple[str, int]]:
     """One production-mode `bentoml serve` on loopback, (url, pid), serving MiniLM, one tiny BERT under four
     names (torch mean and CLS pooling, ONNX Runtime, CTranslate2), a tiny reranker (on ONNX Runtime), a tiny
-    classifier, tiny CLIP, CLAP and ColPali models, and a reranker and a classifier saved as ones fine-tuned
-    from MiniLM are. URL inputs stay off."""
+    classifier, tiny CLIP, CLAP and ColPali models, a reranker and a classifier saved as ones fine-tuned
+    from MiniLM are, and today's families in tiny: a Qwen3 embedder, a Qwen3 reranker in sentence-transformers'
+    layout and one in Qwen3-Reranker's plain one, and a SPLADE model. URL inputs stay off."""
     folder = tmp_path_factory.mktemp("server")
     config: dict = {"models": [
         {"model_id": MINILM},
@@ -204,6 +239,11 @@ def server_process(
         {"model_id": str(tiny_colpali_path), "served_model_name": TINY_COLPALI},
         {"model_id": str(minilm_reranker_path), "served_model_name": MINILM_RERANKER},
         {"model_id": str(minilm_classifier_path), "served_model_name": MINILM_CLASSIFIER},
+        {"model_id": str(qwen3_embedder_path), "served_model_name": QWEN3_EMBEDDER},
+        {"model_id": str(qwen3_reranker_path), "served_model_name": QWEN3_RERANKER},
+        {"model_id": str(plain_qwen3_reranker_path), "served_model_name": QWEN3_RERANKER_PLAIN,
+         "max_seq_length": PLAIN_RERANKER_MAX_TOKENS},
+        {"model_id": str(splade_path), "served_model_name": TINY_SPLADE},
     ], "max_audio_seconds": MAX_AUDIO_SECONDS, "cache_dir": str(folder / "cache")}
     with running_server(folder, config) as running:
         yield running

@@ -49,15 +49,15 @@ def test_kind_is_read_from_the_checkpoint(minilm_path, tiny_bert_path, tiny_rera
     assert detect_kind(tmp_path / "st-folder") == "rerank"
 
 
-def test_configured_kind_wins_and_causal_cross_encoders_are_refused(tiny_classifier_path, tmp_path):
+def test_configured_kind_wins_and_causal_cross_encoders_rerank(tiny_classifier_path, tmp_path):
     assert model_kind(ModelConfig(model_id=str(tiny_classifier_path), kind="embed")) == "embed"
     assert model_kind(ModelConfig(model_id=str(tiny_classifier_path))) == "classify"
     causal = tmp_path / "causal"
     causal.mkdir()
     (causal / "config.json").write_text(json.dumps({"architectures": ["Qwen3ForCausalLM"]}))
+    assert detect_kind(causal) == "embed"  # a bare causal LM: an embedder unless its files say otherwise
     (causal / "config_sentence_transformers.json").write_text(json.dumps({"model_type": "CrossEncoder"}))
-    with pytest.raises(ModelLoadError, match="ForSequenceClassification"):
-        detect_kind(causal)
+    assert detect_kind(causal) == "rerank"
 
 
 def test_rerank_scores_match_cross_encoder_predict(tiny_reranker_path, reranker):
