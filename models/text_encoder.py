@@ -60,7 +60,7 @@ class TextEncoder:
                 features = self._model[0](features)
                 features["attention_mask"] = _without_prompts(features["attention_mask"], rows,
                                                               self._tokenizer.padding_side == "left")
-                for module in self._model[1:]:
+                for module in list(self._model)[1:]:
                     features = module(features)
             else:
                 features = self._model(features)
