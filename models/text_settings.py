@@ -45,6 +45,12 @@ def is_sentence_transformers_folder(folder: Path) -> bool:
     return (folder / "modules.json").is_file()
 
 
+def declares_chat_input(folder: Path) -> bool:
+    """Whether the folder's Transformer module takes chat messages: sentence-transformers 5 saves that for a
+    tokenizer with a chat template, and then renders every text as a user message."""
+    return "message" in (read_json(folder / "sentence_bert_config.json").get("modality_config") or {})
+
+
 def read_text_settings(folder: Path, cfg: ModelConfig, tokenizer_max_length: int | None) -> TextSettings:
     """Merge the folder's declarations with the configuration (configuration wins)."""
     st_config = read_json(folder / "sentence_bert_config.json")

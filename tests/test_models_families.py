@@ -82,6 +82,19 @@ def test_an_instruction_is_written_with_the_models_template(qwen3_embedder_path,
         tokenizer.prompt("query", INSTRUCTION)
 
 
+def test_an_embedder_saved_for_chat_messages_is_refused(tmp_path, qwen3_embedder_path):
+    """Saved by sentence-transformers 5 with a chat-template tokenizer, it renders texts as chat messages,
+    which Embento does not: refused with the way out rather than served with other numbers."""
+    folder = tmp_path / "chat"
+    shutil.copytree(qwen3_embedder_path, folder)
+    declared = {"transformer_task": "feature-extraction", "modality_config": {
+        "text": {"method": "forward", "method_output_name": "last_hidden_state"},
+        "message": {"method": "forward", "method_output_name": "last_hidden_state", "format": "flat"}}}
+    (folder / "sentence_bert_config.json").write_text(json.dumps(declared))
+    with pytest.raises(ModelLoadError, match="declares chat-message input"):
+        TextTokenizer(folder, ModelConfig(model_id=str(folder)))
+
+
 def test_an_instruction_is_prepended_when_the_model_has_no_template(minilm_path):
     tokenizer = TextTokenizer(minilm_path, ModelConfig(model_id=str(minilm_path)))
     assert tokenizer.prompt(None, "Represent this: ") == "Represent this: "

@@ -24,6 +24,7 @@ from tests.conftest import (
     TINY_MEAN,
     TINY_MEAN_CT2,
     TINY_MEAN_ONNX,
+    TINY_SPLADE,
     running_server,
 )
 from tests.media import audio_bytes, data_uri, image_bytes
@@ -42,6 +43,7 @@ AUDIO_INPUTS = [{"audio": data_uri(audio_bytes(rate=48000, seed=seed), "audio/wa
 # kind -> (its checkpoint fixture, the main server's float32 model of it and that model's backend)
 KINDS = {
     "embed": ("tiny_bert_path", {"torch": TINY_MEAN, "onnx": TINY_MEAN_ONNX, "ctranslate2": TINY_MEAN_CT2}),
+    "sparse": ("splade_path", {"torch": TINY_SPLADE}),
     "rerank": ("minilm_reranker_path", {"torch": MINILM_RERANKER}),
     "classify": ("minilm_classifier_path", {"torch": MINILM_CLASSIFIER}),
     "clip": ("tiny_clip_path", {"torch": TINY_CLIP}),
@@ -93,10 +95,20 @@ def outputs(http: httpx.Client, kind: str, model: str) -> list[np.ndarray]:
         assert body.status_code == 200, body.text
         return [np.array([item["score"] for item in sorted(row, key=lambda i: i["label"])])
                 for row in body.json()["data"]]
+    if kind == "sparse":  # the active entries, as dense vectors: an entry near zero may be active in one only
+        body = http.post("/v1/embeddings", json={"model": model, "input": TEXTS})
+        assert body.status_code == 200, body.text
+        return [_dense(item["embedding"]) for item in body.json()["data"]]
     inputs = {"clip": IMAGE_INPUTS, "colpali": IMAGE_INPUTS, "clap": AUDIO_INPUTS}.get(kind, [])
     body = http.post("/v1/embeddings", json={"model": model, "input": [{"text": t} for t in TEXTS[:3]] + inputs})
     assert body.status_code == 200, body.text
     return [np.asarray(item["embedding"]) for item in body.json()["data"]]
+
+
+def _dense(sparse: dict) -> np.ndarray:
+    vector = np.zeros(30522)
+    vector[sparse["indices"]] = sparse["values"]
+    return vector
 
 
 @pytest.mark.parametrize("kind, backend, dtype", VARIANTS, ids=[name(*v) for v in VARIANTS])
@@ -115,4 +127,4 @@ def test_the_matrix_covers_what_the_configuration_allows_on_a_cpu():
     assert ("onnx", "int8") in CPU_ONLY and ("torch", "float16") in GPU_ONLY
     assert {dtype for _, _, dtype in VARIANTS} == {"float32", "bfloat16", "int8"}
     assert ("clap", "torch", "bfloat16") in VARIANTS and ("embed", "ctranslate2", "int8") in VARIANTS
-    assert len(VARIANTS) == 12  # 20 pairs and dtypes, less the 8 float32 ones the main server has
+    assert len(VARIANTS) == 13  # 22 pairs and dtypes, less the 9 float32 ones the main server has
