@@ -16,6 +16,7 @@ from tests.conftest import (
     TINY_CLIP,
     TINY_COLPALI,
     TINY_RERANKER,
+    TINY_SPLADE,
 )
 from tests.media import AUDIO, IMAGES, data_uri
 from tests.tolerance import assert_close, assert_same_vectors
@@ -80,6 +81,7 @@ ENDPOINT_BODIES = {
     "rerank_v2": {"query": "q", "documents": ["a", "b"], "model": TINY_RERANKER},
     "classify": {"input": ["good"], "model": TINY_CLASSIFIER},
     "classify_unversioned": {"input": "bad", "model": TINY_CLASSIFIER, "raw_scores": True},
+    "embed_sparse": {"inputs": ["a sentence"], "model": TINY_SPLADE, "max_active_dims": 8},
 }
 ID_FIELDS = ("id", "created")  # differ from call to call
 

@@ -13,6 +13,9 @@ from tests.conftest import (
     MINILM,
     MINILM_CLASSIFIER,
     MINILM_RERANKER,
+    QWEN3_EMBEDDER,
+    QWEN3_RERANKER,
+    QWEN3_RERANKER_PLAIN,
     TINY_CLAP,
     TINY_CLASSIFIER,
     TINY_CLIP,
@@ -22,6 +25,7 @@ from tests.conftest import (
     TINY_MEAN_CT2,
     TINY_MEAN_ONNX,
     TINY_RERANKER,
+    TINY_SPLADE,
     make_sentences,
 )
 from tests.tolerance import assert_close, assert_same_vectors
@@ -155,7 +159,9 @@ def test_models_list(client):
     cards = {card["id"]: card for card in body["data"]}
     assert body["object"] == "list" and set(cards) == {MINILM, TINY_MEAN, TINY_CLS, TINY_MEAN_ONNX, TINY_MEAN_CT2,
                                                        TINY_RERANKER, TINY_CLASSIFIER, TINY_CLIP, TINY_CLAP,
-                                                       TINY_COLPALI, MINILM_RERANKER, MINILM_CLASSIFIER}
+                                                       TINY_COLPALI, MINILM_RERANKER, MINILM_CLASSIFIER,
+                                                       QWEN3_EMBEDDER, QWEN3_RERANKER, QWEN3_RERANKER_PLAIN,
+                                                       TINY_SPLADE}
     assert [cards[n]["backend"] for n in (TINY_MEAN, TINY_MEAN_ONNX, TINY_MEAN_CT2)] == ["torch", "onnx", "ctranslate2"]
     assert cards[TINY_CLIP]["modalities"] == ["text", "image"]
     assert cards[TINY_CLIP]["capabilities"] == ["embed", "rerank"]

@@ -120,4 +120,4 @@ def test_info_lists_the_limits_in_force(client):
     assert info["limits"] == {name: getattr(expected, name) for name in LIMIT_FIELDS}
     models = {m["id"]: m for m in info["models"]}
     assert models[MINILM] == {"id": MINILM, "kind": "embed", "batch_size": 32, "max_batch_tokens": 16384}
-    assert models[TINY_MEAN]["kind"] == "embed" and len(models) == 12
+    assert models[TINY_MEAN]["kind"] == "embed" and len(models) == 16
