@@ -26,10 +26,6 @@ import aiohttp
 import bentoml
 import numpy as np
 from starlette.applications import Starlette
-from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
-from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gateway.admission import Admission
 from gateway.coalesce import Coalescer
@@ -39,6 +35,7 @@ from gateway.fetch import UrlFetcher, UrlPolicy
 from gateway.guard import PROBE_PATHS, RequestGuard
 from gateway.media_inputs import load_item
 from gateway.metrics import ABANDONED, REQUESTS_PER_CALL, TRACE, RequestTrace, current_trace
+from gateway.probes import ReadinessReport, get_routes
 from gateway.routing import check_modalities, choose_model
 from gateway.schemas import (
     EmbeddingRequest,
@@ -543,56 +540,12 @@ async def _off_loop_if_large(work: Callable[[], T], size: int) -> T:
     return await asyncio.to_thread(work)
 
 
-class ReadinessReport:
-    """GET /readyz with a body: which models serve and which failed to load. BentoML's own /readyz says only
-    200 or 503, and its route comes before any mounted one, so this answers it first."""
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"] != "/readyz" or scope["method"] not in ("GET", "HEAD"):
-            return await self.app(scope, receive, send)
-        report = await bentoml.get_current_service().readiness()
-        await JSONResponse(report, status_code=200 if report["ready"] else 503)(scope, receive, send)
-
-
-async def _get_models(request: Request) -> Response:
-    try:
-        return JSONResponse((await bentoml.get_current_service().model_list()).model_dump())
-    except errors.EmbentoError as exc:
-        return error_response(exc)
-
-
-# Request limits a client may want to know before it sends: GET /info, as TEI's.
-LIMIT_FIELDS = ("max_client_batch_size", "max_item_chars", "max_request_tokens", "max_request_bytes",
-                "request_timeout_s", "max_concurrent_requests", "max_queued_items", "max_queued_tokens",
-                "max_media_items", "max_item_bytes", "max_image_pixels", "max_audio_seconds", "allow_url_inputs",
-                "url_timeout_s")
-
-
-async def _get_info(request: Request) -> Response:
-    models = [{"id": m.served_model_name, "kind": KINDS[m.served_model_name], "batch_size": m.batch_size,
-               "max_batch_tokens": m.max_batch_tokens} for m in CONFIG.models]
-    return JSONResponse({"models": models, "limits": {name: getattr(CONFIG, name) for name in LIMIT_FIELDS}})
-
-
-async def _get_health(request: Request) -> Response:
-    try:
-        return JSONResponse(await bentoml.get_current_service().health())
-    except errors.EmbentoError as exc:
-        return error_response(exc)
-
-
 exit_nonzero_after_failed_start()
 SERVICES = [Gateway, *(dependency.on for dependency in Gateway.dependencies.values())]
 check_served_bento({service.name for service in SERVICES})
 for service in SERVICES:
     fix_media_types(service)
-for path in ("/v1/models", "/models"):
-    routes.router.routes.append(Route(path, _get_models, methods=["GET"]))
-routes.router.routes.append(Route("/health", _get_health, methods=["GET"]))
-routes.router.routes.append(Route("/info", _get_info, methods=["GET"]))
+routes.router.routes.extend(get_routes(CONFIG, KINDS))
 
 # Added first = outermost. The readiness report is the probe's body itself, so it stands outside the
 # error rewriting; every other error below, ours or the framework's, leaves in OpenAI's shape.

@@ -111,8 +111,8 @@ def test_server_healthy_after_everything(client):
 
 
 def test_info_lists_the_limits_in_force(client):
+    from gateway.probes import LIMIT_FIELDS
     from models.config import EmbentoConfig
-    from service import LIMIT_FIELDS
     from tests.conftest import MAX_AUDIO_SECONDS, TINY_MEAN
 
     info = client.get("/info").json()
