@@ -18,6 +18,9 @@ from models.per_thread import PerThread
 from models.text_settings import TextSettings, declares_chat_input, read_text_settings
 
 
+PROMPT_LENGTHS_KEPT = 1024
+
+
 class TextTokenizer:
     """The `Preprocessor` of text models. Safe to call from several threads at once."""
 
@@ -81,6 +84,8 @@ class TextTokenizer:
         """The leading tokens a prompt makes, its special tokens included and a closing one (EOS, SEP) not:
         what sentence-transformers leaves out of a pooling with `include_prompt: false`."""
         if prompt not in self._prompt_lengths:
+            if len(self._prompt_lengths) >= PROMPT_LENGTHS_KEPT:  # instructions are free text: bounded
+                self._prompt_lengths.clear()
             ids = self.encode_texts([prompt])[0]
             closing = 1 if ids and ids[-1] in self._tokenizer.all_special_ids else 0
             self._prompt_lengths[prompt] = len(ids) - closing
