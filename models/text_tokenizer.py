@@ -17,7 +17,6 @@ from models.llm_reranker import causal_rerank_format
 from models.per_thread import PerThread
 from models.text_settings import TextSettings, declares_chat_input, read_text_settings
 
-
 PROMPT_LENGTHS_KEPT = 1024
 
 
