@@ -280,3 +280,29 @@ def test_splade_matches_sparse_encoder(splade_path, splade):
             assert entries[0].astype(int).tolist() == active.tolist(), text
             assert_close(entries[1], dense[active])
     assert 5 < np.median([output.shape[1] for output in outputs]) < 1000  # sparse, as a trained SPLADE is
+
+
+def test_a_bare_masked_lm_is_sparse_only_when_configured(tmp_path, minilm_path):
+    """`*ForMaskedLM` alone is also what plain BERT checkpoints are: `kind: sparse` serves one as
+    sentence-transformers does, with SPLADE max pooling."""
+    import torch
+    from sentence_transformers import SparseEncoder
+    from transformers import BertConfig, BertForMaskedLM
+
+    from models.kinds import model_kind
+    from tests.checkpoints import copy_bert_tokenizer
+
+    torch.manual_seed(24)
+    BertForMaskedLM(BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                               intermediate_size=64)).save_pretrained(tmp_path)
+    copy_bert_tokenizer(minilm_path, tmp_path)
+    assert detect_kind(tmp_path) == "embed"
+    cfg = ModelConfig(model_id=str(tmp_path), kind="sparse", max_seq_length=64)
+    assert model_kind(cfg) == "sparse"
+    outputs = SparseTextEncoder(tmp_path, cfg).forward(
+        TokenizedText.rows("m", TextTokenizer(tmp_path, cfg).encode_texts(TEXTS[:8])))
+    reference = SparseEncoder(str(tmp_path), device="cpu", local_files_only=True)
+    reference.max_seq_length = 64
+    for output, dense in zip(outputs, reference.encode(TEXTS[:8]).to_dense().numpy()):
+        assert output[0].astype(int).tolist() == np.flatnonzero(dense).tolist()
+        assert_close(output[1], dense[np.flatnonzero(dense)])
