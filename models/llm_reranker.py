@@ -75,8 +75,9 @@ def causal_rerank_format(folder: Path, cfg: ModelConfig) -> CausalRerankFormat |
     if is_causal_cross_encoder(folder):
         return CausalRerankFormat(template, cfg.true_token, cfg.false_token)
     if has_qwen3_reranker_card(folder):
+        # the card's yes/no unless configured; a configured true token alone scores with its own logit
         true_token = cfg.true_token or "yes"
-        false_token = cfg.false_token if cfg.true_token else "no"
+        false_token = cfg.false_token or (None if cfg.true_token else "no")
         return CausalRerankFormat(template or QWEN3_RERANKER_TEMPLATE, true_token, false_token)
     missing = [name for name, value in (("chat_template", template), ("true_token", cfg.true_token)) if not value]
     if missing:
