@@ -229,6 +229,7 @@ def validated_inputs(
         raise InvalidRequest(f"input[{empty}] is empty; every input needs at least one character or token",
                              param="input")
     check_text_lengths([item.value if item.modality == "text" else "" for item in items], max_chars, "input")
+    check_instruction_length(request.instruction, max_chars)
     if info.kind not in ("embed", "sparse") and any(isinstance(item.value, list) for item in items):
         raise InvalidRequest(f"model '{info.served_model_name}' takes text, not token ids", param="input")
     _check_dimensions(request.dimensions, info)
@@ -264,6 +265,12 @@ def check_text_lengths(texts: Sequence[str | list[int]], max_chars: int, param: 
         raise InvalidRequest(
             f"{param}[{too_long}] has {len(texts[too_long])} characters; at most {max_chars} are allowed", param=param
         )
+
+
+def check_instruction_length(instruction: str | None, max_chars: int) -> None:
+    if instruction is not None and len(instruction) > max_chars:
+        raise InvalidRequest(f"instruction has {len(instruction)} characters; at most {max_chars} are allowed",
+                             param="instruction")
 
 
 def _item(value: str | list[int] | TextItem | ImageItem | AudioItem, modality: Modality) -> InputItem:

@@ -24,7 +24,7 @@ from pydantic import (
     field_validator,
 )
 
-from gateway.schemas import TruncationControls, Usage, check_text_lengths
+from gateway.schemas import TruncationControls, Usage, check_instruction_length, check_text_lengths
 from models.errors import InvalidRequest
 
 
@@ -67,6 +67,7 @@ def validated_documents(request: RerankRequest, max_documents: int, max_chars: i
     if len(request.query) > max_chars:
         raise InvalidRequest(f"query has {len(request.query)} characters; at most {max_chars} are allowed",
                              param="query")
+    check_instruction_length(request.instruction, max_chars)
     if not request.documents:
         raise InvalidRequest("documents must not be empty", param="documents")
     if len(request.documents) > max_documents:

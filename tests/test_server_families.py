@@ -142,3 +142,8 @@ def test_instruction_refusals(client):
                   prompt_name="query")["param"] == "instruction"
     assert _error(client, "/v1/rerank", model=TINY_RERANKER, query="q", documents=["a"],
                   instruction="x")["param"] == "instruction"
+    too_long = "x" * 200_001  # max_item_chars: the instruction is tokenized on the event loop
+    assert _error(client, "/v1/embeddings", model=QWEN3_EMBEDDER, input="a", instruction=too_long)["param"] == \
+        "instruction"
+    assert _error(client, "/v1/rerank", model=QWEN3_RERANKER, query="q", documents=["a"],
+                  instruction=too_long)["param"] == "instruction"
