@@ -3,8 +3,9 @@
 Requests are validated, tokenized and (for images and audio) decoded and processed here, so usage counts
 real tokens and bad input fails before queuing. Rows go to the model service of the model's kind
 (`TextEmbedder`, `Reranker` for rerankers and classifiers, `ClipEmbedder`, `ClapEmbedder`,
-`ColPaliEmbedder`), whose adaptive batching merges concurrent requests. Errors of every kind leave in
-OpenAI's shape.
+`ColPaliEmbedder`), whose adaptive batching merges concurrent requests. Each client's wire format (OpenAI,
+infinity, Cohere, TEI, Jina) is a thin adapter (`gateway/`) onto one internal request and result
+(`gateway.engine`). Errors leave in the route's client's shape.
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ import functools
 import ipaddress
 import logging
 import time
-import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -26,30 +26,25 @@ import aiohttp
 import bentoml
 import numpy as np
 from starlette.applications import Starlette
+from starlette.responses import JSONResponse
 
-from gateway.admission import Admission
-from gateway.coalesce import Coalescer
-from gateway.deadline import WatchDisconnect, until_done
-from gateway.errors import OpenAIErrorBodies, error_response
+from gateway.cohere import CohereEmbedRequest, CohereV2EmbedRequest, cohere_v1_response, cohere_v2_response
+from gateway.deadline import WatchDisconnect
+from gateway.embeddings import Embeddings, check_output_types
+from gateway.engine import Engine, ModelService, checked
+from gateway.errors import ErrorBodies, ErrorShape, error_response
 from gateway.fetch import UrlFetcher, UrlPolicy
 from gateway.guard import PROBE_PATHS, RequestGuard
-from gateway.media_inputs import load_item
-from gateway.metrics import ABANDONED, REQUESTS_PER_CALL, TRACE, RequestTrace, current_trace
+from gateway.metrics import TRACE, RequestTrace
 from gateway.probes import ReadinessReport, get_routes
-from gateway.routing import check_modalities, choose_model
 from gateway.schemas import (
     EmbeddingRequest,
     EmbeddingResponse,
     FailedModel,
-    InputItem,
     LegacyMediaRequest,
     ModelCard,
     ModelList,
-    SparseEmbeddingRequest,
-    SparseValue,
     embedding_response,
-    sparse_values,
-    validated_inputs,
 )
 from gateway.scoring import (
     ClassifyRequest,
@@ -57,30 +52,46 @@ from gateway.scoring import (
     CohereV2RerankRequest,
     CohereV2RerankResponse,
     InfinityRerankResponse,
-    Ranking,
     RerankRequest,
     RerankResponse,
     classify_response,
     cohere_v2_rerank_response,
     infinity_rerank_response,
     rerank_response,
-    validated_documents,
     validated_texts,
+)
+from gateway.tei import (
+    TEI_PATHS,
+    RerankBody,
+    SparseEmbeddingRequest,
+    SparseValue,
+    TeiDecodeRequest,
+    TeiEmbedRequest,
+    TeiPredictRequest,
+    TeiRootRequest,
+    TeiSimilarityRequest,
+    TeiTokenizeRequest,
+    TextClassificationParameters,
+    embed_answer,
+    label_scores,
+    parsed,
+    rerank_answer,
+    similarity_answer,
+    sparse_answer,
+    tokens_answer,
 )
 from gateway.warmup import Warmup
 from models import errors
-from models.base import Kind, ModelInfo, ModelInput, Preprocessor, Row, TokenizedText
+from models.base import Kind, ModelInfo, TokenizedText
 from models.config import ModelConfig
 from models.kinds import model_kind
-from models.media import MediaLimits
 from models.media_processor import MediaProcessor
+from models.quantization import CALIBRATION_TEXTS, QuantizationRanges, read_configured_ranges
 from models.resolve import resolve_model
-from models.scores import activate, late_interaction, rank
 from models.text_tokenizer import TextTokenizer
 from runners.framework import fix_media_types, skip_untraced_middleware
 from runners.image import ARGS, IMAGE, bento_envs
 from runners.media import ClapEmbedder, ClipEmbedder, ColPaliEmbedder
-from runners.pool import DROPPED_INPUTS
 from runners.rerank import Reranker
 from runners.settings import dispatch_max_rows, exit_nonzero_after_failed_start, load_models, stop_server
 from runners.store import check_served_bento, pin_store_models, served_config
@@ -107,15 +118,11 @@ RUNNERS: dict[Kind, tuple[str, Any, str]] = {
 }
 # The Gateway attributes of the model services this configuration uses, each once.
 SERVICE_ATTRIBUTES = list(dict.fromkeys(RUNNERS[kind][0] for kind in KINDS.values()))
-API_OF = {attribute: api for attribute, _, api in RUNNERS.values()}
-SERVICE_NAMES = {attribute: runner.name for attribute, runner, _ in RUNNERS.values()}
 TEXT_KINDS = ("embed", "sparse", "rerank", "classify")
-LIMITS = MediaLimits(CONFIG.max_item_bytes, CONFIG.max_image_pixels, CONFIG.max_audio_seconds)
 STARTED = int(time.time())
 WARMUP_RETRY_S = 1.0
 READINESS_TIMEOUT_S = 1
-CANCEL_TIMEOUT_S = 5
-INLINE_TOKENIZE_LIMIT = 2048  # characters (or token ids) per request
+CALIBRATION_CHUNK = 16  # rows per call: the same batches at every start, so the same vectors
 
 T = TypeVar("T")
 
@@ -148,29 +155,26 @@ routes = Starlette()  # GET routes; BentoML's own API routes are POST-only
 @pin_store_models(CONFIG.models)  # the gateway reads their tokenizers and processors
 @depend_on_model_services
 class Gateway:
+    """The HTTP routes: each a thin adapter from its client's wire format onto the engine and back."""
+
     def __init__(self) -> None:
         if "colpali" not in KINDS.values():  # only ColPali's processor needs torch tensors
             # transformers imports torch (and scipy, sklearn) whenever it can: 460 MiB of RSS in a process
             # that only tokenizes and resizes; without them, 125 MiB. Read once, at transformers' import.
             os.environ.setdefault("USE_TORCH", "0")
-        self.tokenizers: dict[str, Preprocessor] = {}
+        self.tokenizers: dict[str, TextTokenizer] = {}
         self.processors: dict[str, MediaProcessor] = {}
         _, self._failed_here = load_models(CONFIG.models, self._load_preprocessor, CONFIG.allow_partial)
-        self.fetcher = UrlFetcher(UrlPolicy(
+        fetcher = UrlFetcher(UrlPolicy(
             allow_private=CONFIG.allow_private_urls,
             allowed_networks=tuple(ipaddress.ip_network(n, strict=False) for n in CONFIG.url_allow_networks),
             timeout_s=CONFIG.url_timeout_s, max_bytes=CONFIG.max_item_bytes,
         )) if CONFIG.allow_url_inputs else None
         self.warmup = Warmup(self._fetch_infos, self._warm_up, CONFIG.allow_partial, stop_server)
-        self._cancelling: set[asyncio.Task] = set()
-        self.admission = {
-            RUNNERS[kind][0]: Admission(RUNNERS[kind][1].name, CONFIG.max_queued_items, CONFIG.max_queued_tokens)
-            for kind in dict.fromkeys(KINDS.values())
-        }
-        self.coalescers = {
-            attribute: Coalescer(functools.partial(self._call_runner, attribute), dispatch_max_rows(), _count_dropped)
-            for attribute in SERVICE_ATTRIBUTES
-        }
+        services = {kind: ModelService(attribute, runner.name, api)
+                    for kind, (attribute, runner, api) in RUNNERS.items() if kind in KINDS.values()}
+        self.engine = Engine(CONFIG, services, functools.partial(getattr, self), self.warmup, self.tokenizers,
+                             self.processors, fetcher, dispatch_max_rows())
 
     def _load_preprocessor(self, cfg: ModelConfig) -> None:
         folder, kind = resolve_model(cfg.model_id, cfg.revision), KINDS[cfg.served_model_name]
@@ -178,9 +182,6 @@ class Gateway:
             self.tokenizers[cfg.served_model_name] = TextTokenizer(folder, cfg, kind)
         else:
             self.processors[cfg.served_model_name] = MediaProcessor(folder, cfg, kind)
-
-    def _runner(self, kind: Kind) -> Callable[[list[Any]], Awaitable[list[np.ndarray]]]:
-        return self.coalescers[RUNNERS[kind][0]].run
 
     @property
     def infos(self) -> dict[str, ModelInfo]:
@@ -192,6 +193,7 @@ class Gateway:
         """Served name -> why it failed to load or to warm up (allow_partial), once warm."""
         return self.warmup.failed
 
+    # Warm-up and readiness
     @bentoml.on_startup
     async def _start_warmup(self) -> None:
         async def keep_trying() -> None:
@@ -217,8 +219,9 @@ class Gateway:
         return {name: infos[name] for name in KINDS if name not in failed}, failed
 
     async def _warm_up(self, info: ModelInfo) -> None:
-        """One real call through every modality the model serves; raises if it fails or answers the wrong shape."""
-        outputs = _checked(await self._runner(info.kind)(self._warmup_rows(info)))
+        """One real call through every modality the model serves; raises if it fails or answers the wrong shape.
+        Dense single-vector models then get their int8/uint8 ranges."""
+        outputs = checked(await self.engine.runner(info.kind)(self._warmup_rows(info)))
         if info.sparse:
             wrong = [o.shape for o in outputs if o.shape[0] != 2 or (o.shape[1] and o[0].max() >= info.dimension)]
         else:
@@ -226,6 +229,8 @@ class Gateway:
         if wrong:
             raise errors.InferenceError(f"it answered outputs of shape {sorted(set(wrong))}; the model reports "
                                         f"{info.dimension} features")
+        if info.kind in ("embed", "clip", "clap") and not info.multi_vector:
+            self.engine.quantization[info.served_model_name] = await self._quantization_ranges(info)
 
     def _warmup_rows(self, info: ModelInfo) -> list[Any]:
         name = info.served_model_name
@@ -234,6 +239,23 @@ class Gateway:
         if info.kind == "rerank":
             return TokenizedText.rows(name, *self.tokenizers[name].encode_pairs("warm-up", ["warm-up"]))
         return TokenizedText.rows(name, self.tokenizers[name].encode_texts(["warm-up"]))
+
+    async def _quantization_ranges(self, info: ModelInfo) -> QuantizationRanges:
+        """Configured, or from the calibration texts embedded in fixed chunks, one call at a time."""
+        name = info.served_model_name
+        configured = CONFIG.model(name).quantization_ranges  # type: ignore[union-attr]
+        if configured:
+            return QuantizationRanges(configured=read_configured_ranges(configured, info.dimension))
+        vectors = []
+        for start in range(0, len(CALIBRATION_TEXTS), CALIBRATION_CHUNK):
+            texts = CALIBRATION_TEXTS[start:start + CALIBRATION_CHUNK]
+            if name in self.tokenizers:
+                tokenizer = self.tokenizers[name]
+                rows = TokenizedText.rows(name, tokenizer.encode_texts(texts, tokenizer.prompt(None)))
+            else:
+                rows = self.processors[name].encode(name, [("text", text) for text in texts], self.engine.limits)
+            vectors += checked(await self.engine.runner(info.kind)(rows))
+        return QuantizationRanges(calibration=np.stack(vectors))
 
     async def __is_ready__(self) -> bool:
         return await self.is_warm() and bool(self.infos) and await self._model_services_answer() is None
@@ -258,19 +280,9 @@ class Gateway:
                 return attribute
         return None
 
-    async def _require_model(self, requested: str | None, capability: str) -> ModelInfo:
-        if not await self.is_warm():
-            raise errors.NotReady("models are still loading; retry shortly")
-        if requested in self.failed:
-            raise errors.ModelUnavailable(f"model '{requested}' failed to load: {self.failed[requested]}",
-                                          param="model")
-        info = choose_model(self.infos, requested, capability)
-        current_trace().model = info.served_model_name
-        return info
-
     @staticmethod
-    async def _answer(work: Awaitable[T]) -> T:
-        """The route's answer, or its error in OpenAI's shape; either way counted in the metrics."""
+    async def _answer(work: Awaitable[T], shape: ErrorShape = "openai") -> T:
+        """The route's answer, or its error in the route's shape; either way counted in the metrics."""
         trace = RequestTrace()
         token = TRACE.set(trace)
         try:
@@ -278,7 +290,7 @@ class Gateway:
             trace.finish(200)
             return answer
         except errors.EmbentoError as exc:
-            response = error_response(exc)
+            response = error_response(exc, shape)
             trace.finish(response.status_code)
             return response  # type: ignore[return-value]
         except Exception:  # a bug: BentoML answers 500
@@ -287,138 +299,59 @@ class Gateway:
         finally:
             TRACE.reset(token)
 
-    # Embeddings
+    async def _embed(self, request: EmbeddingRequest, capability: str = "embed", output_types: list[str] | None = None
+                     ) -> Embeddings:
+        """The one embedding path of every wire format; `output_types` are checked before any work is done."""
+        info = await self.engine.require_model(request.model, capability)
+        check_output_types(info, output_types or [request.encoding_format], self.engine.quantization.get(
+            info.served_model_name), "embedding_types" if output_types else "encoding_format")
+        return await self.engine.embed(request, info)
+
+    # OpenAI and infinity
     @bentoml.api(route="/v1/embeddings")
     async def embeddings(self, request: EmbeddingRequest, /) -> EmbeddingResponse:
         """OpenAI-compatible embeddings."""
-        return await self._answer(self._embed(request))
+        return await self._answer(_then(self._embed(request), embedding_response))
 
     @bentoml.api(route="/embeddings")
     async def embeddings_unversioned(self, request: EmbeddingRequest, /) -> EmbeddingResponse:
         """The same, at infinity's path."""
-        return await self._answer(self._embed(request))
-
-    @bentoml.api(route="/embed_sparse")
-    async def embed_sparse(self, request: SparseEmbeddingRequest, /) -> list[list[SparseValue]]:
-        """TEI's sparse route: per input, its active vocabulary entries as `{"index", "value"}`."""
-        async def embed() -> list[list[SparseValue]]:
-            internal = request.as_embedding_request()
-            info = await self._require_model(internal.model, "embed_sparse")
-            return sparse_values(await self._embed(internal, info))
-
-        return await self._answer(embed())
+        return await self._answer(_then(self._embed(request), embedding_response))
 
     @bentoml.api(route="/embeddings_image")
     async def embeddings_image(self, request: LegacyMediaRequest, /) -> EmbeddingResponse:
         """infinity's legacy image route: `input` is data URIs or URLs."""
-        return await self._answer(self._embed(request.as_embedding_request("image")))
+        return await self._answer(_then(self._embed(request.as_embedding_request("image")), embedding_response))
 
     @bentoml.api(route="/embeddings_audio")
     async def embeddings_audio(self, request: LegacyMediaRequest, /) -> EmbeddingResponse:
         """infinity's legacy audio route: `input` is data URIs or URLs."""
-        return await self._answer(self._embed(request.as_embedding_request("audio")))
-
-    async def _embed(self, request: EmbeddingRequest, info: ModelInfo | None = None) -> EmbeddingResponse:
-        info = info or await self._require_model(request.model, "embed")
-        items = validated_inputs(request, info, CONFIG.max_client_batch_size, CONFIG.max_media_items,
-                                 CONFIG.max_item_chars)
-        check_modalities(self.infos, info, {item.modality for item in items})
-        if info.served_model_name in self.tokenizers:
-            outputs, tokens = await self._embed_text(info, [item.value for item in items], request)
-        else:
-            outputs, tokens = await self._embed_media(info, items)
-        return embedding_response(info, outputs, request, tokens)
-
-    async def _embed_text(
-        self, info: ModelInfo, inputs: list[str] | list[list[int]], request: EmbeddingRequest
-    ) -> tuple[list[np.ndarray], int]:
-        tokenizer = self.tokenizers[info.served_model_name]
-        prompt_length = 0
-        if isinstance(inputs[0], str):
-            prompt = tokenizer.prompt(request.prompt_name, request.instruction)
-            prompt_length = tokenizer.prompt_length(prompt) if prompt else 0
-            work = functools.partial(tokenizer.encode_texts, inputs, prompt, request.truncation())
-        else:
-            work = functools.partial(tokenizer.encode_ids, inputs, request.truncation())
-        token_ids = await _off_loop_if_large(work, sum(len(item) for item in inputs))
-        rows = TokenizedText.rows(info.served_model_name, token_ids, prompt_length=prompt_length,
-                                  normalize=request.normalize)
-        return await self._run(info, rows), sum(len(ids) for ids in token_ids)
-
-    async def _embed_media(self, info: ModelInfo, items: list[InputItem]) -> tuple[list[np.ndarray], int]:
-        rows = await self._media_rows(info, items)
-        return await self._run(info, rows), sum(row.length for row in rows)
-
-    async def _media_rows(self, info: ModelInfo, items: list[InputItem]) -> list[ModelInput]:
-        """Fetch or decode every item's bytes, then decode and process them off the event loop."""
-        async def payload(index: int, item: InputItem) -> str | bytes:
-            if item.modality == "text":
-                return item.value  # type: ignore[return-value]
-            return await load_item(item.value, self.fetcher, CONFIG.max_item_bytes, f"input[{index}]")  # type: ignore[arg-type]
-
-        payloads = await asyncio.gather(*(payload(i, item) for i, item in enumerate(items)))
-        processor = self.processors[info.served_model_name]
-        work = [(item.modality, value) for item, value in zip(items, payloads)]
-        return await asyncio.to_thread(processor.encode, info.served_model_name, work, LIMITS)
-
-    # Rerank
-    @bentoml.api(route="/rerank")
-    async def rerank_infinity(self, request: RerankRequest, /) -> InfinityRerankResponse:
-        """infinity's rerank: documents come back as plain strings."""
-        shape = functools.partial(infinity_rerank_response, return_documents=request.return_documents)
-        return await self._answer(self._rerank(request, shape))
+        return await self._answer(_then(self._embed(request.as_embedding_request("audio")), embedding_response))
 
     @bentoml.api(route="/v1/rerank")
     async def rerank_v1(self, request: RerankRequest, /) -> RerankResponse:
         """Cohere v1 and Jina rerank: documents come back as `{"text": ...}`."""
         shape = functools.partial(rerank_response, return_documents=request.return_documents)
-        return await self._answer(self._rerank(request, shape))
+        return await self._answer(_then(self.engine.rerank(request), shape))
 
     @bentoml.api(route="/v2/rerank")
     async def rerank_v2(self, request: CohereV2RerankRequest, /) -> CohereV2RerankResponse:
         """Cohere v2 rerank: indices and scores only."""
-        return await self._answer(self._rerank(request, cohere_v2_rerank_response))
+        return await self._answer(_then(self.engine.rerank(request), cohere_v2_rerank_response))
 
-    async def _rerank(self, request: RerankRequest, shape: Callable[[Ranking], T]) -> T:
-        """Score every (query, document) pair; `shape` writes the ranking in the route's wire format."""
-        info = await self._require_model(request.model, "rerank")
-        if info.served_model_name in self.processors:
-            documents = validated_documents(request, CONFIG.max_media_items, CONFIG.max_item_chars,
-                                            text_documents=False)
-            if request.instruction is not None:
-                raise errors.InvalidRequest(f"model '{info.served_model_name}' takes no instruction",
-                                            param="instruction")
-            scores, tokens = await self._rank_images(info, request.query, documents)
-        else:
-            documents = validated_documents(request, CONFIG.max_client_batch_size, CONFIG.max_item_chars,
-                                            text_documents=True)
-            scores, tokens = await self._rank_texts(info, request, documents)
-        return shape(Ranking(model=info.served_model_name, order=rank(scores, request.top_n), scores=scores.tolist(),
-                             documents=documents, tokens=tokens))
+    @bentoml.api(route="/rerank")
+    async def rerank_shared(self, request: RerankBody, /) -> InfinityRerankResponse:
+        """infinity's rerank (`documents`: documents come back as plain strings), or TEI's (`texts`: TEI's bare
+        list, and TEI's error shape)."""
+        async def rerank() -> Any:
+            tei = request.is_tei()
+            ranking = await self.engine.rerank(request.as_rerank_request())
+            if tei:
+                return JSONResponse(rerank_answer(ranking, request.return_text))
+            return infinity_rerank_response(ranking, request.return_documents)
 
-    async def _rank_texts(self, info: ModelInfo, request: RerankRequest, documents: list[str]
-                          ) -> tuple[np.ndarray, int]:
-        """A cross-encoder over each (query, document) pair."""
-        query = request.query
-        work = functools.partial(self.tokenizers[info.served_model_name].encode_pairs, query, documents,
-                                 request.instruction, request.truncation())
-        token_ids, segments = await _off_loop_if_large(work, len(query) * len(documents) + sum(map(len, documents)))
-        logits = np.stack(await self._run(info, TokenizedText.rows(info.served_model_name, token_ids, segments)))
-        scores = activate(logits, "identity" if request.raw_scores else info.activation)[:, 0]
-        return scores, sum(len(ids) for ids in token_ids)
+        return await self._answer(rerank(), "tei" if request.texts is not None else "openai")
 
-    async def _rank_images(self, info: ModelInfo, query: str, documents: list[str]) -> tuple[np.ndarray, int]:
-        """Documents are images (data URIs or URLs): MaxSim late interaction for ColPali, cosine for CLIP."""
-        items = [InputItem("text", query)] + [InputItem("image", document) for document in documents]
-        rows = await self._media_rows(info, items)
-        query_vectors, *pages = await self._run(info, rows)
-        if info.multi_vector:
-            scores = np.array([late_interaction(query_vectors, page) for page in pages], dtype=np.float32)
-        else:
-            scores = np.stack(pages) @ query_vectors
-        return scores, sum(row.length for row in rows)
-
-    # Classify
     @bentoml.api(route="/v1/classify")
     async def classify(self, request: ClassifyRequest, /) -> ClassifyResponse:
         """infinity's classify: every label's score per input."""
@@ -430,83 +363,127 @@ class Gateway:
         return await self._answer(self._classify(request))
 
     async def _classify(self, request: ClassifyRequest) -> ClassifyResponse:
-        info = await self._require_model(request.model, "classify")
+        info = await self.engine.require_model(request.model, "classify")
         texts = validated_texts(request, CONFIG.max_client_batch_size, CONFIG.max_item_chars)
-        tokenizer = self.tokenizers[info.served_model_name]
-        work = functools.partial(tokenizer.encode_texts, texts, "", request.truncation())
-        token_ids = await _off_loop_if_large(work, sum(map(len, texts)))
-        logits = np.stack(await self._run(info, TokenizedText.rows(info.served_model_name, token_ids)))
-        scores = activate(logits, "identity" if request.raw_scores else info.activation)
-        return classify_response(info.served_model_name, info.labels, scores.tolist(),
-                                 sum(len(ids) for ids in token_ids))
+        result = await self.engine.classify(info, texts, None, request.truncation(),
+                                            "identity" if request.raw_scores else None)
+        return classify_response(info.served_model_name, info.labels, result.scores.tolist(), result.tokens)
 
-    async def _run(self, info: ModelInfo, rows: list[Row]) -> list[np.ndarray]:
-        """Rows through the model's service; one output per input row, or a clear error."""
-        tokens = sum(row.length for row in rows)
-        if tokens > CONFIG.max_request_tokens:
-            raise errors.InvalidRequest(
-                f"the request holds {tokens} tokens after truncation; at most {CONFIG.max_request_tokens} are allowed",
-                param="input",
-            )
-        request_id = uuid.uuid4().hex
-        for row in rows:
-            row.request_id = request_id
-        trace = current_trace()
-        trace.sending(len(rows), tokens)
-        try:
-            with self.admission[RUNNERS[info.kind][0]].admit(len(rows), tokens):
-                outputs = await until_done(self._runner(info.kind)(rows), CONFIG.request_timeout_s)
-        except (errors.RequestTimeout, errors.ClientGone) as exc:
-            reason = "deadline" if isinstance(exc, errors.RequestTimeout) else "disconnect"
-            self._abandon(info.kind, request_id, reason)
-            raise
-        trace.answered = time.perf_counter()
-        return _checked(outputs)
+    # Cohere
+    @bentoml.api(route="/v1/embed")
+    async def cohere_embed_v1(self, request: CohereEmbedRequest, /) -> dict:
+        """Cohere v1 embed: float vectors, or by type (int8, uint8, binary, ubinary, base64)."""
+        async def embed() -> dict:
+            return cohere_v1_response(await self._embed(request.as_embedding_request(),
+                                                        output_types=request.output_types()), request)
 
-    def _abandon(self, kind: Kind, request_id: str, reason: str) -> None:
-        """Nobody waits for this request any more: its model service drops whatever of it is still queued."""
-        attribute, runner, _ = RUNNERS[kind]
-        ABANDONED.labels(model_service=runner.name, reason=reason).inc()
+        return await self._answer(embed())
 
-        async def cancel() -> None:
-            try:
-                await asyncio.wait_for(getattr(self, attribute).to_async.cancel([request_id]), CANCEL_TIMEOUT_S)
-            except Exception as exc:  # the rows then run and are thrown away; nothing else is lost
-                logger.warning("could not cancel a request on the %s service: %r", runner.name, exc)
+    @bentoml.api(route="/v2/embed")
+    async def cohere_embed_v2(self, request: CohereV2EmbedRequest, /) -> dict:
+        """Cohere v2 embed: texts, images or content inputs, by type."""
+        async def embed() -> dict:
+            return cohere_v2_response(await self._embed(request.as_embedding_request(),
+                                                        output_types=request.output_types()), request)
 
-        task = asyncio.create_task(cancel())
-        self._cancelling.add(task)  # the loop keeps only weak references to tasks
-        task.add_done_callback(self._cancelling.discard)
+        return await self._answer(embed())
 
-    async def _call_runner(self, attribute: str, rows: list[Any]) -> list[np.ndarray]:
-        """One call to a model service's batchable API (the coalescer's `send`); its failures as our errors.
+    # TEI
+    @bentoml.api(route="/embed")
+    async def tei_embed(self, request: TeiEmbedRequest, /) -> list:
+        """TEI's embed: a bare list of vectors."""
+        return await self._answer(_then(self._embed(request.as_embedding_request()), embed_answer), "tei")
 
-        One retry when the connection broke: the model service may have closed a kept-alive connection as it
-        was reused (bentoml #4971), or restarted. Inference is idempotent, so sending again is safe."""
-        call = getattr(getattr(self, attribute).to_async, API_OF[attribute])
-        REQUESTS_PER_CALL.labels(model_service=SERVICE_NAMES[attribute]).observe(len({row.request_id for row in rows}))
-        try:
-            try:
-                return await call(rows)
-            except aiohttp.ClientConnectionError as exc:
-                logger.warning("connection to the %s service broke (%r); sending again", attribute, exc)
-                return await call(rows)
-        except bentoml.exceptions.BentoMLException as exc:
-            if exc.error_code.value in (429, 503):
-                raise errors.Overloaded("the model service is overloaded; retry later") from exc
-            raise errors.InferenceError(f"the model service failed: {exc}") from exc
-        except aiohttp.ClientError as exc:
-            raise errors.NotReady(f"the model service is unavailable ({type(exc).__name__}); retry shortly") from exc
+    @bentoml.api(route="/embed_sparse")
+    async def embed_sparse(self, request: SparseEmbeddingRequest, /) -> list[list[SparseValue]]:
+        """TEI's sparse route: per input, its active vocabulary entries as `{"index", "value"}`."""
+        return await self._answer(_then(self._embed(request.as_embedding_request(), "embed_sparse"), sparse_answer),
+                                  "tei")
 
+    @bentoml.api(route="/predict")
+    async def tei_predict(self, request: TeiPredictRequest, /) -> list:
+        """TEI's predict: every label's score for a text or a pair, or for each in a batch."""
+        return await self._answer(self._predict(request), "tei")
+
+    async def _predict(self, request: TeiPredictRequest, top_k: int | None = None) -> list:
+        info = await self.engine.require_model(request.model, "classify")
+        firsts, seconds, batch = request.sequences()
+        validated_texts(ClassifyRequest(input=firsts + [s for s in seconds if s]), CONFIG.max_client_batch_size * 2,
+                        CONFIG.max_item_chars)
+        result = await self.engine.classify(info, firsts, seconds, request.truncation(),
+                                            "identity" if request.raw_scores else None)
+        answers = label_scores(result, top_k)
+        return answers if batch else answers[0]
+
+    @bentoml.api(route="/similarity")
+    async def tei_similarity(self, request: TeiSimilarityRequest, /) -> list[float]:
+        """TEI's (and the sentence-similarity task's) cosine of a sentence with each of the others."""
+        return await self._answer(_then(self._embed(request.as_embedding_request()), similarity_answer), "tei")
+
+    @bentoml.api(route="/tokenize")
+    async def tei_tokenize(self, request: TeiTokenizeRequest, /) -> list[list[dict]]:
+        """TEI's tokenize: per input, each token's id, text, whether it is special and its character offsets."""
+        async def tokenize() -> list[list[dict]]:
+            tokenizer = await self.engine.require_tokenizer(request.model)
+            texts = request.texts()
+            validated_texts(ClassifyRequest(input=texts), CONFIG.max_client_batch_size, CONFIG.max_item_chars)
+            prompt = tokenizer.prompt(request.prompt_name)
+            return tokens_answer([tokenizer.tokens(prompt + text, request.add_special_tokens) for text in texts])
+
+        return await self._answer(tokenize(), "tei")
+
+    @bentoml.api(route="/decode")
+    async def tei_decode(self, request: TeiDecodeRequest, /) -> list[str]:
+        """TEI's decode: token ids back to text."""
+        async def decode() -> list[str]:
+            tokenizer = await self.engine.require_tokenizer(request.model)
+            return tokenizer.decode(request.sequences(), request.skip_special_tokens)
+
+        return await self._answer(decode(), "tei")
+
+    @bentoml.api(route="/")
+    async def tei_root(self, request: TeiRootRequest, /) -> Any:
+        """TEI's root, as `huggingface_hub.InferenceClient(base_url)` calls it: the task is told by the body,
+        else by the kind of the model asked for (or the first served)."""
+        return await self._answer(self._root(request), "tei")
+
+    async def _root(self, request: TeiRootRequest) -> Any:
+        body = request.body()
+        default = request.model or next(iter(KINDS))
+        task = request.task(KINDS.get(default, "embed"))
+        if task == "rerank":
+            ranking = await self.engine.rerank(parsed(RerankBody, body).as_rerank_request())
+            return JSONResponse(rerank_answer(ranking, bool(body.get("return_text"))))
+        if task == "similarity":
+            return similarity_answer(await self._embed(parsed(TeiSimilarityRequest, body).as_embedding_request()))
+        if task == "text-classification":
+            parameters = parsed(TextClassificationParameters, body.pop("parameters") or {})
+            raw = parameters.function_to_apply == "none"
+            predict = parsed(TeiPredictRequest, {**body, "raw_scores": raw})
+            answer = await self._predict(predict, parameters.top_k)
+            return answer if predict.sequences()[2] else [answer]  # the task's shape: one list per input
+        if task == "predict":
+            return await self._predict(parsed(TeiPredictRequest, body))
+        if task == "embed_sparse":
+            sparse = parsed(SparseEmbeddingRequest, body).as_embedding_request()
+            return sparse_answer(await self._embed(sparse, "embed_sparse"))
+        return embed_answer(await self._embed(parsed(TeiEmbedRequest, body).as_embedding_request()))
+
+    # Models and health
     async def model_list(self) -> ModelList:
         if not await self.is_warm():
             raise errors.NotReady("models are still loading; retry shortly")
         return ModelList(data=[
             ModelCard(id=i.served_model_name, created=STARTED, modalities=i.modalities, capabilities=i.capabilities,
                       backend=i.backend, dimension=i.dimension, max_input_tokens=i.max_input_tokens,
-                      multi_vector=i.multi_vector, sparse=i.sparse, labels=i.labels if i.kind == "classify" else None)
+                      multi_vector=i.multi_vector, sparse=i.sparse, labels=i.labels if i.kind == "classify" else None,
+                      quantization=self._quantization_report(i))
             for i in self.infos.values()
         ], failed=[FailedModel(id=name, error=reason) for name, reason in self.failed.items()])
+
+    def _quantization_report(self, info: ModelInfo) -> dict | None:
+        ranges = self.engine.quantization.get(info.served_model_name)
+        return ranges.report(info.dimension, info.normalized) if ranges else None
 
     async def health(self) -> dict[str, float]:
         """infinity's /health, but honest: 200 only while every model is warm and its service answers."""
@@ -517,27 +494,9 @@ class Gateway:
         return {"unix": time.time()}
 
 
-def _checked(outputs: list[np.ndarray]) -> list[np.ndarray]:
-    """The outputs, unless the model failed on some input (`runners.pool.FAILED`) or answered NaN or inf.
-    A sparse output with no active entry is (2, 0), not a failure."""
-    failed = [i for i, output in enumerate(outputs) if output.shape == (0,) or not np.isfinite(output).all()]
-    if failed:
-        raise errors.InferenceError(
-            f"the model failed on input(s) {failed[:10]} (an error, or NaN/inf output); see the server log"
-        )
-    return outputs
-
-
-def _count_dropped(rows: list[Row]) -> None:
-    """An abandoned request's rows that never reached the model service count as dropped, as those that did."""
-    DROPPED_INPUTS.labels(model=rows[0].model).inc(len(rows))
-
-
-async def _off_loop_if_large(work: Callable[[], T], size: int) -> T:
-    """A thread hop costs more than tokenizing a few sentences; only big inputs leave the event loop."""
-    if size <= INLINE_TOKENIZE_LIMIT:
-        return work()
-    return await asyncio.to_thread(work)
+async def _then(work: Awaitable[Any], shape: Callable[[Any], T]) -> T:
+    """The internal result of `work`, written in a route's wire format."""
+    return shape(await work)
 
 
 exit_nonzero_after_failed_start()
@@ -548,9 +507,9 @@ for service in SERVICES:
 routes.router.routes.extend(get_routes(CONFIG, KINDS))
 
 # Added first = outermost. The readiness report is the probe's body itself, so it stands outside the
-# error rewriting; every other error below, ours or the framework's, leaves in OpenAI's shape.
+# error rewriting; every other error below, ours or the framework's, leaves in its route's shape.
 Gateway.add_asgi_middleware(ReadinessReport)
-Gateway.add_asgi_middleware(OpenAIErrorBodies)
+Gateway.add_asgi_middleware(ErrorBodies, tei_paths=TEI_PATHS)
 Gateway.add_asgi_middleware(
     RequestGuard, api_keys=CONFIG.api_keys(), max_request_bytes=CONFIG.max_request_bytes,
     open_paths=PROBE_PATHS | ({"/metrics"} if CONFIG.public_metrics else set()),

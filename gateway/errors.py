@@ -1,14 +1,15 @@
-"""Errors on the wire: the one mapping from the error hierarchy to HTTP, in OpenAI's shape.
+"""Errors on the wire: the one mapping from the error hierarchy to HTTP, in the shape of the route's client.
 
-`{"error": {"message", "type", "param", "code"}}` for every failure: ours, BentoML's (validation,
-overload, timeout) and Starlette's (404, 405) alike.
+OpenAI's `{"error": {"message", "type", "param", "code"}}` on the OpenAI, Cohere and infinity routes; TEI's
+`{"error": "...", "error_type": "Validation"}` on TEI's routes; the status is the same either way. Every
+failure leaves in one of them: ours, BentoML's (validation, overload, timeout) and Starlette's (404, 405).
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from typing import Any
+from typing import Any, Literal
 
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -16,6 +17,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from models import errors
 
 logger = logging.getLogger(__name__)
+ErrorShape = Literal["openai", "tei"]
 
 # (status, code) per error class; the most specific class wins (checked in MRO order).
 STATUS: dict[type[errors.EmbentoError], tuple[int, str | None]] = {
@@ -45,24 +47,41 @@ def error_type(status: int) -> str:
     return "server_error" if status >= 500 else "invalid_request_error"
 
 
-def error_body(status: int, message: str, param: str | None = None, code: str | None = None) -> dict[str, Any]:
+def tei_error_type(status: int) -> str:
+    """TEI's `error_type` for a status (TEI writes them capitalized)."""
+    return {401: "Unauthorized", 429: "Overloaded", 503: "Unhealthy"}.get(
+        status, "Backend" if status >= 500 else "Validation")
+
+
+def error_body(status: int, message: str, param: str | None = None, code: str | None = None,
+               shape: ErrorShape = "openai") -> dict[str, Any]:
+    if shape == "tei":
+        return {"error": message, "error_type": tei_error_type(status)}
     return {"error": {"message": message, "type": error_type(status), "param": param, "code": code}}
 
 
-def error_response(exc: errors.EmbentoError) -> JSONResponse:
+def error_response(exc: errors.EmbentoError, shape: ErrorShape = "openai") -> JSONResponse:
     status, code = next(STATUS[cls] for cls in type(exc).__mro__ if cls in STATUS)
     if status >= 500:
         logger.error("%s: %s", type(exc).__name__, exc.message)
     headers = {"Retry-After": RETRY_AFTER_S} if status in RETRY_STATUSES else None
-    return JSONResponse(error_body(status, exc.message, exc.param, code), status_code=status, headers=headers)
+    return JSONResponse(error_body(status, exc.message, exc.param, code, shape), status_code=status, headers=headers)
 
 
-def _is_openai_error(body: bytes) -> bool:
+def _shape_of(body: bytes) -> tuple[ErrorShape | None, str | None]:
+    """Which of the two shapes an error body has, and its message."""
     try:
         parsed = json.loads(body)
     except ValueError:
-        return False
-    return isinstance(parsed, dict) and isinstance(parsed.get("error"), dict) and "message" in parsed["error"]
+        return None, None
+    if not isinstance(parsed, dict):
+        return None, None
+    error = parsed.get("error")
+    if isinstance(error, dict) and isinstance(error.get("message"), str):
+        return "openai", error["message"]
+    if isinstance(error, str) and isinstance(parsed.get("error_type"), str):
+        return "tei", error
+    return None, None
 
 
 def _describe_framework_error(status: int, body: bytes) -> tuple[str, str | None]:
@@ -89,15 +108,18 @@ def _describe_framework_error(status: int, body: bytes) -> tuple[str, str | None
     return str(parsed or defaults.get(status, "request failed")), None
 
 
-class OpenAIErrorBodies:
-    """Rewrites every error response that is not already OpenAI-shaped, keeping its status."""
+class ErrorBodies:
+    """Rewrites every error response into its route's shape, keeping its status: TEI's on `tei_paths`, else
+    OpenAI's. A body already in either shape stays: `/rerank` answers TEI's body in TEI's shape itself."""
 
-    def __init__(self, app: ASGIApp) -> None:
+    def __init__(self, app: ASGIApp, tei_paths: frozenset[str] = frozenset()) -> None:
         self.app = app
+        self.tei_paths = tei_paths
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
+        shape: ErrorShape = "tei" if scope["path"] in self.tei_paths else "openai"
         start: Message | None = None
         chunks: list[bytes] = []
 
@@ -114,16 +136,19 @@ class OpenAIErrorBodies:
             chunks.append(message.get("body", b""))
             if message.get("more_body", False):
                 return None
-            await self._send_error(start, b"".join(chunks), send)
+            await self._send_error(start, b"".join(chunks), send, shape)
 
         await self.app(scope, receive, capture)
 
     @staticmethod
-    async def _send_error(start: Message, body: bytes, send: Send) -> None:
+    async def _send_error(start: Message, body: bytes, send: Send, shape: ErrorShape) -> None:
         status = start["status"]
-        if not _is_openai_error(body):
+        found, message = _shape_of(body)
+        if found is None:
             message, param = _describe_framework_error(status, body)
-            body = json.dumps(error_body(status, message, param)).encode()
+            body = json.dumps(error_body(status, message, param, shape=shape)).encode()
+        elif found == "openai" and shape == "tei":  # the guard's errors (401, 413, 429) on a TEI route
+            body = json.dumps(error_body(status, message or "", shape="tei")).encode()
         headers = [(k, v) for k, v in start.get("headers", []) if k.lower() not in (b"content-length", b"content-type")]
         headers += [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
         if status in RETRY_STATUSES and not any(k.lower() == b"retry-after" for k, _ in headers):

@@ -8,10 +8,11 @@ from models import errors
 from models.base import Modality, ModelInfo
 
 
-def choose_model(infos: Mapping[str, ModelInfo], requested: str | None, capability: str) -> ModelInfo:
+def choose_model(infos: Mapping[str, ModelInfo], requested: str | None, capability: str | None) -> ModelInfo:
     """The named model, or without a name the first (in configuration order) that can do `capability`,
-    preferring models for which it is the main capability (a reranker over CLIP's image rerank)."""
-    capable = [name for name, info in infos.items() if capability in info.capabilities]
+    preferring models for which it is the main capability (a reranker over CLIP's image rerank). A capability
+    of None takes any model."""
+    capable = [name for name, info in infos.items() if capability is None or capability in info.capabilities]
     capable.sort(key=lambda name: infos[name].capabilities[0] != capability)
     if requested is None:
         if not capable:

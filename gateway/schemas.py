@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal, Union
 
 import numpy as np
@@ -19,11 +19,13 @@ from pydantic import (
     field_validator,
 )
 
+from gateway.embeddings import Embeddings, OutputType
 from models.base import Modality, ModelInfo, Truncation
 from models.errors import InvalidRequest
-from models.postprocess import keep_largest, to_base64, truncate_dimensions
+from models.postprocess import keep_largest, to_base64
 
 TokenIds = list[StrictInt]
+InputType = Literal["search_query", "search_document", "classification", "clustering", "image"]
 
 
 class TextItem(BaseModel):
@@ -70,9 +72,12 @@ class EmbeddingRequest(TruncationControls):
         '({"text": ...}, {"image": ...}, {"audio": ...}) for multimodal models.'
     )
     model: str | None = Field(None, description="Served model name; defaults to the first configured model.")
-    encoding_format: Literal["float", "base64"] = "float"
+    encoding_format: OutputType = Field("float", description="float or base64 (OpenAI's), or Embento's quantized "
+                                        "int8, uint8 (ranges fixed per model), binary, ubinary (packed sign bits).")
     dimensions: StrictInt | None = Field(None, description="Matryoshka: keep the first N features, re-normalized.")
     user: str | None = Field(None, description="Accepted and ignored.")
+    input_type: InputType | None = Field(None, description="Cohere's input kind: the model's prompt for it (e5 "
+                                         "`query: `, nomic `search_query: `...), unless prompt_name is given.")
     modality: Modality = Field("text", description="infinity's field: what plain strings in `input` are; images "
                                "and audio as data URIs or http(s) URLs.")
     prompt_name: str | None = Field(None, description="A named prompt of the model (e.g. 'query').")
@@ -82,17 +87,26 @@ class EmbeddingRequest(TruncationControls):
     normalize: StrictBool | None = Field(None, description="Unit-length vectors, or false for the raw pooled "
                                          "vector; the model's own behaviour when omitted. Text embedders only.")
     max_active_dims: StrictInt | None = Field(None, description="Sparse models: keep the N largest weights.")
+    max_tokens: StrictInt | None = Field(None, description="Cohere's: cut text to at most N tokens (the model's "
+                                         "own limit when that is lower).")
+
+    def truncation(self) -> Truncation:
+        return replace(super().truncation(), max_tokens=self.max_tokens)
 
     @field_validator("input", mode="wrap")
     @classmethod
     def _one_clear_message(cls, value: object, handler: ValidatorFunctionWrapHandler) -> EmbeddingInput:
-        try:
-            return handler(value)
-        except ValidationError:  # the union's per-branch errors help nobody
-            raise ValueError(
-                "input must be a string, a list of strings or typed items ({\"text\"|\"image\"|\"audio\": "
-                "...}), a list of token ids, or a list of token-id lists"
-            ) from None
+        return one_clear_message(value, handler, "input")
+
+
+def one_clear_message(value: object, handler: ValidatorFunctionWrapHandler, field: str) -> EmbeddingInput:
+    try:
+        return handler(value)
+    except ValidationError:  # the union's per-branch errors help nobody
+        raise ValueError(
+            f"{field} must be a string, a list of strings or typed items ({{\"text\"|\"image\"|\"audio\": "
+            "...}), a list of token ids, or a list of token-id lists"
+        ) from None
 
 
 class LegacyMediaRequest(BaseModel):
@@ -108,21 +122,6 @@ class LegacyMediaRequest(BaseModel):
                                 user=self.user, modality=modality)
 
 
-class SparseEmbeddingRequest(TruncationControls):
-    """TEI's POST /embed_sparse, with Embento's `model`, `instruction` and `max_active_dims`."""
-
-    inputs: StrictStr | list[StrictStr]
-    model: str | None = Field(None, description="Served model name; defaults to the first sparse model.")
-    prompt_name: str | None = None
-    instruction: StrictStr | None = None
-    max_active_dims: StrictInt | None = None
-
-    def as_embedding_request(self) -> EmbeddingRequest:
-        return EmbeddingRequest(input=self.inputs, model=self.model, prompt_name=self.prompt_name,
-                                instruction=self.instruction, max_active_dims=self.max_active_dims,
-                                truncate=self.truncate, truncation_direction=self.truncation_direction)
-
-
 class SparseEmbedding(BaseModel):
     """The active entries of a sparse (SPLADE) embedding: vocabulary indices, ascending, and their weights."""
 
@@ -134,19 +133,12 @@ class SparseEmbedding(BaseModel):
         return cls.model_construct(indices=entries[0].astype(np.int64).tolist(), values=entries[1].tolist())
 
 
-class SparseValue(BaseModel):
-    """One entry of TEI's /embed_sparse answer."""
-
-    index: int
-    value: float
-
-
 class EmbeddingData(BaseModel):
     object: Literal["embedding"] = "embedding"
     index: int
     # `str` (base64) first: BentoML's schema keeps only a union's first member, and its Python client
     # walks a declared array character by character when the value is a base64 string.
-    embedding: str | list[float] | list[list[float]] | SparseEmbedding
+    embedding: str | list[float] | list[int] | list[list[float]] | SparseEmbedding  # list[int]: quantized codes
 
 
 class MultiVectorData(EmbeddingData):
@@ -186,6 +178,8 @@ class ModelCard(BaseModel):
     multi_vector: bool = False
     sparse: bool = False  # `dimension` is then the vocabulary size
     labels: list[str] | None = None
+    quantization: dict | None = Field(None, description="The int8/uint8 ranges: their source, and per number of "
+                                      "features [[mins], [maxs]] (the quantization_ranges file format).")
 
 
 class FailedModel(BaseModel):
@@ -240,13 +234,12 @@ def validated_inputs(
 def _check_text_controls(request: EmbeddingRequest, info: ModelInfo) -> None:
     """The fields that apply to some kinds of model only."""
     name = info.served_model_name
-    if info.sparse and request.encoding_format == "base64":
-        raise InvalidRequest(f"model '{name}' is sparse: its embeddings are indices and values, which have no "
-                             "base64 encoding", param="encoding_format")
-    raw_sparse = info.sparse and request.normalize is False  # what a sparse model gives anyway
-    if request.normalize is not None and info.kind != "embed" and not raw_sparse:
+    as_is = request.normalize is info.normalized  # what the model gives anyway (TEI sends normalize: true)
+    if request.normalize is not None and info.kind != "embed" and not as_is:
         raise InvalidRequest(f"normalize applies to dense text embedders; model '{name}' is a {info.kind} model",
                              param="normalize")
+    if request.max_tokens is not None and request.max_tokens < 1:
+        raise InvalidRequest(f"max_tokens must be at least 1, got {request.max_tokens}", param="max_tokens")
     if request.max_active_dims is not None and not info.sparse:
         raise InvalidRequest(f"max_active_dims applies to sparse models; model '{name}' is dense",
                              param="max_active_dims")
@@ -302,24 +295,20 @@ def _check_dimensions(dimensions: int | None, info: ModelInfo) -> None:
         )
 
 
-def embedding_response(
-    info: ModelInfo, outputs: list[np.ndarray], request: EmbeddingRequest, tokens: int
-) -> EmbeddingResponse:
-    """Vectors cut to `dimensions` (re-normalized) and encoded; multi-vectors keep their shape; sparse ones
-    are their active entries, the largest `max_active_dims` of them."""
+def embedding_response(embeddings: Embeddings) -> EmbeddingResponse:
+    """OpenAI's shape: vectors cut to `dimensions` (re-normalized) and encoded; multi-vectors keep their shape;
+    sparse ones are their active entries, the largest `max_active_dims` of them."""
+    info, outputs, request = embeddings.info, embeddings.outputs, embeddings.request
     if info.sparse:
         data = [EmbeddingData.model_construct(object="embedding", index=i, embedding=SparseEmbedding.of(
             keep_largest(output, request.max_active_dims))) for i, output in enumerate(outputs)]
     elif info.multi_vector:
         data = [_multi_vector_data(i, output, request.encoding_format) for i, output in enumerate(outputs)]
     else:
-        normalized = info.normalized if request.normalize is None else request.normalize
-        vectors = truncate_dimensions(np.stack(outputs), request.dimensions, renormalize=normalized)
-        encode = to_base64 if request.encoding_format == "base64" else np.ndarray.tolist
-        data = [EmbeddingData.model_construct(object="embedding", index=i, embedding=encode(v))
-                for i, v in enumerate(vectors)]
+        encoded = embeddings.encoded(request.encoding_format, embeddings.vectors())
+        data = [EmbeddingData.model_construct(object="embedding", index=i, embedding=v) for i, v in enumerate(encoded)]
     return EmbeddingResponse.model_construct(
-        object="list", data=data, model=info.served_model_name, usage=Usage.of(tokens)
+        object="list", data=data, model=info.served_model_name, usage=Usage.of(embeddings.tokens)
     )
 
 
@@ -329,9 +318,3 @@ def _multi_vector_data(index: int, matrix: np.ndarray, encoding_format: str) -> 
         return MultiVectorData.model_construct(object="embedding", index=index, embedding=to_base64(matrix),
                                                shape=list(matrix.shape))
     return EmbeddingData.model_construct(object="embedding", index=index, embedding=matrix.tolist())
-
-
-def sparse_values(response: EmbeddingResponse) -> list[list[SparseValue]]:
-    """TEI's /embed_sparse answer: per input, its active entries as `{"index", "value"}`."""
-    return [[SparseValue.model_construct(index=i, value=v) for i, v in zip(d.embedding.indices, d.embedding.values)]
-            for d in response.data]  # type: ignore[union-attr]

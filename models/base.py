@@ -124,6 +124,7 @@ class Truncation:
 
     enabled: bool = True
     side: Literal["right", "left"] | None = None
+    max_tokens: int | None = None  # a shorter limit than the model's (Cohere's `max_tokens`)
 
 
 class Preprocessor(Protocol):

@@ -65,6 +65,15 @@ class ModelConfig(BaseModel):
     chat_template: str | None = None
     true_token: str | None = None
     false_token: str | None = None
+    # Cohere's `input_type` (search_query, search_document, classification, clustering) -> a prompt name of
+    # this model; unset entries are read from its prompt names (query/passage, search_query, ...).
+    input_type_prompts: dict[str, str] = Field(default_factory=dict)
+    # int8/uint8 ranges: a JSON file {"<features>": [[mins], [maxs]]} (the format GET /v1/models reports);
+    # unset, they are calibrated at start from a fixed corpus.
+    quantization_ranges: str | None = None
+    # Token-id input: false refuses it (LangChain's OpenAIEmbeddings sends tiktoken ids by default, which
+    # no self-hosted vocabulary shares).
+    allow_token_ids: bool = True
     trust_remote_code: bool = False
 
     @field_validator("device")

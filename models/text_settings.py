@@ -15,6 +15,14 @@ _NO_LIMIT = 1_000_000
 # The instruction-query prompt of today's decoder embedders (Qwen3-Embedding, gte-Qwen2, e5-mistral):
 # `Instruct: <task>\nQuery:`, with or without a space after the colon.
 _INSTRUCT_PROMPT = re.compile(r"Instruct: .*\nQuery:( ?)", re.DOTALL)
+# Cohere's input types and the prompt names checkpoints give them, first match wins: nomic's own names,
+# e5/Qwen3-Embedding's query/passage/document, jina's retrieval.* tasks.
+_INPUT_TYPE_PROMPT_NAMES = {
+    "search_query": ("search_query", "query", "retrieval.query"),
+    "search_document": ("search_document", "document", "passage", "retrieval.passage"),
+    "classification": ("classification",),
+    "clustering": ("clustering",),
+}
 
 
 @dataclass(frozen=True)
@@ -24,6 +32,7 @@ class TextSettings:
     prompts: dict[str, str] = field(default_factory=dict)
     default_prompt_name: str | None = None
     instruction_template: str | None = None  # `{instruction}` marks where a request's instruction goes
+    input_type_prompts: dict[str, str] = field(default_factory=dict)  # Cohere's input_type -> prompt name
 
     def instruction_prompt(self, instruction: str) -> str:
         """The prefix for a request's own instruction: the model's template filled in, else the instruction."""
@@ -79,7 +88,19 @@ def read_text_settings(folder: Path, cfg: ModelConfig, tokenizer_max_length: int
         prompts=prompts,
         default_prompt_name=default_prompt,
         instruction_template=cfg.instruction_template or _declared_instruction_template(prompts),
+        input_type_prompts=_input_type_prompts(prompts, cfg),
     )
+
+
+def _input_type_prompts(prompts: dict[str, str], cfg: ModelConfig) -> dict[str, str]:
+    """Which prompt each Cohere input type uses: configured, else the first of its usual names the model has.
+    An input type with none falls back to the default prompt."""
+    unknown = {t: n for t, n in cfg.input_type_prompts.items() if n not in prompts}
+    if unknown:
+        raise ConfigError(f"input_type_prompts of model '{cfg.served_model_name}' names prompts it lacks: "
+                          f"{unknown}; its prompts are {sorted(prompts)}")
+    declared = {t: next((n for n in names if n in prompts), None) for t, names in _INPUT_TYPE_PROMPT_NAMES.items()}
+    return {**{t: n for t, n in declared.items() if n is not None}, **cfg.input_type_prompts}
 
 
 def _declared_instruction_template(prompts: dict[str, str]) -> str | None:

@@ -6,6 +6,7 @@ Imports no torch: the gateway process stays small.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,17 @@ from models.per_thread import PerThread
 from models.text_settings import TextSettings, declares_chat_input, read_text_settings
 
 PROMPT_LENGTHS_KEPT = 1024
+TIKTOKEN_HINT = ("Token ids must come from this model's own tokenizer. LangChain's OpenAIEmbeddings sends tiktoken "
+                 "(cl100k_base) ids by default: create it with check_embedding_ctx_length=False to send text.")
+
+
+@dataclass(frozen=True)
+class Token:
+    id: int
+    text: str
+    special: bool
+    start: int | None
+    stop: int | None
 
 
 class TextTokenizer:
@@ -41,6 +53,7 @@ class TextTokenizer:
         self.settings: TextSettings = read_text_settings(folder, cfg, self._template.model_max_length)
         self.max_input_tokens = self.settings.max_seq_length
         self.vocab_size = len(self._template)
+        self.allow_token_ids = cfg.allow_token_ids
         self._prefix, self._suffix = self._special_token_frame()
         self._pair_frame = self._template.num_special_tokens_to_add(pair=True)
         self._uses_segments = "token_type_ids" in self._template.model_input_names
@@ -65,8 +78,11 @@ class TextTokenizer:
         at = framed.index(marker)
         return framed[:at], framed[at + 1 :]
 
-    def prompt(self, name: str | None, instruction: str | None = None) -> str:
-        """The prefix of a named prompt (None: the default one), or of a request's own instruction."""
+    def prompt(self, name: str | None, instruction: str | None = None, input_type: str | None = None) -> str:
+        """The prefix of a named prompt (None: the one for Cohere's `input_type`, else the default one), or of
+        a request's own instruction."""
+        if name is None and input_type is not None:
+            name = self.settings.input_type_prompts.get(input_type)
         if instruction is not None:
             if name is not None:
                 raise InvalidRequest("give prompt_name or instruction, not both", param="instruction")
@@ -99,22 +115,44 @@ class TextTokenizer:
         # The Rust tokenizer directly, set as transformers would set it: its Python wrapper took 37 us per
         # one-sentence request here against 23 us, on the gateway's event loop.
         backend = self._tokenizer.backend_tokenizer
+        limit = self._limit(truncation)
         if truncation.enabled:
             side = truncation.side or self._template.truncation_side
-            backend.enable_truncation(self.max_input_tokens, direction=side)
+            backend.enable_truncation(limit, direction=side)
         else:
             backend.no_truncation()
         encoded = [encoding.ids for encoding in backend.encode_batch(texts)]
         if not truncation.enabled:
-            self._refuse_long(encoded)
+            self._refuse_long(encoded, limit)
         return encoded
 
-    def _refuse_long(self, encoded: list[list[int]]) -> None:
+    def _limit(self, truncation: Truncation) -> int:
+        return min(self.max_input_tokens, truncation.max_tokens or self.max_input_tokens)
+
+    def _refuse_long(self, encoded: list[list[int]], limit: int) -> None:
         longest = max(range(len(encoded)), key=lambda i: len(encoded[i]))
-        if len(encoded[longest]) > self.max_input_tokens:
+        if len(encoded[longest]) > limit:
             raise InvalidRequest(
-                f"input[{longest}] is {len(encoded[longest])} tokens; this model takes at most "
-                f"{self.max_input_tokens} (truncate is false)", param="input")
+                f"input[{longest}] is {len(encoded[longest])} tokens; at most {limit} are taken (truncation is "
+                "off)", param="input")
+
+    def encode_pair_list(self, firsts: list[str], seconds: list[str | None], truncation: Truncation = Truncation()
+                         ) -> tuple[list[list[int]], list[list[int]] | None]:
+        """Texts and text pairs for a cross-encoding classifier (TEI's /predict), each pair cut longest first
+        as sentence-transformers' CrossEncoder cuts it."""
+        if self.settings.do_lower_case:
+            firsts = [text.lower() for text in firsts]
+            seconds = [None if text is None else text.lower() for text in seconds]
+        tokenizer = self._tokenizer
+        tokenizer.truncation_side = truncation.side or self._template.truncation_side  # this thread's copy
+        limit = self._limit(truncation)
+        encoded = [tokenizer(first, second, truncation=truncation.enabled, max_length=limit,
+                             return_attention_mask=False, return_token_type_ids=self._uses_segments)
+                   for first, second in zip(firsts, seconds)]
+        ids = [e["input_ids"] for e in encoded]
+        if not truncation.enabled:
+            self._refuse_long(ids, limit)
+        return ids, [e["token_type_ids"] for e in encoded] if self._uses_segments else None
 
     def encode_pairs(self, query: str, documents: list[str], instruction: str | None = None,
                      truncation: Truncation = Truncation()) -> tuple[list[list[int]], list[list[int]] | None]:
@@ -163,14 +201,18 @@ class TextTokenizer:
 
     def encode_ids(self, inputs: list[list[int]], truncation: Truncation = Truncation()) -> list[list[int]]:
         """Token-id input, with or without the special tokens; framed and truncated like text."""
-        body_limit = self.max_input_tokens - len(self._prefix) - len(self._suffix)
+        if not self.allow_token_ids:
+            raise InvalidRequest(f"this model takes text, not token ids (allow_token_ids is false). {TIKTOKEN_HINT}",
+                                 param="input")
+        limit = self._limit(truncation)
+        body_limit = limit - len(self._prefix) - len(self._suffix)
         encoded = []
         for index, ids in enumerate(inputs):
             bad = next((i for i in ids if not 0 <= i < self.vocab_size), None)
             if bad is not None:
                 raise InvalidRequest(
-                    f"input[{index}] holds token id {bad}, outside this model's vocabulary [0, {self.vocab_size})",
-                    param="input",
+                    f"input[{index}] holds token id {bad}, outside this model's vocabulary [0, {self.vocab_size}). "
+                    f"{TIKTOKEN_HINT}", param="input",
                 )
             body = self._strip_frame(ids)
             if truncation.enabled and len(body) > body_limit:
@@ -178,8 +220,28 @@ class TextTokenizer:
                 body = body[len(body) - body_limit:] if left else body[:body_limit]
             encoded.append(self._prefix + body + self._suffix)
         if not truncation.enabled:
-            self._refuse_long(encoded)
+            self._refuse_long(encoded, limit)
         return encoded
+
+    def tokens(self, text: str, add_special_tokens: bool = True) -> list[Token]:
+        """How the model sees a text (TEI's /tokenize): each token's id, its text, whether it is special, and
+        its character offsets in `text` (None for special tokens)."""
+        if self.settings.do_lower_case:
+            text = text.lower()
+        backend = self._tokenizer.backend_tokenizer
+        backend.no_truncation()
+        encoding = backend.encode(text, add_special_tokens=add_special_tokens)
+        return [Token(id, piece, True, None, None) if special else Token(id, text[start:stop], False, start, stop)
+                for id, piece, special, (start, stop) in zip(encoding.ids, encoding.tokens,
+                                                            encoding.special_tokens_mask, encoding.offsets)]
+
+    def decode(self, ids: list[list[int]], skip_special_tokens: bool = True) -> list[str]:
+        for index, sequence in enumerate(ids):
+            bad = next((i for i in sequence if not 0 <= i < self.vocab_size), None)
+            if bad is not None:
+                raise InvalidRequest(f"ids[{index}] holds token id {bad}, outside this model's vocabulary "
+                                     f"[0, {self.vocab_size})", param="ids")
+        return self._tokenizer.backend_tokenizer.decode_batch(ids, skip_special_tokens=skip_special_tokens)
 
     def _strip_frame(self, ids: list[int]) -> list[int]:
         start = len(self._prefix) if self._prefix and ids[: len(self._prefix)] == self._prefix else 0

@@ -8,7 +8,7 @@ from starlette.responses import JSONResponse, PlainTextResponse
 from starlette.routing import Route
 from starlette.testclient import TestClient
 
-from gateway.errors import OpenAIErrorBodies
+from gateway.errors import ErrorBodies
 from gateway.guard import PROBE_PATHS, RequestGuard, key_matches
 
 
@@ -30,7 +30,7 @@ def make_client(api_keys: tuple[str, ...] = ("s3cret",), limit: int = 2048,
     app = Starlette(routes=[Route("/v1/embeddings", echo, methods=["POST"]), Route("/readyz", echo),
                             Route("/metrics", echo), Route("/docs.json", echo),
                             Route("/bad", framework_error, methods=["POST"]), Route("/crash", crash_text)])
-    wrapped = OpenAIErrorBodies(RequestGuard(app, api_keys=api_keys, max_request_bytes=limit, open_paths=open_paths))
+    wrapped = ErrorBodies(RequestGuard(app, api_keys=api_keys, max_request_bytes=limit, open_paths=open_paths))
     return TestClient(wrapped)
 
 
@@ -132,7 +132,7 @@ def test_requests_beyond_the_concurrency_cap_are_refused_before_their_body_is_re
         return JSONResponse({"ok": True})
 
     app = Starlette(routes=[Route("/v1/embeddings", slow, methods=["POST"]), Route("/readyz", echo)])
-    guarded = OpenAIErrorBodies(RequestGuard(app, api_keys=(), max_request_bytes=2048, max_concurrent_requests=2))
+    guarded = ErrorBodies(RequestGuard(app, api_keys=(), max_request_bytes=2048, max_concurrent_requests=2))
 
     async def scenario() -> list[httpx.Response]:
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=guarded), base_url="http://edge") as http:
