@@ -281,12 +281,13 @@ class Gateway:
         return None
 
     @staticmethod
-    async def _answer(work: Awaitable[T], shape: ErrorShape = "openai") -> T:
-        """The route's answer, or its error in the route's shape; either way counted in the metrics."""
+    async def _answer(work: Callable[[], Awaitable[T]], shape: ErrorShape = "openai") -> T:
+        """The route's answer, or its error in the route's shape; either way counted in the metrics. `work`
+        is called here, so that an adapter's refusal of its own body is answered like any other."""
         trace = RequestTrace()
         token = TRACE.set(trace)
         try:
-            answer = await work
+            answer = await work()
             trace.finish(200)
             return answer
         except errors.EmbentoError as exc:
@@ -311,36 +312,38 @@ class Gateway:
     @bentoml.api(route="/v1/embeddings")
     async def embeddings(self, request: EmbeddingRequest, /) -> EmbeddingResponse:
         """OpenAI-compatible embeddings."""
-        return await self._answer(_then(self._embed(request), embedding_response))
+        return await self._answer(lambda: _then(self._embed(request), embedding_response))
 
     @bentoml.api(route="/embeddings")
     async def embeddings_unversioned(self, request: EmbeddingRequest, /) -> EmbeddingResponse:
         """The same, at infinity's path."""
-        return await self._answer(_then(self._embed(request), embedding_response))
+        return await self._answer(lambda: _then(self._embed(request), embedding_response))
 
     @bentoml.api(route="/embeddings_image")
     async def embeddings_image(self, request: LegacyMediaRequest, /) -> EmbeddingResponse:
         """infinity's legacy image route: `input` is data URIs or URLs."""
-        return await self._answer(_then(self._embed(request.as_embedding_request("image")), embedding_response))
+        return await self._answer(lambda: _then(self._embed(request.as_embedding_request("image")),
+                                                embedding_response))
 
     @bentoml.api(route="/embeddings_audio")
     async def embeddings_audio(self, request: LegacyMediaRequest, /) -> EmbeddingResponse:
         """infinity's legacy audio route: `input` is data URIs or URLs."""
-        return await self._answer(_then(self._embed(request.as_embedding_request("audio")), embedding_response))
+        return await self._answer(lambda: _then(self._embed(request.as_embedding_request("audio")),
+                                                embedding_response))
 
     @bentoml.api(route="/v1/rerank")
     async def rerank_v1(self, request: RerankRequest, /) -> RerankResponse:
         """Cohere v1 and Jina rerank: documents come back as `{"text": ...}`."""
         shape = functools.partial(rerank_response, return_documents=request.return_documents)
-        return await self._answer(_then(self.engine.rerank(request), shape))
+        return await self._answer(lambda: _then(self.engine.rerank(request), shape))
 
     @bentoml.api(route="/v2/rerank")
     async def rerank_v2(self, request: CohereV2RerankRequest, /) -> CohereV2RerankResponse:
         """Cohere v2 rerank: indices and scores only."""
-        return await self._answer(_then(self.engine.rerank(request), cohere_v2_rerank_response))
+        return await self._answer(lambda: _then(self.engine.rerank(request), cohere_v2_rerank_response))
 
     @bentoml.api(route="/rerank")
-    async def rerank_shared(self, request: RerankBody, /) -> InfinityRerankResponse:
+    async def rerank(self, request: RerankBody, /) -> InfinityRerankResponse:
         """infinity's rerank (`documents`: documents come back as plain strings), or TEI's (`texts`: TEI's bare
         list, and TEI's error shape)."""
         async def rerank() -> Any:
@@ -350,17 +353,18 @@ class Gateway:
                 return JSONResponse(rerank_answer(ranking, request.return_text))
             return infinity_rerank_response(ranking, request.return_documents)
 
-        return await self._answer(rerank(), "tei" if request.texts is not None else "openai")
+        tei_body = request.texts is not None and request.documents is None
+        return await self._answer(rerank, "tei" if tei_body else "openai")
 
     @bentoml.api(route="/v1/classify")
     async def classify(self, request: ClassifyRequest, /) -> ClassifyResponse:
         """infinity's classify: every label's score per input."""
-        return await self._answer(self._classify(request))
+        return await self._answer(lambda: self._classify(request))
 
     @bentoml.api(route="/classify")
     async def classify_unversioned(self, request: ClassifyRequest, /) -> ClassifyResponse:
         """The same, at infinity's path."""
-        return await self._answer(self._classify(request))
+        return await self._answer(lambda: self._classify(request))
 
     async def _classify(self, request: ClassifyRequest) -> ClassifyResponse:
         info = await self.engine.require_model(request.model, "classify")
@@ -377,7 +381,7 @@ class Gateway:
             return cohere_v1_response(await self._embed(request.as_embedding_request(),
                                                         output_types=request.output_types()), request)
 
-        return await self._answer(embed())
+        return await self._answer(embed)
 
     @bentoml.api(route="/v2/embed")
     async def cohere_embed_v2(self, request: CohereV2EmbedRequest, /) -> dict:
@@ -386,24 +390,24 @@ class Gateway:
             return cohere_v2_response(await self._embed(request.as_embedding_request(),
                                                         output_types=request.output_types()), request)
 
-        return await self._answer(embed())
+        return await self._answer(embed)
 
     # TEI
     @bentoml.api(route="/embed")
     async def tei_embed(self, request: TeiEmbedRequest, /) -> list:
         """TEI's embed: a bare list of vectors."""
-        return await self._answer(_then(self._embed(request.as_embedding_request()), embed_answer), "tei")
+        return await self._answer(lambda: _then(self._embed(request.as_embedding_request()), embed_answer), "tei")
 
     @bentoml.api(route="/embed_sparse")
     async def embed_sparse(self, request: SparseEmbeddingRequest, /) -> list[list[SparseValue]]:
         """TEI's sparse route: per input, its active vocabulary entries as `{"index", "value"}`."""
-        return await self._answer(_then(self._embed(request.as_embedding_request(), "embed_sparse"), sparse_answer),
-                                  "tei")
+        return await self._answer(
+            lambda: _then(self._embed(request.as_embedding_request(), "embed_sparse"), sparse_answer), "tei")
 
     @bentoml.api(route="/predict")
     async def tei_predict(self, request: TeiPredictRequest, /) -> list:
         """TEI's predict: every label's score for a text or a pair, or for each in a batch."""
-        return await self._answer(self._predict(request), "tei")
+        return await self._answer(lambda: self._predict(request), "tei")
 
     async def _predict(self, request: TeiPredictRequest, top_k: int | None = None) -> list:
         info = await self.engine.require_model(request.model, "classify")
@@ -418,7 +422,8 @@ class Gateway:
     @bentoml.api(route="/similarity")
     async def tei_similarity(self, request: TeiSimilarityRequest, /) -> list[float]:
         """TEI's (and the sentence-similarity task's) cosine of a sentence with each of the others."""
-        return await self._answer(_then(self._embed(request.as_embedding_request()), similarity_answer), "tei")
+        return await self._answer(lambda: _then(self._embed(request.as_embedding_request()), similarity_answer),
+                                  "tei")
 
     @bentoml.api(route="/tokenize")
     async def tei_tokenize(self, request: TeiTokenizeRequest, /) -> list[list[dict]]:
@@ -430,7 +435,7 @@ class Gateway:
             prompt = tokenizer.prompt(request.prompt_name)
             return tokens_answer([tokenizer.tokens(prompt + text, request.add_special_tokens) for text in texts])
 
-        return await self._answer(tokenize(), "tei")
+        return await self._answer(tokenize, "tei")
 
     @bentoml.api(route="/decode")
     async def tei_decode(self, request: TeiDecodeRequest, /) -> list[str]:
@@ -439,13 +444,13 @@ class Gateway:
             tokenizer = await self.engine.require_tokenizer(request.model)
             return tokenizer.decode(request.sequences(), request.skip_special_tokens)
 
-        return await self._answer(decode(), "tei")
+        return await self._answer(decode, "tei")
 
     @bentoml.api(route="/")
     async def tei_root(self, request: TeiRootRequest, /) -> Any:
         """TEI's root, as `huggingface_hub.InferenceClient(base_url)` calls it: the task is told by the body,
         else by the kind of the model asked for (or the first served)."""
-        return await self._answer(self._root(request), "tei")
+        return await self._answer(lambda: self._root(request), "tei")
 
     async def _root(self, request: TeiRootRequest) -> Any:
         body = request.body()

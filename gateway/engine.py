@@ -142,7 +142,7 @@ class Engine:
         tokenizer = self.tokenizers[info.served_model_name]
         prompt_length = 0
         if isinstance(inputs[0], str):
-            prompt = tokenizer.prompt(request.prompt_name, request.instruction)
+            prompt = tokenizer.prompt(request.prompt_name, request.instruction, request.input_type)
             prompt_length = tokenizer.prompt_length(prompt) if prompt else 0
             work = functools.partial(tokenizer.encode_texts, inputs, prompt, request.truncation())
         else:

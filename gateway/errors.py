@@ -119,7 +119,8 @@ class ErrorBodies:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
-        shape: ErrorShape = "tei" if scope["path"] in self.tei_paths else "openai"
+        tei = scope["path"] in self.tei_paths and scope["method"] == "POST"  # GET / is BentoML's docs page
+        shape: ErrorShape = "tei" if tei else "openai"
         start: Message | None = None
         chunks: list[bytes] = []
 

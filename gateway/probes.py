@@ -1,9 +1,12 @@
-"""The GET routes (BentoML's own API routes are POST-only): the model list, infinity's /health, TEI's /info,
-and /readyz with a body. Each asks the running Gateway (`bentoml.get_current_service()`) what it knows."""
+"""The GET routes (BentoML's own API routes are POST-only): the model list, infinity's /health, /info (the
+limits, and TEI's fields), and /readyz with a body. Each asks the running Gateway
+(`bentoml.get_current_service()`) what it knows."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from importlib.metadata import PackageNotFoundError, version
+from typing import Any
 
 import bentoml
 from starlette.requests import Request
@@ -13,9 +16,13 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gateway.errors import error_response
 from models import errors
-from models.base import Kind
+from models.base import Kind, ModelInfo
 from models.config import EmbentoConfig
 
+try:
+    VERSION = version("embento")
+except PackageNotFoundError:  # a Bento carries the sources, not the installed package
+    VERSION = "unknown"
 # Request limits a client may want to know before it sends: GET /info, as TEI's.
 LIMIT_FIELDS = ("max_client_batch_size", "max_item_chars", "max_request_tokens", "max_request_bytes",
                 "request_timeout_s", "max_concurrent_requests", "max_queued_items", "max_queued_tokens",
@@ -51,12 +58,35 @@ async def _get_health(request: Request) -> Response:
         return error_response(exc)
 
 
+def tei_info(config: EmbentoConfig, info: ModelInfo | None) -> dict[str, Any]:
+    """TEI's /info fields, for the default (first) model; those only a loaded model knows are null before."""
+    default = config.models[0]
+    return {
+        "model_id": default.model_id, "model_sha": default.revision, "model_dtype": info and info.dtype,
+        "model_type": info and _tei_model_type(info, default.pooling), "served_model_name": default.served_model_name,
+        "max_concurrent_requests": config.max_concurrent_requests,
+        "max_input_length": info and info.max_input_tokens, "max_batch_tokens": default.max_batch_tokens,
+        "max_batch_requests": default.batch_size, "max_client_batch_size": config.max_client_batch_size,
+        "auto_truncate": True, "tokenization_workers": None, "version": VERSION, "sha": None, "docker_label": None,
+    }
+
+
+def _tei_model_type(info: ModelInfo, pooling: str | None) -> dict[str, Any]:
+    if info.kind in ("classify", "rerank"):
+        labels = info.labels or ["LABEL_0"]
+        body = {"id2label": dict(enumerate(labels)), "label2id": {label: i for i, label in enumerate(labels)}}
+        return {"classifier" if info.kind == "classify" else "reranker": body}
+    return {"embedding": {"pooling": "splade" if info.sparse else pooling}}
+
+
 def get_routes(config: EmbentoConfig, kinds: Mapping[str, Kind]) -> list[Route]:
-    """The GET routes to mount; /info answers from the configuration it is given."""
+    """The GET routes to mount; /info answers from the configuration it is given and the models once loaded."""
     async def get_info(request: Request) -> Response:
         models = [{"id": m.served_model_name, "kind": kinds[m.served_model_name], "batch_size": m.batch_size,
                    "max_batch_tokens": m.max_batch_tokens} for m in config.models]
-        return JSONResponse({"models": models, "limits": {name: getattr(config, name) for name in LIMIT_FIELDS}})
+        loaded = bentoml.get_current_service().infos.get(config.models[0].served_model_name)
+        return JSONResponse({"models": models, "limits": {name: getattr(config, name) for name in LIMIT_FIELDS},
+                             **tei_info(config, loaded)})
 
     return [*(Route(path, _get_models, methods=["GET"]) for path in ("/v1/models", "/models")),
             Route("/health", _get_health, methods=["GET"]), Route("/info", get_info, methods=["GET"])]

@@ -132,9 +132,10 @@ class TextTokenizer:
     def _refuse_long(self, encoded: list[list[int]], limit: int) -> None:
         longest = max(range(len(encoded)), key=lambda i: len(encoded[i]))
         if len(encoded[longest]) > limit:
-            raise InvalidRequest(
-                f"input[{longest}] is {len(encoded[longest])} tokens; at most {limit} are taken (truncation is "
-                "off)", param="input")
+            allowed = f"this model takes at most {limit}" if limit == self.max_input_tokens else \
+                f"max_tokens is {limit}"
+            raise InvalidRequest(f"input[{longest}] is {len(encoded[longest])} tokens; {allowed} (truncation is off)",
+                                 param="input")
 
     def encode_pair_list(self, firsts: list[str], seconds: list[str | None], truncation: Truncation = Truncation()
                          ) -> tuple[list[list[int]], list[list[int]] | None]:

@@ -76,12 +76,20 @@ ENDPOINT_BODIES = {
     "embeddings_unversioned": {"input": "a sentence", "model": MINILM, "encoding_format": "base64"},
     "embeddings_image": {"input": [data_uri(*IMAGES["png"])], "model": TINY_CLIP},
     "embeddings_audio": {"input": [data_uri(*AUDIO["wav-16k-mono"])], "model": TINY_CLAP},
-    "rerank_infinity": {"query": "q", "documents": ["a", "b"], "model": TINY_RERANKER, "return_documents": True},
+    "rerank": {"query": "q", "documents": ["a", "b"], "model": TINY_RERANKER, "return_documents": True},
     "rerank_v1": {"query": "q", "documents": ["a", {"text": "b"}], "model": TINY_RERANKER},
     "rerank_v2": {"query": "q", "documents": ["a", "b"], "model": TINY_RERANKER},
     "classify": {"input": ["good"], "model": TINY_CLASSIFIER},
     "classify_unversioned": {"input": "bad", "model": TINY_CLASSIFIER, "raw_scores": True},
     "embed_sparse": {"inputs": ["a sentence"], "model": TINY_SPLADE, "max_active_dims": 8},
+    "cohere_embed_v1": {"texts": ["a sentence"], "model": MINILM, "embedding_types": ["float", "ubinary"]},
+    "cohere_embed_v2": {"texts": ["a sentence"], "model": MINILM, "input_type": "search_query"},
+    "tei_embed": {"inputs": "a sentence"},
+    "tei_predict": {"inputs": [["good"], ["bad", "worse"]], "model": TINY_CLASSIFIER},
+    "tei_similarity": {"inputs": {"source_sentence": "a", "sentences": ["b", "c"]}},
+    "tei_tokenize": {"inputs": ["a sentence"]},
+    "tei_decode": {"ids": [[101, 1037, 102]]},
+    "tei_root": {"inputs": "a sentence", "parameters": {"top_k": 1}},
 }
 ID_FIELDS = ("id", "created")  # differ from call to call
 

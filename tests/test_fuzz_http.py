@@ -1,6 +1,7 @@
 """The HTTP API fuzzed from its own OpenAPI document (schemathesis): for every operation the running server
 documents, bodies that follow the schema and bodies that break it. Each answer comes within the timeout
-and is never a 5xx; every error is in OpenAI's shape; the server stays alive throughout."""
+and is never a 5xx; every error is in its route's shape (TEI's on TEI's routes, else OpenAI's); the server stays
+alive throughout."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis.errors import Unsatisfiable
 from schemathesis import GenerationMode
 
-from tests.test_server_errors import assert_openai_error
+from gateway.tei import TEI_PATHS
+from tests.test_server_errors import assert_openai_error, assert_tei_error
 
 pytestmark = pytest.mark.server
 EXAMPLES = 20  # per operation and mode: about 500 requests in all
@@ -34,7 +36,9 @@ def test_no_generated_request_gets_a_5xx(server, client):
                 label = f"{case.method} {case.path}"
                 seen.append((label, response.status_code))
                 assert response.status_code < 500, f"{label} {case.body!r}: {response.text[:500]}"
-                if response.status_code >= 400 and case.path not in PROBES:
+                if response.status_code >= 400 and case.path in TEI_PATHS and case.method.upper() == "POST":
+                    assert_tei_error(response, response.status_code)
+                elif response.status_code >= 400 and case.path not in PROBES:
                     assert_openai_error(response, response.status_code)
                 assert client.get("/livez").status_code == 200
 

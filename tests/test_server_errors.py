@@ -28,7 +28,7 @@ BAD_BODIES = [
     pytest.param({"input": "x", "model": MINILM, "dimensions": -3}, 400, "dimensions", id="dimensions-negative"),
     pytest.param({"input": "x", "model": MINILM, "dimensions": 385}, 400, "dimensions", id="dimensions-too-large"),
     pytest.param({"input": "x", "model": MINILM, "dimensions": "12"}, 400, "dimensions", id="dimensions-string"),
-    pytest.param({"input": "x", "model": MINILM, "encoding_format": "int8"}, 400, "encoding_format",
+    pytest.param({"input": "x", "model": MINILM, "encoding_format": "float16"}, 400, "encoding_format",
                  id="unknown-encoding"),
     pytest.param({"input": [[101, 30522]], "model": MINILM}, 400, "input", id="token-id-too-large"),
     pytest.param({"input": [[101, -1]], "model": MINILM}, 400, "input", id="token-id-negative"),
@@ -36,6 +36,18 @@ BAD_BODIES = [
     pytest.param({"input": "x", "model": MINILM, "prompt_name": "nope"}, 400, "prompt_name", id="unknown-prompt"),
     pytest.param([1, 2, 3], 400, None, id="body-not-an-object"),
 ]
+
+
+def assert_tei_error(response, status: int) -> str:
+    """TEI's error shape, with the status Embento gives that error on every route: the message."""
+    assert response.status_code == status, response.text
+    body = response.json()
+    assert set(body) == {"error", "error_type"}, body
+    assert isinstance(body["error"], str) and body["error"]
+    expected = {401: "Unauthorized", 429: "Overloaded", 503: "Unhealthy"}.get(
+        status, "Backend" if status >= 500 else "Validation")
+    assert body["error_type"] == expected, body
+    return body["error"]
 
 
 def assert_openai_error(response, status: int, param: str | None = None) -> dict:

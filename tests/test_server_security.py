@@ -9,8 +9,9 @@ from pathlib import Path
 import httpx
 import pytest
 
+from gateway.tei import TEI_PATHS
 from tests.conftest import MINILM, running_server
-from tests.test_server_errors import assert_openai_error
+from tests.test_server_errors import assert_openai_error, assert_tei_error
 
 pytestmark = pytest.mark.server
 
@@ -23,6 +24,10 @@ GUARDED = [
     ("POST", "/rerank", {"query": "q", "documents": ["d"]}),
     ("POST", "/v2/rerank", {"query": "q", "documents": ["d"], "model": MINILM}),
     ("POST", "/v1/classify", {"input": "x"}),
+    ("POST", "/v2/embed", {"texts": ["hi"], "model": MINILM}),
+    ("POST", "/embed", {"inputs": "hi"}),
+    ("POST", "/", {"inputs": "hi"}),
+    ("POST", "/tokenize", {"inputs": "hi"}),
     ("GET", "/v1/models", None),
     ("GET", "/models", None),
     ("GET", "/docs.json", None),
@@ -51,8 +56,11 @@ def test_every_route_but_the_probes_needs_a_current_key(secured):
             for headers in ({}, {"Authorization": f"Bearer {WRONG}"}, {"Authorization": f"Bearer {RETIRED}"},
                             {"Authorization": KEY}, {"Authorization": f"Basic {KEY}"}):
                 response = http.request(method, path, json=body, headers=headers)
-                assert_openai_error(response, 401)
-                assert response.json()["error"]["code"] == "invalid_api_key"
+                if method == "POST" and path in TEI_PATHS:
+                    assert "API key" in assert_tei_error(response, 401)
+                else:
+                    assert_openai_error(response, 401)
+                    assert response.json()["error"]["code"] == "invalid_api_key"
         for path in PROBES:
             assert http.get(path).status_code == 200, path
         for key in (KEY, FILE_KEY):

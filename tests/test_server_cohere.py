@@ -1,0 +1,194 @@
+"""Cohere's embed, v1 and v2, through the real server with Cohere's own SDK: every embedding type, values equal to
+sentence-transformers' `quantize_embeddings` on the float vectors with the ranges GET /v1/models reports,
+int8/uint8 codes that do not depend on the batch or on a restart, input types, and the refusals."""
+
+from __future__ import annotations
+
+import base64
+from pathlib import Path
+
+import cohere
+import httpx
+import numpy as np
+import pytest
+
+from tests.conftest import MINILM, QWEN3_EMBEDDER, TINY_CLIP, TINY_COLPALI, make_sentences, running_server
+from tests.media import data_uri, image_bytes
+from tests.test_server_errors import assert_openai_error
+from tests.tolerance import assert_close, assert_same_vectors
+
+pytestmark = pytest.mark.server
+TEXTS = make_sentences(6, seed=11)
+ALL_TYPES = ["float", "int8", "uint8", "binary", "ubinary", "base64"]
+
+
+def _quantize(floats, precision: str, ranges=None) -> np.ndarray:
+    from sentence_transformers.util.quantization import quantize_embeddings
+
+    ranges = None if ranges is None else np.asarray(ranges, dtype=np.float32)
+    return quantize_embeddings(np.asarray(floats, dtype=np.float32), precision, ranges=ranges)
+
+
+def _ranges(client: httpx.Client, model: str) -> np.ndarray:
+    card = next(c for c in client.get("/v1/models").json()["data"] if c["id"] == model)
+    report = card["quantization"]
+    assert report["source"] == "calibrated" and report["calibration_texts"] > 50
+    return np.asarray(report["ranges"][str(card["dimension"])], dtype=np.float32)
+
+
+@pytest.fixture(scope="module")
+def minilm_st(minilm_path: Path):
+    from sentence_transformers import SentenceTransformer
+
+    return SentenceTransformer(str(minilm_path), device="cpu", local_files_only=True)
+
+
+@pytest.fixture(scope="module")
+def co(server: str) -> cohere.Client:
+    return cohere.Client(api_key="unused", base_url=server)
+
+
+@pytest.fixture(scope="module")
+def co2(server: str) -> cohere.ClientV2:
+    return cohere.ClientV2(api_key="unused", base_url=server)
+
+
+def _check_every_type(embeddings, ranges: np.ndarray, reference: np.ndarray) -> None:
+    floats = np.asarray(embeddings.float_, dtype=np.float32)
+    assert_same_vectors(floats, reference)
+    for precision in ("int8", "uint8"):
+        codes = np.asarray(getattr(embeddings, precision))
+        assert codes.shape == floats.shape
+        assert np.array_equal(codes, _quantize(floats, precision, ranges)), precision
+    for precision in ("binary", "ubinary"):
+        codes = np.asarray(getattr(embeddings, precision))
+        assert codes.shape == (floats.shape[0], floats.shape[1] // 8)
+        assert np.array_equal(codes, _quantize(floats, precision)), precision
+    decoded = np.stack([np.frombuffer(base64.b64decode(b), dtype="<f4") for b in embeddings.base64])
+    assert np.array_equal(decoded, floats)
+
+
+def test_v1_every_embedding_type_equals_sentence_transformers(co, client, minilm_st):
+    response = co.embed(texts=TEXTS, model=MINILM, embedding_types=ALL_TYPES, batching=False)
+    assert response.response_type == "embeddings_by_type"
+    assert response.texts == TEXTS and response.meta.api_version.version == "1"
+    usage = client.post("/v1/embeddings", json={"model": MINILM, "input": TEXTS}).json()["usage"]
+    assert response.meta.billed_units.input_tokens == usage["prompt_tokens"]
+    _check_every_type(response.embeddings, _ranges(client, MINILM), minilm_st.encode(TEXTS))
+
+
+def test_v1_without_embedding_types_answers_floats(co, minilm_st):
+    response = co.embed(texts=TEXTS[:2], model=MINILM, input_type="search_document")
+    assert response.response_type == "embeddings_floats"
+    assert_same_vectors(response.embeddings, minilm_st.encode(TEXTS[:2]))
+
+
+def test_v2_every_embedding_type_and_inputs(co2, client, minilm_st):
+    response = co2.embed(texts=TEXTS, model=MINILM, input_type="search_query", embedding_types=ALL_TYPES)
+    assert response.meta.api_version.version == "2" and response.texts == TEXTS
+    _check_every_type(response.embeddings, _ranges(client, MINILM), minilm_st.encode(TEXTS))
+    contents = co2.embed(model=MINILM, input_type="search_document", embedding_types=["float"],
+                         inputs=[{"content": [{"type": "text", "text": text}]} for text in TEXTS[:3]])
+    assert_same_vectors(contents.embeddings.float_, minilm_st.encode(TEXTS[:3]))
+
+
+def test_v2_output_dimension_truncates_and_renormalizes_before_quantizing(co2, minilm_st):
+    response = co2.embed(texts=TEXTS, model=MINILM, output_dimension=128, input_type="search_document",
+                         embedding_types=["float", "int8", "binary"])
+    full = minilm_st.encode(TEXTS)[:, :128]
+    floats = np.asarray(response.embeddings.float_, dtype=np.float32)
+    assert_same_vectors(floats, full / np.linalg.norm(full, axis=1, keepdims=True))
+    assert_close(np.linalg.norm(floats, axis=1), np.ones(len(TEXTS)))
+    assert np.array_equal(np.asarray(response.embeddings.binary), _quantize(floats, "binary"))
+    int8 = np.asarray(response.embeddings.int8)
+    assert int8.shape == (len(TEXTS), 128) and int8.min() >= -128 and int8.max() <= 127
+    # the renormalized vector is longer per feature than the full one's first 128: its codes spread wider
+    whole = co2.embed(texts=TEXTS, model=MINILM, input_type="search_document", embedding_types=["int8"])
+    whole = np.asarray(whole.embeddings.int8)[:, :128]
+    assert not np.array_equal(int8, whole)
+
+
+def _codes_agree(first: tuple[np.ndarray, np.ndarray], second: tuple[np.ndarray, np.ndarray]) -> None:
+    """int8 codes from fixed ranges: equal wherever the floats are; where float noise of a different batch
+    moved a value, the code may move by one step, and only there."""
+    (floats_a, codes_a), (floats_b, codes_b) = first, second
+    moved = codes_a != codes_b
+    assert (np.abs(codes_a.astype(int) - codes_b.astype(int)) <= 1).all()
+    assert (floats_a[moved] != floats_b[moved]).all()
+    assert moved.mean() < 0.01, moved.mean()
+
+
+def _float_and_int8(base_url: str, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    body = {"model": MINILM, "texts": texts, "embedding_types": ["float", "int8"]}
+    response = httpx.post(f"{base_url}/v2/embed", json=body, timeout=60)
+    assert response.status_code == 200, response.text
+    embeddings = response.json()["embeddings"]
+    return np.asarray(embeddings["float"], dtype=np.float32), np.asarray(embeddings["int8"])
+
+
+def test_int8_codes_do_not_depend_on_the_batch_or_a_restart(server, client, tmp_path_factory, minilm_path):
+    text = "A self-hosted embedding server keeps data on our own machines."
+    alone = _float_and_int8(server, [text])
+    others = make_sentences(63, seed=3)
+    in_batch = _float_and_int8(server, others[:20] + [text] + others[20:])
+    _codes_agree(alone, (in_batch[0][20:21], in_batch[1][20:21]))
+    # a batch of very different texts moves request-derived ranges a lot; fixed ones not at all
+    assert not np.array_equal(_quantize(alone[0], "int8"), _quantize(in_batch[0], "int8")[20:21])
+    ranges = _ranges(client, MINILM)
+    folder = tmp_path_factory.mktemp("restarted")
+    with running_server(folder, {"models": [{"model_id": MINILM}], "cache_dir": str(folder / "cache")}) as (url, _):
+        with httpx.Client(base_url=url, timeout=60) as other:
+            assert np.array_equal(_ranges(other, MINILM), ranges)
+        _codes_agree(alone, _float_and_int8(url, [text]))
+
+
+def test_input_type_picks_the_model_prompt(co2, qwen3_embedder_path):
+    from sentence_transformers import SentenceTransformer
+
+    reference = SentenceTransformer(str(qwen3_embedder_path), device="cpu", local_files_only=True)
+    queries = co2.embed(texts=TEXTS[:3], model=QWEN3_EMBEDDER, input_type="search_query", embedding_types=["float"])
+    assert_same_vectors(queries.embeddings.float_, reference.encode(TEXTS[:3], prompt_name="query"))
+    documents = co2.embed(texts=TEXTS[:3], model=QWEN3_EMBEDDER, input_type="search_document",
+                          embedding_types=["float"])
+    assert_same_vectors(documents.embeddings.float_, reference.encode(TEXTS[:3], prompt_name="document"))
+
+
+def test_v2_images_for_a_clip_model(client):
+    image = data_uri(image_bytes(40, 30, seed=5), "image/png")
+    body = {"model": TINY_CLIP, "images": [image], "embedding_types": ["float", "ubinary"]}
+    response = client.post("/v2/embed", json=body)
+    assert response.status_code == 200, response.text
+    by_type = response.json()["embeddings"]
+    openai = client.post("/v1/embeddings", json={"model": TINY_CLIP, "input": [{"image": image}]}).json()
+    assert_close(by_type["float"][0], openai["data"][0]["embedding"])
+    assert np.array_equal(by_type["ubinary"], _quantize(by_type["float"], "ubinary"))
+    mixed = {"model": TINY_CLIP, "embedding_types": ["float"], "inputs": [
+        {"content": [{"type": "text", "text": "a red square"}]},
+        {"content": [{"type": "image_url", "image_url": {"url": image}}]}]}
+    assert len(client.post("/v2/embed", json=mixed).json()["embeddings"]["float"]) == 2
+
+
+@pytest.mark.parametrize(("path", "body", "param"), [
+    ("/v1/embed", {"texts": ["a"], "embedding_types": ["int4"]}, "embedding_types"),
+    ("/v2/embed", {"model": MINILM, "texts": ["a"], "inputs": [{"content": [{"type": "text", "text": "a"}]}]},
+     "inputs"),
+    ("/v2/embed", {"model": MINILM, "images": [data_uri(image_bytes(8, 8), "image/png")]}, "model"),
+    ("/v2/embed", {"model": MINILM, "texts": [" ".join(["word"] * 400)], "truncate": "NONE"}, "input"),
+    ("/v2/embed", {"model": MINILM, "texts": ["a b c d e f"], "max_tokens": 3, "truncate": "NONE"}, "input"),
+    ("/v2/embed", {"texts": ["a"]}, "model"),
+    ("/v1/embed", {}, "texts"),
+    ("/v2/embed", {"model": TINY_COLPALI, "texts": ["a"], "embedding_types": ["int8"]}, "embedding_types"),
+    ("/v2/embed", {"model": MINILM, "texts": ["a"], "output_dimension": 999}, "dimensions"),
+    ("/v2/embed", {"model": MINILM, "inputs": [{"content": [{"type": "text", "text": "a"},
+                                                            {"type": "text", "text": "b"}]}]}, "inputs"),
+])
+def test_bad_cohere_requests_get_openai_shaped_errors(client, path, body, param):
+    assert_openai_error(client.post(path, json=body), 400, param)
+
+
+def test_max_tokens_cuts_input(client):
+    def tokens(max_tokens: int | None) -> int:
+        body = {"model": MINILM, "texts": ["one two three four five six seven"], "max_tokens": max_tokens}
+        return client.post("/v2/embed", json=body).json()["meta"]["billed_units"]["input_tokens"]
+
+    assert tokens(None) == 9 and tokens(4) == 4
