@@ -1,6 +1,7 @@
 """Cohere's embed, v1 and v2, through the real server with Cohere's own SDK: every embedding type, values equal to
 sentence-transformers' `quantize_embeddings` on the float vectors with the ranges GET /v1/models reports,
-int8/uint8 codes that do not depend on the batch or on a restart, input types, and the refusals."""
+int8/uint8 codes that do not depend on the batch or on a restart, input types, and the refusals; the same
+quantized types as OpenAI `encoding_format`s, through OpenAI's SDK."""
 
 from __future__ import annotations
 
@@ -192,3 +193,25 @@ def test_max_tokens_cuts_input(client):
         return client.post("/v2/embed", json=body).json()["meta"]["billed_units"]["input_tokens"]
 
     assert tokens(None) == 9 and tokens(4) == 4
+
+
+def test_openai_sdk_gets_the_same_codes_as_an_encoding_format(server, client):
+    from openai import OpenAI
+
+    sdk = OpenAI(base_url=f"{server}/v1", api_key="unused")
+    floats = _float_and_int8(server, TEXTS)[0]
+    ranges = _ranges(client, MINILM)
+    for precision in ("int8", "uint8", "binary", "ubinary"):
+        result = sdk.embeddings.create(input=TEXTS, model=MINILM, encoding_format=precision)  # type: ignore[arg-type]
+        codes = np.asarray([item.embedding for item in result.data])
+        expected = _quantize(floats, precision, ranges if precision.endswith("int8") else None)
+        assert codes.shape == expected.shape
+        if precision.endswith("int8"):
+            assert (np.abs(codes - expected.astype(int)) <= 1).all() and (codes == expected).mean() > 0.99
+        else:
+            assert np.array_equal(codes, expected), precision
+    cut = client.post("/v1/embeddings", json={"model": MINILM, "input": TEXTS, "dimensions": 64,
+                                              "encoding_format": "ubinary"}).json()
+    assert np.asarray(cut["data"][0]["embedding"]).shape == (8,)
+    refused = client.post("/v1/embeddings", json={"model": TINY_COLPALI, "input": "a", "encoding_format": "binary"})
+    assert_openai_error(refused, 400, "encoding_format")

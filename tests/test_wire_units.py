@@ -1,0 +1,157 @@
+"""The plain-Python pieces under the wire formats, without a server: quantized codes against sentence-transformers'
+`quantize_embeddings`, fixed ranges, Cohere's input types onto prompts, the token-id refusal, pairs for TEI's
+/predict and tokens for /tokenize against transformers."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from models.config import ModelConfig
+from models.errors import ConfigError, InvalidRequest
+from models.postprocess import truncate_dimensions
+from models.quantization import (
+    CALIBRATION_TEXTS,
+    RANGE_GRID,
+    QuantizationRanges,
+    quantize,
+    ranges_of,
+    read_configured_ranges,
+)
+from models.text_tokenizer import TextTokenizer
+from tests.conftest import MINILM
+
+
+def _reference(vectors: np.ndarray, precision: str, ranges: np.ndarray | None = None) -> np.ndarray:
+    from sentence_transformers.util.quantization import quantize_embeddings
+
+    return quantize_embeddings(vectors, precision, ranges=ranges)
+
+
+@pytest.fixture(scope="module")
+def vectors() -> np.ndarray:
+    rng = np.random.default_rng(0)
+    raw = rng.normal(size=(300, 40)).astype(np.float32)
+    raw[0, :3] = 0.0  # a zero is not a positive bit
+    return raw / np.linalg.norm(raw, axis=1, keepdims=True)
+
+
+@pytest.mark.parametrize("precision", ["int8", "uint8", "binary", "ubinary"])
+def test_codes_equal_sentence_transformers(vectors, precision):
+    ranges = ranges_of(vectors[:200])
+    got = quantize(vectors, precision, ranges)
+    expected = _reference(vectors, precision, ranges)
+    assert got.dtype == expected.dtype and np.array_equal(got, expected)
+
+
+def test_values_outside_the_ranges_saturate(vectors):
+    ranges = ranges_of(vectors[:10])
+    codes = quantize(np.vstack([ranges[0] - 1, ranges[1] + 1]), "uint8", ranges)
+    assert (codes[0] == 0).all() and (codes[1] == 255).all()
+
+
+def test_ranges_are_rounded_outward_to_the_grid(vectors):
+    ranges = ranges_of(vectors)
+    assert (ranges[0] <= vectors.min(axis=0)).all() and (ranges[1] >= vectors.max(axis=0)).all()
+    assert (ranges[1] - vectors.max(axis=0) < 1 / RANGE_GRID).all()
+    assert np.array_equal(ranges * RANGE_GRID, np.round(ranges * RANGE_GRID))
+    # float noise far below the grid does not move them
+    assert np.array_equal(ranges_of(vectors * np.float32(1 + 1e-7)), ranges)
+
+
+def test_ranges_per_width_come_from_the_truncated_renormalized_calibration(vectors):
+    calibrated = QuantizationRanges(calibration=vectors)
+    assert np.array_equal(calibrated.for_features(16, True), ranges_of(truncate_dimensions(vectors, 16, True)))
+    assert np.array_equal(calibrated.for_features(16, False), ranges_of(vectors[:, :16]))
+    assert calibrated.for_features(16, True)[1].max() > calibrated.for_features(16, False)[1].max()
+    report = calibrated.report(40, True)
+    assert report["source"] == "calibrated" and report["calibration_texts"] == len(CALIBRATION_TEXTS)
+    assert np.array_equal(np.asarray(report["ranges"]["40"], dtype=np.float32), ranges_of(vectors))
+
+
+def test_configured_ranges_are_read_and_checked(tmp_path: Path, vectors):
+    reported = QuantizationRanges(calibration=vectors).report(40, True)["ranges"]
+    path = tmp_path / "ranges.json"
+    path.write_text(json.dumps(reported))
+    configured = QuantizationRanges(configured=read_configured_ranges(str(path), 40))
+    assert np.array_equal(configured.for_features(40, True), ranges_of(vectors))
+    with pytest.raises(InvalidRequest, match="configured for \\[40\\] features, not 16"):
+        configured.for_features(16, True)
+    path.write_text(json.dumps({"40": [[0.0] * 39, [1.0] * 39]}))
+    with pytest.raises(ConfigError, match="entry '40'"):
+        read_configured_ranges(str(path), 40)
+    path.write_text("not json")
+    with pytest.raises(ConfigError, match="cannot read"):
+        read_configured_ranges(str(path), 40)
+
+
+def test_calibration_texts_are_many_and_varied():
+    assert len(CALIBRATION_TEXTS) >= 90 and len(set(CALIBRATION_TEXTS)) == len(CALIBRATION_TEXTS)
+    assert any(len(text) > 200 for text in CALIBRATION_TEXTS) and any(not text.isascii() for text in CALIBRATION_TEXTS)
+
+
+# Cohere's input types onto prompts
+@pytest.mark.parametrize(("prompts", "expected"), [
+    ({"query": "query: ", "passage": "passage: "}, {"search_query": "query", "search_document": "passage"}),
+    ({"search_query": "search_query: ", "search_document": "search_document: ", "classification": "c: ",
+      "clustering": "k: "}, {"search_query": "search_query", "search_document": "search_document",
+                             "classification": "classification", "clustering": "clustering"}),
+    ({}, {}),
+])
+def test_input_types_follow_the_prompt_names(minilm_path, prompts, expected):
+    tokenizer = TextTokenizer(minilm_path, ModelConfig(model_id=MINILM, prompts=prompts))
+    assert tokenizer.settings.input_type_prompts == expected
+    for input_type, name in expected.items():
+        assert tokenizer.prompt(None, input_type=input_type) == prompts[name]
+    if "query" in prompts:  # prompt_name wins
+        assert tokenizer.prompt("query", input_type="search_document") == prompts["query"]
+    else:
+        assert tokenizer.prompt(None, input_type="image") == ""  # no prompt of its own: the default (none)
+
+
+def test_input_type_prompts_are_configurable_and_checked(minilm_path):
+    cfg = ModelConfig(model_id=MINILM, prompts={"q": "Q: "}, input_type_prompts={"search_query": "q"})
+    assert TextTokenizer(minilm_path, cfg).prompt(None, input_type="search_query") == "Q: "
+    with pytest.raises(ConfigError, match="names prompts it lacks"):
+        TextTokenizer(minilm_path, ModelConfig(model_id=MINILM, input_type_prompts={"search_query": "nope"}))
+
+
+def test_token_ids_can_be_refused_and_the_error_names_tiktoken(minilm_path):
+    tokenizer = TextTokenizer(minilm_path, ModelConfig(model_id=MINILM))
+    with pytest.raises(InvalidRequest, match="check_embedding_ctx_length=False"):
+        tokenizer.encode_ids([[100263]])
+    refusing = TextTokenizer(minilm_path, ModelConfig(model_id=MINILM, allow_token_ids=False))
+    with pytest.raises(InvalidRequest, match="allow_token_ids is false.*tiktoken"):
+        refusing.encode_ids([[101, 7592, 102]])
+
+
+def test_pair_lists_tokenize_as_cross_encoder(minilm_path):
+    from transformers import AutoTokenizer
+
+    tokenizer = TextTokenizer(minilm_path, ModelConfig(model_id=MINILM))
+    reference = AutoTokenizer.from_pretrained(str(minilm_path))
+    long = " ".join(["word"] * 300)
+    ids, segments = tokenizer.encode_pair_list(["a question", long, "alone"], ["an answer", long, None])
+    expected = [reference("a question", "an answer"), reference(long, long, truncation=True, max_length=256),
+                reference("alone")]
+    assert ids == [e["input_ids"] for e in expected]
+    assert segments == [e["token_type_ids"] for e in expected]
+    assert len(ids[1]) == 256
+
+
+def test_tokens_carry_the_tokenizers_offsets(minilm_path):
+    from transformers import AutoTokenizer
+
+    tokenizer = TextTokenizer(minilm_path, ModelConfig(model_id=MINILM))
+    reference = AutoTokenizer.from_pretrained(str(minilm_path))
+    text = "Ünïcode, offsets!"
+    encoded = reference(text, return_offsets_mapping=True)
+    tokens = tokenizer.tokens(text)
+    assert [t.id for t in tokens] == encoded["input_ids"]
+    assert [(t.start, t.stop) for t in tokens[1:-1]] == encoded["offset_mapping"][1:-1]
+    assert tokens[0].special and tokens[0].start is None and tokens[0].text == "[CLS]"
+    decoded = reference.decode(encoded["input_ids"], skip_special_tokens=True)
+    assert tokenizer.decode([encoded["input_ids"]]) == [decoded]
