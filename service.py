@@ -24,14 +24,13 @@ from typing import Any, TypeVar
 
 import aiohttp
 import bentoml
-import numpy as np
 from starlette.applications import Starlette
 from starlette.responses import JSONResponse
 
 from gateway.cohere import CohereEmbedRequest, CohereV2EmbedRequest, cohere_v1_response, cohere_v2_response
 from gateway.deadline import WatchDisconnect
 from gateway.embeddings import Embeddings, check_output_types
-from gateway.engine import Engine, ModelService, checked
+from gateway.engine import Engine, ModelService
 from gateway.errors import ErrorBodies, ErrorShape, error_response
 from gateway.fetch import UrlFetcher, UrlPolicy
 from gateway.guard import PROBE_PATHS, RequestGuard
@@ -82,11 +81,10 @@ from gateway.tei import (
 )
 from gateway.warmup import Warmup
 from models import errors
-from models.base import Kind, ModelInfo, TokenizedText
+from models.base import Kind, ModelInfo
 from models.config import ModelConfig
 from models.kinds import model_kind
 from models.media_processor import MediaProcessor
-from models.quantization import CALIBRATION_TEXTS, QuantizationRanges, read_configured_ranges
 from models.resolve import resolve_model
 from models.text_tokenizer import TextTokenizer
 from runners.framework import fix_media_types, skip_untraced_middleware
@@ -122,9 +120,9 @@ TEXT_KINDS = ("embed", "sparse", "rerank", "classify")
 STARTED = int(time.time())
 WARMUP_RETRY_S = 1.0
 READINESS_TIMEOUT_S = 1
-CALIBRATION_CHUNK = 16  # rows per call: the same batches at every start, so the same vectors
 
 T = TypeVar("T")
+C = TypeVar("C", bound=CohereEmbedRequest)
 
 
 def depend_on_model_services(cls: type[T]) -> type[T]:
@@ -170,7 +168,8 @@ class Gateway:
             allowed_networks=tuple(ipaddress.ip_network(n, strict=False) for n in CONFIG.url_allow_networks),
             timeout_s=CONFIG.url_timeout_s, max_bytes=CONFIG.max_item_bytes,
         )) if CONFIG.allow_url_inputs else None
-        self.warmup = Warmup(self._fetch_infos, self._warm_up, CONFIG.allow_partial, stop_server)
+        self.warmup = Warmup(self._fetch_infos, lambda info: self.engine.warm_up(info), CONFIG.allow_partial,
+                             stop_server)
         services = {kind: ModelService(attribute, runner.name, api)
                     for kind, (attribute, runner, api) in RUNNERS.items() if kind in KINDS.values()}
         self.engine = Engine(CONFIG, services, functools.partial(getattr, self), self.warmup, self.tokenizers,
@@ -182,16 +181,6 @@ class Gateway:
             self.tokenizers[cfg.served_model_name] = TextTokenizer(folder, cfg, kind)
         else:
             self.processors[cfg.served_model_name] = MediaProcessor(folder, cfg, kind)
-
-    @property
-    def infos(self) -> dict[str, ModelInfo]:
-        """The models served, once warm, in configuration order (the first is the default)."""
-        return self.warmup.infos
-
-    @property
-    def failed(self) -> dict[str, str]:
-        """Served name -> why it failed to load or to warm up (allow_partial), once warm."""
-        return self.warmup.failed
 
     # Warm-up and readiness
     @bentoml.on_startup
@@ -218,52 +207,13 @@ class Gateway:
         # configuration order: the first is the default
         return {name: infos[name] for name in KINDS if name not in failed}, failed
 
-    async def _warm_up(self, info: ModelInfo) -> None:
-        """One real call through every modality the model serves; raises if it fails or answers the wrong shape.
-        Dense single-vector models then get their int8/uint8 ranges."""
-        outputs = checked(await self.engine.runner(info.kind)(self._warmup_rows(info)))
-        if info.sparse:
-            wrong = [o.shape for o in outputs if o.shape[0] != 2 or (o.shape[1] and o[0].max() >= info.dimension)]
-        else:
-            wrong = [output.shape for output in outputs if output.shape[-1] != info.dimension]
-        if wrong:
-            raise errors.InferenceError(f"it answered outputs of shape {sorted(set(wrong))}; the model reports "
-                                        f"{info.dimension} features")
-        if info.kind in ("embed", "clip", "clap") and not info.multi_vector:
-            self.engine.quantization[info.served_model_name] = await self._quantization_ranges(info)
-
-    def _warmup_rows(self, info: ModelInfo) -> list[Any]:
-        name = info.served_model_name
-        if name in self.processors:
-            return self.processors[name].warmup_rows(name)
-        if info.kind == "rerank":
-            return TokenizedText.rows(name, *self.tokenizers[name].encode_pairs("warm-up", ["warm-up"]))
-        return TokenizedText.rows(name, self.tokenizers[name].encode_texts(["warm-up"]))
-
-    async def _quantization_ranges(self, info: ModelInfo) -> QuantizationRanges:
-        """Configured, or from the calibration texts embedded in fixed chunks, one call at a time."""
-        name = info.served_model_name
-        configured = CONFIG.model(name).quantization_ranges  # type: ignore[union-attr]
-        if configured:
-            return QuantizationRanges(configured=read_configured_ranges(configured, info.dimension))
-        vectors = []
-        for start in range(0, len(CALIBRATION_TEXTS), CALIBRATION_CHUNK):
-            texts = CALIBRATION_TEXTS[start:start + CALIBRATION_CHUNK]
-            if name in self.tokenizers:
-                tokenizer = self.tokenizers[name]
-                rows = TokenizedText.rows(name, tokenizer.encode_texts(texts, tokenizer.prompt(None)))
-            else:
-                rows = self.processors[name].encode(name, [("text", text) for text in texts], self.engine.limits)
-            vectors += checked(await self.engine.runner(info.kind)(rows))
-        return QuantizationRanges(calibration=np.stack(vectors))
-
     async def __is_ready__(self) -> bool:
-        return await self.is_warm() and bool(self.infos) and await self._model_services_answer() is None
+        return await self.is_warm() and bool(self.engine.infos) and await self._model_services_answer() is None
 
     async def readiness(self) -> dict[str, Any]:
         """/readyz's body: whether requests can be served, by which models, and which failed to load."""
         ready = await self.__is_ready__()
-        return {"ready": ready, "models": list(self.infos), "failed": self.failed}
+        return {"ready": ready, "models": list(self.engine.infos), "failed": self.engine.failed}
 
     async def _model_services_answer(self) -> str | None:
         """The first model service that does not answer its readiness probe within a second, or None.
@@ -377,20 +327,16 @@ class Gateway:
     @bentoml.api(route="/v1/embed")
     async def cohere_embed_v1(self, request: CohereEmbedRequest, /) -> dict:
         """Cohere v1 embed: float vectors, or by type (int8, uint8, binary, ubinary, base64)."""
-        async def embed() -> dict:
-            return cohere_v1_response(await self._embed(request.as_embedding_request(),
-                                                        output_types=request.output_types()), request)
-
-        return await self._answer(embed)
+        return await self._answer(lambda: self._cohere_embed(request, cohere_v1_response))
 
     @bentoml.api(route="/v2/embed")
     async def cohere_embed_v2(self, request: CohereV2EmbedRequest, /) -> dict:
         """Cohere v2 embed: texts, images or content inputs, by type."""
-        async def embed() -> dict:
-            return cohere_v2_response(await self._embed(request.as_embedding_request(),
-                                                        output_types=request.output_types()), request)
+        return await self._answer(lambda: self._cohere_embed(request, cohere_v2_response))
 
-        return await self._answer(embed)
+    async def _cohere_embed(self, request: C, respond: Callable[[Embeddings, C], dict]) -> dict:
+        embeddings = await self._embed(request.as_embedding_request(), output_types=request.output_types())
+        return respond(embeddings, request)
 
     # TEI
     @bentoml.api(route="/embed")
@@ -483,8 +429,8 @@ class Gateway:
                       backend=i.backend, dimension=i.dimension, max_input_tokens=i.max_input_tokens,
                       multi_vector=i.multi_vector, sparse=i.sparse, labels=i.labels if i.kind == "classify" else None,
                       quantization=self._quantization_report(i))
-            for i in self.infos.values()
-        ], failed=[FailedModel(id=name, error=reason) for name, reason in self.failed.items()])
+            for i in self.engine.infos.values()
+        ], failed=[FailedModel(id=name, error=reason) for name, reason in self.engine.failed.items()])
 
     def _quantization_report(self, info: ModelInfo) -> dict | None:
         ranges = self.engine.quantization.get(info.served_model_name)

@@ -18,12 +18,11 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import aiohttp
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.server import free_port, start_server, stop_server  # noqa: E402
+from bench.server import closed_loop, free_port, start_server, stop_server  # noqa: E402
 from tests.checkpoints import build_qwen3_embedder, build_qwen3_reranker, copy_bert_tokenizer  # noqa: E402
 from tests.conftest import make_sentences  # noqa: E402
 
@@ -65,28 +64,12 @@ def in_process(kind: str, folder: Path, corpus: list[str]) -> float:
 
 async def through_server(url: str, kind: str, name: str, corpus: list[str], seconds: float) -> float:
     """Inputs per second with IN_FLIGHT closed-loop clients, each sending PER_REQUEST inputs a request."""
-    done = 0
-    deadline = time.perf_counter() + seconds
+    def request_for(batch: list[str]) -> tuple[str, dict]:
+        if kind == "embed":
+            return "/v1/embeddings", {"model": name, "input": batch}
+        return "/v1/rerank", {"model": name, "query": QUERY, "documents": batch}
 
-    async def client(session: aiohttp.ClientSession, offset: int) -> None:
-        nonlocal done
-        at = offset
-        while time.perf_counter() < deadline:
-            batch = [corpus[(at + i) % len(corpus)] for i in range(PER_REQUEST)]
-            at += PER_REQUEST * IN_FLIGHT
-            if kind == "embed":
-                path, body = "/v1/embeddings", {"model": name, "input": batch}
-            else:
-                path, body = "/v1/rerank", {"model": name, "query": QUERY, "documents": batch}
-            async with session.post(url + path, json=body) as response:
-                assert response.status == 200, await response.text()
-                await response.read()
-            done += PER_REQUEST
-
-    async with aiohttp.ClientSession() as session:
-        started = time.perf_counter()
-        await asyncio.gather(*(client(session, i * PER_REQUEST) for i in range(IN_FLIGHT)))
-        return done / (time.perf_counter() - started)
+    return (await closed_loop(url, request_for, corpus, seconds, IN_FLIGHT, PER_REQUEST))[0]
 
 
 def main() -> None:

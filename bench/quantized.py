@@ -11,14 +11,11 @@ import argparse
 import asyncio
 import statistics
 import sys
-import time
 from pathlib import Path
-
-import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.server import free_port, start_server, stop_server  # noqa: E402
+from bench.server import closed_loop, free_port, start_server, stop_server  # noqa: E402
 from tests.conftest import make_sentences  # noqa: E402
 
 MODEL = "sentence-transformers/all-MiniLM-L6-v2"
@@ -41,24 +38,9 @@ def body(path: str, extra: dict, batch: list[str]) -> dict:
 
 async def measure(url: str, path: str, extra: dict, corpus: list[str], seconds: float) -> tuple[float, float]:
     """(sentences per second, mean response bytes) with IN_FLIGHT closed-loop clients."""
-    done, sizes = 0, []
-    deadline = time.perf_counter() + seconds
-
-    async def client(session: aiohttp.ClientSession, offset: int) -> None:
-        nonlocal done
-        at = offset
-        while time.perf_counter() < deadline:
-            batch = [corpus[(at + i) % len(corpus)] for i in range(PER_REQUEST)]
-            at += PER_REQUEST * IN_FLIGHT
-            async with session.post(url + path, json=body(path, extra, batch)) as response:
-                assert response.status == 200, await response.text()
-                sizes.append(len(await response.read()))
-            done += PER_REQUEST
-
-    async with aiohttp.ClientSession() as session:
-        started = time.perf_counter()
-        await asyncio.gather(*(client(session, i * PER_REQUEST) for i in range(IN_FLIGHT)))
-        return done / (time.perf_counter() - started), statistics.fmean(sizes)
+    rate, sizes = await closed_loop(url, lambda batch: (path, body(path, extra, batch)), corpus, seconds,
+                                    IN_FLIGHT, PER_REQUEST)
+    return rate, statistics.fmean(sizes)
 
 
 def main() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import signal
@@ -9,8 +10,10 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
+import aiohttp
 import httpx
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -48,6 +51,31 @@ def wait_until_ready(process: subprocess.Popen, url: str) -> subprocess.Popen:
     with contextlib.suppress(ProcessLookupError):
         os.killpg(process.pid, signal.SIGKILL)
     raise SystemExit(f"{url} did not answer 200 (exit status {process.poll()})")
+
+
+async def closed_loop(url: str, request_for: Callable[[list[str]], tuple[str, dict]], corpus: list[str],
+                      seconds: float, in_flight: int = 8, per_request: int = 10) -> tuple[float, list[int]]:
+    """(inputs per second, response sizes in bytes) with `in_flight` clients, each sending `per_request` inputs
+    of `corpus` at a time as `request_for(batch)` = (path, body) and the next as soon as one is answered."""
+    done, sizes = 0, []
+    deadline = time.perf_counter() + seconds
+
+    async def client(session: aiohttp.ClientSession, offset: int) -> None:
+        nonlocal done
+        at = offset
+        while time.perf_counter() < deadline:
+            batch = [corpus[(at + i) % len(corpus)] for i in range(per_request)]
+            at += per_request * in_flight
+            path, body = request_for(batch)
+            async with session.post(url + path, json=body) as response:
+                assert response.status == 200, await response.text()
+                sizes.append(len(await response.read()))
+            done += per_request
+
+    async with aiohttp.ClientSession() as session:
+        started = time.perf_counter()
+        await asyncio.gather(*(client(session, i * per_request) for i in range(in_flight)))
+        return done / (time.perf_counter() - started), sizes
 
 
 def stop_server(process: subprocess.Popen) -> None:

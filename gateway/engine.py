@@ -34,7 +34,7 @@ from models.base import Kind, ModelInfo, ModelInput, Row, TokenizedText, Truncat
 from models.config import EmbentoConfig
 from models.media import MediaLimits
 from models.media_processor import MediaProcessor
-from models.quantization import QuantizationRanges
+from models.quantization import CALIBRATION_TEXTS, QuantizationRanges, read_configured_ranges
 from models.scores import Activation, activate, late_interaction, rank
 from models.text_tokenizer import TextTokenizer
 from runners.pool import DROPPED_INPUTS
@@ -42,6 +42,7 @@ from runners.pool import DROPPED_INPUTS
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
 CANCEL_TIMEOUT_S = 5
+CALIBRATION_CHUNK = 16  # rows per call: the same batches at every start, so the same vectors
 INLINE_TOKENIZE_LIMIT = 2048  # characters (or token ids) per request
 
 
@@ -224,6 +225,46 @@ class Engine:
             token_ids, segments = await off_loop_if_large(work, size), None
         logits = np.stack(await self.run(info, TokenizedText.rows(info.served_model_name, token_ids, segments)))
         return Classified(info, activate(logits, activation or info.activation), sum(len(ids) for ids in token_ids))
+
+    # Warm-up
+    async def warm_up(self, info: ModelInfo) -> None:
+        """One real call through every modality the model serves; raises if it fails or answers the wrong shape.
+        Dense single-vector models then get their int8/uint8 ranges."""
+        outputs = checked(await self.runner(info.kind)(self._warmup_rows(info)))
+        if info.sparse:
+            wrong = [o.shape for o in outputs if o.shape[0] != 2 or (o.shape[1] and o[0].max() >= info.dimension)]
+        else:
+            wrong = [output.shape for output in outputs if output.shape[-1] != info.dimension]
+        if wrong:
+            raise errors.InferenceError(f"it answered outputs of shape {sorted(set(wrong))}; the model reports "
+                                        f"{info.dimension} features")
+        if info.kind in ("embed", "clip", "clap") and not info.multi_vector:
+            self.quantization[info.served_model_name] = await self._quantization_ranges(info)
+
+    def _warmup_rows(self, info: ModelInfo) -> list[Any]:
+        name = info.served_model_name
+        if name in self.processors:
+            return self.processors[name].warmup_rows(name)
+        if info.kind == "rerank":
+            return TokenizedText.rows(name, *self.tokenizers[name].encode_pairs("warm-up", ["warm-up"]))
+        return TokenizedText.rows(name, self.tokenizers[name].encode_texts(["warm-up"]))
+
+    async def _quantization_ranges(self, info: ModelInfo) -> QuantizationRanges:
+        """Configured, or from the calibration texts embedded in fixed chunks, one call at a time."""
+        name = info.served_model_name
+        configured = self.config.model(name).quantization_ranges  # type: ignore[union-attr]
+        if configured:
+            return QuantizationRanges(configured=read_configured_ranges(configured, info.dimension))
+        vectors = []
+        for start in range(0, len(CALIBRATION_TEXTS), CALIBRATION_CHUNK):
+            texts = CALIBRATION_TEXTS[start:start + CALIBRATION_CHUNK]
+            if name in self.tokenizers:
+                tokenizer = self.tokenizers[name]
+                rows = TokenizedText.rows(name, tokenizer.encode_texts(texts, tokenizer.prompt(None)))
+            else:
+                rows = self.processors[name].encode(name, [("text", text) for text in texts], self.limits)
+            vectors += checked(await self.runner(info.kind)(rows))
+        return QuantizationRanges(calibration=np.stack(vectors))
 
     # Model services
     async def run(self, info: ModelInfo, rows: list[Row]) -> list[np.ndarray]:

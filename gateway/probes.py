@@ -84,7 +84,7 @@ def get_routes(config: EmbentoConfig, kinds: Mapping[str, Kind]) -> list[Route]:
     async def get_info(request: Request) -> Response:
         models = [{"id": m.served_model_name, "kind": kinds[m.served_model_name], "batch_size": m.batch_size,
                    "max_batch_tokens": m.max_batch_tokens} for m in config.models]
-        loaded = bentoml.get_current_service().infos.get(config.models[0].served_model_name)
+        loaded = bentoml.get_current_service().engine.infos.get(config.models[0].served_model_name)
         return JSONResponse({"models": models, "limits": {name: getattr(config, name) for name in LIMIT_FIELDS},
                              **tei_info(config, loaded)})
 
