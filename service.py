@@ -43,6 +43,7 @@ from gateway.schemas import (
     LegacyMediaRequest,
     ModelCard,
     ModelList,
+    check_text_lengths,
     embedding_response,
 )
 from gateway.scoring import (
@@ -53,6 +54,7 @@ from gateway.scoring import (
     InfinityRerankResponse,
     RerankRequest,
     RerankResponse,
+    checked_texts,
     classify_response,
     cohere_v2_rerank_response,
     infinity_rerank_response,
@@ -81,7 +83,7 @@ from gateway.tei import (
 )
 from gateway.warmup import Warmup
 from models import errors
-from models.base import Kind, ModelInfo
+from models.base import Activation, Kind, ModelInfo
 from models.config import ModelConfig
 from models.kinds import model_kind
 from models.media_processor import MediaProcessor
@@ -355,13 +357,14 @@ class Gateway:
         """TEI's predict: every label's score for a text or a pair, or for each in a batch."""
         return await self._answer(lambda: self._predict(request), "tei")
 
-    async def _predict(self, request: TeiPredictRequest, top_k: int | None = None) -> list:
+    async def _predict(self, request: TeiPredictRequest, top_k: int | None = None,
+                       activation: Activation | None = None) -> list:
         info = await self.engine.require_model(request.model, "classify")
         firsts, seconds, batch = request.sequences()
-        validated_texts(ClassifyRequest(input=firsts + [s for s in seconds if s]), CONFIG.max_client_batch_size * 2,
-                        CONFIG.max_item_chars)
+        checked_texts(firsts, CONFIG.max_client_batch_size, CONFIG.max_item_chars, "inputs")
+        check_text_lengths([second for second in seconds if second], CONFIG.max_item_chars, "inputs")
         result = await self.engine.classify(info, firsts, seconds, request.truncation(),
-                                            "identity" if request.raw_scores else None)
+                                            "identity" if request.raw_scores else activation)
         answers = label_scores(result, top_k)
         return answers if batch else answers[0]
 
@@ -376,8 +379,7 @@ class Gateway:
         """TEI's tokenize: per input, each token's id, text, whether it is special and its character offsets."""
         async def tokenize() -> list[list[dict]]:
             tokenizer = await self.engine.require_tokenizer(request.model)
-            texts = request.texts()
-            validated_texts(ClassifyRequest(input=texts), CONFIG.max_client_batch_size, CONFIG.max_item_chars)
+            texts = checked_texts(request.texts(), CONFIG.max_client_batch_size, CONFIG.max_item_chars, "inputs")
             prompt = tokenizer.prompt(request.prompt_name)
             return tokens_answer([tokenizer.tokens(prompt + text, request.add_special_tokens) for text in texts])
 
@@ -409,9 +411,8 @@ class Gateway:
             return similarity_answer(await self._embed(parsed(TeiSimilarityRequest, body).as_embedding_request()))
         if task == "text-classification":
             parameters = parsed(TextClassificationParameters, body.pop("parameters") or {})
-            raw = parameters.function_to_apply == "none"
-            predict = parsed(TeiPredictRequest, {**body, "raw_scores": raw})
-            answer = await self._predict(predict, parameters.top_k)
+            predict = parsed(TeiPredictRequest, body)
+            answer = await self._predict(predict, parameters.top_k, parameters.activation())
             return answer if predict.sequences()[2] else [answer]  # the task's shape: one list per input
         if task == "predict":
             return await self._predict(parsed(TeiPredictRequest, body))

@@ -255,7 +255,7 @@ class Engine:
         configured = self.config.model(name).quantization_ranges  # type: ignore[union-attr]
         if configured:
             return QuantizationRanges(configured=read_configured_ranges(configured, info.dimension))
-        vectors = []
+        vectors, started = [], time.perf_counter()
         for start in range(0, len(CALIBRATION_TEXTS), CALIBRATION_CHUNK):
             texts = CALIBRATION_TEXTS[start:start + CALIBRATION_CHUNK]
             if name in self.tokenizers:
@@ -264,6 +264,8 @@ class Engine:
             else:
                 rows = self.processors[name].encode(name, [("text", text) for text in texts], self.limits)
             vectors += checked(await self.runner(info.kind)(rows))
+        logger.info("model '%s': int8/uint8 ranges calibrated on %d texts in %.2f s", name, len(vectors),
+                    time.perf_counter() - started)
         return QuantizationRanges(calibration=np.stack(vectors))
 
     # Model services

@@ -195,15 +195,20 @@ class ClassifyRequest(TruncationControls):
 
 
 def validated_texts(request: ClassifyRequest, max_inputs: int, max_chars: int) -> list[str]:
-    texts = [request.input] if isinstance(request.input, str) else list(request.input)
+    return checked_texts([request.input] if isinstance(request.input, str) else list(request.input), max_inputs,
+                         max_chars, "input")
+
+
+def checked_texts(texts: list[str], max_inputs: int, max_chars: int, param: str) -> list[str]:
+    """Texts to score or tokenize: some, not too many, none empty or too long."""
     if not texts:
-        raise InvalidRequest("input must not be empty", param="input")
+        raise InvalidRequest(f"{param} must not be empty", param=param)
     if len(texts) > max_inputs:
-        raise InvalidRequest(f"input holds {len(texts)} items; at most {max_inputs} are allowed", param="input")
+        raise InvalidRequest(f"{param} holds {len(texts)} items; at most {max_inputs} are allowed", param=param)
     empty = next((i for i, text in enumerate(texts) if not text), None)
     if empty is not None:
-        raise InvalidRequest(f"input[{empty}] is empty", param="input")
-    check_text_lengths(texts, max_chars, "input")
+        raise InvalidRequest(f"{param}[{empty}] is empty", param=param)
+    check_text_lengths(texts, max_chars, param)
     return texts
 
 

@@ -22,6 +22,7 @@ from gateway.embeddings import Embeddings
 from gateway.engine import Classified
 from gateway.schemas import EmbeddingInput, EmbeddingRequest, TokenIds, TruncationControls, one_clear_message
 from gateway.scoring import DocumentObject, LabelScore, Ranking, RerankRequest
+from models.base import Activation
 from models.errors import InvalidRequest
 from models.postprocess import keep_largest
 from models.text_tokenizer import Token
@@ -193,10 +194,7 @@ class TeiTokenizeRequest(BaseModel):
     model: str | None = None
 
     def texts(self) -> list[str]:
-        texts = [self.inputs] if isinstance(self.inputs, str) else self.inputs
-        if not texts:
-            raise InvalidRequest("inputs must not be empty", param="inputs")
-        return texts
+        return [self.inputs] if isinstance(self.inputs, str) else self.inputs
 
 
 def tokens_answer(tokens: list[list[Token]]) -> list[list[dict]]:
@@ -249,6 +247,10 @@ class TextClassificationParameters(BaseModel):
 
     function_to_apply: Literal["sigmoid", "softmax", "none"] | None = None
     top_k: StrictInt | None = None
+
+    def activation(self) -> Activation | None:
+        """None: the model's own."""
+        return {"none": "identity", "sigmoid": "sigmoid", "softmax": "softmax", None: None}[self.function_to_apply]
 
 
 def parsed(model: type[M], body: dict[str, Any]) -> M:

@@ -38,9 +38,16 @@ def minilm_st(minilm_path: Path):
 
 @pytest.fixture(scope="module")
 def hf(server: str):
-    from huggingface_hub import InferenceClient
+    """TEI's client, online for this module only: the suite runs with HF_HUB_OFFLINE=1, under which
+    huggingface_hub refuses every HTTP call, a local server's too."""
+    from huggingface_hub import InferenceClient, constants
+    from huggingface_hub.utils import reset_sessions
 
-    return InferenceClient(server)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(constants, "HF_HUB_OFFLINE", False)
+        reset_sessions()
+        yield InferenceClient(server)
+    reset_sessions()
 
 
 @pytest.fixture(scope="module")
@@ -83,6 +90,9 @@ def test_inference_client_text_classification(hf, classifier_logits):
     assert_close(_by_label([{"label": i.label, "score": i.score} for i in labels]), _softmax(classifier_logits[0]))
     best = hf.text_classification(TEXTS[0], top_k=1)
     assert len(best) == 1 and best[0].label == CLASSIFIER_LABELS[int(np.argmax(classifier_logits[0]))]
+    for function, expected in (("none", classifier_logits[0]), ("sigmoid", 1 / (1 + np.exp(-classifier_logits[0])))):
+        scores = hf.text_classification(TEXTS[0], function_to_apply=function)
+        assert_close(_by_label([{"label": i.label, "score": i.score} for i in scores]), expected)
 
 
 # Raw TEI bodies
