@@ -27,7 +27,17 @@ import bentoml
 from starlette.applications import Starlette
 from starlette.responses import JSONResponse
 
-from gateway.cohere import CohereEmbedRequest, CohereV2EmbedRequest, cohere_v1_response, cohere_v2_response
+from gateway.cohere import (
+    CohereEmbedRequest,
+    CohereV2EmbedRequest,
+    CohereV2RerankRequest,
+    CohereV2RerankResponse,
+    RerankResponse,
+    cohere_v1_response,
+    cohere_v2_rerank_response,
+    cohere_v2_response,
+    rerank_response,
+)
 from gateway.deadline import WatchDisconnect
 from gateway.embeddings import Embeddings, check_output_types
 from gateway.engine import Engine, ModelService
@@ -49,16 +59,11 @@ from gateway.schemas import (
 from gateway.scoring import (
     ClassifyRequest,
     ClassifyResponse,
-    CohereV2RerankRequest,
-    CohereV2RerankResponse,
     InfinityRerankResponse,
     RerankRequest,
-    RerankResponse,
     checked_texts,
     classify_response,
-    cohere_v2_rerank_response,
     infinity_rerank_response,
-    rerank_response,
     validated_texts,
 )
 from gateway.tei import (

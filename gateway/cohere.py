@@ -1,5 +1,6 @@
-"""Cohere's embed, v1 (`POST /v1/embed`) and v2 (`POST /v2/embed`), as an adapter: each body becomes one
-internal `EmbeddingRequest`, and the internal `Embeddings` become Cohere's response for that version."""
+"""Cohere's API as an adapter. Embed, v1 (`POST /v1/embed`) and v2 (`POST /v2/embed`): each body becomes one
+internal `EmbeddingRequest`, and the internal `Embeddings` become Cohere's response for that version. Rerank,
+v1 (with Jina's `model` and `usage`, `POST /v1/rerank`) and v2: the internal `Ranking` in Cohere's shapes."""
 
 from __future__ import annotations
 
@@ -8,8 +9,8 @@ from typing import Annotated, Literal, Union
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
 
 from gateway.embeddings import Embeddings, OutputType
-from gateway.schemas import EmbeddingRequest, ImageItem, InputType, TextItem
-from gateway.scoring import response_id
+from gateway.schemas import EmbeddingRequest, ImageItem, InputType, TextItem, Usage
+from gateway.scoring import Ranking, RerankRequest, response_id
 from models.errors import InvalidRequest
 
 Truncate = Literal["NONE", "START", "END"]
@@ -106,10 +107,9 @@ class CohereV2EmbedRequest(CohereEmbedRequest):
         return parts
 
 
-def _meta(version: str, embeddings: Embeddings) -> dict:
+def _embed_meta(version: str, embeddings: Embeddings) -> dict:
     images = sum(isinstance(part, ImageItem) for part in embeddings.request.input)  # type: ignore[union-attr]
-    billed = {"input_tokens": embeddings.tokens, **({"images": images} if images else {})}
-    return {"api_version": {"version": version}, "billed_units": billed}
+    return _meta(version, embeddings.tokens, images or None).model_dump(exclude_none=True)
 
 
 def _texts(embeddings: Embeddings) -> list[str]:
@@ -123,7 +123,7 @@ def _by_type(embeddings: Embeddings, output_types: list[OutputType]) -> dict[str
 
 def cohere_v1_response(embeddings: Embeddings, request: CohereEmbedRequest) -> dict:
     """v1: a list of float vectors unless `embedding_types` was given, then by type."""
-    common = {"id": response_id(), "texts": _texts(embeddings), "meta": _meta("1", embeddings)}
+    common = {"id": response_id(), "texts": _texts(embeddings), "meta": _embed_meta("1", embeddings)}
     if request.embedding_types is None:
         return {"response_type": "embeddings_floats", "embeddings": embeddings.vectors().tolist(), **common}
     return {"response_type": "embeddings_by_type", "embeddings": _by_type(embeddings, request.output_types()),
@@ -134,4 +134,77 @@ def cohere_v2_response(embeddings: Embeddings, request: CohereV2EmbedRequest) ->
     """v2: always by type (float when `embedding_types` is omitted)."""
     return {"response_type": "embeddings_by_type", "id": response_id(),
             "embeddings": _by_type(embeddings, request.output_types()), "texts": _texts(embeddings),
-            "meta": _meta("2", embeddings)}
+            "meta": _embed_meta("2", embeddings)}
+
+
+class CohereV2RerankRequest(RerankRequest):
+    model: str = Field(description="Served model name (required by Cohere v2).")
+
+
+# Cohere v1 / Jina's /v1/rerank and Cohere v2's /v2/rerank
+class RerankDocument(BaseModel):
+    text: str
+
+
+class RerankResult(BaseModel):
+    index: int
+    relevance_score: float
+
+
+class RerankResultWithDocument(RerankResult):
+    document: RerankDocument
+
+
+class ApiVersion(BaseModel):
+    version: str
+
+
+class Tokens(BaseModel):
+    input_tokens: int
+    output_tokens: int = 0
+
+
+class BilledUnits(Tokens):
+    images: int | None = None
+
+
+class Meta(BaseModel):
+    api_version: ApiVersion
+    billed_units: BilledUnits
+    tokens: Tokens
+
+
+class CohereV2RerankResponse(BaseModel):
+    id: str
+    results: list[RerankResult]
+    meta: Meta
+
+
+class RerankResponse(CohereV2RerankResponse):
+    """Cohere v1's shape, plus Jina's `model` and `usage`."""
+
+    results: list[RerankResultWithDocument | RerankResult]
+    model: str
+    usage: Usage
+
+
+def _meta(version: str, tokens: int, images: int | None = None) -> Meta:
+    """Billed units are the real tokens (and the images sent, if any)."""
+    return Meta(api_version=ApiVersion(version=version), billed_units=BilledUnits(input_tokens=tokens, images=images),
+                tokens=Tokens(input_tokens=tokens))
+
+
+def rerank_response(ranking: Ranking, return_documents: bool) -> RerankResponse:
+    results: list[RerankResultWithDocument | RerankResult] = [
+        RerankResultWithDocument(index=i, relevance_score=ranking.scores[i],
+                                 document=RerankDocument(text=ranking.documents[i]))
+        if return_documents else RerankResult(index=i, relevance_score=ranking.scores[i])
+        for i in ranking.order
+    ]
+    return RerankResponse(id=response_id(), results=results, meta=_meta("1", ranking.tokens), model=ranking.model,
+                          usage=Usage.of(ranking.tokens))
+
+
+def cohere_v2_rerank_response(ranking: Ranking) -> CohereV2RerankResponse:
+    results = [RerankResult(index=i, relevance_score=ranking.scores[i]) for i in ranking.order]
+    return CohereV2RerankResponse(id=response_id(), results=results, meta=_meta("2", ranking.tokens))

@@ -1,8 +1,9 @@
-"""Wire formats of the scoring routes, and their validation.
+"""The internal rerank request and ranking, infinity's rerank and classify shapes, and their validation.
 
 One rerank request model serves infinity's `/rerank`, Cohere v1 / Jina's `/v1/rerank` and Cohere v2's
 `/v2/rerank` (documents may be strings or `{"text": ...}` objects on all three); each route answers in
-its own client's shape. Classify follows infinity's `/classify`, with `raw_scores` honoured.
+its own client's shape (Cohere's and Jina's in `gateway.cohere`, TEI's in `gateway.tei`). Classify follows
+infinity's `/classify`, with `raw_scores` honoured.
 """
 
 from __future__ import annotations
@@ -53,10 +54,6 @@ class RerankRequest(TruncationControls):
         except ValidationError as exc:  # the union's per-branch errors help nobody
             where = next((f"documents[{e['loc'][0]}]" for e in exc.errors() if e["loc"]), "documents")
             raise ValueError(f"{where} must be a string or an object with a string 'text' field") from None
-
-
-class CohereV2RerankRequest(RerankRequest):
-    model: str = Field(description="Served model name (required by Cohere v2).")
 
 
 def validated_documents(request: RerankRequest, max_documents: int, max_chars: int, text_documents: bool) -> list[str]:
@@ -121,70 +118,6 @@ def infinity_rerank_response(ranking: Ranking, return_documents: bool) -> Infini
     ]
     return InfinityRerankResponse(results=results, model=ranking.model, usage=Usage.of(ranking.tokens),
                                   id=response_id(), created=int(time.time()))
-
-
-# Cohere v1 / Jina's /v1/rerank and Cohere v2's /v2/rerank
-class RerankDocument(BaseModel):
-    text: str
-
-
-class RerankResult(BaseModel):
-    index: int
-    relevance_score: float
-
-
-class RerankResultWithDocument(RerankResult):
-    document: RerankDocument
-
-
-class ApiVersion(BaseModel):
-    version: str
-
-
-class Tokens(BaseModel):
-    input_tokens: int
-    output_tokens: int = 0
-
-
-class Meta(BaseModel):
-    api_version: ApiVersion
-    billed_units: Tokens
-    tokens: Tokens
-
-
-class CohereV2RerankResponse(BaseModel):
-    id: str
-    results: list[RerankResult]
-    meta: Meta
-
-
-class RerankResponse(CohereV2RerankResponse):
-    """Cohere v1's shape, plus Jina's `model` and `usage`."""
-
-    results: list[RerankResultWithDocument | RerankResult]
-    model: str
-    usage: Usage
-
-
-def _meta(version: str, tokens: int) -> Meta:
-    return Meta(api_version=ApiVersion(version=version), billed_units=Tokens(input_tokens=tokens),
-                tokens=Tokens(input_tokens=tokens))
-
-
-def rerank_response(ranking: Ranking, return_documents: bool) -> RerankResponse:
-    results: list[RerankResultWithDocument | RerankResult] = [
-        RerankResultWithDocument(index=i, relevance_score=ranking.scores[i],
-                                 document=RerankDocument(text=ranking.documents[i]))
-        if return_documents else RerankResult(index=i, relevance_score=ranking.scores[i])
-        for i in ranking.order
-    ]
-    return RerankResponse(id=response_id(), results=results, meta=_meta("1", ranking.tokens), model=ranking.model,
-                          usage=Usage.of(ranking.tokens))
-
-
-def cohere_v2_rerank_response(ranking: Ranking) -> CohereV2RerankResponse:
-    results = [RerankResult(index=i, relevance_score=ranking.scores[i]) for i in ranking.order]
-    return CohereV2RerankResponse(id=response_id(), results=results, meta=_meta("2", ranking.tokens))
 
 
 # infinity's /classify

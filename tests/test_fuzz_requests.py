@@ -10,8 +10,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
+from gateway.cohere import CohereV2RerankRequest
 from gateway.schemas import EmbeddingRequest, LegacyMediaRequest, validated_inputs
-from gateway.scoring import ClassifyRequest, CohereV2RerankRequest, RerankRequest, validated_documents, validated_texts
+from gateway.scoring import ClassifyRequest, RerankRequest, validated_documents, validated_texts
 from models.base import ModelInfo
 from models.errors import EmbentoError
 
