@@ -232,12 +232,13 @@ class TeiRootRequest(BaseModel):
                                                   "embed_sparse", "embed"]:
         """TEI's root dispatch, told first by the body (one server serves several kinds here): TEI's rerank body,
         the sentence-similarity task's `{source_sentence, sentences}`, the text-classification task's
-        `parameters`; otherwise the kind of the model asked for (or the first served)."""
+        `parameters` (`function_to_apply`, `top_k`, or none); otherwise the kind of the model asked for (or the
+        first served)."""
         if self.query is not None or self.texts is not None:
             return "rerank"
         if isinstance(self.inputs, dict):
             return "similarity"
-        if self.parameters is not None:
+        if self.parameters is not None and set(self.parameters) <= {"function_to_apply", "top_k"}:
             return "text-classification"
         return {"classify": "predict", "sparse": "embed_sparse"}.get(default_kind, "embed")  # type: ignore[return-value]
 

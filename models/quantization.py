@@ -22,6 +22,7 @@ from models.postprocess import truncate_dimensions
 Precision = Literal["int8", "uint8", "binary", "ubinary"]
 PRECISIONS: tuple[Precision, ...] = ("int8", "uint8", "binary", "ubinary")
 RANGE_GRID = 4096  # ranges are multiples of 1/4096: exact in float32 and in JSON
+DERIVED_KEPT = 64  # widths whose ranges are kept: `dimensions` is free, each entry up to 2 x features floats
 CALIBRATION_TEXTS = [line for line in (Path(__file__).with_name("calibration_texts.txt")).read_text(
     encoding="utf-8").splitlines() if line.strip()]
 
@@ -70,6 +71,8 @@ class QuantizationRanges:
             return self._configured[features]
         key = (features, renormalized)
         if key not in self._derived:
+            if len(self._derived) >= DERIVED_KEPT:
+                self._derived.clear()
             assert self._calibration is not None
             self._derived[key] = ranges_of(truncate_dimensions(self._calibration, features, renormalized))
         return self._derived[key]
