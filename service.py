@@ -84,6 +84,7 @@ from gateway.tei import (
     rerank_answer,
     similarity_answer,
     sparse_answer,
+    tei_rerank_body,
     tokens_answer,
 )
 from gateway.warmup import Warmup
@@ -310,8 +311,7 @@ class Gateway:
                 return JSONResponse(rerank_answer(ranking, request.return_text))
             return infinity_rerank_response(ranking, request.return_documents)
 
-        tei_body = request.texts is not None and request.documents is None
-        return await self._answer(rerank, "tei" if tei_body else "openai")
+        return await self._answer(rerank, "tei" if tei_rerank_body(vars(request)) else "openai")
 
     @bentoml.api(route="/v1/classify")
     async def classify(self, request: ClassifyRequest, /) -> ClassifyResponse:
@@ -466,7 +466,7 @@ routes.router.routes.extend(get_routes(CONFIG, KINDS))
 # Added first = outermost. The readiness report is the probe's body itself, so it stands outside the
 # error rewriting; every other error below, ours or the framework's, leaves in its route's shape.
 Gateway.add_asgi_middleware(ReadinessReport)
-Gateway.add_asgi_middleware(ErrorBodies, tei_paths=TEI_PATHS)
+Gateway.add_asgi_middleware(ErrorBodies, tei_paths=TEI_PATHS, tei_bodies={"/rerank": tei_rerank_body})
 Gateway.add_asgi_middleware(
     RequestGuard, api_keys=CONFIG.api_keys(), max_request_bytes=CONFIG.max_request_bytes,
     open_paths=PROBE_PATHS | ({"/metrics"} if CONFIG.public_metrics else set()),

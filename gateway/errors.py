@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
 from starlette.responses import JSONResponse
@@ -84,6 +85,14 @@ def _shape_of(body: bytes) -> tuple[ErrorShape | None, str | None]:
     return None, None
 
 
+def _json_is(body: bytes, rule: Callable[[Mapping[str, Any]], bool]) -> bool:
+    try:
+        parsed = json.loads(body)
+    except ValueError:
+        return False
+    return isinstance(parsed, dict) and rule(parsed)
+
+
 def _describe_framework_error(status: int, body: bytes) -> tuple[str, str | None]:
     """A readable message (and the offending field) from a BentoML or Starlette error body."""
     try:
@@ -109,18 +118,37 @@ def _describe_framework_error(status: int, body: bytes) -> tuple[str, str | None
 
 
 class ErrorBodies:
-    """Rewrites every error response into its route's shape, keeping its status: TEI's on `tei_paths`, else
-    OpenAI's. A body already in either shape stays: `/rerank` answers TEI's body in TEI's shape itself."""
+    """Rewrites every error response into its route's shape, keeping its status: TEI's on `tei_paths`, and on
+    `tei_bodies` paths when the request's JSON body is TEI's by that path's rule; else OpenAI's. A body
+    already in either shape stays."""
 
-    def __init__(self, app: ASGIApp, tei_paths: frozenset[str] = frozenset()) -> None:
+    def __init__(self, app: ASGIApp, tei_paths: frozenset[str] = frozenset(),
+                 tei_bodies: Mapping[str, Callable[[Mapping[str, Any]], bool]] | None = None) -> None:
         self.app = app
         self.tei_paths = tei_paths
+        self.tei_bodies = tei_bodies or {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] != "POST":  # GET / is BentoML's docs page, not TEI's
+            return await self._rewrite(scope, receive, send, lambda: "openai")
+        if scope["path"] in self.tei_paths:
+            return await self._rewrite(scope, receive, send, lambda: "tei")
+        if (is_tei := self.tei_bodies.get(scope["path"])) is None:
+            return await self._rewrite(scope, receive, send, lambda: "openai")
+        request_chunks: list[bytes] = []
+
+        async def recording() -> Message:  # the body is read anyway; its chunks are kept for the error's shape
+            message = await receive()
+            if message["type"] == "http.request":
+                request_chunks.append(message.get("body", b""))
+            return message
+
+        await self._rewrite(scope, recording, send, lambda: "tei" if _json_is(b"".join(request_chunks), is_tei)
+                            else "openai")
+
+    async def _rewrite(self, scope: Scope, receive: Receive, send: Send, shape: Callable[[], ErrorShape]) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
-        tei = scope["path"] in self.tei_paths and scope["method"] == "POST"  # GET / is BentoML's docs page
-        shape: ErrorShape = "tei" if tei else "openai"
         start: Message | None = None
         chunks: list[bytes] = []
 
@@ -137,7 +165,7 @@ class ErrorBodies:
             chunks.append(message.get("body", b""))
             if message.get("more_body", False):
                 return None
-            await self._send_error(start, b"".join(chunks), send, shape)
+            await self._send_error(start, b"".join(chunks), send, shape())
 
         await self.app(scope, receive, capture)
 

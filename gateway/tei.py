@@ -4,6 +4,7 @@ served model of the kind it needs. Errors on these routes leave in TEI's shape (
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Literal, TypeVar
 
 from pydantic import (
@@ -98,16 +99,23 @@ class RerankBody(RerankRequest):
     return_text: StrictBool = Field(False, description="TEI's: each result carries its text.")
 
     def is_tei(self) -> bool:
+        """TEI's body (`texts`) or infinity's (`documents`); neither or both is a 400."""
         if self.texts is not None and self.documents is not None:
             raise InvalidRequest("give documents (infinity, Cohere) or texts (TEI), not both", param="texts")
         if self.texts is None and self.documents is None:
             raise InvalidRequest("documents is required", param="documents")
-        return self.texts is not None
+        return tei_rerank_body(vars(self))
 
     def as_rerank_request(self) -> RerankRequest:
         fields = self.model_dump(exclude={"texts", "return_text", "documents"})
         documents = self.texts if self.texts is not None else self.documents
         return RerankRequest.model_validate({**fields, "documents": documents})
+
+
+def tei_rerank_body(body: Mapping[str, Any]) -> bool:
+    """Whether a /rerank body is TEI's (`texts`, not infinity's `documents`): it is then answered, errors too, in
+    TEI's shapes."""
+    return body.get("texts") is not None and body.get("documents") is None
 
 
 class TeiRerankResult(BaseModel):

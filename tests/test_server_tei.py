@@ -247,6 +247,10 @@ def test_rerank_errors_follow_the_body(client):
     empty = client.post("/rerank", json={"query": "q", "texts": [], "model": MINILM_RERANKER})
     assert "empty" in assert_tei_error(empty, 400)
     assert_openai_error(client.post("/rerank", json={"query": "q", "documents": [], "model": MINILM_RERANKER}), 400)
+    # refused by the framework before any of our code runs: the shape still follows the body
+    assert_tei_error(client.post("/rerank", json={"query": 5, "texts": ["a"], "model": MINILM_RERANKER}), 400)
+    assert_openai_error(client.post("/rerank", json={"query": 5, "documents": ["a"], "model": MINILM_RERANKER}), 400,
+                        "query")
 
 
 def test_tiktoken_ids_get_an_error_naming_the_cause(client):
