@@ -29,7 +29,7 @@ class CohereEmbedRequest(BaseModel):
                                       "refuses over-long input.")
 
     def parts(self) -> list[StrictStr | TextItem | ImageItem]:
-        given = [name for name in ("texts", "images", "inputs") if getattr(self, name, None) is not None]
+        given = [name for name in ("texts", "images") if getattr(self, name) is not None]
         if len(given) != 1:
             raise InvalidRequest(f"give exactly one of {self._inputs_fields()}; got {given or 'none'}",
                                  param=given[1] if len(given) > 1 else "texts")
@@ -42,11 +42,9 @@ class CohereEmbedRequest(BaseModel):
         return "texts or images"
 
     def as_embedding_request(self) -> EmbeddingRequest:
-        return EmbeddingRequest(
-            input=self.parts(), model=self.model, input_type=self.input_type, truncate=self.truncate != "NONE",
-            truncation_direction="left" if self.truncate == "START" else None,
-            dimensions=getattr(self, "output_dimension", None), max_tokens=getattr(self, "max_tokens", None),
-        )
+        return EmbeddingRequest(input=self.parts(), model=self.model, input_type=self.input_type,
+                                truncate=self.truncate != "NONE",
+                                truncation_direction="left" if self.truncate == "START" else "right")
 
     def output_types(self) -> list[OutputType]:
         if self.embedding_types is not None and not self.embedding_types:
@@ -87,6 +85,10 @@ class CohereV2EmbedRequest(CohereEmbedRequest):
     @staticmethod
     def _inputs_fields() -> str:
         return "texts, images or inputs"
+
+    def as_embedding_request(self) -> EmbeddingRequest:
+        return super().as_embedding_request().model_copy(
+            update={"dimensions": self.output_dimension, "max_tokens": self.max_tokens})
 
     def parts(self) -> list[StrictStr | TextItem | ImageItem]:
         if self.inputs is None:
