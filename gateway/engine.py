@@ -1,6 +1,7 @@
 """The gateway's core: one internal request per operation (embed, rank, classify, tokenize) turned into rows,
-sent to the model service of the model's kind, and answered as internal results. The wire formats (OpenAI,
-Cohere, TEI, infinity, Jina) are adapters around it; none of them is known here.
+sent to the model service of the model's kind, and answered as internal results (`Embeddings`, `Ranking`,
+`Classified`). The internal requests are `EmbeddingRequest` and `RerankRequest`, which carry every client's
+controls; each wire format (OpenAI, infinity, Cohere, Jina, TEI) is an adapter onto them and from the results.
 """
 
 from __future__ import annotations
@@ -150,7 +151,7 @@ class Engine:
             work = functools.partial(tokenizer.encode_ids, inputs, request.truncation())
         token_ids = await off_loop_if_large(work, sum(len(item) for item in inputs))
         rows = TokenizedText.rows(info.served_model_name, token_ids, prompt_length=prompt_length,
-                                  normalize=request.normalize if info.kind in ("embed", "sparse") else None)
+                                  normalize=request.normalize)
         return await self.run(info, rows), sum(len(ids) for ids in token_ids)
 
     async def _embed_media(self, info: ModelInfo, items: list[InputItem]) -> tuple[list[np.ndarray], int]:

@@ -118,12 +118,6 @@ def tei_rerank_body(body: Mapping[str, Any]) -> bool:
     return body.get("texts") is not None and body.get("documents") is None
 
 
-class TeiRerankResult(BaseModel):
-    index: int
-    score: float
-    text: str | None = None
-
-
 def rerank_answer(ranking: Ranking, return_text: bool) -> list[dict]:
     """TEI's bare list, best first."""
     return [{"index": i, "score": ranking.scores[i], **({"text": ranking.documents[i]} if return_text else {})}
@@ -140,10 +134,10 @@ class TeiPredictRequest(TruncationControls):
     def sequences(self) -> tuple[list[str], list[str | None], bool]:
         """(first texts, second texts or None, whether the request was a batch)."""
         raw = self.inputs
-        batch = isinstance(raw, list) and bool(raw) and isinstance(raw[0], list)
-        sequences = raw if batch else [[raw] if isinstance(raw, str) else raw]
-        if not sequences:
+        if not raw:
             raise InvalidRequest("inputs must not be empty", param="inputs")
+        batch = isinstance(raw[0], list)
+        sequences = raw if batch else [[raw] if isinstance(raw, str) else raw]
         for index, sequence in enumerate(sequences):
             if not 1 <= len(sequence) <= 2 or not all(isinstance(text, str) and text for text in sequence):
                 raise InvalidRequest(f"inputs[{index}] must be one non-empty text or a pair of them", param="inputs")
