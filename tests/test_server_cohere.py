@@ -6,6 +6,7 @@ quantized types as OpenAI `encoding_format`s, through OpenAI's SDK."""
 from __future__ import annotations
 
 import base64
+import json
 from pathlib import Path
 
 import cohere
@@ -137,9 +138,21 @@ def test_int8_codes_do_not_depend_on_the_batch_or_a_restart(server, client, tmp_
     assert not np.array_equal(_quantize(alone[0], "int8"), _quantize(in_batch[0], "int8")[20:21])
     ranges = _ranges(client, MINILM)
     folder = tmp_path_factory.mktemp("restarted")
-    with running_server(folder, {"models": [{"model_id": MINILM}], "cache_dir": str(folder / "cache")}) as (url, _):
+    # beside it, MiniLM again with configured ranges: half as wide as the calibrated ones
+    narrow = np.vstack([ranges[0] / 2, ranges[1] / 2])
+    (folder / "ranges.json").write_text(json.dumps({"384": narrow.tolist()}))
+    models = [{"model_id": MINILM}, {"model_id": MINILM, "served_model_name": "configured",
+                                     "quantization_ranges": str(folder / "ranges.json")}]
+    with running_server(folder, {"models": models, "cache_dir": str(folder / "cache")}) as (url, _):
         with httpx.Client(base_url=url, timeout=60) as other:
             assert np.array_equal(_ranges(other, MINILM), ranges)
+            card = next(c for c in other.get("/v1/models").json()["data"] if c["id"] == "configured")
+            assert card["quantization"]["source"] == "configured"
+            body = {"model": "configured", "texts": [text], "embedding_types": ["float", "int8"]}
+            configured = other.post("/v2/embed", json=body).json()["embeddings"]
+            assert np.array_equal(configured["int8"], _quantize(configured["float"], "int8", narrow))
+            cut = other.post("/v2/embed", json={**body, "output_dimension": 64})
+            assert_openai_error(cut, 400, "dimensions")  # no ranges configured for 64 features
         _codes_agree(alone, _float_and_int8(url, [text]))
 
 
