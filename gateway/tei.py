@@ -107,9 +107,10 @@ class RerankBody(RerankRequest):
         return tei_rerank_body(vars(self))
 
     def as_rerank_request(self) -> RerankRequest:
+        self.is_tei()  # neither or both is a 400
         fields = self.model_dump(exclude={"texts", "return_text", "documents"})
         documents = self.texts if self.texts is not None else self.documents
-        return RerankRequest.model_validate({**fields, "documents": documents})
+        return parsed(RerankRequest, {**fields, "documents": documents})
 
 
 def tei_rerank_body(body: Mapping[str, Any]) -> bool:

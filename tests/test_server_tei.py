@@ -257,3 +257,18 @@ def test_tiktoken_ids_get_an_error_naming_the_cause(client):
     error = assert_openai_error(client.post("/v1/embeddings", json={"model": MINILM, "input": [[100263, 5]]}), 400,
                                 "input")
     assert "tiktoken" in error["message"] and "check_embedding_ctx_length=False" in error["message"]
+
+
+@pytest.mark.parametrize("body", [
+    {"query": "q"},
+    {"texts": ["a"]},
+    {"query": "q", "texts": "not a list"},
+    {"query": "q", "texts": ["a"], "documents": ["b"]},
+    {"inputs": None},
+    {"inputs": {"sentences": ["a"]}},
+    {"inputs": ["a", "b", "c"], "parameters": {}},
+    {"inputs": "a", "parameters": {"function_to_apply": "cube"}},
+    {"inputs": "a", "model": TINY_SPLADE, "max_active_dims": "five"},
+])
+def test_odd_root_bodies_are_teis_400s(client, body):
+    assert_tei_error(client.post("/", json={"model": MINILM_RERANKER, **body} if "query" in body else body), 400)
