@@ -129,12 +129,13 @@ class ErrorBodies:
         self.tei_bodies = tei_bodies or {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["method"] != "POST":  # GET / is BentoML's docs page, not TEI's
-            return await self._rewrite(scope, receive, send, lambda: "openai")
-        if scope["path"] in self.tei_paths:
-            return await self._rewrite(scope, receive, send, lambda: "tei")
-        if (is_tei := self.tei_bodies.get(scope["path"])) is None:
-            return await self._rewrite(scope, receive, send, lambda: "openai")
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        post = scope["method"] == "POST"  # GET / is BentoML's docs page, not TEI's
+        is_tei = self.tei_bodies.get(scope["path"]) if post else None
+        if is_tei is None:
+            fixed: ErrorShape = "tei" if post and scope["path"] in self.tei_paths else "openai"
+            return await self._rewrite(scope, receive, send, lambda: fixed)
         request_chunks: list[bytes] = []
 
         async def recording() -> Message:  # the body is read anyway; its chunks are kept for the error's shape
@@ -143,12 +144,10 @@ class ErrorBodies:
                 request_chunks.append(message.get("body", b""))
             return message
 
-        await self._rewrite(scope, recording, send, lambda: "tei" if _json_is(b"".join(request_chunks), is_tei)
-                            else "openai")
+        await self._rewrite(scope, recording, send,
+                            lambda: "tei" if _json_is(b"".join(request_chunks), is_tei) else "openai")
 
     async def _rewrite(self, scope: Scope, receive: Receive, send: Send, shape: Callable[[], ErrorShape]) -> None:
-        if scope["type"] != "http":
-            return await self.app(scope, receive, send)
         start: Message | None = None
         chunks: list[bytes] = []
 

@@ -159,11 +159,12 @@ class ClassifyResponse(BaseModel):
     created: int
 
 
-def classify_response(model: str, labels: list[str], scores: list[list[float]], tokens: int) -> ClassifyResponse:
+def ranked_labels(labels: list[str], scores: list[list[float]]) -> list[list[LabelScore]]:
     """Every label per input, highest score first (as infinity and TEI order them)."""
-    data = [
-        sorted((LabelScore(label=label, score=score) for label, score in zip(labels, row)),
-               key=lambda item: -item.score)
-        for row in scores
-    ]
-    return ClassifyResponse(data=data, model=model, usage=Usage.of(tokens), id=response_id(), created=int(time.time()))
+    return [sorted((LabelScore(label=label, score=score) for label, score in zip(labels, row)),
+                   key=lambda item: -item.score) for row in scores]
+
+
+def classify_response(model: str, labels: list[str], scores: list[list[float]], tokens: int) -> ClassifyResponse:
+    return ClassifyResponse(data=ranked_labels(labels, scores), model=model, usage=Usage.of(tokens), id=response_id(),
+                            created=int(time.time()))

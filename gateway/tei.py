@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Literal, TypeVar
 
+import numpy as np
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -22,7 +23,7 @@ from pydantic import (
 from gateway.embeddings import Embeddings
 from gateway.engine import Classified
 from gateway.schemas import EmbeddingInput, EmbeddingRequest, TokenIds, TruncationControls, one_clear_message
-from gateway.scoring import DocumentObject, LabelScore, Ranking, RerankRequest
+from gateway.scoring import DocumentObject, Ranking, RerankRequest, ranked_labels
 from models.base import Activation
 from models.errors import InvalidRequest
 from models.postprocess import keep_largest
@@ -147,10 +148,8 @@ class TeiPredictRequest(TruncationControls):
 
 def label_scores(classified: Classified, top_k: int | None = None) -> list[list[dict]]:
     """Per input, every label (or the `top_k` best) with its score, highest first."""
-    labels = classified.info.labels
-    rows = [sorted((LabelScore(label=label, score=score).model_dump() for label, score in zip(labels, row)),
-                   key=lambda item: -item["score"]) for row in classified.scores.tolist()]
-    return [row[:top_k] if top_k else row for row in rows]
+    rows = ranked_labels(classified.info.labels, classified.scores.tolist())
+    return [[item.model_dump() for item in (row[:top_k] if top_k else row)] for row in rows]
 
 
 class SimilarityInputs(BaseModel):
@@ -184,7 +183,7 @@ def similarity_answer(embeddings: Embeddings) -> list[float]:
         raise InvalidRequest(f"model '{embeddings.info.served_model_name}' has no single dense vector per text",
                              param="model")
     vectors = embeddings.vectors()
-    vectors = vectors / (((vectors**2).sum(axis=1, keepdims=True)) ** 0.5 + 1e-12)
+    vectors = vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
     return (vectors[1:] @ vectors[0]).tolist()
 
 
