@@ -65,6 +65,7 @@ FLAGS = (
          per_model=True, is_switch=True),
     Flag(("--api-key",), "API_KEY", "require `Authorization: Bearer <key>` on every route but the probes; "
          "several keys: separate them with ';'"),
+    Flag(("--gateway-workers",), "GATEWAY_WORKERS", "gateway processes (default: chosen from the cores and GPUs)"),
     Flag(("--config",), "CONFIG", f"YAML configuration file (default: ./{CONFIG_FILE_NAME} if present)"),
     Flag(("--host",), "HOST", f"address to listen on (default: {DEFAULT_HOST})"),
     Flag(("--port",), "PORT", f"port to listen on (default: {DEFAULT_PORT})"),

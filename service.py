@@ -27,6 +27,7 @@ import bentoml
 from starlette.applications import Starlette
 from starlette.responses import JSONResponse
 
+from gateway.admission import admission_counters
 from gateway.cohere import (
     CohereEmbedRequest,
     CohereV2EmbedRequest,
@@ -43,7 +44,7 @@ from gateway.embeddings import Embeddings, check_output_types
 from gateway.engine import Engine, ModelService
 from gateway.errors import ErrorBodies, ErrorShape, error_response
 from gateway.fetch import UrlFetcher, UrlPolicy
-from gateway.guard import PROBE_PATHS, RequestGuard
+from gateway.guard import IN_FLIGHT, PROBE_PATHS, RequestGuard
 from gateway.metrics import TRACE, RequestTrace
 from gateway.probes import ReadinessReport, get_routes
 from gateway.schemas import (
@@ -66,6 +67,7 @@ from gateway.scoring import (
     infinity_rerank_response,
     validated_texts,
 )
+from gateway.shared import SharedCounters
 from gateway.tei import (
     TEI_PATHS,
     RerankBody,
@@ -98,8 +100,15 @@ from models.text_tokenizer import TextTokenizer
 from runners.framework import fix_media_types, skip_untraced_middleware
 from runners.image import ARGS, IMAGE, bento_envs
 from runners.media import ClapEmbedder, ClipEmbedder, ColPaliEmbedder
+from runners.placement import gateway_workers
 from runners.rerank import Reranker
-from runners.settings import dispatch_max_rows, exit_nonzero_after_failed_start, load_models, stop_server
+from runners.settings import (
+    dispatch_max_rows,
+    exit_nonzero_after_failed_start,
+    load_models,
+    remove_server_files,
+    stop_server,
+)
 from runners.store import check_served_bento, pin_store_models, served_config
 from runners.text import TextEmbedder
 
@@ -125,6 +134,9 @@ RUNNERS: dict[Kind, tuple[str, Any, str]] = {
 # The Gateway attributes of the model services this configuration uses, each once.
 SERVICE_ATTRIBUTES = list(dict.fromkeys(RUNNERS[kind][0] for kind in KINDS.values()))
 TEXT_KINDS = ("embed", "sparse", "rerank", "classify")
+# Requests in flight and the work queued per model service, counted for the server across gateway workers.
+COUNTERS = SharedCounters([IN_FLIGHT, *(counter for runner in dict.fromkeys(RUNNERS[kind][1] for kind in KINDS.values())
+                                        for counter in admission_counters(runner.name))])
 STARTED = int(time.time())
 WARMUP_RETRY_S = 1.0
 READINESS_TIMEOUT_S = 1
@@ -146,6 +158,7 @@ routes = Starlette()  # GET routes; BentoML's own API routes are POST-only
 
 @bentoml.service(
     name="Embento",
+    workers=gateway_workers(CONFIG),
     image=IMAGE,
     envs=bento_envs(ARGS.accel),
     labels={"accel": ARGS.accel, "models": ",".join(KINDS)},
@@ -181,7 +194,7 @@ class Gateway:
         services = {kind: ModelService(attribute, runner.name, api)
                     for kind, (attribute, runner, api) in RUNNERS.items() if kind in KINDS.values()}
         self.engine = Engine(CONFIG, services, functools.partial(getattr, self), self.warmup, self.tokenizers,
-                             self.processors, fetcher, dispatch_max_rows())
+                             self.processors, fetcher, dispatch_max_rows(), COUNTERS)
 
     def _load_preprocessor(self, cfg: ModelConfig) -> None:
         folder, kind = resolve_model(cfg.model_id, cfg.revision), KINDS[cfg.served_model_name]
@@ -457,6 +470,7 @@ async def _then(work: Awaitable[Any], shape: Callable[[Any], T]) -> T:
 
 
 exit_nonzero_after_failed_start()
+remove_server_files()
 SERVICES = [Gateway, *(dependency.on for dependency in Gateway.dependencies.values())]
 check_served_bento({service.name for service in SERVICES})
 for service in SERVICES:
@@ -470,6 +484,6 @@ Gateway.add_asgi_middleware(ErrorBodies, tei_paths=TEI_PATHS, tei_bodies={"/rera
 Gateway.add_asgi_middleware(
     RequestGuard, api_keys=CONFIG.api_keys(), max_request_bytes=CONFIG.max_request_bytes,
     open_paths=PROBE_PATHS | ({"/metrics"} if CONFIG.public_metrics else set()),
-    max_concurrent_requests=CONFIG.max_concurrent_requests,
+    max_concurrent_requests=CONFIG.max_concurrent_requests, counters=COUNTERS,
 )
 Gateway.add_asgi_middleware(WatchDisconnect)

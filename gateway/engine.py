@@ -29,6 +29,7 @@ from gateway.metrics import ABANDONED, REQUESTS_PER_CALL, current_trace
 from gateway.routing import check_modalities, choose_model
 from gateway.schemas import EmbeddingRequest, InputItem, validated_inputs
 from gateway.scoring import Ranking, RerankRequest, validated_documents
+from gateway.shared import SharedCounters, agreed
 from gateway.warmup import Warmup
 from models import errors
 from models.base import Kind, ModelInfo, ModelInput, Row, TokenizedText, Truncation
@@ -70,7 +71,8 @@ class Engine:
 
     def __init__(self, config: EmbentoConfig, services: Mapping[Kind, ModelService],
                  service_proxy: Callable[[str], Any], warmup: Warmup, tokenizers: dict[str, TextTokenizer],
-                 processors: dict[str, MediaProcessor], fetcher: UrlFetcher | None, dispatch_rows: int) -> None:
+                 processors: dict[str, MediaProcessor], fetcher: UrlFetcher | None, dispatch_rows: int,
+                 counters: SharedCounters | None = None) -> None:
         self.config = config
         self.services = services
         self._proxy = service_proxy
@@ -82,7 +84,7 @@ class Engine:
         self.quantization: dict[str, QuantizationRanges] = {}  # filled at warm-up
         self._cancelling: set[asyncio.Task] = set()
         attributes = {service.attribute: service for service in services.values()}
-        self.admission = {a: Admission(s.name, config.max_queued_items, config.max_queued_tokens)
+        self.admission = {a: Admission(s.name, config.max_queued_items, config.max_queued_tokens, counters)
                           for a, s in attributes.items()}
         self.coalescers = {
             a: Coalescer(functools.partial(self._call_service, s), dispatch_rows, _count_dropped)
@@ -267,7 +269,7 @@ class Engine:
             vectors += checked(await self.runner(info.kind)(rows))
         logger.info("model '%s': int8/uint8 ranges calibrated on %d texts in %.2f s", name, len(vectors),
                     time.perf_counter() - started)
-        return QuantizationRanges(calibration=np.stack(vectors))
+        return QuantizationRanges(calibration=agreed(f"calibration {name}", np.stack(vectors)))
 
     # Model services
     async def run(self, info: ModelInfo, rows: list[Row]) -> list[np.ndarray]:

@@ -10,8 +10,10 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gateway.errors import error_response
 from gateway.metrics import REJECTED
+from gateway.shared import SharedCounters
 from models import errors
 
+IN_FLIGHT = "requests"  # the shared counter of POST requests being answered, every gateway worker's
 # Probes stay open so orchestrators need no key; /metrics too where configured (`public_metrics`).
 PROBE_PATHS = frozenset({"/livez", "/readyz", "/healthz", "/health"})
 
@@ -27,39 +29,50 @@ def key_matches(token: str, keys: Iterable[str]) -> bool:
 
 class RequestGuard:
     def __init__(self, app: ASGIApp, api_keys: Sequence[str], max_request_bytes: int,
-                 open_paths: frozenset[str] = PROBE_PATHS, max_concurrent_requests: int = 2**31) -> None:
+                 open_paths: frozenset[str] = PROBE_PATHS, max_concurrent_requests: int = 2**31,
+                 counters: SharedCounters | None = None) -> None:
         self.app = app
         self.api_keys = tuple(api_keys)
         self.max_request_bytes = max_request_bytes
         self.open_paths = open_paths
         self.max_concurrent_requests = max_concurrent_requests
-        self.in_flight = 0  # POST requests being answered; the event loop is single-threaded
+        self.counters = counters or SharedCounters([IN_FLIGHT])  # POST requests being answered, server-wide
+
+    @property
+    def in_flight(self) -> int:
+        return self.counters.total(IN_FLIGHT)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
         problem = self._check(scope, headers)
-        if problem is None and scope["method"] == "POST":
-            problem = self._check_concurrency()
-        if problem is None and scope["method"] == "POST" and "content-length" not in headers:
-            receive, problem = await self._buffer_body(receive)
         if problem is not None:
             return await error_response(problem)(scope, receive, send)
         if scope["method"] != "POST":
             return await self.app(scope, receive, send)
-        self.in_flight += 1
+        if (problem := self._enter()) is not None:
+            return await error_response(problem)(scope, receive, send)
         try:
+            if "content-length" not in headers:
+                receive, problem = await self._buffer_body(receive)
+            if problem is not None:
+                return await error_response(problem)(scope, receive, send)
             await self.app(scope, receive, send)
         finally:
-            self.in_flight -= 1
+            with self.counters.locked():
+                self.counters.add(IN_FLIGHT, -1)
 
-    def _check_concurrency(self) -> errors.EmbentoError | None:
-        """Refused before the body is read or parsed, so a flood of requests costs little to turn away."""
-        if self.in_flight < self.max_concurrent_requests:
-            return None
+    def _enter(self) -> errors.EmbentoError | None:
+        """Count the request in, or refuse it before its body is read or parsed, so a flood of requests
+        costs little to turn away."""
+        with self.counters.locked():
+            in_flight = self.in_flight
+            if in_flight < self.max_concurrent_requests:
+                self.counters.add(IN_FLIGHT, 1)
+                return None
         REJECTED.labels(model_service="gateway", reason="concurrency").inc()
-        return errors.Overloaded(f"{self.in_flight} requests are in flight, the most this server takes; retry shortly")
+        return errors.Overloaded(f"{in_flight} requests are in flight, the most this server takes; retry shortly")
 
     def _check(self, scope: Scope, headers: dict[str, str]) -> errors.EmbentoError | None:
         if scope["method"] == "OPTIONS":  # CORS preflight carries no credentials

@@ -17,7 +17,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from gateway.errors import error_response
 from models import errors
 from models.base import Kind, ModelInfo
-from models.config import EmbentoConfig
+from models.config import EmbentoConfig, ModelConfig
 
 try:
     VERSION = version("embento")
@@ -65,8 +65,8 @@ def tei_info(config: EmbentoConfig, info: ModelInfo | None) -> dict[str, Any]:
         "model_id": default.model_id, "model_sha": default.revision, "model_dtype": info and info.dtype,
         "model_type": info and _tei_model_type(info, default.pooling), "served_model_name": default.served_model_name,
         "max_concurrent_requests": config.max_concurrent_requests,
-        "max_input_length": info and info.max_input_tokens, "max_batch_tokens": default.max_batch_tokens,
-        "max_batch_requests": default.batch_size, "max_client_batch_size": config.max_client_batch_size,
+        "max_input_length": info and info.max_input_tokens, "max_batch_tokens": info and info.max_batch_tokens,
+        "max_batch_requests": info and info.batch_size, "max_client_batch_size": config.max_client_batch_size,
         "auto_truncate": True, "tokenization_workers": None, "version": VERSION, "sha": None, "docker_label": None,
     }
 
@@ -79,12 +79,22 @@ def _tei_model_type(info: ModelInfo, pooling: str | None) -> dict[str, Any]:
     return {"embedding": {"pooling": "splade" if info.sparse else pooling}}
 
 
+def _model_limits(model: ModelConfig, kinds: Mapping[str, Kind], info: ModelInfo | None) -> dict[str, Any]:
+    """A model's pass limits in force once it is loaded (sized for its device unless configured), and where it
+    runs; before, what is configured (null: sized for the device)."""
+    if info is None:
+        return {"id": model.served_model_name, "kind": kinds[model.served_model_name], "device": None,
+                "batch_size": model.batch_size, "max_batch_tokens": model.max_batch_tokens}
+    return {"id": info.served_model_name, "kind": info.kind, "device": info.device, "batch_size": info.batch_size,
+            "max_batch_tokens": info.max_batch_tokens}
+
+
 def get_routes(config: EmbentoConfig, kinds: Mapping[str, Kind]) -> list[Route]:
     """The GET routes to mount; /info answers from the configuration it is given and the models once loaded."""
     async def get_info(request: Request) -> Response:
-        models = [{"id": m.served_model_name, "kind": kinds[m.served_model_name], "batch_size": m.batch_size,
-                   "max_batch_tokens": m.max_batch_tokens} for m in config.models]
-        loaded = bentoml.get_current_service().engine.infos.get(config.models[0].served_model_name)
+        infos = bentoml.get_current_service().engine.infos
+        models = [_model_limits(m, kinds, infos.get(m.served_model_name)) for m in config.models]
+        loaded = infos.get(config.models[0].served_model_name)
         return JSONResponse({"models": models, "limits": {name: getattr(config, name) for name in LIMIT_FIELDS},
                              **tei_info(config, loaded)})
 

@@ -38,6 +38,9 @@ class ModelInfo:
     labels: list[str] = field(default_factory=list)
     activation: Activation = "identity"
     multi_vector: bool = False  # one vector per token or patch (ColPali), not one per input
+    # The pass limits in force (configured, or sized for the device); set by the model service after loading.
+    batch_size: int = 0
+    max_batch_tokens: int = 0
 
     @property
     def capabilities(self) -> list[str]:
@@ -110,11 +113,21 @@ class Row(Protocol):
 class TokenModel(Protocol):
     """Runs one checkpoint (runner side): one float32 output per input row, in order: a vector for
     embedders, logits (one per label) for scorers, a (tokens, dim) matrix for multi-vector models, and for
-    sparse models a (2, active) matrix: the active vocabulary indices (ascending) over their weights."""
+    sparse models a (2, active) matrix: the active vocabulary indices (ascending) over their weights.
+
+    A model may also offer `launch(rows) -> PendingOutputs`: the pass queued on its device and its outputs
+    on their way back, without waiting (models/transfer.py); `forward` is then `launch(rows).wait()`. On a
+    GPU the pool launches every pass of a call before it waits, so the device never idles for the host."""
 
     info: ModelInfo
 
     def forward(self, rows: Sequence[Any]) -> Sequence[np.ndarray]: ...
+
+
+class PendingOutputs(Protocol):
+    """A launched pass's outputs; `wait` returns them once they are on the host."""
+
+    def wait(self) -> Sequence[np.ndarray]: ...
 
 
 @dataclass(frozen=True)

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
 from typing import TypeVar
 
 logger = logging.getLogger(__name__)
@@ -19,6 +22,60 @@ PASS_OVERHEAD_TOKENS = {"cpu": 32, "gpu": 4096}
 
 def pass_overhead_tokens(device: str) -> int:
     return PASS_OVERHEAD_TOKENS["cpu" if device == "cpu" else "gpu"]
+
+
+@dataclass(frozen=True)
+class BatchLimits:
+    """Inputs and padded tokens per forward pass."""
+
+    batch_size: int
+    max_batch_tokens: int
+
+
+# On CPU a pass's cost grows with its tokens from the first one, and passes past a few dozen rows gain
+# nothing (models/lanes.py splits big batches across cores instead).
+CPU_LIMITS = BatchLimits(32, 16384)
+# On a GPU a pass costs about the same until the device is full: all-MiniLM-L6-v2 fills an H100 at a few
+# hundred short rows, bge-large at ~8k tokens. The bounds keep one pass's latency in tens of milliseconds.
+GPU_MAX_LIMITS = BatchLimits(512, 65536)
+GPU_MIN_BATCH_TOKENS = 4096
+ACTIVATION_SHARE = 0.25  # of the device memory free after loading, for one model's passes
+ATTENTION_SPAN = 512  # positions whose attention scores a token holds at once (kernels without flash)
+TOKENS_PER_ROW = 64  # what a pass's row count allows for: short sentences to paragraphs
+
+
+def default_batch_size(on_gpu: bool) -> int:
+    """The largest pass size a model gets when none is configured."""
+    return GPU_MAX_LIMITS.batch_size if on_gpu else CPU_LIMITS.batch_size
+
+
+def activation_bytes_per_token(folder: Path, dtype_bytes: int) -> int:
+    """What one padded token costs in device memory during a pass: a layer's activations (~12 hidden-size
+    vectors: query, key, value, output and the 4x feed-forward) and its attention scores, from the
+    checkpoint's `config.json` (its text tower's, for multimodal ones)."""
+    try:
+        config = json.loads((folder / "config.json").read_text())
+    except (OSError, ValueError):
+        config = {}
+    text = config.get("text_config") or config
+    hidden = int(text.get("hidden_size") or text.get("d_model") or 1024)
+    heads = int(text.get("num_attention_heads") or 16)
+    return dtype_bytes * (12 * hidden + heads * ATTENTION_SPAN)
+
+
+def batch_limits(batch_size: int | None, max_batch_tokens: int | None, device: str,
+                 free_bytes: int | None = None, bytes_per_token: int | None = None) -> BatchLimits:
+    """The configured limits, or the device's: on CPU `CPU_LIMITS`; on a GPU, the tokens whose activations
+    fit `ACTIVATION_SHARE` of its free memory, within `GPU_MIN_BATCH_TOKENS` and `GPU_MAX_LIMITS`, and rows
+    for passes of `TOKENS_PER_ROW`-token inputs."""
+    if device == "cpu" or not free_bytes or not bytes_per_token:
+        default = CPU_LIMITS
+    else:
+        fits = int(free_bytes * ACTIVATION_SHARE) // bytes_per_token
+        tokens = max(GPU_MIN_BATCH_TOKENS, min(GPU_MAX_LIMITS.max_batch_tokens, fits))
+        rows = max(CPU_LIMITS.batch_size, min(GPU_MAX_LIMITS.batch_size, tokens // TOKENS_PER_ROW))
+        default = BatchLimits(rows, tokens)
+    return BatchLimits(batch_size or default.batch_size, max_batch_tokens or default.max_batch_tokens)
 
 
 def plan_batches(

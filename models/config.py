@@ -49,8 +49,9 @@ class ModelConfig(BaseModel):
     backend: Backend = "torch"
     device: str = "auto"
     dtype: Dtype = "auto"
-    batch_size: int = Field(32, ge=1, le=4096)
-    max_batch_tokens: int = Field(16384, ge=1)
+    # Inputs and padded tokens per forward pass; unset, sized for the device (models/batching.py).
+    batch_size: int | None = Field(None, ge=1, le=4096)
+    max_batch_tokens: int | None = Field(None, ge=1)
     max_seq_length: int | None = Field(None, ge=1)
     pooling: PoolingMethod | None = None
     normalize: bool | None = None
@@ -82,6 +83,11 @@ class ModelConfig(BaseModel):
         if not re.fullmatch(r"auto|cpu|mps|cuda(:\d+)?", value):
             raise ValueError(f"device '{value}' must be auto, cpu, cuda, cuda:N or mps")
         return value
+
+    @field_validator("batch_size", "max_batch_tokens", mode="before")
+    @classmethod
+    def _auto_is_none(cls, value: Any) -> Any:
+        return None if value in ("", "auto") else value
 
     @field_validator("revision", "default_prompt_name", "instruction_template", "chat_template", "true_token",
                      "false_token", mode="before")
@@ -163,6 +169,9 @@ class EmbentoConfig(BaseModel):
     # Intra-op threads of each model service (torch, ONNX Runtime, CTranslate2). None: the cores this server
     # may use, shared among its model services, so that together they do not oversubscribe the machine.
     cpu_threads: int | None = Field(None, ge=1)
+    # Gateway processes. None: chosen from the machine's cores and GPUs (runners/placement.py). Every limit
+    # above holds for the server as a whole, whatever the count (gateway.shared.py).
+    gateway_workers: int | None = Field(None, ge=1, le=64)
 
     @field_validator("url_allow_networks", "api_key", "cors_allow_origins", mode="before")
     @classmethod

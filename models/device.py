@@ -23,6 +23,17 @@ def set_cpu_threads(threads: int) -> None:
     torch.set_num_threads(threads)
 
 
+DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "int8": 1, "int8_float16": 2}
+
+
+def free_memory(device: str) -> int | None:
+    """Bytes free on a CUDA device (after the models loaded there), or None for other devices."""
+    if not device.startswith("cuda"):
+        return None
+    free, _ = torch.cuda.mem_get_info(torch.device(device))
+    return int(free)
+
+
 def pick_device(requested: str) -> str:
     """`auto` takes the first GPU when there is one (CUDA, else Apple's MPS); an explicit one must exist."""
     if requested == "auto":

@@ -35,6 +35,8 @@ def collate(items: Sequence[dict[str, Any]], pad_id: int, pad_left: bool, device
     import numpy as np
     import torch
 
+    from models.transfer import to_device
+
     batch: dict[str, Any] = {}
     for key in items[0]:
         arrays = [np.asarray(item[key]) for item in items]
@@ -50,5 +52,5 @@ def collate(items: Sequence[dict[str, Any]], pad_id: int, pad_left: bool, device
                 else:
                     stacked[row, : len(a)] = a
         tensor = torch.from_numpy(stacked)
-        batch[key] = tensor.to(device, dtype=float_dtype if tensor.is_floating_point() else None)
+        batch[key] = to_device(tensor, device, float_dtype if tensor.is_floating_point() else None)
     return batch

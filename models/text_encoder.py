@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from models.base import ModelInfo, TokenizedText
+from models.base import ModelInfo, PendingOutputs, TokenizedText
 from models.config import ModelConfig
 from models.errors import ModelLoadError
 from models.padding import pad_rows
@@ -52,7 +52,12 @@ class TextEncoder:
         )
 
     def forward(self, rows: Sequence[TokenizedText]) -> np.ndarray:
+        return self.launch(rows).wait()
+
+    def launch(self, rows: Sequence[TokenizedText]) -> PendingOutputs:
         import torch
+
+        from models.transfer import to_host
 
         features = {**pad_rows(rows, self._tokenizer, self._device), "modality": "text"}
         with torch.inference_mode():
@@ -65,7 +70,7 @@ class TextEncoder:
             else:
                 features = self._model(features)
             output = _normalize_rows(features["sentence_embedding"], rows, self.info.normalized)
-        return output.float().cpu().numpy()
+        return to_host(output.float())
 
 
 def _without_prompts(attention_mask: Any, rows: Sequence[TokenizedText], left_padded: bool) -> Any:

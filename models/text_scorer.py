@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from models.base import Activation, Kind, ModelInfo, TokenizedText
+from models.base import Activation, Kind, ModelInfo, PendingOutputs, TokenizedText
 from models.config import ModelConfig
 from models.errors import ConfigError, ModelLoadError
 from models.llm_reranker import causal_rerank_format, token_id
@@ -62,12 +62,17 @@ class TextScorer:
         )
 
     def forward(self, rows: Sequence[TokenizedText]) -> np.ndarray:
+        return self.launch(rows).wait()
+
+    def launch(self, rows: Sequence[TokenizedText]) -> PendingOutputs:
         import torch
+
+        from models.transfer import to_host
 
         features = pad_rows(rows, self._tokenizer, self._device)
         with torch.inference_mode():
             logits = self._model({**features, **self._extra_inputs, "modality": "text"})["scores"]
-        return logits.float().cpu().numpy().reshape(len(rows), -1)
+        return to_host(logits.float().reshape(len(rows), -1))
 
 
 def _load_cross_encoder(folder: Path, cfg: ModelConfig) -> tuple[Any, str, str]:  # CrossEncoder

@@ -21,8 +21,8 @@ from runners.framework import make_work_conserving
 from runners.pool import PooledService, pool_for
 from runners.settings import (
     DISPATCH_MAX_LATENCY_MS,
-    MODEL_SERVICE_CONFIG,
     dispatch_max_rows,
+    model_service_config,
     models_of_kind,
 )
 from runners.store import pin_store_models
@@ -44,7 +44,8 @@ def _media_service(name: str, kind: Kind, description: str) -> Any:
 
     MediaEmbedder.__name__ = MediaEmbedder.__qualname__ = name
     MediaEmbedder.__doc__ = description
-    return bentoml.service(name=name, **MODEL_SERVICE_CONFIG)(pin_store_models(models_of_kind(kind))(MediaEmbedder))
+    pinned = pin_store_models(models_of_kind(kind))(MediaEmbedder)
+    return bentoml.service(name=name, **model_service_config(kind))(pinned)
 
 
 ClipEmbedder = _media_service("ClipEmbedder", "clip", "CLIP, SigLIP and kin: texts and images.")

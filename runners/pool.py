@@ -15,20 +15,28 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, replace
 from functools import partial
 from pathlib import Path
 
 import bentoml
 import numpy as np
 
-from models.base import Kind, Row, TokenModel
-from models.batching import pass_overhead_tokens, plan_batches, run_isolated
+from models.base import Kind, ModelInfo, PendingOutputs, Row, TokenModel
+from models.batching import (
+    BatchLimits,
+    activation_bytes_per_token,
+    batch_limits,
+    pass_overhead_tokens,
+    plan_batches,
+    run_isolated,
+)
 from models.config import ModelConfig
 from models.lanes import Lanes, shares_cores
 from models.memory import HeapTrimmer
 from models.resolve import resolve_model
 from runners.framework import drain_before_shutdown
-from runners.settings import allow_partial, cpu_threads, load_models, models_of_kind
+from runners.settings import allow_partial, cpu_threads, load_models, models_of_kind, placed
 
 logger = logging.getLogger(__name__)
 FAILED = np.empty(0, dtype=np.float32)  # an input the model could not run (or dropped); the gateway reports it
@@ -81,10 +89,8 @@ class ModelPool:
         sharing = any(shares_cores(model.info) for model in self.models.values())
         self._lanes = Lanes(threads if threads and sharing else 1)
         # Per model: inputs and padded tokens per pass, and what a pass costs beyond its tokens.
-        self._limits = {
-            name: (c.batch_size, c.max_batch_tokens, pass_overhead_tokens(self.models[name].info.device))
-            for c in configs if (name := c.served_model_name) in self.models
-        }
+        self._limits = {name: (model.info.batch_size, model.info.max_batch_tokens,
+                               pass_overhead_tokens(model.info.device)) for name, model in self.models.items()}
         # Request id -> when it was abandoned. Written on the event loop, read on the torch thread: single
         # dict operations are atomic, and only the event loop iterates it.
         self._abandoned: dict[str, float] = {}
@@ -152,17 +158,46 @@ class ModelPool:
 
     def _run_passes(self, name: str, model: TokenModel, rows: list[Row], indices: list[int],
                     outputs: list[np.ndarray | Exception]) -> None:
-        """These rows of one model in passes cut by count and token budget, their outputs into `outputs`."""
+        """These rows of one model in passes cut by count and token budget, their outputs into `outputs`.
+
+        A model that can `launch` (on a GPU) has every pass queued before the first is waited for: the host
+        collates and launches pass k+1 while the device runs pass k, and waits once, at the end. A pass that
+        fails, at launch or on the device, is run again the plain way, bisected."""
         batch_size, max_tokens, overhead = self._limits[name]
+        launch = getattr(model, "launch", None) if model.info.device != "cpu" else None
+        launched: list[tuple[list[int], float, PendingOutputs]] = []
         for chunk in plan_batches([rows[i].length for i in indices], batch_size, max_tokens, overhead):
             live = self._live(name, rows, [indices[i] for i in chunk])  # some may have been abandoned since
             if not live:
                 continue
             started = time.perf_counter()
-            done = run_isolated(lambda part: model.forward([rows[i] for i in part]), live)
-            self._observe(name, [rows[i] for i in live], done, time.perf_counter() - started)
+            try:
+                pending = launch([rows[i] for i in live]) if launch else None
+            except Exception:
+                pending = None
+            if pending is None:
+                self._run_now(name, model, rows, live, outputs, started)
+            else:
+                launched.append((live, started, pending))
+        busy_from = 0.0
+        for live, started, pending in launched:
+            try:
+                done: list[np.ndarray | Exception] = list(pending.wait())
+            except Exception:
+                self._run_now(name, model, rows, live, outputs, time.perf_counter())
+                continue
+            finished = time.perf_counter()  # the device ran this pass from when the previous one ended
+            self._observe(name, [rows[i] for i in live], done, finished - max(started, busy_from))
+            busy_from = finished
             for index, output in zip(live, done):
                 outputs[index] = output
+
+    def _run_now(self, name: str, model: TokenModel, rows: list[Row], live: list[int],
+                 outputs: list[np.ndarray | Exception], started: float) -> None:
+        done = run_isolated(lambda part: model.forward([rows[i] for i in part]), live)
+        self._observe(name, [rows[i] for i in live], done, time.perf_counter() - started)
+        for index, output in zip(live, done):
+            outputs[index] = output
 
     def _live(self, model: str, rows: list[Row], indices: Iterable[int]) -> list[int]:
         """The indices whose requests are still awaited; the others count as dropped."""
@@ -185,14 +220,27 @@ class ModelPool:
 
 def pool_for(load: Loader, *kinds: Kind) -> ModelPool:
     """A model service's pool: the configured models of these kinds, under the server's settings."""
-    return ModelPool(load, models_of_kind(*kinds), allow_partial(), cpu_threads())
+    return ModelPool(load, placed(models_of_kind(*kinds), kinds), allow_partial(), cpu_threads())
 
 
 def _load_one(load: Loader, cfg: ModelConfig) -> TokenModel:
     logger.info("loading %s as '%s'", cfg.model_id, cfg.served_model_name)
-    model = load(resolve_model(cfg.model_id, cfg.revision), cfg)
+    folder = resolve_model(cfg.model_id, cfg.revision)
+    model = load(folder, cfg)
+    model.info = replace(model.info, **asdict(_pass_limits(cfg, folder, model.info)))
     logger.info("model '%s' is warm: %s", cfg.served_model_name, model.info)
     return model
+
+
+def _pass_limits(cfg: ModelConfig, folder: Path, info: ModelInfo) -> BatchLimits:
+    """The configured pass limits, or the device's (models/batching.py)."""
+    if cfg.batch_size and cfg.max_batch_tokens:
+        return BatchLimits(cfg.batch_size, cfg.max_batch_tokens)
+    from models.device import DTYPE_BYTES, free_memory  # imports torch: model-service processes only
+
+    free = free_memory(info.device)
+    per_token = activation_bytes_per_token(folder, DTYPE_BYTES.get(info.dtype, 4)) if free else None
+    return batch_limits(cfg.batch_size, cfg.max_batch_tokens, info.device, free, per_token)
 
 
 class PooledService:

@@ -19,8 +19,8 @@ from runners.framework import make_work_conserving
 from runners.pool import PooledService, pool_for
 from runners.settings import (
     DISPATCH_MAX_LATENCY_MS,
-    MODEL_SERVICE_CONFIG,
     dispatch_max_rows,
+    model_service_config,
     models_of_kind,
 )
 from runners.store import pin_store_models
@@ -32,7 +32,7 @@ def _load_scorer(folder: Path, cfg: ModelConfig) -> TextScorer:
     return TextScorer(folder, cfg, model_kind(cfg))
 
 
-@bentoml.service(name="Reranker", **MODEL_SERVICE_CONFIG)
+@bentoml.service(name="Reranker", **model_service_config("rerank", "classify"))
 @pin_store_models(models_of_kind("rerank", "classify"))
 class Reranker(PooledService):
     def __init__(self) -> None:

@@ -16,8 +16,8 @@ from runners.framework import make_work_conserving
 from runners.pool import PooledService, pool_for
 from runners.settings import (
     DISPATCH_MAX_LATENCY_MS,
-    MODEL_SERVICE_CONFIG,
     dispatch_max_rows,
+    model_service_config,
     models_of_kind,
 )
 from runners.store import pin_store_models
@@ -29,7 +29,7 @@ def _load_text_model(folder: Path, cfg: ModelConfig) -> TokenModel:
     return SparseTextEncoder(folder, cfg) if model_kind(cfg) == "sparse" else TextEncoder(folder, cfg)
 
 
-@bentoml.service(name="TextEmbedder", **MODEL_SERVICE_CONFIG)
+@bentoml.service(name="TextEmbedder", **model_service_config("embed", "sparse"))
 @pin_store_models(models_of_kind("embed", "sparse"))
 class TextEmbedder(PooledService):
     def __init__(self) -> None:
