@@ -97,7 +97,7 @@ from models.kinds import model_kind
 from models.media_processor import MediaProcessor
 from models.resolve import resolve_model
 from models.text_tokenizer import TextTokenizer
-from runners.framework import fix_media_types, skip_untraced_middleware
+from runners.framework import fix_media_types, read_long_buffer_lists, skip_untraced_middleware
 from runners.image import ARGS, IMAGE, bento_envs
 from runners.media import ClapEmbedder, ClipEmbedder, ColPaliEmbedder
 from runners.placement import gateway_workers
@@ -120,6 +120,7 @@ if not CONFIG.tracing:
     # off). Off unless tracing is asked for.
     os.environ.setdefault("OTEL_SDK_DISABLED", "true")
     skip_untraced_middleware()
+read_long_buffer_lists()
 KINDS: dict[str, Kind] = {m.served_model_name: model_kind(m) for m in CONFIG.models}
 # Which model service runs each kind: the Gateway attribute that holds it, the service, its batchable API.
 RUNNERS: dict[Kind, tuple[str, Any, str]] = {

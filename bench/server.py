@@ -25,13 +25,14 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def start_server(port: int, service_name: str | None = None, **settings: str) -> subprocess.Popen:
+def start_server(port: int, service_name: str | None = None, target: str = "service:Gateway",
+                 **settings: str) -> subprocess.Popen:
     """`settings` are extra environment variables, e.g. EMBENTO_MODEL_ID; other EMBENTO_* are dropped. With a
     `service_name` (say TextEmbedder), that model service alone serves on the port."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("EMBENTO_")}
     env.update(HF_HUB_OFFLINE="1", BENTOML_DO_NOT_TRACK="True", **settings)
-    serve = (["bentoml", "serve", "service:Gateway"] if service_name is None else
-             ["bentoml_cli._internal.start", "start-http-server", "service:Gateway", "--service-name", service_name])
+    serve = (["bentoml", "serve", target] if service_name is None else
+             ["bentoml_cli._internal.start", "start-http-server", target, "--service-name", service_name])
     process = subprocess.Popen(
         [sys.executable, "-m", *serve, "--host", "127.0.0.1", "--port", str(port)],
         cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)

@@ -45,6 +45,7 @@ logger = logging.getLogger(__name__)
 T = TypeVar("T")
 CANCEL_TIMEOUT_S = 5
 CALIBRATION_CHUNK = 16  # rows per call: the same batches at every start, so the same vectors
+GPU_CALLS_IN_FLIGHT = 2
 INLINE_TOKENIZE_LIMIT = 2048  # characters (or token ids) per request
 
 
@@ -234,6 +235,8 @@ class Engine:
         """One real call through every modality the model serves; raises if it fails or answers the wrong shape.
         Dense single-vector models then get their int8/uint8 ranges."""
         outputs = checked(await self.runner(info.kind)(self._warmup_rows(info)))
+        if info.device != "cpu":  # see gateway/coalesce.py
+            self.coalescers[self.services[info.kind].attribute].max_calls = GPU_CALLS_IN_FLIGHT
         if info.sparse:
             wrong = [o.shape for o in outputs if o.shape[0] != 2 or (o.shape[1] and o[0].max() >= info.dimension)]
         else:

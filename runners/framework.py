@@ -7,6 +7,8 @@ Each is measured, small, and scoped to what it names; nothing else of BentoML's 
   83 µs per request per hop here (`skip_untraced_middleware`).
 - A model service's response asks pydantic for its output's JSON schema to pick a media type, on every
   call: 165 µs for `list[np.ndarray]` (`fix_media_types`).
+- A model service's answer lists each output array's size in one header, which BentoML's client reads with
+  aiohttp's 8,190-byte limit: an answer of ~1,600 vectors was a 400 (`read_long_buffer_lists`).
 - On SIGTERM every service stops listening at once, while the gateway still holds requests it will send
   (`drain_before_shutdown`).
 """
@@ -63,6 +65,30 @@ def fix_media_types(service: Any) -> None:
     for api in service.apis.values():
         if api.output_spec.media_type is None:
             api.output_spec.media_type = api.output_spec.mime_type()
+
+
+MAX_HEADER_BYTES = 2**20  # a `buffer-lengths` header for 100,000 output arrays
+
+
+def read_long_buffer_lists() -> None:
+    """BentoML pickles a model service's answer with each numpy array as an out-of-band buffer, and lists
+    their sizes in the `buffer-lengths` header: ~5 bytes per array. aiohttp, which its client uses, refuses
+    a header over 8,190 bytes, so any call answering more than ~1,600 rows failed (one request of 2,048
+    inputs, the client batch limit, did). The client's sessions read headers up to `MAX_HEADER_BYTES`."""
+    from _bentoml_impl.client.proxy2 import SessionManager
+
+    if getattr(SessionManager, "_reads_long_headers", False):
+        return
+    make_client = SessionManager._make_client
+
+    def make_client_reading_long_headers(self: SessionManager) -> Any:
+        session = make_client(self)
+        assert hasattr(session, "_max_field_size") and hasattr(session, "_max_line_size"), "aiohttp changed"
+        session._max_field_size = session._max_line_size = MAX_HEADER_BYTES
+        return session
+
+    SessionManager._make_client = make_client_reading_long_headers  # type: ignore[method-assign]
+    SessionManager._reads_long_headers = True  # type: ignore[attr-defined]
 
 
 DRAIN_QUIET_S = 0.5  # a model service stops listening once it has had no work for this long

@@ -62,6 +62,11 @@ def test_one_deployment_and_service_per_model_service(manifests, needed_services
         assert pod["spec"]["securityContext"]["runAsUser"] == 1034
         gpus = main["resources"].get("limits", {}).get("nvidia.com/gpu")
         assert gpus == (1 if name in runners else None)
+        if name in runners:  # what the CUDA Bento, built where no GPU is, declares as BentoML `resources`
+            from models.config import ModelConfig
+            from runners.placement import place_service
+
+            assert place_service([ModelConfig()], len(runners), 0, "cuda").gpus == gpus
         (service,) = [s for s in services.values() if s["spec"]["selector"] == deployment["spec"]["selector"]["matchLabels"]]
         assert service["spec"]["ports"] == [{"name": "http", "port": PORT, "targetPort": "http"}]
 

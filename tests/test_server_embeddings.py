@@ -71,6 +71,18 @@ def test_parity_with_sentence_transformers(client, sentences, reference):
     assert cosines.min() >= 0.9999, cosines.min()
 
 
+def test_a_request_as_large_as_the_client_batch_limit_is_answered(client, sentences, reference):
+    """2,048 inputs: the model service's answer lists 2,048 array sizes in one header, past aiohttp's
+    default limit of 8,190 bytes (runners/framework.py)."""
+    from models.config import EmbentoConfig
+
+    count = EmbentoConfig().max_client_batch_size
+    inputs = [sentences[i % len(sentences)] for i in range(count)]
+    got = vectors(embed(client, input=inputs, model=MINILM))
+    assert got.shape == (count, reference.shape[1])
+    assert_same_vectors(got, reference[np.arange(count) % len(sentences)], min_cosine=0.9999)
+
+
 def test_usage_counts_real_tokens(client, minilm_path, sentences):
     from transformers import AutoTokenizer
 

@@ -131,5 +131,7 @@ def test_info_lists_the_limits_in_force(client):
     expected = EmbentoConfig(max_audio_seconds=MAX_AUDIO_SECONDS)  # the test server's only change to a limit
     assert info["limits"] == {name: getattr(expected, name) for name in LIMIT_FIELDS}
     models = {m["id"]: m for m in info["models"]}
-    assert models[MINILM] == {"id": MINILM, "kind": "embed", "batch_size": 32, "max_batch_tokens": 16384}
+    # Unconfigured, the pass limits are the device's: on CPU, 32 inputs and 16,384 tokens.
+    assert models[MINILM] == {"id": MINILM, "kind": "embed", "device": "cpu", "batch_size": 32,
+                              "max_batch_tokens": 16384}
     assert models[TINY_MEAN]["kind"] == "embed" and len(models) == 16
