@@ -55,15 +55,16 @@ class Coalescer:
         self._waiting.append((rows, future))
         self._arrived.set()
         if len(self._senders) < self.max_calls:
-            sender = asyncio.create_task(self._send_while_waiting())
-            self._senders.add(sender)
-            sender.add_done_callback(self._senders.discard)
+            self._senders.add(asyncio.create_task(self._send_while_waiting()))
         return await future
 
     async def _send_while_waiting(self) -> None:
-        while batch := self._take():
-            await self._send_together(batch)
-            await self._wait_for_returning(sum(len(rows) for rows, _ in batch))
+        try:
+            while batch := self._take():
+                await self._send_together(batch)
+                await self._wait_for_returning(sum(len(rows) for rows, _ in batch))
+        finally:  # at once, not in a done callback: a request arriving meanwhile would find no sender
+            self._senders.discard(asyncio.current_task())  # type: ignore[arg-type]
 
     async def _wait_for_returning(self, answered_rows: int) -> None:
         """If requests wait, give those just answered up to `RETURN_WAIT_S` to come back and join them."""

@@ -140,3 +140,37 @@ def test_the_wait_for_answered_clients_is_bounded_and_skipped_when_nothing_waits
         assert service.calls[-1] == ["3"]  # alone, with nothing in flight: sent at once
 
     asyncio.run(scenario())
+
+
+def test_a_request_right_after_the_last_call_returned_is_sent():
+    """The sender leaves the moment nothing waits; a request arriving just after must start another."""
+    async def scenario() -> None:
+        service = FakeModelService()
+        service.release.set()
+        coalescer = Coalescer(service.send, max_rows=64)
+        for request in ("1", "2", "3"):  # each run() called in the same step as the last answer's wake-up
+            answer = await coalescer.run(rows(request, 1))
+            assert [list(a) for a in answer] == [[float(request), 1.0]]
+
+    asyncio.run(asyncio.wait_for(scenario(), timeout=5))
+
+
+def test_with_two_calls_allowed_the_next_leaves_while_one_runs():
+    async def scenario() -> None:
+        service = FakeModelService()
+        coalescer = Coalescer(service.send, max_rows=64)
+        coalescer.max_calls = 2
+        first = asyncio.create_task(coalescer.run(rows("1", 1)))
+        await settle()
+        second = asyncio.create_task(coalescer.run(rows("2", 1)))
+        await settle()
+        assert service.calls == [["1"], ["2"]]  # both in flight
+        later = [asyncio.create_task(coalescer.run(rows(str(n), 1))) for n in (3, 4)]
+        await settle()
+        assert len(service.calls) == 2  # no third call while two run
+        service.release.set()
+        answers = await asyncio.gather(first, second, *later)
+        assert [a[0][0] for a in answers] == [1, 2, 3, 4]
+        assert ["3", "4"] in service.calls  # the waiting ones left together
+
+    asyncio.run(scenario())
