@@ -7,7 +7,7 @@ In-process: load time and parity against float32 on CPU per dtype; every kind lo
 checkpoints, CLAP and CTranslate2 included); pass throughput by pass size, launched passes waited once
 (the pool's GPU path) against one forward after another. Through the server (`--server`, needs bentoml):
 sentences/s at 64 x 1, 256 x 1 and 64 x 32 clients x sentences, default settings and tuned, against the
-in-process ceiling at the same pass size.
+in-process ceiling at the same pass size, with each service's CPU (% of one core) while the load ran.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import signal
 import sys
 import tempfile
 import time
@@ -155,6 +156,7 @@ def run_one_kind(folder: Path, cfg) -> str:
     from models.sparse_encoder import SparseTextEncoder
     from models.text_encoder import TextEncoder
     from models.text_scorer import TextScorer
+    from models.text_tokenizer import TextTokenizer
 
     kind = model_kind(cfg)
     name = cfg.served_model_name
@@ -163,10 +165,10 @@ def run_one_kind(folder: Path, cfg) -> str:
         rows = model.processor.warmup_rows(name)
     elif kind in ("rerank", "classify"):
         model = TextScorer(folder, cfg, kind)
-        rows = TokenizedText.rows(name, [[101, 7592, 102, 2088, 102]], [[0, 0, 0, 1, 1]])
+        rows = TokenizedText.rows(name, *TextTokenizer(folder, cfg, kind).encode_pairs("a query", ["a document"]))
     else:
         model = SparseTextEncoder(folder, cfg) if kind == "sparse" else TextEncoder(folder, cfg)
-        rows = TokenizedText.rows(name, [[101, 7592, 2088, 102]])
+        rows = TokenizedText.rows(name, TextTokenizer(folder, cfg, kind).encode_texts(["a sentence"]))
     outputs = [np.asarray(o) for o in model.forward(rows)]
     finite = all(np.isfinite(o).all() for o in outputs)
     return f"ok ({model.info.kind}, {model.info.dtype}, output {outputs[0].shape}, finite {finite})"
@@ -177,7 +179,7 @@ def through_server(dev: str, work: Path, report: dict, seconds: float) -> None:
 
     from bench.server import closed_loop, free_port, start_server, stop_server
 
-    for size in SIZES:
+    for size in SIZES if dev != "cpu" else ["minilm"]:  # bge-large through a CPU server: minutes per run
         folder = work / size
         for setting, extra in (("default", {}), ("tuned", {"EMBENTO_GATEWAY_WORKERS": "8"})):
             config = work / f"{size}-{setting}.yaml"
@@ -192,8 +194,10 @@ def through_server(dev: str, work: Path, report: dict, seconds: float) -> None:
 
                     url = f"http://127.0.0.1:{port}"
                     asyncio.run(closed_loop(url, request_for, SENTENCES, 2.0, clients, per_request))
+                    before, started = cpu_seconds(server.pid), time.perf_counter()
                     rate, _ = asyncio.run(closed_loop(url, request_for, SENTENCES, seconds, clients, per_request))
-                    cpu = process_cpu(server.pid)
+                    wall, after = time.perf_counter() - started, cpu_seconds(server.pid)
+                    cpu = {name: round(100 * (after[name] - before.get(name, 0.0)) / wall) for name in after}
                     key = f"server {size} {setting} {clients}x{per_request}"
                     report[key] = {"sent_per_s": round(rate), "cpu_percent_by_process": cpu}
                     print(key, report[key], flush=True)
@@ -201,19 +205,16 @@ def through_server(dev: str, work: Path, report: dict, seconds: float) -> None:
                 stop_server(server)
 
 
-def process_cpu(pid: int) -> dict[str, float]:
-    """CPU % over one second of each process of the server, by service."""
+def cpu_seconds(pid: int) -> dict[str, float]:
+    """CPU seconds so far of the server's processes, summed by service (the arbiter on its own)."""
     import psutil
 
-    processes = [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
-    for process in processes:
-        process.cpu_percent(None)
-    time.sleep(1.0)
     usage: dict[str, float] = {}
-    for process in processes:
+    for process in [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]:
         command = " ".join(process.cmdline())
         name = command.split("--service-name ")[1].split()[0] if "--service-name" in command else "arbiter"
-        usage[name] = usage.get(name, 0.0) + process.cpu_percent(None)
+        times = process.cpu_times()
+        usage[name] = usage.get(name, 0.0) + times.user + times.system
     return usage
 
 
@@ -225,6 +226,7 @@ def main() -> None:
     parser.add_argument("--server", action="store_true")
     parser.add_argument("--seconds", type=float, default=5.0)
     args = parser.parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(124))  # the script's timeout: servers still stopped
     report: dict = {}
     with tempfile.TemporaryDirectory() as scratch:
         work = Path(scratch)

@@ -82,6 +82,12 @@ def test_gateway_depends_on_each_model_service_by_its_kubernetes_service(manifes
         runner = next(d for d in deployments.values() if d["spec"]["selector"]["matchLabels"] == target)
         assert flag_values(container(runner)["args"], "--service-name") == [service_name]
         assert int(port) == services[host]["spec"]["ports"][0]["port"]
+    # A gateway pod runs no model: one gateway worker per core it requests, a number the config accepts.
+    env = {item["name"]: item.get("value") for item in container(gateway)["env"]}
+    from models.config import EmbentoConfig
+
+    workers = EmbentoConfig(gateway_workers=env["EMBENTO_GATEWAY_WORKERS"]).gateway_workers
+    assert workers == int(container(gateway)["resources"]["requests"]["cpu"])
 
 
 def test_model_services_take_traffic_only_from_the_gateway(manifests):
