@@ -58,7 +58,7 @@ def to_host(tensor: torch.Tensor) -> Ready | HostCopy:
     """A pass's float32 output, copied back without waiting where it is on a GPU (`.wait()` for it)."""
     if on_accelerator(tensor.device):
         return HostCopy(tensor)
-    return Ready(tensor.numpy())
+    return Ready(tensor.cpu().numpy())  # MPS: a plain, waiting copy
 
 
 def waited(pending: Sequence[Ready | HostCopy]) -> list[np.ndarray]:
