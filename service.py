@@ -182,6 +182,7 @@ class Gateway:
             # transformers imports torch (and scipy, sklearn) whenever it can: 460 MiB of RSS in a process
             # that only tokenizes and resizes; without them, 125 MiB. Read once, at transformers' import.
             os.environ.setdefault("USE_TORCH", "0")
+        COUNTERS.open()  # now, in the worker: a worker restarted after a crash frees what it held at once
         self.tokenizers: dict[str, TextTokenizer] = {}
         self.processors: dict[str, MediaProcessor] = {}
         _, self._failed_here = load_models(CONFIG.models, self._load_preprocessor, CONFIG.allow_partial)

@@ -33,7 +33,8 @@ SLOTS = 256  # rows: worker indices are small integers, 1-based
 
 
 class SharedCounters:
-    """Named integer counters, summed over the server's gateway workers. Opened on first use, in the worker."""
+    """Named integer counters, summed over the server's gateway workers. `open` them when the worker starts
+    (else on first use): opening zeroes this worker's row."""
 
     def __init__(self, names: Sequence[str], file_name: str = "counters") -> None:
         self.names = {name: column for column, name in enumerate(names)}
@@ -45,7 +46,7 @@ class SharedCounters:
     @contextlib.contextmanager
     def locked(self) -> Iterator[None]:
         """Checks and adds inside this block see no other worker's adds in between."""
-        self._open()
+        self.open()
         if self._fd is None:
             yield
             return
@@ -57,13 +58,13 @@ class SharedCounters:
 
     def total(self, name: str) -> int:
         """The server's count: every worker's, this one's included."""
-        return int(self._open()[:, self.names[name]].sum())
+        return int(self.open()[:, self.names[name]].sum())
 
     def add(self, name: str, amount: int) -> None:
         """Add to this worker's count; call inside `locked` when a check depends on it."""
-        self._open()[self._slot, self.names[name]] += amount
+        self.open()[self._slot, self.names[name]] += amount
 
-    def _open(self) -> np.ndarray:
+    def open(self) -> np.ndarray:
         if self._table is not None:
             return self._table
         size = SLOTS * len(self.names) * 8
