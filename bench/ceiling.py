@@ -47,18 +47,21 @@ def engine_encoder(model_path: str, backend: str, dtype: str, threads: int) -> E
     from models.lanes import Lanes, shares_cores
     from models.text_encoder import TextEncoder
     from models.text_tokenizer import TextTokenizer
+    from runners.pool import pass_limits
 
     torch.set_num_threads(threads)
     cfg = ModelConfig(model_id=model_path, backend=backend, dtype=dtype)
     tokenizer, encoder = TextTokenizer(Path(model_path), cfg), TextEncoder(Path(model_path), cfg)
     overhead = pass_overhead_tokens(encoder.info.device)
+    limits = pass_limits(cfg, Path(model_path), encoder.info)
     lanes = Lanes(threads if shares_cores(encoder.info) else 1)
 
     def encode(texts: list[str]) -> None:
         ids = tokenizer.encode_texts(texts)
 
         def run_part(part: list[int]) -> None:
-            for chunk in plan_batches([len(ids[i]) for i in part], cfg.batch_size, cfg.max_batch_tokens, overhead):
+            for chunk in plan_batches([len(ids[i]) for i in part], limits.batch_size, limits.max_batch_tokens,
+                                      overhead):
                 encoder.forward(TokenizedText.rows("m", [ids[part[i]] for i in chunk]))
 
         lanes.run(run_part, [len(i) for i in ids])

@@ -227,12 +227,12 @@ def _load_one(load: Loader, cfg: ModelConfig) -> TokenModel:
     logger.info("loading %s as '%s'", cfg.model_id, cfg.served_model_name)
     folder = resolve_model(cfg.model_id, cfg.revision)
     model = load(folder, cfg)
-    model.info = replace(model.info, **asdict(_pass_limits(cfg, folder, model.info)))
+    model.info = replace(model.info, **asdict(pass_limits(cfg, folder, model.info)))
     logger.info("model '%s' is warm: %s", cfg.served_model_name, model.info)
     return model
 
 
-def _pass_limits(cfg: ModelConfig, folder: Path, info: ModelInfo) -> BatchLimits:
+def pass_limits(cfg: ModelConfig, folder: Path, info: ModelInfo) -> BatchLimits:
     """The configured pass limits, or the device's (models/batching.py)."""
     if cfg.batch_size and cfg.max_batch_tokens:
         return BatchLimits(cfg.batch_size, cfg.max_batch_tokens)
