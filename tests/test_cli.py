@@ -116,3 +116,10 @@ def test_embento_serve_runs_the_configured_models(tiny_bert_path, tmp_path):
     finally:
         os.killpg(process.pid, signal.SIGTERM)
         process.wait(timeout=30)
+
+
+def test_gateway_workers_and_device_sized_batches_from_flags_and_variables():
+    config = load_config(env_for(["--gateway-workers", "3", "--batch-size", "auto"]), cwd=Path("/"))
+    assert config.gateway_workers == 3 and config.models[0].batch_size is None  # `auto`: sized for the device
+    config = load_config(env_for([], {"EMBENTO_GATEWAY_WORKERS": "2"}), cwd=Path("/"))
+    assert config.gateway_workers == 2 and load_config({}, cwd=Path("/")).gateway_workers is None
