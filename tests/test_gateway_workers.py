@@ -118,3 +118,22 @@ def test_a_queue_bound_refuses_past_its_total_whichever_worker_counts(tmp_path):
         for path in Path(_server_folder()).glob(f"embento-{_process_key(os.getpid())}-*"):
             path.unlink()
     assert [p.exitcode for p in processes] == [0, 0, 0]
+
+
+def test_workers_agree_on_the_first_calibration_offered(monkeypatch):
+    """Two workers calibrating apart may differ in the last float digits; both keep the first one's."""
+    import numpy as np
+    from bentoml._internal.context import server_context
+
+    from gateway.shared import agreed
+    from runners.settings import _process_key, _server_folder
+
+    monkeypatch.setattr(server_context, "worker_index", 1)
+    first, second = np.full((3, 4), 0.25, np.float32), np.full((3, 4), 0.2500001, np.float32)
+    try:
+        assert np.array_equal(agreed("calibration m", first), first)
+        assert np.array_equal(agreed("calibration m", second), first)  # another worker, later: the first wins
+        assert np.array_equal(agreed("calibration other", second), second)
+    finally:
+        for path in Path(_server_folder()).glob(f"embento-{_process_key(os.getppid())}-*"):
+            path.unlink()
