@@ -54,7 +54,7 @@ class MediaEncoder:
         outputs: list[np.ndarray] = [np.empty(0, dtype=np.float32)] * len(rows)
         for modality, indices in by_modality.items():
             batch = collate([rows[i].arrays for i in indices], self.processor.pad_id, self.processor.pad_left,
-                            self._device, self._dtype)
+                            self._device, self._dtype, non_blocking=True)  # torch models only
             for index, output in zip(indices, self._run(modality, batch)):
                 outputs[index] = output
         return outputs

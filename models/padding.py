@@ -11,9 +11,11 @@ if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
 
-def pad_rows(rows: Sequence[TokenizedText], tokenizer: PreTrainedTokenizerBase, device: Any) -> dict[str, Any]:
+def pad_rows(rows: Sequence[TokenizedText], tokenizer: PreTrainedTokenizerBase, device: Any,
+             non_blocking: bool = False) -> dict[str, Any]:
     """`input_ids`, `attention_mask` and `token_type_ids`, padded on the tokenizer's side with its pad id.
-    Rows without segment ids (single texts) get zeros, as the tokenizer itself would give them."""
+    Rows without segment ids (single texts) get zeros, as the tokenizer itself would give them.
+    `non_blocking` (torch models only, see `models.transfer.to_device`): copied to a GPU without waiting."""
     import numpy as np
 
     items = []
@@ -22,11 +24,11 @@ def pad_rows(rows: Sequence[TokenizedText], tokenizer: PreTrainedTokenizerBase, 
         segments = np.zeros_like(ids) if row.token_type_ids is None else np.asarray(row.token_type_ids, np.int64)
         items.append({"input_ids": ids, "attention_mask": np.ones_like(ids), "token_type_ids": segments})
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    return collate(items, pad_id, tokenizer.padding_side == "left", device)
+    return collate(items, pad_id, tokenizer.padding_side == "left", device, non_blocking=non_blocking)
 
 
 def collate(items: Sequence[dict[str, Any]], pad_id: int, pad_left: bool, device: Any,
-            float_dtype: Any = None) -> dict[str, Any]:
+            float_dtype: Any = None, non_blocking: bool = False) -> dict[str, Any]:
     """Per-item processor arrays -> batch tensors. Equal shapes stack; unequal ones (token sequences,
     ColQwen2's patch lists) are padded along their first axis, ids with `pad_id` and the rest with 0, on
     the tokenizer's side, as the processor would pad a batch. Floating-point arrays (pixels, audio
@@ -52,5 +54,5 @@ def collate(items: Sequence[dict[str, Any]], pad_id: int, pad_left: bool, device
                 else:
                     stacked[row, : len(a)] = a
         tensor = torch.from_numpy(stacked)
-        batch[key] = to_device(tensor, device, float_dtype if tensor.is_floating_point() else None)
+        batch[key] = to_device(tensor, device, float_dtype if tensor.is_floating_point() else None, non_blocking)
     return batch

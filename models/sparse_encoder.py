@@ -48,7 +48,7 @@ class SparseTextEncoder:
         import torch
         from sentence_transformers.util import select_max_active_dims
 
-        features = pad_rows(rows, self._tokenizer, self._device)
+        features = pad_rows(rows, self._tokenizer, self._device, non_blocking=self.info.backend == "torch")
         with torch.inference_mode():
             weights = self._model({**features, "modality": "text"})["sentence_embedding"]
             # the checkpoint's own cap (None: none), as SparseEncoder.encode applies it

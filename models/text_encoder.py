@@ -59,7 +59,8 @@ class TextEncoder:
 
         from models.transfer import to_host
 
-        features = {**pad_rows(rows, self._tokenizer, self._device), "modality": "text"}
+        staged = pad_rows(rows, self._tokenizer, self._device, non_blocking=self.info.backend == "torch")
+        features = {**staged, "modality": "text"}
         with torch.inference_mode():
             if self._excludes_prompt:
                 features = self._model[0](features)

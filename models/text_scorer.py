@@ -69,7 +69,7 @@ class TextScorer:
 
         from models.transfer import to_host
 
-        features = pad_rows(rows, self._tokenizer, self._device)
+        features = pad_rows(rows, self._tokenizer, self._device, non_blocking=self.info.backend == "torch")
         with torch.inference_mode():
             logits = self._model({**features, **self._extra_inputs, "modality": "text"})["scores"]
         return to_host(logits.float().reshape(len(rows), -1))

@@ -22,10 +22,13 @@ def on_accelerator(device: Any) -> bool:
     return str(device).startswith("cuda")
 
 
-def to_device(tensor: torch.Tensor, device: Any, dtype: torch.dtype | None = None) -> torch.Tensor:
-    """A host tensor on `device` (and in `dtype`), copied from pinned memory without waiting on a GPU.
-    torch's caching host allocator reuses the pinned blocks, and keeps each until its copy is done."""
-    if on_accelerator(device):
+def to_device(tensor: torch.Tensor, device: Any, dtype: torch.dtype | None = None,
+              non_blocking: bool = False) -> torch.Tensor:
+    """A host tensor on `device` (and in `dtype`); with `non_blocking`, on a GPU, copied from pinned memory
+    without waiting. torch's caching host allocator reuses the pinned blocks, and keeps each until its copy
+    is done. Only for inputs torch itself runs on: ONNX Runtime reads them on a CUDA stream of its own, which
+    does not wait for torch's copy."""
+    if non_blocking and on_accelerator(device):
         return tensor.pin_memory().to(device, dtype=dtype, non_blocking=True)
     return tensor.to(device, dtype=dtype)
 

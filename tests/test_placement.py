@@ -171,7 +171,8 @@ def test_transfers_on_cpu_are_plain_copies():
     from models.transfer import Ready, to_device, to_host
 
     host = torch.arange(6, dtype=torch.float32).reshape(2, 3)
-    moved = to_device(host, "cpu", torch.float16)
-    assert moved.dtype == torch.float16 and moved.tolist() == host.tolist()
+    for non_blocking in (False, True):  # pinned staging is for CUDA only; on CPU both are a plain copy
+        moved = to_device(host, "cpu", torch.float16, non_blocking)
+        assert moved.dtype == torch.float16 and moved.tolist() == host.tolist()
     back = to_host(moved.float())
     assert isinstance(back, Ready) and np.array_equal(back.wait(), host.numpy())
