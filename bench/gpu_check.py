@@ -65,16 +65,11 @@ def encoder(folder: Path, device: str, dtype: str):  # -> TextEncoder, load seco
 
 def rows_of(model, texts: list[str]) -> list:
     from models.base import TokenizedText
+    from models.config import ModelConfig
     from models.text_tokenizer import TextTokenizer
 
-    tokenizer = TextTokenizer(Path(model.info.model_id), _config(model.info.model_id), "embed")
+    tokenizer = TextTokenizer(Path(model.info.model_id), ModelConfig(model_id=model.info.model_id), "embed")
     return TokenizedText.rows(model.info.served_model_name, tokenizer.encode_texts(texts))
-
-
-def _config(model_id: str):
-    from models.config import ModelConfig
-
-    return ModelConfig(model_id=model_id)
 
 
 def sync(device: str) -> None:

@@ -61,9 +61,8 @@ class SimulatedEncoder:
     """A `TokenModel` whose forward pass is a device that takes time but no host CPU."""
 
     def __init__(self, folder: Path, cfg: ModelConfig) -> None:
-        self.launch_s, fixed_ms, per_token_us = (float(v) for v in os.environ["SIM_DEVICE"].split(","))
-        self.fixed_s, self.per_token_s = fixed_ms / 1000, per_token_us / 1e6
-        self.launch_s /= 1000
+        launch_ms, fixed_ms, per_token_us = (float(v) for v in os.environ["SIM_DEVICE"].split(","))
+        self.launch_s, self.fixed_s, self.per_token_s = launch_ms / 1000, fixed_ms / 1000, per_token_us / 1e6
         self._device = ThreadPoolExecutor(max_workers=1, thread_name_prefix="simulated-device")
         self._stats = os.open(os.environ["SIM_STATS"], os.O_RDWR | os.O_CREAT, 0o600)
         self._busy, self._passes, self._rows, self._tokens = 0.0, 0, 0, 0

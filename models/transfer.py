@@ -11,7 +11,6 @@ On CPU both are plain and synchronous, as before.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -63,6 +62,3 @@ def to_host(tensor: torch.Tensor) -> Ready | HostCopy:
         return HostCopy(tensor)
     return Ready(tensor.cpu().numpy())  # MPS: a plain, waiting copy
 
-
-def waited(pending: Sequence[Ready | HostCopy]) -> list[np.ndarray]:
-    return [p.wait() for p in pending]

@@ -20,7 +20,6 @@ from __future__ import annotations
 import functools
 import math
 import os
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -73,7 +72,7 @@ def gateway_workers(config: EmbentoConfig, cores: int | None = None, gpus: int |
 def explicit_gpu(models: Iterable[ModelConfig]) -> bool:
     """A model that names its GPU (`cuda:N`) means that physical GPU: BentoML must not renumber the
     service's GPUs with `CUDA_VISIBLE_DEVICES`."""
-    return any(re.fullmatch(r"cuda:\d+", model.device) for model in models)
+    return any(model.device.startswith("cuda:") for model in models)  # the config allows only cuda:<digits>
 
 
 @dataclass(frozen=True)
