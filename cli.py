@@ -3,7 +3,10 @@
 - `embento serve`: infinity_emb v2's flags, validated here, then `bentoml serve` in production mode. Flags
   become `EMBENTO_*` environment variables (a flag beats a variable already set), so the services read
   their configuration through `models.config.load_config` exactly as under a plain `bentoml serve`.
-- `embento build`: one Bento per accelerator variant, `embento:<version>-<accel>`, version from pyproject.
+- `embento build`: one Bento per accelerator variant, `embento:<version>-<accel>`, version from pyproject;
+  its image settings (base image, package indexes, CA certificates) from flags, `embento.yaml`'s `image:` or
+  `EMBENTO_*` variables.
+- `embento containerize`: `bentoml containerize` of those Bentos with the engine this machine has.
 - `embento models import`: a checkpoint into BentoML's model store, for `model_id: bentoml://<name>`.
 """
 
@@ -21,9 +24,19 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
+from pydantic import ValidationError
 
-from models.config import CONFIG_FILE_NAME, ENV_PREFIX, STORE_PREFIX, EmbentoConfig, env_names, load_config
+from models.config import (
+    CONFIG_FILE_NAME,
+    ENV_PREFIX,
+    STORE_PREFIX,
+    EmbentoConfig,
+    ImageSettings,
+    env_names,
+    load_config,
+)
 from models.errors import ConfigError, EmbentoError
+from runners.containerize import CONTAINER_BACKENDS
 
 PROJECT_ROOT = Path(__file__).resolve().parent
 DEFAULT_HOST = "0.0.0.0"
@@ -72,6 +85,20 @@ FLAGS = (
 )
 
 
+# `embento build`'s image settings; `per_model` here means the flag repeats into a list.
+IMAGE_FLAGS = (
+    Flag(("--base-image",), "BASE_IMAGE", "image to build on: Debian with Python 3.11 and pip "
+         "(default: python:3.11-slim from Docker Hub)"),
+    Flag(("--index-url",), "INDEX_URL", "Python package index used inside the build (default: PyPI)"),
+    Flag(("--extra-index-url",), "EXTRA_INDEX_URL", "extra package index, replacing the variant's own (PyTorch's "
+         "CPU index for cpu); repeat for several; 'none' for none", per_model=True),
+    Flag(("--find-links",), "FIND_LINKS", "folder or URL of wheels searched besides the indexes; repeat for several",
+         per_model=True),
+    Flag(("--ca-bundle",), "CA_BUNDLE", "PEM file of CA certificates trusted inside the build and the image "
+         "(where TLS to the package index is intercepted)"),
+)
+
+
 def _dest(flag: Flag) -> str:
     return flag.env.lower()
 
@@ -104,7 +131,24 @@ def build_parser() -> argparse.ArgumentParser:
     build.add_argument("--accel", action="append", choices=ACCELERATORS,
                        help="variant to build; repeat for several (default: all)")
     build.add_argument("--version", help="Bento version before the variant suffix (default: pyproject's)")
-    build.add_argument("--project-dir", type=Path, default=PROJECT_ROOT, help="build context (default: this project)")
+    build.add_argument("--project-dir", type=Path, default=None,
+                       help="the project to build (default: the working directory when it holds bentofile.yaml, "
+                            "else this installed project)")
+    for flag in IMAGE_FLAGS:
+        build.add_argument(*flag.names, dest=_dest(flag), action="append" if flag.per_model else None,
+                           help=f"{flag.help} [env: {ENV_PREFIX}{flag.env}; embento.yaml: image.{_dest(flag)}]")
+
+    containerize = commands.add_parser(
+        "containerize", help="build the container image of each Bento variant",
+        description="Runs `bentoml containerize` on embento:<version>-<accel> with Docker when its daemon answers, "
+                    "else buildah, else podman; mounts the local package folders the Bento was built with "
+                    "(buildah and podman only) and labels the image with how it was made.")
+    containerize.add_argument("--accel", action="append", choices=ACCELERATORS,
+                              help="variant to containerize; repeat for several (default: all)")
+    containerize.add_argument("--version", help="Bento version before the variant suffix (default: pyproject's)")
+    containerize.add_argument("--backend", choices=CONTAINER_BACKENDS, default="auto",
+                              help="container engine (default: auto)")
+    containerize.add_argument("--image-tag", help="image name (default: embento:<version>-<accel>)")
 
     models = commands.add_parser("models", help="manage checkpoints in BentoML's model store")
     model_commands = models.add_subparsers(dest="models_command", required=True)
@@ -143,18 +187,42 @@ def project_version(project_dir: Path) -> str:
     return tomllib.loads((project_dir / "pyproject.toml").read_text())["project"]["version"]
 
 
-def bento_build_command(project_dir: Path, accel: str, version: str) -> list[str]:
+def bento_build_command(project_dir: Path, accel: str, version: str, settings: ImageSettings) -> list[str]:
     return [sys.executable, "-m", "bentoml", "build", str(project_dir), "--arg", f"accel={accel}",
-            "--version", f"{version}-{accel}", "--output", "tag"]
+            *image_arguments(settings), "--version", f"{version}-{accel}", "--output", "tag"]
+
+
+def image_arguments(settings: ImageSettings) -> list[str]:
+    """The settings given, as bento arguments (lists `;`-separated, an empty one `none`): recorded in
+    bento.yaml, read by runners/image.py."""
+    arguments = []
+    for name, value in settings.model_dump(exclude_defaults=True).items():
+        text = (";".join(value) or "none") if isinstance(value, list) else str(value)
+        arguments += ["--arg", f"{name}={text}"]
+    return arguments
+
+
+def default_project_dir(cwd: Path) -> Path:
+    return cwd if (cwd / "bentofile.yaml").is_file() and (cwd / "service.py").is_file() else PROJECT_ROOT
+
+
+def image_settings(args: argparse.Namespace, config: EmbentoConfig) -> ImageSettings:
+    """The configuration's image settings (file, then variables), overridden by the flags given."""
+    given = {_dest(flag): getattr(args, _dest(flag)) for flag in IMAGE_FLAGS if getattr(args, _dest(flag)) is not None}
+    try:
+        return ImageSettings.model_validate({**config.image.model_dump(exclude_defaults=True), **given})
+    except ValidationError as exc:
+        raise ConfigError(f"invalid image settings: {exc}") from None
 
 
 def build(args: argparse.Namespace) -> int:
     """Each variant from a build context holding the project's files and, as its embento.yaml, the
     configuration in force now (the file, or EMBENTO_CONFIG's, with EMBENTO_* variables applied): what the
     Bento then serves wherever it runs."""
-    project_dir = args.project_dir.resolve()
+    project_dir = (args.project_dir or default_project_dir(Path.cwd())).resolve()
     try:
         config = load_config(os.environ, cwd=project_dir)
+        settings = image_settings(args, config)
     except ConfigError as exc:
         print(f"embento: {exc.message}", file=sys.stderr)
         return 2
@@ -162,9 +230,13 @@ def build(args: argparse.Namespace) -> int:
     env.setdefault("BENTOML_DO_NOT_TRACK", "True")
     version = args.version or project_version(project_dir)
     with tempfile.TemporaryDirectory(prefix="embento-build-") as scratch:
-        context = build_context(project_dir, Path(scratch), config)
+        try:
+            context = build_context(project_dir, Path(scratch), config, settings)
+        except ConfigError as exc:
+            print(f"embento: {exc.message}", file=sys.stderr)
+            return 2
         for accel in args.accel or ACCELERATORS:
-            result = subprocess.run(bento_build_command(context, accel, version), cwd=context, env=env,
+            result = subprocess.run(bento_build_command(context, accel, version, settings), cwd=context, env=env,
                                     stdout=subprocess.PIPE, text=True, check=False)
             if result.returncode != 0:
                 return result.returncode
@@ -172,9 +244,13 @@ def build(args: argparse.Namespace) -> int:
     return 0
 
 
-def build_context(project_dir: Path, context: Path, config: EmbentoConfig) -> Path:
-    """The files bentofile.yaml includes, and `config` written as the context's embento.yaml. API keys stay
-    out: they are secrets of a deployment, set where it runs, not baked into an image."""
+def build_context(project_dir: Path, context: Path, config: EmbentoConfig, settings: ImageSettings) -> Path:
+    """The files bentofile.yaml includes, `config` written as the context's embento.yaml, and the settings'
+    CA bundle, checked, as the context's CA_FILE. API keys stay out of the configuration: they are secrets of
+    a deployment, set where it runs, not baked into an image; the image settings too: the Bento's arguments
+    and labels record them."""
+    from runners.image import CA_FILE, ca_install_command  # BentoML: only for this command
+
     bentofile = yaml.safe_load((project_dir / "bentofile.yaml").read_text())
     for pattern in [*bentofile.get("include", []), "bentofile.yaml", "pyproject.toml"]:
         for source in project_dir.glob(pattern):
@@ -182,9 +258,42 @@ def build_context(project_dir: Path, context: Path, config: EmbentoConfig) -> Pa
                 target = context / source.relative_to(project_dir)
                 target.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copy2(source, target)
-    served = config.model_dump(mode="json", exclude={"api_key", "api_key_file"})
+    served = config.model_dump(mode="json", exclude={"api_key", "api_key_file", "image"})
     (context / CONFIG_FILE_NAME).write_text(yaml.safe_dump(served, sort_keys=False))
+    if settings.ca_bundle:
+        try:
+            pem = Path(settings.ca_bundle).expanduser().read_text()
+            ca_install_command(pem)
+        except (OSError, UnicodeDecodeError, ValueError) as exc:
+            raise ConfigError(f"ca_bundle {settings.ca_bundle}: {exc}") from None
+        (context / CA_FILE).write_text(pem)
     return context
+
+
+def containerize(args: argparse.Namespace) -> int:
+    import bentoml  # only for this command
+
+    from runners.containerize import choose_backend, containerize_command
+
+    version = args.version or project_version(default_project_dir(Path.cwd()))
+    env = {**os.environ, "BENTOML_DO_NOT_TRACK": os.environ.get("BENTOML_DO_NOT_TRACK", "True")}
+    try:
+        backend = choose_backend(args.backend)
+        for accel in args.accel or ACCELERATORS:
+            tag = f"embento:{version}-{accel}"
+            try:
+                bento = yaml.safe_load((Path(bentoml.get(tag).path) / "bento.yaml").read_text())
+            except bentoml.exceptions.NotFound:
+                raise ConfigError(f"no Bento {tag}: build it first (`embento build --accel {accel}`)") from None
+            image_tag = args.image_tag or tag
+            if subprocess.run(containerize_command(tag, backend, image_tag, bento), env=env, check=False).returncode:
+                print(f"embento: `bentoml containerize {tag}` failed (its output is above)", file=sys.stderr)
+                return 1
+            print(f"embento: built image {image_tag} with {backend}")
+    except ConfigError as exc:
+        print(f"embento: {exc.message}", file=sys.stderr)
+        return 2
+    return 0
 
 
 def import_model(args: argparse.Namespace) -> int:
@@ -203,6 +312,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "build":
         return build(args)
+    if args.command == "containerize":
+        return containerize(args)
     if args.command == "models":
         return import_model(args)
     env = build_env(args, os.environ, Path.cwd())

@@ -98,7 +98,7 @@ from models.media_processor import MediaProcessor
 from models.resolve import resolve_model
 from models.text_tokenizer import TextTokenizer
 from runners.framework import fix_media_types, read_long_buffer_lists, skip_untraced_middleware
-from runners.image import ARGS, IMAGE, bento_envs
+from runners.image import ARGS, IMAGE, bento_envs, image_labels
 from runners.media import ClapEmbedder, ClipEmbedder, ColPaliEmbedder
 from runners.placement import gateway_workers
 from runners.rerank import Reranker
@@ -161,8 +161,8 @@ routes = Starlette()  # GET routes; BentoML's own API routes are POST-only
     name="Embento",
     workers=gateway_workers(CONFIG),
     image=IMAGE,
-    envs=bento_envs(ARGS.accel),
-    labels={"accel": ARGS.accel, "models": ",".join(KINDS)},
+    envs=bento_envs(ARGS),
+    labels={**image_labels(ARGS), "models": ",".join(KINDS)},
     traffic={"timeout": CONFIG.request_timeout_s + 30},
     logging={"access": {"enabled": False}},
     http={"cors": {

@@ -128,6 +128,33 @@ class ModelConfig(BaseModel):
         return self
 
 
+class ImageSettings(BaseModel):
+    """Where `embento build` takes the image's base and Python packages from, for builds behind a private
+    mirror. Unset, an image builds from Docker Hub's python base, PyPI and the variant's own extra index
+    (PyTorch's CPU index for the CPU variant). Read at build time only; a Bento's labels record them."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    base_image: str | None = None  # a Debian-family image with Python 3.11 and pip
+    index_url: str | None = None  # replaces PyPI
+    extra_index_url: list[str] | None = None  # replaces the variant's own; [] (or "none"): no extra index
+    find_links: list[str] = Field(default_factory=list)  # folders or URLs of wheels, searched besides the index
+    ca_bundle: str | None = None  # PEM file of CA certificates the build (and the image) trusts besides Debian's
+
+    @field_validator("base_image", "index_url", "ca_bundle", mode="before")
+    @classmethod
+    def _empty_is_none(cls, value: Any) -> Any:
+        return None if value == "" else value
+
+    @field_validator("extra_index_url", "find_links", mode="before")
+    @classmethod
+    def _list_from_text(cls, value: Any) -> Any:
+        items = split_list(value) if isinstance(value, str) else value
+        if isinstance(items, list):  # "none" (a flag or variable can give no empty list) and blanks: nothing
+            return [item for item in items if str(item).strip() and str(item).strip().lower() != "none"]
+        return items
+
+
 class EmbentoConfig(BaseModel):
     """Everything the gateway and the runners need to know."""
 
@@ -172,6 +199,7 @@ class EmbentoConfig(BaseModel):
     # Gateway processes. None: chosen from the machine's cores and GPUs (runners/placement.py). Every limit
     # above holds for the server as a whole, whatever the count (gateway.shared.py).
     gateway_workers: int | None = Field(None, ge=1, le=64)
+    image: ImageSettings = Field(default_factory=ImageSettings)
 
     @field_validator("url_allow_networks", "api_key", "cors_allow_origins", mode="before")
     @classmethod
@@ -224,17 +252,17 @@ MODEL_ENV_FIELDS: dict[str, str] = {
     "POOLING_METHOD": "pooling",
 }
 SERVER_ENV_FIELDS: dict[str, str] = {
-    name.upper(): name for name in EmbentoConfig.model_fields if name != "models"
+    name.upper(): name for name in EmbentoConfig.model_fields if name not in ("models", "image")
 }
+IMAGE_ENV_FIELDS: dict[str, str] = {name.upper(): name for name in ImageSettings.model_fields}
 
 
 def env_names(env_suffix: str) -> list[str]:
     """Every variable (after the prefix) that sets the same field as `env_suffix`, aliases included."""
-    field = MODEL_ENV_FIELDS.get(env_suffix) or SERVER_ENV_FIELDS.get(env_suffix)
-    if field is None:
+    table = next((t for t in (MODEL_ENV_FIELDS, SERVER_ENV_FIELDS, IMAGE_ENV_FIELDS) if env_suffix in t), None)
+    if table is None:
         return [env_suffix]
-    table = MODEL_ENV_FIELDS if env_suffix in MODEL_ENV_FIELDS else SERVER_ENV_FIELDS
-    return [name for name, target in table.items() if target == field]
+    return [name for name, target in table.items() if target == table[env_suffix]]
 
 
 def store_tag(model_id: str) -> str | None:
@@ -294,6 +322,9 @@ def load_config(env: Mapping[str, str] | None = None, cwd: Path | None = None) -
     for suffix, field in SERVER_ENV_FIELDS.items():
         if (value := env.get(ENV_PREFIX + suffix)) is not None:
             data[field] = value
+    for suffix, field in IMAGE_ENV_FIELDS.items():
+        if (value := env.get(ENV_PREFIX + suffix)) is not None:
+            data["image"] = {**(data.get("image") or {}), field: value}
     try:
         return EmbentoConfig.model_validate(data)
     except ValidationError as exc:

@@ -1,0 +1,201 @@
+"""The image settings of `embento build` (base image, package indexes, CA certificates) as they land in
+each variant's generated Dockerfile, requirements, arguments and labels, and how `embento containerize`
+turns a Bento into its engine's command."""
+
+from __future__ import annotations
+
+import base64
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import certifi
+import pytest
+import yaml
+
+from cli import ACCELERATORS, build_parser, image_arguments, image_settings, project_version
+from models.config import EmbentoConfig, ImageSettings, load_config
+from models.errors import ConfigError
+from runners.containerize import containerize_command, local_package_folders, package_mount
+from runners.image import PEM_CERTIFICATE
+from tests.conftest import ROOT, server_env
+
+VERSION = project_version(ROOT)
+MIRROR = "https://pypi.internal.example/simple"
+TORCH_MIRROR = "https://torch.internal.example/whl"
+WHEELS = "/srv/wheels"
+
+
+def certificates(count: int) -> str:
+    """The first `count` certificates of certifi's bundle, as one PEM text."""
+    found = re.findall(r"-----BEGIN CERTIFICATE-----.*?-----END CERTIFICATE-----", Path(certifi.where()).read_text(),
+                       re.DOTALL)
+    return "\n".join(found[:count]) + "\n"
+
+
+def build(home: Path, *flags: str, **env: str) -> dict[str, Path]:
+    result = subprocess.run([sys.executable, "-m", "cli", "build", "--project-dir", str(ROOT), *flags], cwd=ROOT,
+                            env=server_env(home, **env), capture_output=True, text=True, check=False, timeout=300)
+    assert result.returncode == 0, result.stderr
+    return {accel: home / "bentos" / "embento" / f"{VERSION}-{accel}" for accel in ACCELERATORS}
+
+
+def dockerfile_runs(bento: Path) -> list[str]:
+    """The Dockerfile's RUN steps, continuation lines joined."""
+    text = (bento / "env" / "docker" / "Dockerfile").read_text().replace("\\\n", " ")
+    return [line.removeprefix("RUN ") for line in text.splitlines() if line.startswith("RUN ")]
+
+
+def requirement_options(bento: Path) -> list[str]:
+    lines = (bento / "env" / "python" / "requirements.txt").read_text().splitlines()
+    return [line for line in lines if line.startswith("--")]
+
+
+@pytest.fixture(scope="module")
+def ca_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("ca") / "corporate.pem"
+    path.write_text(certificates(2))
+    return path
+
+
+@pytest.fixture(scope="module")
+def mirrored(tmp_path_factory: pytest.TempPathFactory, ca_file: Path) -> dict[str, Path]:
+    """Both variants built behind a private mirror: flags for the base and the CA, variables for the indexes."""
+    return build(tmp_path_factory.mktemp("home"), "--base-image", "registry.internal/debian-python:3.11",
+                 "--ca-bundle", str(ca_file), "--find-links", WHEELS,
+                 EMBENTO_INDEX_URL=MIRROR, EMBENTO_EXTRA_INDEX_URL=TORCH_MIRROR)
+
+
+@pytest.fixture(scope="module")
+def default(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    return build(tmp_path_factory.mktemp("home"))
+
+
+@pytest.mark.parametrize("accel", ACCELERATORS)
+def test_defaults_build_from_docker_hub_pypi_and_the_variants_own_index(default, accel):
+    bento = default[accel]
+    dockerfile = (bento / "env" / "docker" / "Dockerfile").read_text()
+    assert "FROM python:3.11-slim AS base-container" in dockerfile
+    expected = ["--extra-index-url https://download.pytorch.org/whl/cpu"] if accel == "cpu" else []
+    assert requirement_options(bento) == expected
+    assert not any("ca-certificates/embento" in run for run in dockerfile_runs(bento))
+    info = yaml.safe_load((bento / "bento.yaml").read_text())
+    assert info["args"] == {"accel": accel}
+    assert {k: v for k, v in info["labels"].items() if k not in ("owner", "models")} == {
+        "accel": accel, "base-image": "python:3.11-slim", "index-url": "https://pypi.org/simple",
+        "extra-index-url": expected[0].split()[1] if expected else "none"}
+
+
+@pytest.mark.parametrize("accel", ACCELERATORS)
+def test_image_installs_no_compilers_and_keeps_no_package_caches(default, accel):
+    runs = dockerfile_runs(default[accel])
+    assert not any(re.search(r"\b(build-essential|git|gnupg2)\b", run) for run in runs)
+    apt = next(run for run in runs if "apt-get install" in run)
+    assert re.search(r"--no-install-recommends ca-certificates libsndfile1 libgomp1\b", apt)
+    assert apt.endswith("apt-get clean && rm -rf /var/lib/apt/lists/*")
+    dockerfile = (default[accel] / "env" / "docker" / "Dockerfile").read_text()
+    assert "ARG UV_NO_CACHE=1" in dockerfile and "ARG PIP_NO_CACHE_DIR=1" in dockerfile
+
+
+@pytest.mark.parametrize("accel", ACCELERATORS)
+def test_mirror_settings_replace_base_and_indexes_in_both_variants(mirrored, accel):
+    bento = mirrored[accel]
+    dockerfile = (bento / "env" / "docker" / "Dockerfile").read_text()
+    assert "FROM registry.internal/debian-python:3.11 AS base-container" in dockerfile
+    assert requirement_options(bento) == [f"--index-url {MIRROR}", f"--extra-index-url {TORCH_MIRROR}",
+                                          f"--find-links {WHEELS}"]
+    pins = (bento / "env" / "python" / "requirements.txt").read_text()
+    assert ("torch==2.13.0+cpu" in pins) == (accel == "cpu") and "onnxruntime" in pins
+    info = yaml.safe_load((bento / "bento.yaml").read_text())
+    assert info["labels"]["base-image"] == "registry.internal/debian-python:3.11"
+    assert (info["labels"]["index-url"], info["labels"]["extra-index-url"]) == (MIRROR, TORCH_MIRROR)
+    assert info["labels"]["find-links"] == WHEELS
+    assert info["args"]["find_links"] == WHEELS and info["args"]["accel"] == accel
+
+
+@pytest.mark.parametrize("accel", ACCELERATORS)
+def test_ca_bundle_is_trusted_before_any_package_is_fetched(mirrored, ca_file, accel):
+    bento = mirrored[accel]
+    runs = dockerfile_runs(bento)
+    ca_step = next(i for i, run in enumerate(runs) if "update-ca-certificates" in run)
+    uv_install = next(i for i, run in enumerate(runs) if "pip install --no-cache-dir --require-hashes" in run)
+    packages = next(i for i, run in enumerate(runs) if "pip install -r $BENTO_PATH/env/python/requirements.txt" in run)
+    apt = next(i for i, run in enumerate(runs) if "apt-get install" in run)
+    assert apt < ca_step < uv_install < packages
+    written = re.findall(r"echo (\S+) \| base64 -d > /usr/local/share/ca-certificates/embento-\d\.crt", runs[ca_step])
+    assert [base64.b64decode(b).decode() for b in written] == PEM_CERTIFICATE.findall(certificates(2))
+    dockerfile = (bento / "env" / "docker" / "Dockerfile").read_text()
+    for variable in ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "PIP_CERT"):
+        assert f"ARG {variable}=/etc/ssl/certs/ca-certificates.crt" in dockerfile
+    assert (bento / "src" / "ca-certificates.pem").read_text() == ca_file.read_text()
+    assert yaml.safe_load((bento / "bento.yaml").read_text())["labels"]["ca-bundle"] == str(ca_file)
+
+
+def test_cuda_variant_runs_on_wheels_of_the_cuda_runtime(mirrored):
+    cuda = mirrored["cuda"]
+    pins = (cuda / "env" / "python" / "requirements.txt").read_text().splitlines()
+    assert {"torch==2.13.0", "onnxruntime-gpu==1.31.1", "nvidia-cublas-cu12==12.9.3.13"} <= set(pins)
+    dockerfile = (cuda / "env" / "docker" / "Dockerfile").read_text()
+    assert "ENV LD_LIBRARY_PATH=$LD_LIBRARY_PATH" in dockerfile
+    assert "ARG LD_LIBRARY_PATH=/app/.venv/lib/python3.11/site-packages/nvidia/cublas/lib" in dockerfile
+
+
+def test_a_bundle_without_certificates_stops_the_build(tmp_path):
+    (tmp_path / "empty.pem").write_text("not a certificate\n")
+    result = subprocess.run([sys.executable, "-m", "cli", "build", "--accel", "cpu", "--ca-bundle",
+                             str(tmp_path / "empty.pem")], cwd=ROOT, env=server_env(tmp_path), capture_output=True,
+                            text=True, check=False, timeout=120)
+    assert result.returncode == 2
+    assert "holds no PEM certificate" in result.stderr and "empty.pem" in result.stderr
+    assert not (tmp_path / "bentos").exists()
+
+
+def test_flags_beat_variables_which_beat_the_file(tmp_path):
+    (tmp_path / "embento.yaml").write_text(yaml.safe_dump({"image": {
+        "base_image": "from-file", "find_links": ["/file/wheels"], "index_url": "https://file/simple"}}))
+    config = load_config({"EMBENTO_BASE_IMAGE": "from-env", "EMBENTO_FIND_LINKS": "/env/a;/env/b"}, cwd=tmp_path)
+    args = build_parser().parse_args(["build", "--base-image", "from-flag", "--extra-index-url", "none"])
+    settings = image_settings(args, config)
+    assert settings == ImageSettings(base_image="from-flag", index_url="https://file/simple", extra_index_url=[],
+                                     find_links=["/env/a", "/env/b"])
+    assert image_arguments(settings) == ["--arg", "base_image=from-flag", "--arg", "index_url=https://file/simple",
+                                         "--arg", "extra_index_url=none", "--arg", "find_links=/env/a;/env/b"]
+    assert image_arguments(ImageSettings()) == []
+
+
+def test_invalid_image_settings_are_config_errors(tmp_path):
+    (tmp_path / "embento.yaml").write_text(yaml.safe_dump({"image": {"base_imag": "typo"}}))
+    with pytest.raises(ConfigError, match="base_imag"):
+        load_config({}, cwd=tmp_path)
+    args = build_parser().parse_args(["build", "--find-links", ""])
+    assert image_settings(args, EmbentoConfig()).find_links == []
+
+
+def test_local_package_folders_are_mounted_at_their_common_parent():
+    settings = ImageSettings(index_url="file:///opt/pypi/simple", extra_index_url=["https://download.pytorch.org/whl"],
+                             find_links=["/opt/wheels", "https://wheels.example/"])
+    folders = local_package_folders(settings)
+    assert folders == [Path("/opt/pypi/simple"), Path("/opt/wheels")]
+    assert package_mount(folders, "buildah") == ["--opt", "volume=/opt:/opt:ro"]
+    assert package_mount([Path("/srv/wheels")], "podman") == ["--opt", "volume=/srv/wheels:/srv/wheels:ro"]
+    assert package_mount([], "docker") == []
+    with pytest.raises(ConfigError, match="docker cannot mount"):
+        package_mount(folders, "docker")
+    with pytest.raises(ConfigError, match="share no parent"):
+        package_mount([Path("/opt/wheels"), Path("/srv/wheels")], "buildah")
+
+
+def test_containerize_command_labels_the_image_with_how_it_was_made():
+    bento = {"args": {"accel": "cpu", "find_links": "/opt/wheels", "extra_index_url": "none"},
+             "labels": {"accel": "cpu", "base-image": "localhost/base:1", "find-links": "/opt/wheels"}}
+    command = containerize_command("embento:1.0-cpu", "buildah", "localhost/embento:1.0-cpu", bento)
+    assert command[1:8] == ["-m", "bentoml", "containerize", "embento:1.0-cpu", "--backend", "buildah",
+                            "--image-tag"]
+    assert "volume=/opt/wheels:/opt/wheels:ro" in command and "network=host" in command
+    options = [command[i + 1] for i, part in enumerate(command) if part == "--opt"]
+    labels = [option for option in options if option.startswith("label=")]
+    assert labels == ["label=ai.embento.accel=cpu", "label=ai.embento.base-image=localhost/base:1",
+                      "label=ai.embento.find-links=/opt/wheels"]
+    docker = containerize_command("embento:1.0-cuda", "docker", "embento:1.0-cuda", {"args": {"accel": "cuda"}})
+    assert "network=host" not in docker and not any(part.startswith("volume=") for part in docker)
