@@ -278,13 +278,15 @@ def containerize(args: argparse.Namespace) -> int:
     version = args.version or project_version(default_project_dir(Path.cwd()))
     env = {**os.environ, "BENTOML_DO_NOT_TRACK": os.environ.get("BENTOML_DO_NOT_TRACK", "True")}
     try:
-        backend = choose_backend(args.backend)
+        bentos = {}
         for accel in args.accel or ACCELERATORS:
             tag = f"embento:{version}-{accel}"
             try:
-                bento = yaml.safe_load((Path(bentoml.get(tag).path) / "bento.yaml").read_text())
+                bentos[tag] = yaml.safe_load((Path(bentoml.get(tag).path) / "bento.yaml").read_text())
             except bentoml.exceptions.NotFound:
                 raise ConfigError(f"no Bento {tag}: build it first (`embento build --accel {accel}`)") from None
+        backend = choose_backend(args.backend)
+        for tag, bento in bentos.items():
             image_tag = args.image_tag or tag
             if subprocess.run(containerize_command(tag, backend, image_tag, bento), env=env, check=False).returncode:
                 print(f"embento: `bentoml containerize {tag}` failed (its output is above)", file=sys.stderr)

@@ -76,8 +76,8 @@ def containerize_command(tag: str, backend: str, image_tag: str, bento: Mapping)
     settings = ImageSettings.model_validate(arguments)
     labels = [option for key, value in (bento.get("labels") or {}).items()
               for option in ("--opt", f"label={LABEL_PREFIX}{key}={value}")]
-    # Build steps reach the package indexes through the host's network; the default for rootful buildah
-    # and podman is a private network namespace these sandboxes may give no route.
+    # Build steps fetch through the host's network, as the host's own package sources are reached (a proxy,
+    # a mirror routed to the host alone); a private build network also needs CNI plugins and iptables.
     network = ["--opt", "network=host"] if backend in DAEMONLESS_BACKENDS else []
     return [sys.executable, "-m", "bentoml", "containerize", tag, "--backend", backend, "--image-tag", image_tag,
             *network, *package_mount(local_package_folders(settings), backend), *labels]

@@ -27,8 +27,9 @@ DEFAULT_BASE_IMAGE = f"python:{PYTHON_VERSION}-slim"
 PYPI = "https://pypi.org/simple"
 # libsndfile: audio decoding where soundfile's wheel brings no library of its own; libgomp: OpenMP.
 SYSTEM_PACKAGES = ("ca-certificates", "libsndfile1", "libgomp1")
+SITE_PACKAGES = f"/app/.venv/lib/python{PYTHON_VERSION}/site-packages"  # BentoML's venv in the image
 # CTranslate2's wheel dlopens cuBLAS 12; requirements-cuda.txt installs it into the image's venv.
-CUBLAS12_LIBRARY_PATH = f"/app/.venv/lib/python{PYTHON_VERSION}/site-packages/nvidia/cublas/lib"
+CUBLAS12_LIBRARY_PATH = f"{SITE_PACKAGES}/nvidia/cublas/lib"
 # Written by `embento build --ca-bundle` into the build context, and so carried in the Bento's src/.
 CA_FILE = "ca-certificates.pem"
 # One build step holds them (as one `sh -c` argument, at most 128 KiB on Linux).
@@ -36,6 +37,14 @@ MAX_CA_COMMAND_CHARS = 100_000
 SYSTEM_CA_FILE = "/etc/ssl/certs/ca-certificates.crt"
 # uv reads its own root store unless pointed at one, requests (huggingface_hub) certifi's, pip its own.
 CA_FILE_VARIABLES = ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "PIP_CERT")
+# Installed but never used in serving: torch's C++ test binaries and headers (about 145 MB; the headers
+# serve C++ extensions, which would need the compilers the image leaves out). Removed after the install,
+# which shrinks images built as one layer (buildah's and podman's default); Docker keeps its layers.
+UNSERVED_PATHS = (f"{SITE_PACKAGES}/torch/test", f"{SITE_PACKAGES}/torch/include")
+# `torch==2.13.0` also matches `2.13.0+cpu`, which sorts higher: a package source holding PyTorch's CPU wheels
+# (a mirror of its CPU index, a wheel folder) would put a CPU torch in the CUDA image. The build stops instead.
+CUDA_TORCH_CHECK = ("python -c \"import sys, torch; sys.exit(torch.version.cuda is None and 'the CUDA variant got a "
+                    "CPU build of torch ' + torch.__version__ + ': remove CPU wheels from its package sources')\"")
 PEM_CERTIFICATE = re.compile(r"-----BEGIN CERTIFICATE-----\s.*?-----END CERTIFICATE-----", re.DOTALL)
 
 
@@ -60,8 +69,14 @@ def bento_image(args: BuildArgs) -> bentoml.images.Image:
                             lock_python_packages=False)
     image.run(system_packages_command())
     if args.ca_bundle:
+        if not Path(CA_FILE).is_file():
+            raise FileNotFoundError(f"ca_bundle {args.ca_bundle} is not in the build context as {CA_FILE}: "
+                                    "build with `embento build --ca-bundle`, which puts it there")
         image.run(ca_install_command(Path(CA_FILE).read_text()))
-    return image.python_packages(*python_requirements(args))
+    image.python_packages(*python_requirements(args))
+    if args.accel == "cuda":
+        image.run(CUDA_TORCH_CHECK)
+    return image.run(f"rm -rf {' '.join(UNSERVED_PATHS)}")
 
 
 def system_packages_command() -> str:

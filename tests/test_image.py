@@ -14,7 +14,15 @@ import certifi
 import pytest
 import yaml
 
-from cli import ACCELERATORS, build_parser, image_arguments, image_settings, project_version
+from cli import (
+    ACCELERATORS,
+    PROJECT_ROOT,
+    build_parser,
+    default_project_dir,
+    image_arguments,
+    image_settings,
+    project_version,
+)
 from models.config import EmbentoConfig, ImageSettings, load_config
 from models.errors import ConfigError
 from runners.containerize import containerize_command, local_package_folders, package_mount
@@ -96,6 +104,10 @@ def test_image_installs_no_compilers_and_keeps_no_package_caches(default, accel)
     assert apt.endswith("apt-get clean && rm -rf /var/lib/apt/lists/*")
     dockerfile = (default[accel] / "env" / "docker" / "Dockerfile").read_text()
     assert "ARG UV_NO_CACHE=1" in dockerfile and "ARG PIP_NO_CACHE_DIR=1" in dockerfile
+    packages = next(i for i, run in enumerate(runs) if "pip install -r $BENTO_PATH/env/python/requirements.txt" in run)
+    removal = next(i for i, run in enumerate(runs) if run.startswith("rm -rf "))
+    assert removal > packages and runs[removal].split()[2:] == [
+        "/app/.venv/lib/python3.11/site-packages/torch/test", "/app/.venv/lib/python3.11/site-packages/torch/include"]
 
 
 @pytest.mark.parametrize("accel", ACCELERATORS)
@@ -137,6 +149,12 @@ def test_cuda_variant_runs_on_wheels_of_the_cuda_runtime(mirrored):
     pins = (cuda / "env" / "python" / "requirements.txt").read_text().splitlines()
     assert {"torch==2.13.0", "onnxruntime-gpu==1.31.1", "nvidia-cublas-cu12==12.9.3.13"} <= set(pins)
     dockerfile = (cuda / "env" / "docker" / "Dockerfile").read_text()
+    assert "FROM registry.internal/debian-python:3.11 AS base-container" in dockerfile  # no CUDA in the base
+    # A package source offering torch 2.13.0+cpu (it matches ==2.13.0, and sorts higher) stops the build.
+    runs = dockerfile_runs(cuda)
+    packages = next(i for i, run in enumerate(runs) if "pip install -r $BENTO_PATH/env/python/requirements.txt" in run)
+    assert "torch.version.cuda is None" in runs[packages + 1]
+    assert not any("torch.version.cuda" in run for run in dockerfile_runs(mirrored["cpu"]))
     assert "ENV LD_LIBRARY_PATH=$LD_LIBRARY_PATH" in dockerfile
     assert "ARG LD_LIBRARY_PATH=/app/.venv/lib/python3.11/site-packages/nvidia/cublas/lib" in dockerfile
 
@@ -199,3 +217,17 @@ def test_containerize_command_labels_the_image_with_how_it_was_made():
                       "label=ai.embento.find-links=/opt/wheels"]
     docker = containerize_command("embento:1.0-cuda", "docker", "embento:1.0-cuda", {"args": {"accel": "cuda"}})
     assert "network=host" not in docker and not any(part.startswith("volume=") for part in docker)
+
+
+def test_containerize_names_the_missing_bento(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "cli", "containerize", "--accel", "cuda"], cwd=ROOT,
+                            env=server_env(tmp_path), capture_output=True, text=True, check=False, timeout=120)
+    assert result.returncode == 2
+    assert f"no Bento embento:{VERSION}-cuda: build it first (`embento build --accel cuda`)" in result.stderr
+
+
+def test_build_defaults_to_the_working_directory_when_it_is_a_project(tmp_path):
+    assert default_project_dir(tmp_path) == PROJECT_ROOT
+    (tmp_path / "bentofile.yaml").write_text("service: service:Gateway\n")
+    (tmp_path / "service.py").write_text("")
+    assert default_project_dir(tmp_path) == tmp_path
