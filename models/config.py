@@ -259,10 +259,11 @@ IMAGE_ENV_FIELDS: dict[str, str] = {name.upper(): name for name in ImageSettings
 
 def env_names(env_suffix: str) -> list[str]:
     """Every variable (after the prefix) that sets the same field as `env_suffix`, aliases included."""
-    table = next((t for t in (MODEL_ENV_FIELDS, SERVER_ENV_FIELDS, IMAGE_ENV_FIELDS) if env_suffix in t), None)
-    if table is None:
+    field = MODEL_ENV_FIELDS.get(env_suffix) or SERVER_ENV_FIELDS.get(env_suffix)
+    if field is None:
         return [env_suffix]
-    return [name for name, target in table.items() if target == table[env_suffix]]
+    table = MODEL_ENV_FIELDS if env_suffix in MODEL_ENV_FIELDS else SERVER_ENV_FIELDS
+    return [name for name, target in table.items() if target == field]
 
 
 def store_tag(model_id: str) -> str | None:

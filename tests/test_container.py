@@ -92,12 +92,24 @@ def install_tools() -> None:
     run(["apt-get", "install", "-y", "-qq", *DEBIAN_PACKAGES], env, timeout=900)
 
 
+def mount_points() -> list[tuple[str, str]]:
+    """(mount point, filesystem type) of each mount."""
+    return [(fields[1], fields[2]) for fields in map(str.split, Path("/proc/mounts").read_text().splitlines())]
+
+
+def storage_driver(folder: Path) -> str:
+    """overlay (fast), unless the folder itself lies on an overlay filesystem, which cannot hold another."""
+    _, fstype = max((m for m in mount_points() if folder.is_relative_to(m[0])), key=lambda m: len(m[0]))
+    return "vfs" if fstype == "overlay" else "overlay"
+
+
 def engine_files(folder: Path) -> dict[str, str]:
     """A private storage root, and the two engine settings these sandboxes need: ulimits within the host's
     hard limits (else `setrlimit RLIMIT_NOFILE: Operation not permitted`) and runc (crun refuses hybrid
     cgroups)."""
     storage, conf = folder / "storage.conf", folder / "containers.conf"
-    storage.write_text(f'[storage]\ndriver = "overlay"\ngraphroot = "{folder}/graph"\nrunroot = "{folder}/run"\n')
+    storage.write_text(f'[storage]\ndriver = "{storage_driver(folder)}"\ngraphroot = "{folder}/graph"\n'
+                       f'runroot = "{folder}/run"\n')
     import resource
 
     nofile = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
@@ -159,9 +171,19 @@ def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]
     try:
         yield env
     finally:
-        subprocess.run(["podman", "rm", "--force", "--all"], env=env, capture_output=True, check=False)
-        subprocess.run(["podman", "system", "reset", "--force"], env=env, capture_output=True, check=False)
-        shutil.rmtree(folder, ignore_errors=True)
+        remove_storage(folder, env)
+
+
+def remove_storage(folder: Path, env: dict[str, str]) -> None:
+    """Everything the engines made, then the folder. Not `podman system reset`: it also deletes the machine's
+    podman networks."""
+    for command in (["podman", "rm", "--force", "--all"], ["buildah", "rm", "--all"],
+                    ["podman", "rmi", "--force", "--all"]):
+        subprocess.run(command, env=env, capture_output=True, check=False)
+    mounts = [point for point, _ in mount_points() if Path(point).is_relative_to(folder)]
+    for mount in sorted(mounts, reverse=True):  # a failed build's leftovers, innermost first
+        subprocess.run(["umount", "--lazy", mount], capture_output=True, check=False)
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")

@@ -26,7 +26,7 @@ from cli import (
 from models.config import EmbentoConfig, ImageSettings, load_config
 from models.errors import ConfigError
 from runners.containerize import containerize_command, local_package_folders, package_mount
-from runners.image import PEM_CERTIFICATE
+from runners.image import PEM_CERTIFICATE, ca_install_command
 from tests.conftest import ROOT, server_env
 
 VERSION = project_version(ROOT)
@@ -167,6 +167,13 @@ def test_a_bundle_without_certificates_stops_the_build(tmp_path):
     assert result.returncode == 2
     assert "holds no PEM certificate" in result.stderr and "empty.pem" in result.stderr
     assert not (tmp_path / "bentos").exists()
+
+
+def test_a_bundle_too_large_for_one_build_step_is_refused():
+    # certifi's whole bundle (about 140 roots): a build step holds it as one `sh -c` argument of at most 128 KiB.
+    with pytest.raises(ValueError, match="too many for one build step"):
+        ca_install_command(Path(certifi.where()).read_text())
+    assert ca_install_command(certificates(3)).count("base64 -d") == 3
 
 
 def test_flags_beat_variables_which_beat_the_file(tmp_path):
