@@ -37,7 +37,7 @@ test: setup
 	BENTOML_DO_NOT_TRACK=True HF_HUB_OFFLINE=1 $(VENV)/bin/python -m pytest
 
 # The CPU image built with buildah from a base made with mmdebstrap, run with podman with no network
-# (installs those from Debian's packages when missing; about 4 minutes, 10 GB of disk at the peak).
+# (installs those from Debian's packages when missing; about 2 minutes and 8 GB of disk at the peak here).
 test-container: setup
 	BENTOML_DO_NOT_TRACK=True $(VENV)/bin/python -m pytest -m container -s tests/test_container.py
 
@@ -45,8 +45,9 @@ test-container: setup
 bento: setup
 	$(VENV)/bin/embento build
 
-# Their images, with Docker when its daemon answers, else buildah or podman (README: Containers).
-image: bento
+# Their images, with Docker when its daemon answers, else buildah or podman (README: Containers). After
+# `make bento`: a Bento's version is fixed, so building it again needs `bentoml delete embento:<version>-<accel>`.
+image: setup
 	$(VENV)/bin/embento containerize
 
 # The benchmark matrix, into docs/benchmarks.md (about 17 minutes here).
