@@ -25,7 +25,7 @@ from cli import (
 )
 from models.config import EmbentoConfig, ImageSettings, load_config
 from models.errors import ConfigError
-from runners.containerize import containerize_command, local_package_folders, package_mount
+from runners.containerize import choose_backend, containerize_command, local_package_folders, package_mount
 from runners.image import PEM_CERTIFICATE, ca_install_command
 from tests.conftest import ROOT, server_env
 
@@ -37,9 +37,7 @@ WHEELS = "/srv/wheels"
 
 def certificates(count: int) -> str:
     """The first `count` certificates of certifi's bundle, as one PEM text."""
-    found = re.findall(r"-----BEGIN CERTIFICATE-----.*?-----END CERTIFICATE-----", Path(certifi.where()).read_text(),
-                       re.DOTALL)
-    return "\n".join(found[:count]) + "\n"
+    return "\n".join(PEM_CERTIFICATE.findall(Path(certifi.where()).read_text())[:count]) + "\n"
 
 
 def build(home: Path, *flags: str, **env: str) -> dict[str, Path]:
@@ -238,3 +236,27 @@ def test_build_defaults_to_the_working_directory_when_it_is_a_project(tmp_path):
     (tmp_path / "bentofile.yaml").write_text("service: service:Gateway\n")
     (tmp_path / "service.py").write_text("")
     assert default_project_dir(tmp_path) == tmp_path
+
+
+def fake_engines(folder: Path, **exit_codes: int) -> str:
+    """Executables named after engines, each exiting with its code (`docker info` answers with docker's)."""
+    for name, code in exit_codes.items():
+        (folder / name).write_text(f"#!/bin/sh\nexit {code}\n")
+        (folder / name).chmod(0o755)
+    return str(folder)
+
+
+def test_auto_backend_is_docker_when_its_daemon_answers_else_buildah_else_podman(tmp_path, monkeypatch):
+    cases = (({"docker": 0, "buildah": 0}, "docker"), ({"docker": 1, "buildah": 0, "podman": 0}, "buildah"),
+             ({"docker": 1, "podman": 0}, "podman"), ({"docker": 1}, None))
+    for engines, chosen in cases:
+        folder = tmp_path / "-".join(engines)
+        folder.mkdir()
+        monkeypatch.setenv("PATH", fake_engines(folder, **engines))
+        if chosen is None:  # docker's daemon down, no other engine
+            with pytest.raises(ConfigError, match="no container engine"):
+                choose_backend("auto")
+        else:
+            assert choose_backend("auto") == chosen
+    with pytest.raises(ConfigError, match="'buildah' is not installed"):
+        choose_backend("buildah")
