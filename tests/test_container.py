@@ -24,21 +24,19 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from cli import project_version
 from tests.conftest import MINILM, ROOT, TINY_RERANKER, make_sentences, server_env
 from tests.tolerance import assert_close, assert_same_vectors
 
 pytestmark = pytest.mark.container
 
-TOOLS = {"buildah": "buildah", "podman": "podman", "runc": "runc", "mmdebstrap": "mmdebstrap"}
+TOOLS = ("buildah", "podman", "runc", "mmdebstrap")  # each the name of its Debian package too
 # What podman and buildah need besides themselves on a minimal Debian 12 (their Recommends, named).
-DEBIAN_PACKAGES = (*TOOLS.values(), "uidmap", "conmon", "containernetworking-plugins",
+DEBIAN_PACKAGES = (*TOOLS, "uidmap", "conmon", "containernetworking-plugins",
                    "golang-github-containers-common", "iptables")
 BASE_IMAGE = "localhost/embento-base-test:bookworm"
 IMAGE = "localhost/embento-test:cpu"
 CONTAINER = "embento-test"
 STOP_GRACE_S = 30
-VERSION = project_version(ROOT)
 SENTENCES = make_sentences(6)
 QUERY = "what do the documents say?"
 # Runs inside the container, with its Python: waits for /readyz, then asks one embedding and one rerank.
