@@ -49,33 +49,33 @@ class Flag:
     names: tuple[str, ...]
     env: str  # variable name after the prefix
     help: str
-    per_model: bool = False
+    repeats: bool = False  # may be given again; the values make a `;`-list (serve's: one per model)
     is_switch: bool = False  # `--flag` alone means true; `--flag false` is allowed too
 
 
 FLAGS = (
     Flag(("--model-id",), "MODEL_ID", "local folder, Hugging Face Hub id or bentoml://<store name>; repeat to serve several models",
-         per_model=True),
+         repeats=True),
     Flag(("--served-model-name",), "SERVED_MODEL_NAME", "name clients send as `model` (default: the id's last part)",
-         per_model=True),
+         repeats=True),
     Flag(("--kind",), "KIND", "auto | embed | rerank | classify | clip | clap | colpali (default auto: read from the checkpoint)",
-         per_model=True),
-    Flag(("--revision",), "REVISION", "Hub revision (branch, tag or commit)", per_model=True),
-    Flag(("--backend", "--engine"), "BACKEND", "inference backend: torch | onnx | ctranslate2", per_model=True),
-    Flag(("--device",), "DEVICE", "auto | cpu | cuda | cuda:N | mps", per_model=True),
+         repeats=True),
+    Flag(("--revision",), "REVISION", "Hub revision (branch, tag or commit)", repeats=True),
+    Flag(("--backend", "--engine"), "BACKEND", "inference backend: torch | onnx | ctranslate2", repeats=True),
+    Flag(("--device",), "DEVICE", "auto | cpu | cuda | cuda:N | mps", repeats=True),
     Flag(("--dtype",), "DTYPE", "auto | float32 | float16 | bfloat16 | int8 | int8_float16 (per backend)",
-         per_model=True),
-    Flag(("--batch-size",), "BATCH_SIZE", "most inputs in one forward pass", per_model=True),
-    Flag(("--max-batch-tokens",), "MAX_BATCH_TOKENS", "most padded tokens in one forward pass", per_model=True),
-    Flag(("--max-seq-length",), "MAX_SEQ_LENGTH", "truncate inputs to this many tokens", per_model=True),
+         repeats=True),
+    Flag(("--batch-size",), "BATCH_SIZE", "most inputs in one forward pass", repeats=True),
+    Flag(("--max-batch-tokens",), "MAX_BATCH_TOKENS", "most padded tokens in one forward pass", repeats=True),
+    Flag(("--max-seq-length",), "MAX_SEQ_LENGTH", "truncate inputs to this many tokens", repeats=True),
     Flag(("--pooling-method",), "POOLING_METHOD", "mean | cls | lasttoken | max (default: the checkpoint's)",
-         per_model=True),
-    Flag(("--normalize",), "NORMALIZE", "L2-normalize outputs (default: the checkpoint's)", per_model=True,
+         repeats=True),
+    Flag(("--normalize",), "NORMALIZE", "L2-normalize outputs (default: the checkpoint's)", repeats=True,
          is_switch=True),
     Flag(("--default-prompt-name",), "DEFAULT_PROMPT_NAME", "prompt applied when a request names none",
-         per_model=True),
+         repeats=True),
     Flag(("--trust-remote-code",), "TRUST_REMOTE_CODE", "run code shipped with the checkpoint (default: false)",
-         per_model=True, is_switch=True),
+         repeats=True, is_switch=True),
     Flag(("--api-key",), "API_KEY", "require `Authorization: Bearer <key>` on every route but the probes; "
          "several keys: separate them with ';'"),
     Flag(("--gateway-workers",), "GATEWAY_WORKERS", "gateway processes (default: chosen from the cores and GPUs)"),
@@ -85,15 +85,15 @@ FLAGS = (
 )
 
 
-# `embento build`'s image settings; `per_model` here means the flag repeats into a list.
+# `embento build`'s image settings.
 IMAGE_FLAGS = (
     Flag(("--base-image",), "BASE_IMAGE", "image to build on: Debian with Python 3.11 and pip "
          "(default: python:3.11-slim from Docker Hub)"),
     Flag(("--index-url",), "INDEX_URL", "Python package index used inside the build (default: PyPI)"),
     Flag(("--extra-index-url",), "EXTRA_INDEX_URL", "extra package index, replacing the variant's own (PyTorch's "
-         "CPU index for cpu); repeat for several; 'none' for none", per_model=True),
+         "CPU index for cpu); repeat for several; 'none' for none", repeats=True),
     Flag(("--find-links",), "FIND_LINKS", "folder or URL of wheels searched besides the indexes; repeat for several",
-         per_model=True),
+         repeats=True),
     Flag(("--ca-bundle",), "CA_BUNDLE", "PEM file of CA certificates trusted inside the build and the image "
          "(where TLS to the package index is intercepted)"),
 )
@@ -116,7 +116,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     for flag in FLAGS:
         kwargs: dict = {"dest": _dest(flag), "help": f"{flag.help} [env: {ENV_PREFIX}{flag.env}]"}
-        if flag.per_model:
+        if flag.repeats:
             kwargs["action"] = "append"
         if flag.is_switch:
             kwargs.update(nargs="?", const="true", metavar="BOOL")
@@ -135,7 +135,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="the project to build (default: the working directory when it holds bentofile.yaml, "
                             "else this installed project)")
     for flag in IMAGE_FLAGS:
-        build.add_argument(*flag.names, dest=_dest(flag), action="append" if flag.per_model else None,
+        build.add_argument(*flag.names, dest=_dest(flag), action="append" if flag.repeats else None,
                            help=f"{flag.help} [env: {ENV_PREFIX}{flag.env}; embento.yaml: image.{_dest(flag)}]")
 
     containerize = commands.add_parser(
@@ -168,7 +168,7 @@ def build_env(args: argparse.Namespace, environ: Mapping[str, str], cwd: Path) -
         if value is not None:
             for alias in env_names(flag.env):  # so an aliased variable cannot beat the flag
                 env.pop(ENV_PREFIX + alias, None)
-            env[ENV_PREFIX + flag.env] = ";".join(value) if flag.per_model else value
+            env[ENV_PREFIX + flag.env] = ";".join(value) if flag.repeats else value
     config_path = env.get(ENV_PREFIX + "CONFIG") or (str(cwd / CONFIG_FILE_NAME) if (cwd / CONFIG_FILE_NAME).is_file() else "")
     if config_path:
         env[ENV_PREFIX + "CONFIG"] = str(Path(config_path).resolve())  # the workers run in the project root
@@ -193,13 +193,8 @@ def bento_build_command(project_dir: Path, accel: str, version: str, settings: I
 
 
 def image_arguments(settings: ImageSettings) -> list[str]:
-    """The settings given, as bento arguments (lists `;`-separated, an empty one `none`): recorded in
-    bento.yaml, read by runners/image.py."""
-    arguments = []
-    for name, value in settings.model_dump(exclude_defaults=True).items():
-        text = (";".join(value) or "none") if isinstance(value, list) else str(value)
-        arguments += ["--arg", f"{name}={text}"]
-    return arguments
+    """The settings given, as `--arg`s: recorded in bento.yaml, read by runners/image.py."""
+    return [part for name, text in settings.bento_arguments().items() for part in ("--arg", f"{name}={text}")]
 
 
 def default_project_dir(cwd: Path) -> Path:
@@ -208,7 +203,8 @@ def default_project_dir(cwd: Path) -> Path:
 
 def image_settings(args: argparse.Namespace, config: EmbentoConfig) -> ImageSettings:
     """The configuration's image settings (file, then variables), overridden by the flags given."""
-    given = {_dest(flag): getattr(args, _dest(flag)) for flag in IMAGE_FLAGS if getattr(args, _dest(flag)) is not None}
+    flags = {_dest(flag): getattr(args, _dest(flag)) for flag in IMAGE_FLAGS}
+    given = {name: value for name, value in flags.items() if value is not None}
     try:
         return ImageSettings.model_validate({**config.image.model_dump(exclude_defaults=True), **given})
     except ValidationError as exc:

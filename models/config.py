@@ -154,6 +154,11 @@ class ImageSettings(BaseModel):
             return [item for item in items if str(item).strip() and str(item).strip().lower() != "none"]
         return items
 
+    def bento_arguments(self) -> dict[str, str]:
+        """The settings given, as text the validators read back: lists `;`-separated, an empty one `none`."""
+        return {name: (";".join(value) or "none") if isinstance(value, list) else str(value)
+                for name, value in self.model_dump(exclude_defaults=True).items()}
+
 
 class EmbentoConfig(BaseModel):
     """Everything the gateway and the runners need to know."""

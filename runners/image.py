@@ -109,9 +109,8 @@ def python_requirements(args: BuildArgs) -> list[str]:
 def bento_envs(args: BuildArgs) -> list[dict[str, str]]:
     # uv, which installs the image's packages, takes each package from the first index that has it; the
     # PyTorch index mirrors numpy and others at fewer versions, so let uv pick the best match across all.
-    # No package caches in the image: neither pip's (for uv itself) nor uv's serve anything once installed.
-    envs = [{"name": "UV_INDEX_STRATEGY", "value": "unsafe-best-match"}, {"name": "UV_NO_CACHE", "value": "1"},
-            {"name": "PIP_NO_CACHE_DIR", "value": "1"}]
+    # No uv cache in the image: it serves nothing once installed (BentoML installs uv itself with no pip cache).
+    envs = [{"name": "UV_INDEX_STRATEGY", "value": "unsafe-best-match"}, {"name": "UV_NO_CACHE", "value": "1"}]
     if args.ca_bundle:
         envs += [{"name": name, "value": SYSTEM_CA_FILE} for name in CA_FILE_VARIABLES]
     if args.accel == "cuda":
