@@ -182,6 +182,9 @@ class Gateway:
             # transformers imports torch (and scipy, sklearn) whenever it can: 460 MiB of RSS in a process
             # that only tokenizes and resizes; without them, 125 MiB. Read once, at transformers' import.
             os.environ.setdefault("USE_TORCH", "0")
+            # transformers then says "None of PyTorch ... have been found. Models won't be available": here
+            # that is the intent, not a failure, and it would be a newcomer's first alarming line.
+            logging.getLogger("transformers").addFilter(lambda record: not record.getMessage().startswith("None of"))
         COUNTERS.open()  # now, in the worker: a worker restarted after a crash frees what it held at once
         self.tokenizers: dict[str, TextTokenizer] = {}
         self.processors: dict[str, MediaProcessor] = {}

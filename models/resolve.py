@@ -49,21 +49,26 @@ def resolve_model(model_id: str, revision: str | None = None) -> Path:
     if revision is None and (packaged := packaged_model_path(model_id)) is not None:
         return packaged
     if model_id.startswith((".", "/", "~")):
-        raise ModelLoadError(f"model folder '{model_id}' does not exist")
+        raise ModelLoadError(
+            f"model folder '{model_id}' does not exist (looked for {local.absolute()}); set model_id to a folder "
+            "holding a checkpoint (its config.json), a Hugging Face Hub id, or bentoml://<name> for a checkpoint "
+            "imported with `embento models import`"
+        )
     return _from_hub(model_id, revision)
 
 
 def _from_hub(model_id: str, revision: str | None) -> Path:
-    from huggingface_hub import snapshot_download
+    from huggingface_hub import constants, snapshot_download
 
     offline = os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes")
     try:
         return Path(snapshot_download(model_id, revision=revision, ignore_patterns=IGNORED_HUB_FILES))
     except Exception as exc:  # the hub client raises many types; all mean "not available"
         how = (
-            "HF_HUB_OFFLINE=1 is set and it is not in the local Hugging Face cache"
+            f"HF_HUB_OFFLINE=1 is set and it is not in the local Hugging Face cache ({constants.HF_HUB_CACHE})"
             if offline
-            else "the Hugging Face Hub could not be reached and it is not in the local cache"
+            else f"the Hugging Face Hub could not be reached and it is not in the local cache "
+                 f"({constants.HF_HUB_CACHE})"
         )
         raise ModelLoadError(
             f"model '{model_id}'{f' (revision {revision})' if revision else ''} is not available: {how} "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -94,8 +95,9 @@ def test_embento_serve_runs_the_configured_models(tiny_bert_path, tmp_path):
     env.update(HF_HUB_OFFLINE="1", BENTOML_HOME=str(tmp_path / "bentoml"), EMBENTO_BATCH_SIZE="999999")
     command = [sys.executable, "-m", "cli", "serve", "--model-id", str(tiny_bert_path), "--served-model-name",
                "flagged", "--pooling-method", "cls", "--batch-size", "4", "--host", "127.0.0.1", "--port", str(port)]
+    log = tmp_path / "serve.log"
     process = subprocess.Popen(command, cwd=tmp_path, env={**env, "PYTHONPATH": str(PROJECT_ROOT)},
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+                               stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True)
     try:
         deadline = time.monotonic() + 180
         while time.monotonic() < deadline and process.poll() is None:
@@ -113,6 +115,12 @@ def test_embento_serve_runs_the_configured_models(tiny_bert_path, tmp_path):
         services = {arg for child in psutil.Process(process.pid).children(recursive=True)
                     for arg in _service_names(child.cmdline())}
         assert services == {"Embento", "TextEmbedder"}  # no Reranker process for an embedder-only config
+        while "embento: ready on" not in log.read_text() and time.monotonic() < deadline:
+            time.sleep(0.5)  # the banner follows /readyz by one poll
+        output = log.read_text()
+        assert f"embento: ready on http://127.0.0.1:{port}" in output
+        assert "flagged (text): POST /v1/embeddings" in output and "try: curl -s" in output
+        assert "None of PyTorch" not in output  # the gateway runs without torch on purpose: no alarm
     finally:
         os.killpg(process.pid, signal.SIGTERM)
         process.wait(timeout=30)
@@ -123,3 +131,33 @@ def test_gateway_workers_and_device_sized_batches_from_flags_and_variables():
     assert config.gateway_workers == 3 and config.models[0].batch_size is None  # `auto`: sized for the device
     config = load_config(env_for([], {"EMBENTO_GATEWAY_WORKERS": "2"}), cwd=Path("/"))
     assert config.gateway_workers == 2 and load_config({}, cwd=Path("/")).gateway_workers is None
+
+
+def test_a_model_that_cannot_be_found_is_one_message_before_serving(capsys, monkeypatch, tmp_path):
+    monkeypatch.delenv("EMBENTO_CONFIG", raising=False)
+    assert main(["serve", "--model-id", str(tmp_path / "missing")]) == 2
+    error = capsys.readouterr().err
+    assert f"looked for {tmp_path / 'missing'}" in error and "embento models import" in error
+    assert "Traceback" not in error
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", True)
+    assert main(["serve", "--model-id", "org/not-cached"]) == 2
+    error = capsys.readouterr().err
+    assert f"not in the local Hugging Face cache ({tmp_path / 'hub'})" in error
+    assert "huggingface-cli download org/not-cached" in error
+
+
+@pytest.mark.server
+def test_the_ready_banner_lists_routes_that_exist_and_a_curl_that_works(server, client):
+    from cli import ready_banner
+
+    banner = ready_banner(server, client.get("/v1/models").json(), needs_key=False)
+    paths = set(client.get("/docs.json").json()["paths"])
+    listed = {path for line in banner.splitlines() if ": POST " in line
+              for path in line.split(": POST ")[1].replace(";", ",").split(", ")}
+    assert listed and listed <= paths, listed - paths
+    command = banner.splitlines()[-1].removeprefix("  try: ")
+    result = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=60, check=True)
+    assert len(json.loads(result.stdout)["data"][0]["embedding"]) > 0
