@@ -9,7 +9,7 @@ $(error ACCEL must be cpu or cuda, not '$(ACCEL)')
 endif
 STAMP := $(VENV)/.installed-$(ACCEL)
 
-.PHONY: setup serve test test-container bench bench-guard bento image clean
+.PHONY: setup serve test test-container bench bench-guard bento image docs clean
 
 setup: $(STAMP)
 
@@ -45,7 +45,7 @@ test-container: setup
 bento: setup
 	$(VENV)/bin/embento build
 
-# Their images, with Docker when its daemon answers, else buildah or podman (README: Containers). After
+# Their images, with Docker when its daemon answers, else buildah or podman (docs/deployment.md: Containers). After
 # `make bento`: a Bento's version is fixed, so building it again needs `bentoml delete embento:<version>-<accel>`.
 image: setup
 	$(VENV)/bin/embento containerize
@@ -57,6 +57,10 @@ bench: setup
 # CI: a one-minute benchmark that fails only below 40 % of the in-process ceiling (a gross regression).
 bench-guard: setup
 	HF_HUB_OFFLINE=1 $(VENV)/bin/python bench/run_all.py --guard
+
+# docs/configuration.md, from the configuration object and the command's flags (a test checks it is current).
+docs: setup
+	$(VENV)/bin/python docs/make_configuration.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache

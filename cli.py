@@ -62,7 +62,8 @@ FLAGS = (
          repeats=True),
     Flag(("--served-model-name",), "SERVED_MODEL_NAME", "name clients send as `model` (default: the id's last part)",
          repeats=True),
-    Flag(("--kind",), "KIND", "auto | embed | rerank | classify | clip | clap | colpali (default auto: read from the checkpoint)",
+    Flag(("--kind",), "KIND", "auto | embed | sparse | rerank | classify | clip | clap | colpali "
+         "(default auto: read from the checkpoint)",
          repeats=True),
     Flag(("--revision",), "REVISION", "Hub revision (branch, tag or commit)", repeats=True),
     Flag(("--backend", "--engine"), "BACKEND", "inference backend: torch | onnx | ctranslate2", repeats=True),
@@ -72,7 +73,8 @@ FLAGS = (
     Flag(("--batch-size",), "BATCH_SIZE", "most inputs in one forward pass", repeats=True),
     Flag(("--max-batch-tokens",), "MAX_BATCH_TOKENS", "most padded tokens in one forward pass", repeats=True),
     Flag(("--max-seq-length",), "MAX_SEQ_LENGTH", "truncate inputs to this many tokens", repeats=True),
-    Flag(("--pooling-method",), "POOLING_METHOD", "mean | cls | lasttoken | max (default: the checkpoint's)",
+    Flag(("--pooling-method",), "POOLING_METHOD", "mean | cls | lasttoken | max | mean_sqrt_len_tokens | "
+         "weightedmean (default: the checkpoint's)",
          repeats=True),
     Flag(("--normalize",), "NORMALIZE", "L2-normalize outputs (default: the checkpoint's)", repeats=True,
          is_switch=True),

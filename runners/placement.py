@@ -4,7 +4,7 @@ worker uses, and the GPUs each model service asks for.
 Read without torch (the gateway never imports it): cores from BentoML's cgroup-aware count, GPUs from
 NVML through BentoML, narrowed by `CUDA_VISIBLE_DEVICES` when it is set.
 
-The split of a machine (the model behind the defaults; measured figures in README, "Saturating the hardware"):
+The split of a machine (the model behind the defaults; measured figures in docs/architecture.md):
 - A gateway worker spends 0.8-0.9 ms of CPU per request (HTTP, validation, tokenizing, the call to a model
   service), so one core answers about 1,100-1,250 requests/s. A GPU embeds 10^4-10^5 short sentences/s, so on a
   GPU server the gateway is the bound: it gets the cores the model services leave, two per GPU (one for
