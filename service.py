@@ -45,7 +45,7 @@ from gateway.engine import Engine, ModelService
 from gateway.errors import ErrorBodies, ErrorShape, error_response
 from gateway.fetch import UrlFetcher, UrlPolicy
 from gateway.guard import IN_FLIGHT, PROBE_PATHS, RequestGuard
-from gateway.metrics import TRACE, RequestTrace
+from gateway.metrics import READY, TRACE, RequestTrace
 from gateway.probes import ReadinessReport, get_routes
 from gateway.schemas import (
     EmbeddingRequest,
@@ -101,6 +101,7 @@ from runners.framework import fix_media_types, read_long_buffer_lists, skip_untr
 from runners.image import ARGS, IMAGE, bento_envs, image_labels
 from runners.media import ClapEmbedder, ClipEmbedder, ColPaliEmbedder
 from runners.placement import gateway_workers
+from runners.process_memory import report_process_memory
 from runners.rerank import Reranker
 from runners.settings import (
     dispatch_max_rows,
@@ -138,6 +139,7 @@ TEXT_KINDS = ("embed", "sparse", "rerank", "classify")
 # Requests in flight and the work queued per model service, counted for the server across gateway workers.
 COUNTERS = SharedCounters([IN_FLIGHT, *(counter for runner in dict.fromkeys(RUNNERS[kind][1] for kind in KINDS.values())
                                         for counter in admission_counters(runner.name))])
+GATEWAY_NAME = "Embento"  # the BentoML service name of the gateway
 STARTED = int(time.time())
 WARMUP_RETRY_S = 1.0
 READINESS_TIMEOUT_S = 1
@@ -158,7 +160,7 @@ routes = Starlette()  # GET routes; BentoML's own API routes are POST-only
 
 
 @bentoml.service(
-    name="Embento",
+    name=GATEWAY_NAME,
     workers=gateway_workers(CONFIG),
     image=IMAGE,
     envs=bento_envs(ARGS),
@@ -186,6 +188,7 @@ class Gateway:
             # that is the intent, not a failure, and it would be a newcomer's first alarming line.
             logging.getLogger("transformers").addFilter(lambda record: not record.getMessage().startswith("None of"))
         COUNTERS.open()  # now, in the worker: a worker restarted after a crash frees what it held at once
+        report_process_memory(GATEWAY_NAME)
         self.tokenizers: dict[str, TextTokenizer] = {}
         self.processors: dict[str, MediaProcessor] = {}
         _, self._failed_here = load_models(CONFIG.models, self._load_preprocessor, CONFIG.allow_partial)
@@ -214,6 +217,7 @@ class Gateway:
         async def keep_trying() -> None:
             while not await self.warmup.attempt() and not self.warmup.stopped:
                 await asyncio.sleep(WARMUP_RETRY_S)
+            await self.__is_ready__()  # into the readiness gauge, for servers no probe asks
 
         self._warmup_task = asyncio.create_task(keep_trying())
 
@@ -234,7 +238,9 @@ class Gateway:
         return {name: infos[name] for name in KINDS if name not in failed}, failed
 
     async def __is_ready__(self) -> bool:
-        return await self.is_warm() and bool(self.engine.infos) and await self._model_services_answer() is None
+        ready = await self.is_warm() and bool(self.engine.infos) and await self._model_services_answer() is None
+        READY.set(int(ready))
+        return ready
 
     async def readiness(self) -> dict[str, Any]:
         """/readyz's body: whether requests can be served, by which models, and which failed to load."""

@@ -25,7 +25,7 @@ from gateway.deadline import until_done
 from gateway.embeddings import Embeddings
 from gateway.fetch import UrlFetcher
 from gateway.media_inputs import load_item
-from gateway.metrics import ABANDONED, REQUESTS_PER_CALL, current_trace
+from gateway.metrics import ABANDONED, REQUESTS_PER_CALL, current_trace, start_series
 from gateway.routing import check_modalities, choose_model
 from gateway.schemas import EmbeddingRequest, InputItem, validated_inputs
 from gateway.scoring import Ranking, RerankRequest, validated_documents
@@ -87,6 +87,7 @@ class Engine:
         attributes = {service.attribute: service for service in services.values()}
         self.admission = {a: Admission(s.name, config.max_queued_items, config.max_queued_tokens, counters)
                           for a, s in attributes.items()}
+        start_series([s.name for s in attributes.values()], config.max_queued_items, config.max_queued_tokens)
         self.coalescers = {
             a: Coalescer(functools.partial(self._call_service, s), dispatch_rows, _count_dropped)
             for a, s in attributes.items()

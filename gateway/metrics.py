@@ -54,12 +54,38 @@ REQUESTS_PER_CALL = bentoml.metrics.Histogram(
     documentation="Requests that left together in one model-service call (gateway/coalesce.py)",
     labelnames=["model_service"], buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, float("inf")),
 )
+READY = bentoml.metrics.Gauge(
+    name="embento_ready", documentation="1 when the server's last readiness check (a /readyz, or the end of "
+                                        "warm-up) found it ready, else 0",
+    multiprocess_mode="livemostrecent",
+)
+# The queue bounds, so that a dashboard or an alert can compare the queues with them.
+MAX_QUEUED_ITEMS = bentoml.metrics.Gauge(
+    name="embento_max_queued_items", documentation="max_queued_items: the inputs one model service may have "
+                                                   "waiting", multiprocess_mode="livemax",
+)
+MAX_QUEUED_TOKENS = bentoml.metrics.Gauge(
+    name="embento_max_queued_tokens", documentation="max_queued_tokens: the tokens one model service may have "
+                                                    "waiting", multiprocess_mode="livemax",
+)
 ABANDONED = bentoml.metrics.Counter(
     name="embento_abandoned_requests",
     documentation="Requests given up while a model service had them (deadline or disconnect); their queued "
                   "rows are dropped there",
     labelnames=["model_service", "reason"],
 )
+
+
+def start_series(model_services: list[str], max_queued_items: int, max_queued_tokens: int) -> None:
+    """The queue bounds, and the refusal and abandon counters of every model service at zero before the first
+    one: a rate or an alert over them then has a series to read from the start."""
+    MAX_QUEUED_ITEMS.set(max_queued_items)
+    MAX_QUEUED_TOKENS.set(max_queued_tokens)
+    REJECTED.labels(model_service="gateway", reason="concurrency")
+    for name in model_services:
+        REJECTED.labels(model_service=name, reason="queue_full")
+        for reason in ("deadline", "disconnect"):
+            ABANDONED.labels(model_service=name, reason=reason)
 
 
 @dataclass

@@ -36,7 +36,7 @@ def _media_service(name: str, kind: Kind, description: str) -> Any:
 
     class MediaEmbedder(PooledService):
         def __init__(self) -> None:
-            self.pool = pool_for(partial(_load, kind=kind), kind)
+            self.pool = pool_for(type(self).__name__, partial(_load, kind=kind), kind)
 
         @bentoml.api(**BATCHING)
         async def encode(self, rows: list[ModelInput]) -> list[np.ndarray]:

@@ -36,6 +36,7 @@ from models.lanes import Lanes, shares_cores
 from models.memory import HeapTrimmer
 from models.resolve import resolve_model
 from runners.framework import drain_before_shutdown
+from runners.process_memory import report_process_memory
 from runners.settings import allow_partial, cpu_threads, load_models, models_of_kind, placed
 
 logger = logging.getLogger(__name__)
@@ -218,9 +219,14 @@ class ModelPool:
             FAILED_INPUTS.labels(model=model).inc(failed)
 
 
-def pool_for(load: Loader, *kinds: Kind) -> ModelPool:
+def pool_for(service: str, load: Loader, *kinds: Kind) -> ModelPool:
     """A model service's pool: the configured models of these kinds, under the server's settings."""
-    return ModelPool(load, placed(models_of_kind(*kinds), kinds), allow_partial(), cpu_threads())
+    report_process_memory(service)
+    pool = ModelPool(load, placed(models_of_kind(*kinds), kinds), allow_partial(), cpu_threads())
+    for name in pool.models:  # at zero from the start, so rates and alerts see the series before a failure
+        for counter in (COMPUTED_INPUTS, COMPUTED_TOKENS, FAILED_INPUTS, DROPPED_INPUTS):
+            counter.labels(model=name)
+    return pool
 
 
 def _load_one(load: Loader, cfg: ModelConfig) -> TokenModel:

@@ -36,7 +36,7 @@ def _load_scorer(folder: Path, cfg: ModelConfig) -> TextScorer:
 @pin_store_models(models_of_kind("rerank", "classify"))
 class Reranker(PooledService):
     def __init__(self) -> None:
-        self.pool = pool_for(_load_scorer, "rerank", "classify")
+        self.pool = pool_for(type(self).__name__, _load_scorer, "rerank", "classify")
 
     @bentoml.api(batchable=True, max_batch_size=dispatch_max_rows(), max_latency_ms=DISPATCH_MAX_LATENCY_MS)
     async def score(self, rows: list[TokenizedText]) -> list[np.ndarray]:

@@ -33,7 +33,7 @@ def _load_text_model(folder: Path, cfg: ModelConfig) -> TokenModel:
 @pin_store_models(models_of_kind("embed", "sparse"))
 class TextEmbedder(PooledService):
     def __init__(self) -> None:
-        self.pool = pool_for(_load_text_model, "embed", "sparse")
+        self.pool = pool_for(type(self).__name__, _load_text_model, "embed", "sparse")
 
     @bentoml.api(batchable=True, max_batch_size=dispatch_max_rows(), max_latency_ms=DISPATCH_MAX_LATENCY_MS)
     async def embed(self, rows: list[TokenizedText]) -> list[np.ndarray]:

@@ -11,7 +11,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import httpx
@@ -205,6 +205,17 @@ def splade_path(tmp_path_factory: pytest.TempPathFactory, minilm_path: Path) -> 
     from tests.checkpoints import build_splade
 
     return build_splade(tmp_path_factory.mktemp("splade"), minilm_path)
+
+
+def apt_install(packages: Sequence[str], recommends: bool = True, timeout_s: float = 900
+                ) -> subprocess.CompletedProcess:
+    """Debian's packages, installed without questions (as root; the caller decides what a failure means)."""
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    update = subprocess.run(["apt-get", "update", "-qq"], env=env, capture_output=True, text=True, timeout=timeout_s)
+    if update.returncode != 0:
+        return update
+    return subprocess.run(["apt-get", "install", "-y", "-qq", *([] if recommends else ["--no-install-recommends"]),
+                           *packages], env=env, capture_output=True, text=True, timeout=timeout_s)
 
 
 def free_port() -> int:

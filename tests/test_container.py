@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.conftest import MINILM, ROOT, TINY_RERANKER, make_sentences, server_env
+from tests.conftest import MINILM, ROOT, TINY_RERANKER, apt_install, make_sentences, server_env
 from tests.tolerance import assert_close, assert_same_vectors
 
 pytestmark = pytest.mark.container
@@ -85,9 +85,8 @@ def install_tools() -> None:
         return
     if os.geteuid() != 0:
         pytest.fail(f"the container test needs {missing}: apt-get install {' '.join(DEBIAN_PACKAGES)} (as root)")
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    run(["apt-get", "update", "-qq"], env, timeout=600)
-    run(["apt-get", "install", "-y", "-qq", *DEBIAN_PACKAGES], env, timeout=900)
+    result = apt_install(DEBIAN_PACKAGES)
+    assert result.returncode == 0, f"apt-get: {result.stdout[-4000:]}{result.stderr[-4000:]}"
 
 
 def mount_points() -> list[tuple[str, str]]:
