@@ -1,0 +1,54 @@
+"""The docs cover what the code has: every setting, every route; the README stays short; links resolve."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+import pytest
+
+from models.config import EmbentoConfig, ImageSettings, ModelConfig, load_config
+from tests.conftest import ROOT
+
+DOCS = ROOT / "docs"
+PAGES = ("api.md", "configuration.md", "models.md", "deployment.md", "operations.md", "architecture.md",
+         "benchmarks.md")
+README_MAX_BYTES = 12 * 1024
+LINK = re.compile(r"\]\((?!https?://|#|mailto:)([^)#\s]+)(?:#[^)]*)?\)")
+
+
+def test_configuration_md_is_generated_from_the_configuration_object():
+    result = subprocess.run([sys.executable, str(DOCS / "make_configuration.py"), "--check"], capture_output=True,
+                            text=True)
+    assert result.returncode == 0, result.stderr
+    text = (DOCS / "configuration.md").read_text()
+    for model in (EmbentoConfig, ModelConfig, ImageSettings):
+        for name, field in model.model_fields.items():
+            assert f"| `{name}` |" in text, name
+            assert field.description, f"{model.__name__}.{name} has no description to document it"
+
+
+@pytest.mark.server
+def test_every_route_is_in_api_md(client):
+    from gateway.probes import get_routes
+
+    api = (DOCS / "api.md").read_text()
+    documented = set(re.findall(r"`(GET|POST|HEAD) (/[^`\s]*)`", api))
+    openapi = client.get("/docs.json").json()["paths"]
+    served = {(method.upper(), path) for path, methods in openapi.items() for method in methods}
+    config = load_config({}, cwd=ROOT / "tests")
+    served |= {(method, route.path) for route in get_routes(config, {config.models[0].served_model_name: "embed"})
+               for method in route.methods if method != "HEAD"}
+    assert served - documented == set(), "routes the server has that docs/api.md does not"
+
+
+def test_the_readme_is_short_and_every_link_resolves():
+    readme = ROOT / "README.md"
+    assert readme.stat().st_size <= README_MAX_BYTES
+    for page in [readme, *(DOCS / name for name in PAGES)]:
+        assert page.is_file(), page
+        for target in LINK.findall(page.read_text()):
+            assert (page.parent / target).exists(), f"{page.name} links to {target}, which does not exist"
+    linked = set(LINK.findall(readme.read_text()))
+    assert {f"docs/{name}" for name in PAGES} <= linked, "the README links every docs page"
