@@ -40,7 +40,7 @@ from gateway.cohere import (
     rerank_response,
 )
 from gateway.deadline import WatchDisconnect
-from gateway.embeddings import Embeddings, check_output_types
+from gateway.embeddings import ALL_SHAPES, Embeddings, Shape, check_output_types
 from gateway.engine import Engine, ModelService
 from gateway.errors import ErrorBodies, ErrorShape, error_response
 from gateway.fetch import UrlFetcher, UrlPolicy
@@ -69,6 +69,7 @@ from gateway.scoring import (
 )
 from gateway.shared import SharedCounters
 from gateway.tei import (
+    TEI_EMBED_SHAPES,
     TEI_PATHS,
     RerankBody,
     SparseEmbeddingRequest,
@@ -282,12 +283,13 @@ class Gateway:
         finally:
             TRACE.reset(token)
 
-    async def _embed(self, request: EmbeddingRequest, capability: str = "embed", output_types: list[str] | None = None
-                     ) -> Embeddings:
-        """The one embedding path of every wire format; `output_types` are checked before any work is done."""
+    async def _embed(self, request: EmbeddingRequest, capability: str = "embed", output_types: list[str] | None = None,
+                     shapes: frozenset[Shape] = ALL_SHAPES) -> Embeddings:
+        """The one embedding path of every wire format; `output_types` (Cohere's `embedding_types`) and the
+        output shapes the format can answer are checked before any work is done."""
         info = await self.engine.require_model(request.model, capability)
         check_output_types(info, output_types or [request.encoding_format], self.engine.quantization.get(
-            info.served_model_name), "embedding_types" if output_types else "encoding_format")
+            info.served_model_name), "embedding_types" if output_types else "encoding_format", shapes)
         return await self.engine.embed(request, info)
 
     # OpenAI and infinity
@@ -366,14 +368,16 @@ class Gateway:
         return await self._answer(lambda: self._cohere_embed(request, cohere_v2_response))
 
     async def _cohere_embed(self, request: C, respond: Callable[[Embeddings, C], dict]) -> dict:
-        embeddings = await self._embed(request.as_embedding_request(), output_types=request.output_types())
+        embeddings = await self._embed(request.as_embedding_request(), output_types=request.output_types(),
+                                       shapes=frozenset({"dense"}))
         return respond(embeddings, request)
 
     # TEI
     @bentoml.api(route="/embed")
     async def tei_embed(self, request: TeiEmbedRequest, /) -> list:
         """TEI's embed: a bare list of vectors."""
-        return await self._answer(lambda: _then(self._embed(request.as_embedding_request()), embed_answer), "tei")
+        return await self._answer(lambda: _then(self._embed(request.as_embedding_request(), shapes=TEI_EMBED_SHAPES),
+                                                embed_answer), "tei")
 
     @bentoml.api(route="/embed_sparse")
     async def embed_sparse(self, request: SparseEmbeddingRequest, /) -> list[list[SparseValue]]:
@@ -448,7 +452,8 @@ class Gateway:
         if task == "embed_sparse":
             sparse = parsed(SparseEmbeddingRequest, body).as_embedding_request()
             return sparse_answer(await self._embed(sparse, "embed_sparse"))
-        return embed_answer(await self._embed(parsed(TeiEmbedRequest, body).as_embedding_request()))
+        return embed_answer(await self._embed(parsed(TeiEmbedRequest, body).as_embedding_request(),
+                                              shapes=TEI_EMBED_SHAPES))
 
     # Models and health
     async def model_list(self) -> ModelList:

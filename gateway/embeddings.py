@@ -54,18 +54,32 @@ class Embeddings:
         return quantize(vectors, precision, ranges)
 
 
+Shape = Literal["dense", "sparse", "multi-vector"]
+ALL_SHAPES: frozenset[Shape] = frozenset(("dense", "sparse", "multi-vector"))
+ROUTES_FOR_SHAPE: dict[Shape, str] = {"dense": "/v1/embeddings", "sparse": "/embed_sparse or /v1/embeddings",
+                                      "multi-vector": "/v1/embeddings or /embed"}
+
+
+def shape_of(info: ModelInfo) -> Shape:
+    return "sparse" if info.sparse else "multi-vector" if info.multi_vector else "dense"
+
+
 def check_output_types(info: ModelInfo, output_types: list[str], ranges: QuantizationRanges | None,
-                       param: str) -> None:
-    """Quantized and base64 output need one dense vector per input; int8/uint8 need the model's ranges."""
+                       param: str, shapes: frozenset[Shape] = ALL_SHAPES) -> None:
+    """Quantized and base64 output need one dense vector per input; int8/uint8 need the model's ranges; a
+    wire format answers only the output shapes it has room for (`shapes`)."""
     name = info.served_model_name
     quantized = [t for t in output_types if t in PRECISIONS]
-    if quantized and (info.sparse or info.multi_vector):
-        shape = "sparse" if info.sparse else "multi-vector"
+    shape = shape_of(info)
+    if quantized and shape != "dense":
         raise InvalidRequest(f"model '{name}' is {shape}: {quantized[0]} output applies to dense single vectors",
                              param=param)
-    if info.sparse and "base64" in output_types:
+    if shape == "sparse" and "base64" in output_types:
         raise InvalidRequest(f"model '{name}' is sparse: its embeddings are indices and values, which have no "
                              "base64 encoding", param=param)
+    if shape not in shapes:
+        raise InvalidRequest(f"model '{name}' is {shape}, which this route cannot answer; use "
+                             f"{ROUTES_FOR_SHAPE[shape]}", param="model")
     if any(t in ("int8", "uint8") for t in quantized) and ranges is None:
         raise InvalidRequest(f"model '{name}' has no int8/uint8 ranges (its calibration failed; see the log)",
                              param=param)

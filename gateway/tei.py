@@ -20,7 +20,7 @@ from pydantic import (
     field_validator,
 )
 
-from gateway.embeddings import Embeddings
+from gateway.embeddings import Embeddings, Shape
 from gateway.engine import Classified
 from gateway.schemas import EmbeddingInput, EmbeddingRequest, TokenIds, TruncationControls, one_clear_message
 from gateway.scoring import DocumentObject, Ranking, RerankRequest, ranked_labels
@@ -54,11 +54,12 @@ class TeiEmbedRequest(TruncationControls):
                                 truncation_direction=self.truncation_direction)
 
 
+# What /embed answers: vectors, or per-token vectors; sparse models answer /embed_sparse.
+TEI_EMBED_SHAPES: frozenset[Shape] = frozenset({"dense", "multi-vector"})
+
+
 def embed_answer(embeddings: Embeddings) -> list:
     """A bare list of vectors (of per-token vectors, for multi-vector models)."""
-    if embeddings.info.sparse:
-        raise InvalidRequest(f"model '{embeddings.info.served_model_name}' is sparse: use /embed_sparse",
-                             param="model")
     if embeddings.info.multi_vector:
         return [output.tolist() for output in embeddings.outputs]
     return embeddings.vectors().tolist()

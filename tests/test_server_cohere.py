@@ -14,7 +14,15 @@ import httpx
 import numpy as np
 import pytest
 
-from tests.conftest import MINILM, QWEN3_EMBEDDER, TINY_CLIP, TINY_COLPALI, make_sentences, running_server
+from tests.conftest import (
+    MINILM,
+    QWEN3_EMBEDDER,
+    TINY_CLIP,
+    TINY_COLPALI,
+    TINY_SPLADE,
+    make_sentences,
+    running_server,
+)
 from tests.media import data_uri, image_bytes
 from tests.test_server_errors import assert_openai_error
 from tests.tolerance import assert_close, assert_same_vectors
@@ -192,6 +200,9 @@ def test_v2_images_for_a_clip_model(client):
     ("/v2/embed", {"texts": ["a"]}, "model"),
     ("/v1/embed", {}, "texts"),
     ("/v2/embed", {"model": TINY_COLPALI, "texts": ["a"], "embedding_types": ["int8"]}, "embedding_types"),
+    ("/v2/embed", {"model": TINY_COLPALI, "texts": ["a"]}, "model"),  # multi-vector: no dense vector to give
+    ("/v1/embed", {"model": TINY_SPLADE, "texts": ["a"]}, "model"),  # sparse: likewise
+    ("/v2/embed", {"model": TINY_SPLADE, "texts": ["a"], "embedding_types": ["float"]}, "model"),
     ("/v2/embed", {"model": MINILM, "texts": ["a"], "output_dimension": 999}, "dimensions"),
     ("/v2/embed", {"model": MINILM, "inputs": [{"content": [{"type": "text", "text": "a"},
                                                             {"type": "text", "text": "b"}]}]}, "inputs"),

@@ -115,6 +115,9 @@ def test_sparse_refusals(client):
                   encoding_format="base64")["param"] == "encoding_format"
     assert _error(client, "/v1/embeddings", model=MINILM, input="a", max_active_dims=3)["param"] == "max_active_dims"
     assert "cannot embed_sparse" in _tei_error(client, "/embed_sparse", model=MINILM, inputs="a")
+    # TEI's /embed has no sparse shape: refused before any work, naming the route that has (TEI's normalize: true
+    # must not hide that behind a normalize error)
+    assert "use /embed_sparse" in _tei_error(client, "/embed", model=TINY_SPLADE, inputs="a")
 
 
 def test_truncate_false_refuses_long_input_and_names_it(client):
