@@ -375,6 +375,11 @@ def announce_when_ready(url: str, api_key: str | None) -> None:
         return
     if os.fork():
         os._exit(0)
+    # Only stdout, for the banner: a caller reading the server's stderr to its end must not wait on this.
+    devnull = os.open(os.devnull, os.O_RDWR)
+    for stream in (0, 2):
+        os.dup2(devnull, stream)
+    os.close(devnull)
     try:
         models = wait_until_ready(url, api_key, server_pid)
         if models is not None:
@@ -383,15 +388,21 @@ def announce_when_ready(url: str, api_key: str | None) -> None:
         os._exit(0)
 
 
+def is_running(pid: int) -> bool:
+    """Not gone, and not a zombie: a server that exited stays one until its parent reaps it."""
+    import psutil  # BentoML's dependency
+
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
 def wait_until_ready(url: str, api_key: str | None, server_pid: int) -> dict | None:
     local = url.replace("://localhost:", "://127.0.0.1:")
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     deadline = time.monotonic() + READY_WAIT_S
-    while time.monotonic() < deadline:
-        try:
-            os.kill(server_pid, 0)
-        except ProcessLookupError:
-            return None
+    while time.monotonic() < deadline and is_running(server_pid):
         try:
             with urllib.request.urlopen(f"{local}/readyz", timeout=5):
                 pass
