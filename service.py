@@ -223,8 +223,10 @@ class Gateway:
         self._warmup_task = asyncio.create_task(keep_trying())
 
     async def is_warm(self) -> bool:
-        """True once every model has reported its facts (or why it failed) and answered a real call."""
-        return await self.warmup.attempt()
+        """True once every model has reported its facts (or why it failed) and answered a real call. Only
+        the warm-up task tries: a probe or request that tried too would wait on a model service that is still
+        starting for the client's whole timeout, and a stopping server waits for such a request to end."""
+        return self.warmup.done
 
     async def _fetch_infos(self) -> tuple[dict[str, ModelInfo], dict[str, str]]:
         """The models each service serves, and those that failed to load here or there."""

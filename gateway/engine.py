@@ -106,7 +106,7 @@ class Engine:
         return self.coalescers[self.services[kind].attribute].run
 
     async def require_model(self, requested: str | None, capability: str | None) -> ModelInfo:
-        if not await self.warmup.attempt():
+        if not self.warmup.done:
             raise errors.NotReady("models are still loading; retry shortly")
         if requested in self.failed:
             raise errors.ModelUnavailable(f"model '{requested}' failed to load: {self.failed[requested]}",
@@ -122,7 +122,7 @@ class Engine:
 
     async def require_tokenizer(self, requested: str | None) -> TextTokenizer:
         """The tokenizer of the named text model, or of the first served one."""
-        if requested is None and await self.warmup.attempt():
+        if requested is None and self.warmup.done:
             requested = next((name for name in self.infos if name in self.tokenizers), None)
             if requested is None:
                 raise errors.InvalidRequest("no served model is a text model", param="model")

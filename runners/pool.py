@@ -221,11 +221,12 @@ class ModelPool:
 
 def pool_for(service: str, load: Loader, *kinds: Kind) -> ModelPool:
     """A model service's pool: the configured models of these kinds, under the server's settings."""
-    report_process_memory(service)
     pool = ModelPool(load, placed(models_of_kind(*kinds), kinds), allow_partial(), cpu_threads())
     for name in pool.models:  # at zero from the start, so rates and alerts see the series before a failure
         for counter in (COMPUTED_INPUTS, COMPUTED_TOKENS, FAILED_INPUTS, DROPPED_INPUTS):
             counter.labels(model=name)
+    # Once loaded: with the reporting thread running, a worker whose load failed took 150 s to exit.
+    report_process_memory(service)
     return pool
 
 

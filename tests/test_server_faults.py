@@ -182,12 +182,14 @@ def checkpoint_without_weights(folder: Path, minilm_path: Path) -> Path:
     return folder
 
 
-def serve_until_it_stops(folder: Path, config: dict, command: list[str] | None = None) -> tuple[int, str]:
+def serve_until_it_stops(folder: Path, config: dict, command: list[str] | None = None, timeout_s: float = 300
+                         ) -> tuple[int, str]:
     """`bentoml serve` (or `command`) with this configuration, run until it exits: (status, log)."""
     (folder / "embento.yaml").write_text(yaml.safe_dump(config))
     command = command or [sys.executable, "-m", "bentoml", "serve", "service:Gateway", "--port", str(free_port())]
     env = server_env(folder / "home", EMBENTO_CONFIG=str(folder / "embento.yaml"))
-    result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False)
+    result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout_s,
+                            check=False)
     return result.returncode, result.stdout + result.stderr
 
 
@@ -215,7 +217,10 @@ def test_embento_serve_exits_non_zero_when_the_backend_cannot_run_the_model(tmp_
     copy_bert_tokenizer(minilm_path, mpnet)
     command = [sys.executable, "-m", "cli", "serve", "--model-id", str(mpnet), "--backend", "ctranslate2",
                "--host", "127.0.0.1", "--port", str(free_port())]
-    status, log = serve_until_it_stops(tmp_path, {"models": [{"model_id": MINILM}]}, command)
+    # `embento serve` probes /readyz all along, for its ready banner. A probe used to start a warm-up try of
+    # its own, which waited on the dying model service for the client's timeout (request_timeout_s + 30 s),
+    # and the stopping server waited for that probe: 150 s instead of about 6. 90 s tells the two apart.
+    status, log = serve_until_it_stops(tmp_path, {"models": [{"model_id": MINILM}]}, command, timeout_s=90)
     assert "No conversion is registered for the model configuration MPNetConfig" in log
     assert status == STARTUP_FAILED_STATUS
 
