@@ -225,8 +225,7 @@ def pool_for(service: str, load: Loader, *kinds: Kind) -> ModelPool:
     for name in pool.models:  # at zero from the start, so rates and alerts see the series before a failure
         for counter in (COMPUTED_INPUTS, COMPUTED_TOKENS, FAILED_INPUTS, DROPPED_INPUTS):
             counter.labels(model=name)
-    # Once loaded: with the reporting thread running, a worker whose load failed took 150 s to exit.
-    report_process_memory(service)
+    report_process_memory(service)  # once loaded: a worker whose load fails exits with nothing to report
     return pool
 
 
