@@ -297,6 +297,19 @@ def background(command: list[str], env: dict[str, str], log_path: Path, cwd: Pat
                 os.killpg(process.pid, signal.SIGKILL)
 
 
+def wait_listening(port: int, process: subprocess.Popen, log_path: Path) -> None:
+    """Until the server has bound its port on loopback (it may not answer yet)."""
+    deadline = time.monotonic() + SERVER_START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"server exited with {process.returncode}:\n{log_path.read_text()[-4000:]}")
+        with socket.socket() as sock:
+            if sock.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.2)
+    raise RuntimeError(f"server not listening on {port} after {SERVER_START_TIMEOUT_S} s")
+
+
 def wait_ready(url: str, process: subprocess.Popen, log_path: Path) -> None:
     deadline = time.monotonic() + SERVER_START_TIMEOUT_S
     while time.monotonic() < deadline:

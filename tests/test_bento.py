@@ -28,6 +28,7 @@ from tests.conftest import (
     free_port,
     make_sentences,
     server_env,
+    wait_listening,
     wait_ready,
 )
 from tests.media import IMAGES, data_uri
@@ -184,11 +185,15 @@ def test_split_topology_answers_like_one_process(home, bentos, client, tmp_path)
     env = server_env(home)
     start = [sys.executable, "-m", "bentoml_cli._internal.start", "start-http-server", str(bentos["cpu"]),
              "--host", "127.0.0.1"]
-    ports = {name: free_port() for name in sorted(MODEL_SERVICES)}
+    ports: dict[str, int] = {}
     with contextlib.ExitStack() as stack:
-        for name, port in ports.items():
-            command = [*start, "--service-name", name, "--port", str(port)]
-            stack.enter_context(background(command, env, tmp_path / f"{name}.log", cwd=tmp_path))
+        # One at a time, each listening before the next port is chosen: a server starting meanwhile binds
+        # ports of its own (its arbiter's ZeroMQ endpoints), and once took one chosen but not yet bound.
+        for name in sorted(MODEL_SERVICES):
+            ports[name] = free_port()
+            command = [*start, "--service-name", name, "--port", str(ports[name])]
+            service = stack.enter_context(background(command, env, tmp_path / f"{name}.log", cwd=tmp_path))
+            wait_listening(ports[name], service, tmp_path / f"{name}.log")
         depends = [f"--depends={name}=http://127.0.0.1:{port}" for name, port in ports.items()]
         gateway_port = free_port()
         gateway = stack.enter_context(background([*start, *depends, "--port", str(gateway_port)], env,
