@@ -11,7 +11,7 @@ import importlib
 import json
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from importlib.metadata import PackageNotFoundError, distribution
 from pathlib import Path
 from urllib.parse import unquote, urlparse
@@ -38,7 +38,7 @@ def installed_from() -> Path | None:
     return Path(unquote(url.path)) if url and url.scheme == "file" else None
 
 
-def find_bundle(cwd: Path, environ: dict[str, str] | os._Environ[str]) -> Path:
+def find_bundle(cwd: Path, environ: Mapping[str, str]) -> Path:
     """EMBENTO_PROJECT_DIR; else the working directory when it is a bundle; else the checkout the package
     was installed from (or, run from a checkout, the folder above this package)."""
     if given := environ.get(BUNDLE_ENV):
