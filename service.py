@@ -29,6 +29,7 @@ from starlette.responses import JSONResponse
 
 from gateway.admission import admission_counters
 from gateway.cohere import (
+    COHERE_EMBED_SHAPES,
     CohereEmbedRequest,
     CohereV2EmbedRequest,
     CohereV2RerankRequest,
@@ -215,18 +216,15 @@ class Gateway:
     # Warm-up and readiness
     @bentoml.on_startup
     async def _start_warmup(self) -> None:
+        """The only warm-up tries: a probe or request that tried too would wait on a model service still
+        starting for the client's whole timeout, and a stopping server waits for such a request to end.
+        They read `warmup.done` instead."""
         async def keep_trying() -> None:
             while not await self.warmup.attempt() and not self.warmup.stopped:
                 await asyncio.sleep(WARMUP_RETRY_S)
             await self.__is_ready__()  # into the readiness gauge, for servers no probe asks
 
         self._warmup_task = asyncio.create_task(keep_trying())
-
-    async def is_warm(self) -> bool:
-        """True once every model has reported its facts (or why it failed) and answered a real call. Only
-        the warm-up task tries: a probe or request that tried too would wait on a model service that is still
-        starting for the client's whole timeout, and a stopping server waits for such a request to end."""
-        return self.warmup.done
 
     async def _fetch_infos(self) -> tuple[dict[str, ModelInfo], dict[str, str]]:
         """The models each service serves, and those that failed to load here or there."""
@@ -241,7 +239,7 @@ class Gateway:
         return {name: infos[name] for name in KINDS if name not in failed}, failed
 
     async def __is_ready__(self) -> bool:
-        ready = await self.is_warm() and bool(self.engine.infos) and await self._model_services_answer() is None
+        ready = self.warmup.done and bool(self.engine.infos) and await self._model_services_answer() is None
         READY.set(int(ready))
         return ready
 
@@ -371,7 +369,7 @@ class Gateway:
 
     async def _cohere_embed(self, request: C, respond: Callable[[Embeddings, C], dict]) -> dict:
         embeddings = await self._embed(request.as_embedding_request(), output_types=request.output_types(),
-                                       shapes=frozenset({"dense"}))
+                                       shapes=COHERE_EMBED_SHAPES)
         return respond(embeddings, request)
 
     # TEI
@@ -459,7 +457,7 @@ class Gateway:
 
     # Models and health
     async def model_list(self) -> ModelList:
-        if not await self.is_warm():
+        if not self.warmup.done:
             raise errors.NotReady("models are still loading; retry shortly")
         return ModelList(data=[
             ModelCard(id=i.served_model_name, created=STARTED, modalities=i.modalities, capabilities=i.capabilities,
@@ -475,7 +473,7 @@ class Gateway:
 
     async def health(self) -> dict[str, float]:
         """infinity's /health, but honest: 200 only while every model is warm and its service answers."""
-        if not await self.is_warm():
+        if not self.warmup.done:
             raise errors.NotReady("models are not ready")
         if (silent := await self._model_services_answer()) is not None:
             raise errors.NotReady(f"the {silent} service is not ready")

@@ -99,7 +99,7 @@ def default_text(field: Any) -> str:
         return "unset"
     if isinstance(field.default, bool):
         return f"`{str(field.default).lower()}`"
-    if isinstance(field.default, int | float) and not isinstance(field.default, bool) and field.default >= 10_000:
+    if isinstance(field.default, int | float) and field.default >= 10_000:
         return f"`{field.default:_}`".replace("_", " ")
     return f"`{field.default}`"
 

@@ -8,10 +8,13 @@ from typing import Annotated, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
 
-from gateway.embeddings import Embeddings, OutputType
+from gateway.embeddings import Embeddings, OutputType, Shape
 from gateway.schemas import EmbeddingRequest, ImageItem, InputType, TextItem, Usage
 from gateway.scoring import Ranking, RerankRequest, response_id
 from models.errors import InvalidRequest
+
+# Cohere's embed answers one dense vector per input: sparse and multi-vector models have no shape here.
+COHERE_EMBED_SHAPES: frozenset[Shape] = frozenset({"dense"})
 
 Truncate = Literal["NONE", "START", "END"]
 

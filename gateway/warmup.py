@@ -9,7 +9,6 @@ still starting) is retried; once it has lasted 30 s it is logged, with its reaso
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import math
 import time
@@ -46,7 +45,6 @@ class Warmup:
         self._allow_partial = allow_partial
         self._stop_server = stop_server
         self._clock = clock
-        self._lock = asyncio.Lock()
         self._warm: set[str] = set()
         self._failed_warm_up: dict[str, str] = {}
         self._waiting_since: float | None = None
@@ -57,25 +55,23 @@ class Warmup:
         self.stopped = False
 
     async def attempt(self) -> bool:
-        """One try at warming what is not warm yet; True once every model is warm or failed for good."""
+        """One try at warming what is not warm yet; True once every model is warm or failed for good. The
+        gateway's warm-up task alone calls it, one try at a time."""
         if self.done or self.stopped:
             return self.done
-        async with self._lock:
-            if self.done or self.stopped:
-                return self.done
-            try:
-                infos, failed = await self._fetch_infos()
-            except Exception as exc:  # a model service still starting; one that cannot load stops the server
-                self._still_waiting(exc)
+        try:
+            infos, failed = await self._fetch_infos()
+        except Exception as exc:  # a model service still starting; one that cannot load stops the server
+            self._still_waiting(exc)
+            return False
+        for name, info in infos.items():
+            if name not in self._warm and name not in self._failed_warm_up and not await self._warm_one(info):
                 return False
-            for name, info in infos.items():
-                if name not in self._warm and name not in self._failed_warm_up and not await self._warm_one(info):
-                    return False
-            self.infos = {name: info for name, info in infos.items() if name in self._warm}
-            self.failed = {**failed, **self._failed_warm_up}
-            self.done = True
-            logger.info("all models warm: %s; failed: %s", sorted(self.infos), sorted(self.failed) or "none")
-            return True
+        self.infos = {name: info for name, info in infos.items() if name in self._warm}
+        self.failed = {**failed, **self._failed_warm_up}
+        self.done = True
+        logger.info("all models warm: %s; failed: %s", sorted(self.infos), sorted(self.failed) or "none")
+        return True
 
     async def _warm_one(self, info: ModelInfo) -> bool:
         """False when the attempt must end here: a transient failure, or a permanent one that stops the server."""
