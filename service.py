@@ -112,7 +112,7 @@ from runners.settings import (
     remove_server_files,
     stop_server,
 )
-from runners.store import check_served_bento, pin_store_models, served_config
+from runners.store import bento_config_env, check_served_bento, pin_store_models, served_config
 from runners.text import TextEmbedder
 
 logger = logging.getLogger(__name__)
@@ -165,7 +165,7 @@ routes = Starlette()  # GET routes; BentoML's own API routes are POST-only
     name=GATEWAY_NAME,
     workers=gateway_workers(CONFIG),
     image=IMAGE,
-    envs=bento_envs(ARGS),
+    envs=[*bento_envs(ARGS), bento_config_env()],  # the configuration travels in bento.yaml
     labels={**image_labels(ARGS), "models": ",".join(KINDS)},
     traffic={"timeout": CONFIG.request_timeout_s + 30},
     logging={"access": {"enabled": False}},

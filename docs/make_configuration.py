@@ -18,6 +18,7 @@ from pydantic_core import PydanticUndefined  # noqa: E402
 from cli import FLAGS, IMAGE_FLAGS, Flag  # noqa: E402
 from embento.cli import BUNDLE_ENV  # noqa: E402
 from models.config import (  # noqa: E402
+    BENTO_CONFIG_ENV,
     CONFIG_FILE_NAME,
     ENV_PREFIX,
     IMAGE_ENV_FIELDS,
@@ -75,6 +76,7 @@ OUTRO = f"""## Settings outside the file
 |---|---|---|
 {{command_rows}}
 | `{BUNDLE_ENV}` | | The Embento checkout the `embento` command runs. Unset: the working directory when it is one, else the checkout the package was installed from. |
+| `{BENTO_CONFIG_ENV}` | | Written by the build into a Bento's `bento.yaml`: the configuration the Bento serves (deployment.md). Not set by hand. |
 
 ## Other variables Embento honours
 

@@ -8,6 +8,7 @@ or the path in `EMBENTO_CONFIG`), then `EMBENTO_*` environment variables. Per-mo
 from __future__ import annotations
 
 import ipaddress
+import json
 import os
 import re
 from collections.abc import Mapping
@@ -25,6 +26,8 @@ DEFAULT_MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2"
 STORE_PREFIX = "bentoml://"
 CONFIG_FILE_NAME = "embento.yaml"
 ENV_PREFIX = "EMBENTO_"
+# A Bento's configuration, recorded at build time in its `bento.yaml` as one of the gateway's `envs` (runners/store.py).
+BENTO_CONFIG_ENV = ENV_PREFIX + "BENTO_CONFIG"
 PoolingMethod = Literal["mean", "cls", "lasttoken", "max", "mean_sqrt_len_tokens", "weightedmean"]
 Backend = Literal["torch", "onnx", "ctranslate2"]
 Dtype = Literal["auto", "float32", "float16", "bfloat16", "int8", "int8_float16"]
@@ -362,14 +365,44 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     return data
 
 
+def bento_info(cwd: Path) -> dict[str, Any]:
+    """The `bento.yaml` of the Bento whose code runs in `cwd`; {} outside a Bento.
+
+    BentoML imports a Bento's code with `<bento>/src` as the working directory, beside its `bento.yaml`.
+    """
+    bento_file = cwd.parent / "bento.yaml"
+    if cwd.name != "src" or not bento_file.is_file():
+        return {}
+    return yaml.safe_load(bento_file.read_text()) or {}
+
+
+def bento_config(cwd: Path) -> dict[str, Any] | None:
+    """The configuration the Bento in `cwd` was built with, as its `bento.yaml` records it; None outside a Bento
+    and for Bentos built before it was recorded (those carry only their `src/embento.yaml`)."""
+    for env in bento_info(cwd).get("envs") or []:
+        if env.get("name") == BENTO_CONFIG_ENV:
+            return json.loads(env["value"])
+    return None
+
+
+def carried_text(config: EmbentoConfig) -> str:
+    """What a Bento carries of `config`: all but the API keys, secrets of the deployment (set where it runs),
+    and the image settings, which only the build reads (the Bento's arguments and labels record them)."""
+    return json.dumps(config.model_dump(mode="json", exclude={"api_key", "api_key_file", "image"},
+                                        exclude_defaults=True), separators=(",", ":"))
+
+
 def load_config(env: Mapping[str, str] | None = None, cwd: Path | None = None) -> EmbentoConfig:
-    """Build and validate the configuration from defaults, the YAML file and the environment."""
+    """Build and validate the configuration from defaults, the YAML file and the environment. In a Bento, the
+    configuration it was built with stands for the file, unless EMBENTO_CONFIG names another."""
     env = os.environ if env is None else env
+    cwd = cwd or Path.cwd()
     explicit = env.get(ENV_PREFIX + "CONFIG")
-    path = Path(explicit) if explicit else (cwd or Path.cwd()) / CONFIG_FILE_NAME
+    path = Path(explicit) if explicit else cwd / CONFIG_FILE_NAME
     if explicit and not path.is_file():
         raise ConfigError(f"{ENV_PREFIX}CONFIG points at {path}, which is not a file")
-    data = _read_yaml(path) if path.is_file() else {}
+    carried = None if explicit else bento_config(cwd)
+    data = carried if carried is not None else _read_yaml(path) if path.is_file() else {}
 
     models = [dict(m) for m in data.get("models", [{}])]
     data["models"] = _apply_model_env(models, env)

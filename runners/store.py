@@ -19,15 +19,17 @@ from pathlib import Path
 from typing import TypeVar
 
 import bentoml
-import yaml
 from bentoml._internal.context import server_context
 
 from models.config import (
+    BENTO_CONFIG_ENV,
     CONFIG_FILE_NAME,
     ENV_PREFIX,
     STORE_PREFIX,
     EmbentoConfig,
     ModelConfig,
+    bento_info,
+    carried_text,
     get_config,
     load_config,
     store_tag,
@@ -64,14 +66,18 @@ def import_checkpoint(source: str, name: str | None = None, revision: str | None
 
 @cache
 def served_bento() -> dict:
-    """The `bento.yaml` of the Bento being served; {} when serving from source.
+    """The `bento.yaml` of the Bento being served; {} when serving from source."""
+    return bento_info(Path.cwd())
 
-    BentoML imports a Bento's code with `<bento>/src` as the working directory, beside its `bento.yaml`.
-    """
-    bento_file = Path.cwd().parent / "bento.yaml"
-    if Path.cwd().name != "src" or not bento_file.is_file():
-        return {}
-    return yaml.safe_load(bento_file.read_text()) or {}
+
+def bento_config_env() -> dict[str, str]:
+    """The gateway's `envs` entry that carries the configuration into a Bento, however it is built (`embento
+    build` or a plain `bentoml build` under EMBENTO_CONFIG): BentoML records it in `bento.yaml`, where
+    `load_config` reads it back wherever the Bento is served. Served from a Bento, the entry it was built with.
+    Stage `runtime`: it stays out of the image's Dockerfile, which has the Bento's `bento.yaml` anyway."""
+    recorded = next((env for env in served_bento().get("envs") or [] if env.get("name") == BENTO_CONFIG_ENV), None)
+    value = recorded["value"] if recorded else carried_text(get_config())
+    return {"name": BENTO_CONFIG_ENV, "value": value, "stage": "runtime"}
 
 
 def _bento_pins() -> dict[str, str]:
@@ -81,12 +87,14 @@ def _bento_pins() -> dict[str, str]:
 
 
 def check_served_bento(needed: set[str]) -> None:
-    """A Bento serves the configuration it carries (`embento build` writes the one in force at build time).
+    """A Bento serves the configuration it carries: the one in force at build time, recorded in its
+    `bento.yaml` (`bento_config_env`).
 
     It holds the services that configuration needed, so one that needs more (say, a reranker added through
-    EMBENTO_CONFIG) cannot be served from it. A Bento whose carried configuration is not the one it was built
-    with (a plain `bentoml build` under EMBENTO_CONFIG) is refused rather than serving other models
-    silently. EMBENTO_* variables set where it runs are overrides, and logged as such."""
+    EMBENTO_CONFIG) cannot be served from it. A Bento built before the configuration was recorded there, whose
+    `embento.yaml` is not the configuration it was built with (a plain `bentoml build` under EMBENTO_CONFIG), is
+    refused rather than serving other models silently. EMBENTO_* variables set where it runs are overrides,
+    and logged as such."""
     bento = served_bento()
     if not bento:
         return
@@ -105,7 +113,7 @@ def check_served_bento(needed: set[str]) -> None:
             f"this Bento ({bento.get('version')}) was built with the services {sorted(built)}, but the "
             f"configuration needs {sorted(needed - built)} too: rebuild it with that configuration in embento.yaml"
         )
-    overrides = sorted(name for name in os.environ if name.startswith(ENV_PREFIX))
+    overrides = sorted(name for name in os.environ if name.startswith(ENV_PREFIX) and name != BENTO_CONFIG_ENV)
     if overrides and server_context.worker_index is None:  # once, in `bentoml serve`'s own process
         logger.warning("%s override the configuration this Bento (%s) was built with", ", ".join(overrides),
                        bento.get("version"))

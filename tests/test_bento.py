@@ -268,20 +268,29 @@ def test_a_bento_serves_the_configuration_it_was_built_with(home, store_tags, tm
     assert "EMBENTO_MAX_CLIENT_BATCH_SIZE override the configuration this Bento (from-env-cpu) was built with" in log
 
 
-def test_a_bento_built_under_a_configuration_it_does_not_carry_is_refused(home, store_tags, tmp_path):
-    """`bentoml build` itself under EMBENTO_CONFIG pins and labels that configuration's models but carries the
-    project's embento.yaml (here: none, so the default model): serving it is refused, not silently wrong."""
-    (tmp_path / "other.yaml").write_text(yaml.safe_dump({"models": [{"model_id": f"bentoml://{TINY_RERANKER}"}]}))
+def test_a_plain_bentoml_build_under_embento_config_serves_that_configuration(home, store_tags, tmp_path):
+    """`bentoml build` itself, not `embento build`, under EMBENTO_CONFIG (a file outside the project) and a
+    variable: the Bento carries that configuration in its bento.yaml, API keys left out, and serves it from
+    another folder with no configuration in the environment (it used to carry the project's instead, and be
+    refused at start)."""
+    (tmp_path / "other.yaml").write_text(yaml.safe_dump({"api_key": ["not-in-the-bento"], "models": [
+        {"model_id": "bentoml://minilm", "served_model_name": "carried"}]}))
     command = [sys.executable, "-m", "bentoml", "build", str(ROOT), "--version", "plain-build", "--output", "tag"]
-    built = subprocess.run(command, cwd=ROOT, env=server_env(home, EMBENTO_CONFIG=str(tmp_path / "other.yaml")),
+    built = subprocess.run(command, cwd=ROOT, env=server_env(home, EMBENTO_CONFIG=str(tmp_path / "other.yaml"),
+                                                             EMBENTO_MAX_CLIENT_BATCH_SIZE="16"),
                            capture_output=True, text=True, check=False, timeout=600)
     assert built.returncode == 0, built.stderr
-    serve = [sys.executable, "-m", "bentoml", "serve", "embento:plain-build", "--port", str(free_port())]
-    served = subprocess.run(serve, cwd=tmp_path, env=server_env(home), capture_output=True, text=True, check=False,
-                            timeout=300)
-    assert served.returncode != 0
-    assert f"was built for the models ['{TINY_RERANKER}'], but the embento.yaml it carries serves [" in served.stderr
-    assert "Rebuild it with `embento build`" in served.stderr
+    bento = home / "bentos" / "embento" / "plain-build"
+    assert "not-in-the-bento" not in (bento / "bento.yaml").read_text()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    with contextlib.contextmanager(serve_bento)(home, "embento:plain-build", elsewhere) as url:
+        assert [m["id"] for m in httpx.get(f"{url}/v1/models", timeout=30).json()["data"]] == ["carried"]
+        assert httpx.get(f"{url}/info", timeout=30).json()["limits"]["max_client_batch_size"] == 16
+        response = httpx.post(f"{url}/v1/embeddings", json={"input": ["a sentence"], "model": "carried"}, timeout=60)
+    assert response.status_code == 200, response.text
+    assert len(response.json()["data"][0]["embedding"]) == 384
+    assert "override the configuration" not in (elsewhere / "bento.log").read_text()
 
 
 def test_store_errors_name_the_way_out(home, tmp_path):
