@@ -95,7 +95,7 @@ from gateway.warmup import Warmup
 from models import errors
 from models.base import Activation, Kind, ModelInfo
 from models.config import ModelConfig
-from models.kinds import model_kind
+from models.kinds import gateway_needs_torch, model_kind
 from models.media_processor import MediaProcessor
 from models.resolve import resolve_model
 from models.text_tokenizer import TextTokenizer
@@ -182,7 +182,7 @@ class Gateway:
     """The HTTP routes: each a thin adapter from its client's wire format onto the engine and back."""
 
     def __init__(self) -> None:
-        if "colpali" not in KINDS.values():  # only ColPali's processor needs torch tensors
+        if not gateway_needs_torch(KINDS.values()):  # CLAP's and ColPali's processors need it (models/kinds.py)
             # transformers imports torch (and scipy, sklearn) whenever it can: 460 MiB of RSS in a process
             # that only tokenizes and resizes; without them, 125 MiB. Read once, at transformers' import.
             os.environ.setdefault("USE_TORCH", "0")

@@ -12,6 +12,8 @@ with SPLADE pooling). Anything else is served as a text embedder.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -28,6 +30,32 @@ def label_count(config: dict[str, Any]) -> int:
     if config.get("id2label"):
         return len(config["id2label"])
     return int(config.get("num_labels", 2))
+
+
+@dataclass(frozen=True)
+class KindSpec:
+    """What a kind needs, declared once per kind (the kind registry of the restructure grows here)."""
+
+    # Its gateway-side preprocessor needs torch: transformers' ClapFeatureExtractor refuses to load without
+    # it, and ColPali's and ColQwen2's processors return torch tensors. The text tokenizers and the CLIP
+    # family's image processors run without it (each tried with USE_TORCH=0).
+    gateway_needs_torch: bool = False
+
+
+KIND_SPECS: dict[Kind, KindSpec] = {
+    "embed": KindSpec(),
+    "sparse": KindSpec(),
+    "rerank": KindSpec(),
+    "classify": KindSpec(),
+    "clip": KindSpec(),
+    "clap": KindSpec(gateway_needs_torch=True),
+    "colpali": KindSpec(gateway_needs_torch=True),
+}
+
+
+def gateway_needs_torch(kinds: Iterable[Kind]) -> bool:
+    """Whether the gateway must import torch to prepare the inputs of these kinds."""
+    return any(KIND_SPECS[kind].gateway_needs_torch for kind in kinds)
 
 
 COLPALI_TYPES = frozenset({"colpali", "colqwen2"})

@@ -6,18 +6,25 @@ from __future__ import annotations
 import asyncio
 import io
 import ipaddress
+import json
+import os
+import subprocess
+import sys
+from typing import get_args
 
 import numpy as np
 import pytest
 
 from gateway.fetch import UrlPolicy
 from gateway.media_inputs import decode_data_uri
+from models.base import Kind
 from models.config import ModelConfig
 from models.errors import InvalidRequest
-from models.kinds import detect_kind
+from models.kinds import KIND_SPECS, detect_kind
 from models.media import MediaLimits, decode_audio, decode_image
 from models.media_encoder import MediaEncoder
 from models.scores import late_interaction
+from tests.conftest import ROOT
 from tests.media import AUDIO, IMAGES, audio_bytes, bomb_png, data_uri, image_bytes
 from tests.tolerance import assert_close, assert_same_vectors
 
@@ -226,3 +233,40 @@ def test_a_row_that_fails_inside_the_model_fails_alone(tiny_clip_path, clip):
     assert outputs[1].size == 0
     for ours, expected in zip([outputs[0], outputs[2], outputs[3]], clip.forward(good)):
         assert_same_vectors(ours, expected)
+
+
+# Each (kind, folder) prepared as the gateway prepares it, in a process where transformers sees no torch.
+PREPARE_WITHOUT_TORCH = """
+import json, sys
+from pathlib import Path
+from models.config import ModelConfig
+from models.media_processor import MediaProcessor
+from models.text_tokenizer import TextTokenizer
+outcomes = []
+for kind, folder in json.loads(sys.argv[1]):
+    cfg = ModelConfig(model_id=folder)
+    try:
+        if kind in ("clip", "clap", "colpali"):
+            MediaProcessor(Path(folder), cfg, kind).warmup_rows("m")
+        else:
+            TextTokenizer(Path(folder), cfg, kind).encode_texts(["warm-up"])
+        outcomes.append("prepared")
+    except Exception as exc:
+        outcomes.append(f"failed: {exc}")
+print(json.dumps({"outcomes": outcomes, "torch imported": "torch" in sys.modules}))
+"""
+
+
+def test_the_kinds_declared_to_need_torch_in_the_gateway_are_those_that_fail_without_it(
+        tiny_bert_path, tiny_clip_path, tiny_clap_path, tiny_colpali_path, tiny_colqwen2_path):
+    assert set(KIND_SPECS) == set(get_args(Kind))
+    cases = [("embed", tiny_bert_path), ("clip", tiny_clip_path), ("clap", tiny_clap_path),
+             ("colpali", tiny_colpali_path), ("colpali", tiny_colqwen2_path)]
+    result = subprocess.run(
+        [sys.executable, "-c", PREPARE_WITHOUT_TORCH, json.dumps([(kind, str(path)) for kind, path in cases])],
+        cwd=ROOT, env={**os.environ, "USE_TORCH": "0"}, capture_output=True, text=True, timeout=300, check=True)
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    assert not report["torch imported"]
+    for (kind, _), outcome in zip(cases, report["outcomes"]):
+        assert outcome.startswith("failed") == KIND_SPECS[kind].gateway_needs_torch, (kind, outcome)
+        assert outcome == "prepared" or "PyTorch" in outcome, (kind, outcome)
