@@ -17,6 +17,7 @@ from models.errors import InvalidRequest, ModelLoadError
 from models.media import MediaLimits, decode_audio, decode_image
 from models.per_thread import PerThread
 from models.resolve import read_json
+from models.text_settings import text_limit
 
 MODALITIES: dict[str, list[Modality]] = {"clip": ["text", "image"], "clap": ["text", "audio"],
                                          "colpali": ["text", "image"]}
@@ -40,8 +41,8 @@ class MediaProcessor:
         tokenizer = processor.tokenizer
         config = read_json(folder / "config.json")
         self._model_type = config.get("model_type", "")
-        text_limit = (config.get("text_config") or {}).get("max_position_embeddings") or 512
-        self.max_input_tokens = int(min(tokenizer.model_max_length, text_limit, cfg.max_seq_length or text_limit))
+        limit = text_limit(folder, tokenizer.model_max_length, cfg.trust_remote_code)
+        self.max_input_tokens = min(limit, cfg.max_seq_length or limit)
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
         self.pad_left = tokenizer.padding_side == "left"
         extractor = getattr(processor, "feature_extractor", None)
@@ -84,8 +85,9 @@ class MediaProcessor:
         return [ModelInput(model=model, modality=modality, arrays=a, length=_length(a)) for a in arrays]
 
     def _text(self, texts: list[str]) -> list[dict[str, np.ndarray]]:
-        if self.kind == "colpali":  # the processor's query template (prefix, augmentation tokens)
-            return [_first(self._processor(text=[text], return_tensors="pt")) for text in texts]
+        if self.kind == "colpali":  # the processor's query template (prefix, augmentation tokens), cut at the limit
+            return [_first(self._processor(text=[text], return_tensors="pt", truncation=True,
+                                           max_length=self.max_input_tokens)) for text in texts]
         padded = PADDED_TEXT.get(self._model_type)
         encoded = self._processor.tokenizer(
             texts, truncation=True, max_length=padded or self.max_input_tokens,

@@ -12,6 +12,17 @@ from models.resolve import read_json
 
 # Tokenizers without a real limit report this sentinel (transformers' VERY_LARGE_INTEGER is larger).
 _NO_LIMIT = 1_000_000
+# The limit when neither the tokenizer nor the model's configuration gives one (rotary or relative positions).
+_DEFAULT_LIMIT = 512
+# Text towers whose learned positions start after the padding index, as RoBERTa's do: the position ids of a
+# text run from pad_token_id + 1, so a table of P positions takes P - pad_token_id - 1 tokens (514 -> 512).
+# transformers' text encoders that call `create_position_ids_from_input_ids`; CLAP's and AltCLIP's text
+# towers are RoBERTa and XLM-R.
+_PADDING_OFFSET_TYPES = frozenset({
+    "roberta", "xlm-roberta", "xlm-roberta-xl", "roberta-prelayernorm", "camembert", "data2vec-text", "mpnet",
+    "longformer", "luke", "ibert", "lilt", "markuplm", "layoutlmv3", "xmod", "clap_text_model",
+    "altclip_text_model", "bridgetower_text_model",
+})
 # The instruction-query prompt of today's decoder embedders (Qwen3-Embedding, gte-Qwen2, e5-mistral):
 # `Instruct: <task>\nQuery:`, with or without a space after the colon.
 _INSTRUCT_PROMPT = re.compile(r"Instruct: .*\nQuery:( ?)", re.DOTALL)
@@ -64,14 +75,8 @@ def read_text_settings(folder: Path, cfg: ModelConfig, tokenizer_max_length: int
     """Merge the folder's declarations with the configuration (configuration wins)."""
     st_config = read_json(folder / "sentence_bert_config.json")
     st_meta = read_json(folder / "config_sentence_transformers.json")
-    model_config = read_json(folder / "config.json")
-
-    max_length = cfg.max_seq_length or st_config.get("max_seq_length")
-    if not max_length:
-        limits = [tokenizer_max_length or _NO_LIMIT, model_config.get("max_position_embeddings") or _NO_LIMIT]
-        max_length = min(limits)
-        if max_length >= _NO_LIMIT:
-            max_length = 512
+    max_length = cfg.max_seq_length or st_config.get("max_seq_length") or text_limit(
+        folder, tokenizer_max_length, cfg.trust_remote_code)
     prompts = {**(st_meta.get("prompts") or {}), **cfg.prompts}
     if cfg.default_prompt_name is not None and cfg.default_prompt_name not in prompts:
         raise ConfigError(
@@ -90,6 +95,32 @@ def read_text_settings(folder: Path, cfg: ModelConfig, tokenizer_max_length: int
         instruction_template=cfg.instruction_template or _declared_instruction_template(prompts),
         input_type_prompts=_input_type_prompts(prompts, cfg),
     )
+
+
+def text_limit(folder: Path, tokenizer_max_length: int | None, trust_remote_code: bool = False) -> int:
+    """The most tokens the checkpoint's text tower takes: the smaller of the tokenizer's limit (when it names
+    one; many community tokenizers do not, and transformers then reports 1e30) and the positions the model
+    has, less the ones its position scheme skips (RoBERTa's pad_token_id + 1). sentence-transformers caps
+    the tokenizer's limit at `max_position_embeddings` too, but without the offset: a RoBERTa whose tokenizer
+    names no limit fails there on a long text. The text tower is the model's own configuration for text
+    models and its text configuration for CLIP, SigLIP, CLAP and ColPali (read by transformers, defaults
+    included: `config.json` leaves out what equals them)."""
+    from transformers import AutoConfig
+
+    try:
+        text = AutoConfig.from_pretrained(str(folder), trust_remote_code=trust_remote_code).get_text_config()
+        positions, model_type, pad_id = (getattr(text, "max_position_embeddings", None), text.model_type,
+                                         getattr(text, "pad_token_id", None))
+    except (ValueError, KeyError, OSError):  # a model type this transformers does not know: its file as written
+        raw = read_json(folder / "config.json")
+        positions, model_type, pad_id = (raw.get("max_position_embeddings"), raw.get("model_type"),
+                                         raw.get("pad_token_id"))
+    limits = [tokenizer_max_length or _NO_LIMIT]
+    if isinstance(positions, int) and positions > 0:  # XLNet's -1: no limit
+        offset = (pad_id if pad_id is not None else 1) + 1 if model_type in _PADDING_OFFSET_TYPES else 0
+        limits.append(positions - offset)
+    limit = min(limits)
+    return int(limit) if limit < _NO_LIMIT else _DEFAULT_LIMIT
 
 
 def _input_type_prompts(prompts: dict[str, str], cfg: ModelConfig) -> dict[str, str]:

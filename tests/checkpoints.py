@@ -74,10 +74,18 @@ def build_clip(folder: Path, minilm: Path) -> Path:
     return folder
 
 
-def build_clap(folder: Path) -> Path:
-    """CLAP at 48 kHz (as LAION's), two-second windows, 16 mel bins, a byte-level BPE tokenizer."""
-    import torch
-    from transformers import ClapConfig, ClapFeatureExtractor, ClapModel, ClapProcessor, RobertaTokenizerFast
+def drop_tokenizer_limit(folder: Path) -> None:
+    """Remove `model_max_length` from a saved `tokenizer_config.json`, as many community checkpoints lack it:
+    transformers then reports its 1e30 sentinel, and only the model's positions bound the text."""
+    path = folder / "tokenizer_config.json"
+    config = json.loads(path.read_text())
+    del config["model_max_length"]
+    path.write_text(json.dumps(config, indent=2))
+
+
+def byte_level_roberta_tokenizer(folder: Path, model_max_length: int):  # -> RobertaTokenizerFast
+    """RoBERTa's tokenizer over the 256 byte symbols and no merges: one token per character of plain text."""
+    from transformers import RobertaTokenizerFast
     from transformers.models.gpt2.tokenization_gpt2 import bytes_to_unicode
 
     vocab_dir = folder / "vocab"
@@ -87,12 +95,39 @@ def build_clap(folder: Path) -> Path:
     (vocab_dir / "vocab.json").write_text(json.dumps(vocab))
     (vocab_dir / "merges.txt").write_text("#version: 0.2\n")
     tokenizer = RobertaTokenizerFast(vocab_file=str(vocab_dir / "vocab.json"),
-                                     merges_file=str(vocab_dir / "merges.txt"), model_max_length=128)
+                                     merges_file=str(vocab_dir / "merges.txt"), model_max_length=model_max_length)
     shutil.rmtree(vocab_dir)
+    return tokenizer
+
+
+def build_roberta(folder: Path, positions: int = 66) -> Path:
+    """A RoBERTa encoder saved as a plain transformers checkpoint, its tokenizer naming no length limit (as
+    many community ones): `positions - 2` tokens fit, since RoBERTa's positions start at pad_token_id + 1."""
+    import torch
+    from transformers import RobertaConfig, RobertaModel
+
+    tokenizer = byte_level_roberta_tokenizer(folder, 512)
+    torch.manual_seed(15)
+    RobertaModel(RobertaConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                               intermediate_size=64, max_position_embeddings=positions, pad_token_id=1)
+                 ).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    drop_tokenizer_limit(folder)
+    return folder
+
+
+def build_clap(folder: Path, text_positions: int = 130, tokenizer_limit: int | None = 128) -> Path:
+    """CLAP at 48 kHz (as LAION's), two-second windows, 16 mel bins, a byte-level BPE tokenizer. Its text
+    tower is RoBERTa's: positions start at pad_token_id + 1 = 2, so it takes `text_positions - 2` tokens.
+    `tokenizer_limit=None`: the tokenizer names no limit."""
+    import torch
+    from transformers import ClapConfig, ClapFeatureExtractor, ClapModel, ClapProcessor
+
+    tokenizer = byte_level_roberta_tokenizer(folder, tokenizer_limit or 128)
     torch.manual_seed(12)
     config = ClapConfig(
-        text_config={"vocab_size": len(vocab), "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
-                     "num_attention_heads": 2, "max_position_embeddings": 130, "pad_token_id": 1},
+        text_config={"vocab_size": len(tokenizer), "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
+                     "num_attention_heads": 2, "max_position_embeddings": text_positions, "pad_token_id": 1},
         audio_config={"spec_size": 64, "num_mel_bins": 16, "window_size": 4, "depths": [1, 1],
                       "num_attention_heads": [2, 2], "patch_embeds_hidden_size": 16, "hidden_size": 32,
                       "enable_fusion": False},
@@ -103,11 +138,14 @@ def build_clap(folder: Path) -> Path:
                                     max_length_s=2, frequency_min=50, frequency_max=14000, truncation="rand_trunc",
                                     padding="repeatpad")
     ClapProcessor(feature_extractor=features, tokenizer=tokenizer).save_pretrained(folder)
+    if tokenizer_limit is None:
+        drop_tokenizer_limit(folder)
     return folder
 
 
-def build_colpali(folder: Path) -> Path:
-    """ColPali over a tiny PaliGemma (SigLIP 32x32 images in 8x8 patches: 16 image tokens)."""
+def build_colpali(folder: Path, text_positions: int = 8192, tokenizer_limit: int | None = 256) -> Path:
+    """ColPali over a tiny PaliGemma (SigLIP 32x32 images in 8x8 patches: 16 image tokens). Its Gemma text
+    tower has `text_positions` positions; `tokenizer_limit=None`: the tokenizer names no limit."""
     import torch
     from transformers import (
         ColPaliConfig,
@@ -121,14 +159,15 @@ def build_colpali(folder: Path) -> Path:
     specials = ["<pad>", "<eos>", "<bos>", "<unk>", "<image>"]
     tokenizer = GemmaTokenizerFast(tokenizer_object=_word_level_tokenizer(specials), bos_token="<bos>",
                                    eos_token="<eos>", pad_token="<pad>", unk_token="<unk>",
-                                   additional_special_tokens=["<image>"], model_max_length=256)
+                                   additional_special_tokens=["<image>"], model_max_length=tokenizer_limit or 256)
     images = SiglipImageProcessor(size={"height": 32, "width": 32}, image_seq_length=16)
     torch.manual_seed(13)
     vocab_size = len(tokenizer)
     vlm = PaliGemmaConfig(
         text_config={"model_type": "gemma", "vocab_size": vocab_size, "hidden_size": 32, "intermediate_size": 64,
                      "num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 16,
-                     "pad_token_id": 0, "bos_token_id": 2, "eos_token_id": 1},
+                     "pad_token_id": 0, "bos_token_id": 2, "eos_token_id": 1,
+                     "max_position_embeddings": text_positions},
         vision_config={"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2,
                        "image_size": 32, "patch_size": 8, "projection_dim": 32},
         projection_dim=32, hidden_size=32, image_token_index=tokenizer.convert_tokens_to_ids("<image>"),
@@ -136,6 +175,8 @@ def build_colpali(folder: Path) -> Path:
     )
     ColPaliForRetrieval(ColPaliConfig(vlm_config=vlm, embedding_dim=16)).save_pretrained(folder)
     ColPaliProcessor(image_processor=images, tokenizer=tokenizer).save_pretrained(folder)
+    if tokenizer_limit is None:
+        drop_tokenizer_limit(folder)
     return folder
 
 

@@ -166,6 +166,14 @@ def tiny_clap_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def silent_clap_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny CLAP whose tokenizer names no length limit, with 80 text positions (78 tokens: RoBERTa's)."""
+    from tests.checkpoints import build_clap
+
+    return build_clap(tmp_path_factory.mktemp("silent-clap"), text_positions=80, tokenizer_limit=None)
+
+
+@pytest.fixture(scope="session")
 def tiny_colpali_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from tests.checkpoints import build_colpali
 

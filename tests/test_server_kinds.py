@@ -1,0 +1,112 @@
+"""Each kind served alone, in a server of its own: it becomes ready and answers one request on its route.
+
+The session's main server serves every kind at once, so it cannot see what one kind alone lacks: a CLAP
+model without a ColPali model once could not start, because the gateway ran without torch and CLAP's feature
+extractor needs it. The servers start one after another, each production `bentoml serve` with its gateway
+and its one model service.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import httpx
+import numpy as np
+import pytest
+
+from tests.conftest import CLASSIFIER_LABELS, MINILM, WORDS, running_server
+from tests.media import audio_bytes, data_uri, image_bytes
+
+pytestmark = pytest.mark.server
+
+NAME = "alone"
+DOCUMENTS = ["a bear eats bamboo in the forest", "a car drives on the road", "pandas are bears from china"]
+LONG_TEXT = " ".join(WORDS * 4)  # 128 words: past every tiny text tower's positions
+IMAGE = {"image": data_uri(image_bytes(seed=1), "image/png")}
+AUDIO = {"audio": data_uri(audio_bytes(rate=48000, seed=1), "audio/wav")}
+UNIT = 1e-4  # float32 vectors normalized by the model service: 1 within a few ulps times the dimension
+
+
+def embeddings(http: httpx.Client, inputs: list) -> list:
+    response = http.post("/v1/embeddings", json={"model": NAME, "input": inputs})
+    assert response.status_code == 200, response.text
+    return [item["embedding"] for item in response.json()["data"]]
+
+
+def check_unit_vectors(http: httpx.Client, card: dict, inputs: list) -> None:
+    vectors = np.array(embeddings(http, inputs))
+    assert vectors.shape == (len(inputs), card["dimension"])
+    np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=UNIT)
+
+
+def check_embed(http: httpx.Client, card: dict) -> None:
+    check_unit_vectors(http, card, ["a sentence about embeddings", LONG_TEXT])
+
+
+def check_rerank(http: httpx.Client, card: dict) -> None:
+    response = http.post("/v1/rerank", json={"model": NAME, "query": "what is a panda?", "documents": DOCUMENTS})
+    assert response.status_code == 200, response.text
+    results = response.json()["results"]
+    scores = [r["relevance_score"] for r in results]
+    assert sorted(r["index"] for r in results) == [0, 1, 2]
+    assert scores == sorted(scores, reverse=True) and all(0 <= s <= 1 for s in scores)  # a sigmoid or P(yes)
+
+
+def check_classify(http: httpx.Client, card: dict) -> None:
+    response = http.post("/v1/classify", json={"model": NAME, "input": ["great product", LONG_TEXT]})
+    assert response.status_code == 200, response.text
+    for row in response.json()["data"]:
+        assert sorted(item["label"] for item in row) == sorted(CLASSIFIER_LABELS)
+        assert sum(item["score"] for item in row) == pytest.approx(1.0, abs=1e-5)  # softmax probabilities
+
+
+def check_sparse(http: httpx.Client, card: dict) -> None:
+    for vector in embeddings(http, ["a sentence about embeddings", LONG_TEXT]):
+        indices, values = np.array(vector["indices"]), np.array(vector["values"])
+        assert 0 < len(indices) < card["dimension"] and np.all(np.diff(indices) > 0)
+        assert indices[-1] < card["dimension"] and np.all(values > 0)  # SPLADE: log(1 + relu(logits))
+
+
+def check_clip(http: httpx.Client, card: dict) -> None:
+    check_unit_vectors(http, card, [{"text": "a photo of a red square"}, {"text": LONG_TEXT}, IMAGE])
+
+
+def check_clap(http: httpx.Client, card: dict) -> None:
+    check_unit_vectors(http, card, [{"text": "a bird singing in the rain"}, {"text": LONG_TEXT}, AUDIO])
+    # The checkpoint's tokenizer names no limit: its 80 positions, less RoBERTa's 2, bound the text.
+    assert card["max_input_tokens"] == 78
+    response = http.post("/v1/embeddings", json={"model": NAME, "input": [{"text": LONG_TEXT}]})
+    assert response.status_code == 200 and response.json()["usage"]["prompt_tokens"] == 78, response.text
+
+
+def check_colpali(http: httpx.Client, card: dict) -> None:
+    query, page = embeddings(http, [{"text": "what does the chart show"}, IMAGE])
+    for matrix in (np.array(query), np.array(page)):
+        assert matrix.ndim == 2 and matrix.shape[1] == card["dimension"] and len(matrix) > 1
+        np.testing.assert_allclose(np.linalg.norm(matrix, axis=1), 1.0, atol=UNIT)
+
+
+# case -> (checkpoint fixture, or a packaged model id; the capabilities /v1/models reports; its check)
+CASES: dict[str, tuple[str, list[str], Callable[[httpx.Client, dict], None]]] = {
+    "embed-encoder": (MINILM, ["embed"], check_embed),
+    "embed-decoder": ("qwen3_embedder_path", ["embed"], check_embed),
+    "rerank-cross-encoder": ("tiny_reranker_path", ["rerank"], check_rerank),
+    "rerank-causal-lm": ("qwen3_reranker_path", ["rerank"], check_rerank),
+    "classify": ("tiny_classifier_path", ["classify"], check_classify),
+    "sparse": ("splade_path", ["embed_sparse", "embed"], check_sparse),
+    "clip": ("tiny_clip_path", ["embed", "rerank"], check_clip),
+    # Its tokenizer names no length limit and its text tower has 80 positions (78 tokens): the long text is cut.
+    "clap": ("silent_clap_path", ["embed"], check_clap),
+    "colpali": ("tiny_colpali_path", ["embed", "rerank"], check_colpali),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_each_kind_served_alone_becomes_ready_and_answers(case, request, tmp_path):
+    checkpoint, capabilities, check = CASES[case]
+    model_id = str(request.getfixturevalue(checkpoint)) if checkpoint.endswith("_path") else checkpoint
+    config = {"models": [{"model_id": model_id, "served_model_name": NAME}], "cache_dir": str(tmp_path / "cache")}
+    with running_server(tmp_path, config) as (url, _), httpx.Client(base_url=url, timeout=120) as http:
+        (card,) = http.get("/v1/models").json()["data"]
+        assert (card["id"], card["capabilities"]) == (NAME, capabilities)
+        check(http, card)
