@@ -27,7 +27,8 @@ class CohereEmbedRequest(BaseModel):
     model: str | None = Field(None, description="Served model name; defaults to the first embedder.")
     input_type: InputType | None = Field(None, description="Picks the model's prompt (query:/passage:, ...).")
     embedding_types: list[OutputType] | None = Field(
-        None, description="float, int8, uint8 (ranges fixed per model, see GET /v1/models), binary, ubinary, base64.")
+        None, description="float, int8, uint8 (one scale fixed per model, see GET /v1/models), binary, ubinary, "
+        "base64.")
     truncate: Truncate | None = Field(None, description="END (the default) cuts the end, START the start, NONE "
                                       "refuses over-long input.")
 

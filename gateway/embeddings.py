@@ -11,7 +11,7 @@ import numpy as np
 from models.base import ModelInfo
 from models.errors import InvalidRequest
 from models.postprocess import to_base64, truncate_dimensions
-from models.quantization import PRECISIONS, Precision, QuantizationRanges, quantize
+from models.quantization import PRECISIONS, Precision, Quantizer, quantize
 
 if TYPE_CHECKING:
     from gateway.schemas import EmbeddingRequest
@@ -21,13 +21,13 @@ OutputType = Literal["float", "base64", "int8", "uint8", "binary", "ubinary"]
 
 @dataclass(frozen=True)
 class Embeddings:
-    """One output per input, the tokens (or positions) spent, the request, and the model's int8 ranges."""
+    """One output per input, the tokens (or positions) spent, the request, and the model's int8 quantizer."""
 
     info: ModelInfo
     outputs: list[np.ndarray]
     tokens: int
     request: EmbeddingRequest
-    ranges: QuantizationRanges | None = None
+    quantizer: Quantizer | None = None
 
     @property
     def renormalized(self) -> bool:
@@ -47,11 +47,11 @@ class Embeddings:
         return self.codes(output_type, vectors).tolist()
 
     def codes(self, precision: Precision, vectors: np.ndarray) -> np.ndarray:
-        ranges = None
+        """Every route's quantized codes: int8/uint8 by the model's scheme (symmetric unless configured)."""
         if precision in ("int8", "uint8"):
-            assert self.ranges is not None, "checked by check_output_types"
-            ranges = self.ranges.for_features(vectors.shape[1], self.renormalized)
-        return quantize(vectors, precision, ranges)
+            assert self.quantizer is not None, "checked by check_output_types"
+            return self.quantizer.codes(vectors, precision, self.renormalized)
+        return quantize(vectors, precision)
 
 
 Shape = Literal["dense", "sparse", "multi-vector"]
@@ -64,9 +64,9 @@ def shape_of(info: ModelInfo) -> Shape:
     return "sparse" if info.sparse else "multi-vector" if info.multi_vector else "dense"
 
 
-def check_output_types(info: ModelInfo, output_types: list[str], ranges: QuantizationRanges | None,
+def check_output_types(info: ModelInfo, output_types: list[str], quantizer: Quantizer | None,
                        param: str, shapes: frozenset[Shape] = ALL_SHAPES) -> None:
-    """Quantized and base64 output need one dense vector per input; int8/uint8 need the model's ranges; a
+    """Quantized and base64 output need one dense vector per input; int8/uint8 need the model's scale; a
     wire format answers only the output shapes it has room for (`shapes`)."""
     name = info.served_model_name
     quantized = [t for t in output_types if t in PRECISIONS]
@@ -80,6 +80,6 @@ def check_output_types(info: ModelInfo, output_types: list[str], ranges: Quantiz
     if shape not in shapes:
         raise InvalidRequest(f"model '{name}' is {shape}, which this route cannot answer; use "
                              f"{ROUTES_FOR_SHAPE[shape]}", param="model")
-    if any(t in ("int8", "uint8") for t in quantized) and ranges is None:
-        raise InvalidRequest(f"model '{name}' has no int8/uint8 ranges (its calibration failed; see the log)",
+    if any(t in ("int8", "uint8") for t in quantized) and quantizer is None:
+        raise InvalidRequest(f"model '{name}' has no int8/uint8 scale (its calibration failed; see the log)",
                              param=param)

@@ -36,7 +36,7 @@ from models.base import Kind, ModelInfo, ModelInput, Row, TokenizedText, Truncat
 from models.config import EmbentoConfig
 from models.media import MediaLimits
 from models.media_processor import MediaProcessor
-from models.quantization import CALIBRATION_TEXTS, QuantizationRanges, read_configured_ranges
+from models.quantization import CALIBRATION_TEXTS, Quantizer, read_configured_ranges
 from models.scores import Activation, activate, late_interaction, rank
 from models.text_tokenizer import TextTokenizer
 from runners.pool import DROPPED_INPUTS
@@ -82,7 +82,7 @@ class Engine:
         self.processors = processors
         self.fetcher = fetcher
         self.limits = MediaLimits(config.max_item_bytes, config.max_image_pixels, config.max_audio_seconds)
-        self.quantization: dict[str, QuantizationRanges] = {}  # filled at warm-up
+        self.quantization: dict[str, Quantizer] = {}  # filled at warm-up
         self._cancelling: set[asyncio.Task] = set()
         attributes = {service.attribute: service for service in services.values()}
         self.admission = {a: Admission(s.name, config.max_queued_items, config.max_queued_tokens, counters)
@@ -234,7 +234,7 @@ class Engine:
     # Warm-up
     async def warm_up(self, info: ModelInfo) -> None:
         """One real call through every modality the model serves; raises if it fails or answers the wrong shape.
-        Dense single-vector models then get their int8/uint8 ranges."""
+        Dense single-vector models then get their int8/uint8 scale (or ranges)."""
         outputs = checked(await self.runner(info.kind)(self._warmup_rows(info)))
         if info.device != "cpu":  # see gateway/coalesce.py
             self.coalescers[self.services[info.kind].attribute].max_calls = GPU_CALLS_IN_FLIGHT
@@ -246,7 +246,7 @@ class Engine:
             raise errors.InferenceError(f"it answered outputs of shape {sorted(set(wrong))}; the model reports "
                                         f"{info.dimension} features")
         if info.kind in ("embed", "clip", "clap") and not info.multi_vector:
-            self.quantization[info.served_model_name] = await self._quantization_ranges(info)
+            self.quantization[info.served_model_name] = await self._quantizer(info)
 
     def _warmup_rows(self, info: ModelInfo) -> list[Any]:
         name = info.served_model_name
@@ -256,12 +256,14 @@ class Engine:
             return TokenizedText.rows(name, *self.tokenizers[name].encode_pairs("warm-up", ["warm-up"]))
         return TokenizedText.rows(name, self.tokenizers[name].encode_texts(["warm-up"]))
 
-    async def _quantization_ranges(self, info: ModelInfo) -> QuantizationRanges:
-        """Configured, or from the calibration texts embedded in fixed chunks, one call at a time."""
+    async def _quantizer(self, info: ModelInfo) -> Quantizer:
+        """The model's scheme, with parameters configured, or from the calibration texts embedded in fixed
+        chunks, one call at a time."""
         name = info.served_model_name
-        configured = self.config.model(name).quantization_ranges  # type: ignore[union-attr]
+        settings = self.config.model(name)
+        scheme, configured = settings.quantization, settings.quantization_ranges  # type: ignore[union-attr]
         if configured:
-            return QuantizationRanges(configured=read_configured_ranges(configured, info.dimension))
+            return Quantizer(scheme, configured=read_configured_ranges(configured, info.dimension, scheme))
         vectors, started = [], time.perf_counter()
         for start in range(0, len(CALIBRATION_TEXTS), CALIBRATION_CHUNK):
             texts = CALIBRATION_TEXTS[start:start + CALIBRATION_CHUNK]
@@ -271,9 +273,9 @@ class Engine:
             else:
                 rows = self.processors[name].encode(name, [("text", text) for text in texts], self.limits)
             vectors += checked(await self.runner(info.kind)(rows))
-        logger.info("model '%s': int8/uint8 ranges calibrated on %d texts in %.2f s", name, len(vectors),
-                    time.perf_counter() - started)
-        return QuantizationRanges(calibration=agreed(f"calibration {name}", np.stack(vectors)))
+        logger.info("model '%s': int8/uint8 %s quantization calibrated on %d texts in %.2f s", name, scheme,
+                    len(vectors), time.perf_counter() - started)
+        return Quantizer(scheme, calibration=agreed(f"calibration {name}", np.stack(vectors)))
 
     # Model services
     async def run(self, info: ModelInfo, rows: list[Row]) -> list[np.ndarray]:

@@ -73,7 +73,7 @@ class EmbeddingRequest(TruncationControls):
     )
     model: str | None = Field(None, description="Served model name; defaults to the first configured model.")
     encoding_format: OutputType = Field("float", description="float or base64 (OpenAI's), or Embento's quantized "
-                                        "int8, uint8 (ranges fixed per model), binary, ubinary (packed sign bits).")
+                                        "int8, uint8 (scale fixed per model), binary, ubinary (packed sign bits).")
     dimensions: StrictInt | None = Field(None, description="Matryoshka: keep the first N features, re-normalized.")
     user: str | None = Field(None, description="Accepted and ignored.")
     input_type: InputType | None = Field(None, description="Cohere's input kind: the model's prompt for it (e5 "
@@ -178,8 +178,9 @@ class ModelCard(BaseModel):
     multi_vector: bool = False
     sparse: bool = False  # `dimension` is then the vocabulary size
     labels: list[str] | None = None
-    quantization: dict | None = Field(None, description="The int8/uint8 ranges: their source, and per number of "
-                                      "features [[mins], [maxs]] (the quantization_ranges file format).")
+    quantization: dict | None = Field(None, description="The int8/uint8 coding: its scheme (symmetric or "
+                                      "per_dimension), source, and per number of features its scale or "
+                                      "[[mins], [maxs]] (the quantization_ranges file format).")
 
 
 class FailedModel(BaseModel):

@@ -98,9 +98,16 @@ class ModelConfig(BaseModel):
     input_type_prompts: dict[str, str] = Field(default_factory=dict, description=(
         "Cohere's `input_type` (search_query, search_document, classification, clustering) -> a prompt name of "
         "this model. Unset entries are read from its prompt names (query/passage, search_query, ...)."))
+    quantization: Literal["symmetric", "per_dimension"] = Field("symmetric", description=(
+        "How int8/uint8 outputs are coded. `symmetric`: one scale for every feature, codes = round(x / scale x "
+        "127) (uint8: + 128), so dot product, cosine and L2 on the codes rank as the floats do: store and search "
+        "them as they are. `per_dimension`: sentence-transformers' `quantize_embeddings`, code for code (each "
+        "feature's calibrated [min, max] in 255 steps): each feature has its own offset, so code · code does not "
+        "rank as the floats do; for pipelines that rescore candidates with float vectors."))
     quantization_ranges: str | None = Field(None, description=(
-        "A JSON file `{\"<features>\": [[mins], [maxs]], ...}` fixing the int8/uint8 output ranges (the format "
-        "GET /v1/models reports), one entry per `dimensions` used. Unset: calibrated at start from a fixed corpus."))
+        "A JSON file fixing the int8/uint8 parameters, in the format GET /v1/models reports, one entry per "
+        "`dimensions` used: `{\"<features>\": <scale>, ...}` for `quantization: symmetric`, `{\"<features>\": "
+        "[[mins], [maxs]], ...}` for `per_dimension`. Unset: calibrated at start from a fixed corpus."))
     allow_token_ids: bool = Field(True, description=(
         "Accept token ids as `input`. False refuses them with a 400: LangChain's OpenAIEmbeddings sends tiktoken "
         "ids by default, which no self-hosted vocabulary shares."))
