@@ -1,7 +1,8 @@
-"""Cohere's embed, v1 and v2, through the real server with Cohere's own SDK: every embedding type, values equal to
-sentence-transformers' `quantize_embeddings` on the float vectors with the ranges GET /v1/models reports,
-int8/uint8 codes that do not depend on the batch or on a restart, input types, and the refusals; the same
-quantized types as OpenAI `encoding_format`s, through OpenAI's SDK."""
+"""Cohere's embed, v1 and v2, through the real server with Cohere's own SDK: every embedding type; int8/uint8
+codes by the default symmetric scheme (round(x / s * 127), s the scale GET /v1/models reports) equal to the
+offline ones, and by the `per_dimension` option equal to sentence-transformers' `quantize_embeddings` with the
+ranges GET /v1/models reports; codes that do not depend on the batch or on a restart, input types, and the
+refusals; the same quantized types as OpenAI `encoding_format`s, through OpenAI's SDK."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import httpx
 import numpy as np
 import pytest
 
+from models.quantization import CALIBRATION_TEXTS, RANGE_GRID, Quantizer
 from tests.conftest import (
     MINILM,
     QWEN3_EMBEDDER,
@@ -24,6 +26,7 @@ from tests.conftest import (
     running_server,
 )
 from tests.media import data_uri, image_bytes
+from tests.test_quantized_retrieval import DOCUMENTS, QUERIES
 from tests.test_server_errors import assert_openai_error
 from tests.tolerance import assert_close, assert_same_vectors
 
@@ -39,11 +42,30 @@ def _quantize(floats, precision: str, ranges=None) -> np.ndarray:
     return quantize_embeddings(np.asarray(floats, dtype=np.float32), precision, ranges=ranges)
 
 
-def _ranges(client: httpx.Client, model: str) -> np.ndarray:
+def _symmetric(floats, precision: str, scale: float) -> np.ndarray:
+    """The default scheme, written independently: round(x / s * 127) in [-127, 127]; uint8 the same + 128."""
+    codes = np.clip(np.round(np.asarray(floats, dtype=np.float32).astype(np.float64) / scale * 127), -127, 127)
+    return codes + 128 if precision == "uint8" else codes
+
+
+def _report(client: httpx.Client, model: str) -> tuple[dict, int]:
     card = next(c for c in client.get("/v1/models").json()["data"] if c["id"] == model)
-    report = card["quantization"]
-    assert report["source"] == "calibrated" and report["calibration_texts"] > 50
-    return np.asarray(report["ranges"][str(card["dimension"])], dtype=np.float32)
+    return card["quantization"], card["dimension"]
+
+
+def _scale(client: httpx.Client, model: str) -> float:
+    """The model's symmetric scale for its full width, as GET /v1/models reports it (calibrated)."""
+    report, dimension = _report(client, model)
+    assert report["scheme"] == "symmetric" and report["source"] == "calibrated"
+    assert report["calibration_texts"] > 50 and "ranges" not in report
+    return report["scales"][str(dimension)]
+
+
+def _ranges(client: httpx.Client, model: str) -> np.ndarray:
+    """A `per_dimension` model's calibrated ranges for its full width, as GET /v1/models reports them."""
+    report, dimension = _report(client, model)
+    assert report["scheme"] == "per_dimension" and report["source"] == "calibrated"
+    return np.asarray(report["ranges"][str(dimension)], dtype=np.float32)
 
 
 @pytest.fixture(scope="module")
@@ -63,13 +85,13 @@ def co2(server: str) -> cohere.ClientV2:
     return cohere.ClientV2(api_key="unused", base_url=server)
 
 
-def _check_every_type(embeddings, ranges: np.ndarray, reference: np.ndarray) -> None:
+def _check_every_type(embeddings, scale: float, reference: np.ndarray) -> None:
     floats = np.asarray(embeddings.float_, dtype=np.float32)
     assert_same_vectors(floats, reference)
     for precision in ("int8", "uint8"):
         codes = np.asarray(getattr(embeddings, precision))
         assert codes.shape == floats.shape
-        assert np.array_equal(codes, _quantize(floats, precision, ranges)), precision
+        assert np.array_equal(codes, _symmetric(floats, precision, scale)), precision
     for precision in ("binary", "ubinary"):
         codes = np.asarray(getattr(embeddings, precision))
         assert codes.shape == (floats.shape[0], floats.shape[1] // 8)
@@ -84,7 +106,7 @@ def test_v1_every_embedding_type_equals_sentence_transformers(co, client, minilm
     assert response.texts == TEXTS and response.meta.api_version.version == "1"
     usage = client.post("/v1/embeddings", json={"model": MINILM, "input": TEXTS}).json()["usage"]
     assert response.meta.billed_units.input_tokens == usage["prompt_tokens"]
-    _check_every_type(response.embeddings, _ranges(client, MINILM), minilm_st.encode(TEXTS))
+    _check_every_type(response.embeddings, _scale(client, MINILM), minilm_st.encode(TEXTS))
 
 
 def test_v1_without_embedding_types_answers_floats(co, minilm_st):
@@ -96,7 +118,7 @@ def test_v1_without_embedding_types_answers_floats(co, minilm_st):
 def test_v2_every_embedding_type_and_inputs(co2, client, minilm_st):
     response = co2.embed(texts=TEXTS, model=MINILM, input_type="search_query", embedding_types=ALL_TYPES)
     assert response.meta.api_version.version == "2" and response.texts == TEXTS
-    _check_every_type(response.embeddings, _ranges(client, MINILM), minilm_st.encode(TEXTS))
+    _check_every_type(response.embeddings, _scale(client, MINILM), minilm_st.encode(TEXTS))
     contents = co2.embed(model=MINILM, input_type="search_document", embedding_types=["float"],
                          inputs=[{"content": [{"type": "text", "text": text}]} for text in TEXTS[:3]])
     assert_same_vectors(contents.embeddings.float_, minilm_st.encode(TEXTS[:3]))
@@ -116,6 +138,30 @@ def test_v2_output_dimension_truncates_and_renormalizes_before_quantizing(co2, m
     whole = co2.embed(texts=TEXTS, model=MINILM, input_type="search_document", embedding_types=["int8"])
     whole = np.asarray(whole.embeddings.int8)[:, :128]
     assert not np.array_equal(int8, whole)
+
+
+def test_served_codes_are_the_offline_ones(co, co2, client, minilm_st):
+    """The codes a vector database would store, from the server (Cohere v2 and v1), against the same codes made
+    offline: sentence-transformers' vectors for the calibration texts and for part of the retrieval set of
+    tests/test_quantized_retrieval.py, through models/quantization.py with the default scheme."""
+    texts = QUERIES[:20] + DOCUMENTS[:100]
+    offline = Quantizer(calibration=minilm_st.encode(CALIBRATION_TEXTS))
+    scale = _scale(client, MINILM)
+    # equal, unless another processor's float noise carries the largest value across a grid step
+    assert abs(offline.parameters(384, True) - scale) <= 1 / RANGE_GRID
+    served = co2.embed(texts=texts, model=MINILM, input_type="search_document",
+                       embedding_types=["float", "int8", "uint8"]).embeddings
+    floats = np.asarray(served.float_, dtype=np.float32)
+    assert_same_vectors(floats, minilm_st.encode(texts))
+    for precision in ("int8", "uint8"):
+        codes = np.asarray(getattr(served, precision))
+        assert np.array_equal(codes, _symmetric(floats, precision, scale)), precision
+        expected = offline.codes(minilm_st.encode(texts), precision, renormalized=True).astype(int)
+        # one step apart at most, where the two float outputs sit either side of a rounding boundary
+        assert (np.abs(codes - expected) <= 1).all() and (codes == expected).mean() > 0.99, precision
+    assert np.array_equal(np.asarray(served.uint8), np.asarray(served.int8) + 128)
+    v1 = co.embed(texts=texts[:8], model=MINILM, embedding_types=["int8"], batching=False).embeddings.int8
+    assert (np.abs(np.asarray(v1) - np.asarray(served.int8)[:8]) <= 1).all()
 
 
 def _codes_agree(first: tuple[np.ndarray, np.ndarray], second: tuple[np.ndarray, np.ndarray]) -> None:
@@ -144,22 +190,39 @@ def test_int8_codes_do_not_depend_on_the_batch_or_a_restart(server, client, tmp_
     _codes_agree(alone, (in_batch[0][20:21], in_batch[1][20:21]))
     # a batch of very different texts moves request-derived ranges a lot; fixed ones not at all
     assert not np.array_equal(_quantize(alone[0], "int8"), _quantize(in_batch[0], "int8")[20:21])
-    ranges = _ranges(client, MINILM)
+    scale = _scale(client, MINILM)
     folder = tmp_path_factory.mktemp("restarted")
-    # beside it, MiniLM again with configured ranges: half as wide as the calibrated ones
-    narrow = np.vstack([ranges[0] / 2, ranges[1] / 2])
+    # beside it, MiniLM again: with the per-dimension option, calibrated and configured (ranges narrower than
+    # calibrated ones), and with a configured scale half the calibrated one
+    narrow = np.vstack([np.full(384, -0.125), np.full(384, 0.125)])
     (folder / "ranges.json").write_text(json.dumps({"384": narrow.tolist()}))
-    models = [{"model_id": MINILM}, {"model_id": MINILM, "served_model_name": "configured",
-                                     "quantization_ranges": str(folder / "ranges.json")}]
+    (folder / "scale.json").write_text(json.dumps({"384": scale / 2}))
+    models = [{"model_id": MINILM},
+              {"model_id": MINILM, "served_model_name": "per-dimension", "quantization": "per_dimension"},
+              {"model_id": MINILM, "served_model_name": "configured", "quantization": "per_dimension",
+               "quantization_ranges": str(folder / "ranges.json")},
+              {"model_id": MINILM, "served_model_name": "configured-scale",
+               "quantization_ranges": str(folder / "scale.json")}]
     with running_server(folder, {"models": models, "cache_dir": str(folder / "cache")}) as (url, _):
         with httpx.Client(base_url=url, timeout=60) as other:
-            assert np.array_equal(_ranges(other, MINILM), ranges)
-            card = next(c for c in other.get("/v1/models").json()["data"] if c["id"] == "configured")
-            assert card["quantization"]["source"] == "configured"
-            body = {"model": "configured", "texts": [text], "embedding_types": ["float", "int8"]}
-            configured = other.post("/v2/embed", json=body).json()["embeddings"]
+            assert _scale(other, MINILM) == scale
+            body = {"texts": TEXTS + [text], "embedding_types": ["float", "int8", "uint8"]}
+            # the per-dimension option: sentence-transformers' codes, bit for bit, with the ranges reported
+            ranges = _ranges(other, "per-dimension")
+            option = other.post("/v2/embed", json={**body, "model": "per-dimension"}).json()["embeddings"]
+            for precision in ("int8", "uint8"):
+                assert np.array_equal(option[precision], _quantize(option["float"], precision, ranges)), precision
+            report, _ = _report(other, "configured")
+            assert report == {"scheme": "per_dimension", "source": "configured", "calibration_texts": None,
+                              "ranges": {"384": narrow.tolist()}}
+            configured = other.post("/v2/embed", json={**body, "model": "configured"}).json()["embeddings"]
             assert np.array_equal(configured["int8"], _quantize(configured["float"], "int8", narrow))
-            cut = other.post("/v2/embed", json={**body, "output_dimension": 64})
+            report, _ = _report(other, "configured-scale")
+            assert report == {"scheme": "symmetric", "source": "configured", "calibration_texts": None,
+                              "scales": {"384": scale / 2}}
+            halved = other.post("/v2/embed", json={**body, "model": "configured-scale"}).json()["embeddings"]
+            assert np.array_equal(halved["int8"], _symmetric(halved["float"], "int8", scale / 2))
+            cut = other.post("/v2/embed", json={**body, "model": "configured", "output_dimension": 64})
             assert_openai_error(cut, 400, "dimensions")  # no ranges configured for 64 features
         _codes_agree(alone, _float_and_int8(url, [text]))
 
@@ -224,11 +287,11 @@ def test_openai_sdk_gets_the_same_codes_as_an_encoding_format(server, client):
 
     sdk = OpenAI(base_url=f"{server}/v1", api_key="unused")
     floats = _float_and_int8(server, TEXTS)[0]
-    ranges = _ranges(client, MINILM)
+    scale = _scale(client, MINILM)
     for precision in ("int8", "uint8", "binary", "ubinary"):
         result = sdk.embeddings.create(input=TEXTS, model=MINILM, encoding_format=precision)  # type: ignore[arg-type]
         codes = np.asarray([item.embedding for item in result.data])
-        expected = _quantize(floats, precision, ranges if precision.endswith("int8") else None)
+        expected = _symmetric(floats, precision, scale) if precision.endswith("int8") else _quantize(floats, precision)
         assert codes.shape == expected.shape
         if precision.endswith("int8"):
             assert (np.abs(codes - expected.astype(int)) <= 1).all() and (codes == expected).mean() > 0.99
