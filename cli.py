@@ -88,7 +88,11 @@ FLAGS = (
     Flag(("--config",), "CONFIG", f"YAML configuration file (default: ./{CONFIG_FILE_NAME} if present)"),
     Flag(("--host",), "HOST", f"address to listen on (default: {DEFAULT_HOST})"),
     Flag(("--port",), "PORT", f"port to listen on (default: {DEFAULT_PORT})"),
+    Flag(("--log-level",), "LOG_LEVEL", "info, debug or error: debug adds the debug logs and the traceback of a "
+         "start-up failure with a known cause, which is otherwise one line; error keeps errors only (default: info)"),
 )
+# `--log-level` as BentoML's `serve` options.
+LOG_LEVELS = {"info": [], "debug": ["--debug"], "error": ["--quiet"]}
 
 
 # `embento build`'s image settings.
@@ -186,7 +190,14 @@ def bentoml_command(env: Mapping[str, str]) -> list[str]:
     host = env.get(ENV_PREFIX + "HOST", DEFAULT_HOST)
     port = env.get(ENV_PREFIX + "PORT", DEFAULT_PORT)
     return [sys.executable, "-m", "bentoml", "serve", "service:Gateway", "--working-dir", str(PROJECT_ROOT),
-            "--host", host, "--port", port]
+            "--host", host, "--port", port, *LOG_LEVELS[log_level(env)]]
+
+
+def log_level(env: Mapping[str, str]) -> str:
+    level = env.get(ENV_PREFIX + "LOG_LEVEL", "info").lower()
+    if level not in LOG_LEVELS:
+        raise ConfigError(f"{ENV_PREFIX}LOG_LEVEL (--log-level) is '{level}'; it takes {', '.join(LOG_LEVELS)}")
+    return level
 
 
 def project_version(project_dir: Path) -> str:
@@ -417,6 +428,7 @@ def wait_until_ready(url: str, api_key: str | None, server_pid: int) -> dict | N
 def serve(args: argparse.Namespace) -> int:
     env = build_env(args, os.environ, Path.cwd())
     try:
+        log_level(env)
         config = load_config(env, cwd=Path.cwd())
         check_models_found(config)
     except EmbentoError as exc:

@@ -14,6 +14,10 @@ import os
 
 os.environ.setdefault("BENTOML_DO_NOT_TRACK", "True")  # no usage tracking unless a user opts in
 
+from runners.start_failures import report_start_failures  # noqa: E402
+
+report_start_failures()  # first: the configuration is read while the imports below run, and may fail there
+
 import asyncio
 import functools
 import ipaddress

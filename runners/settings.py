@@ -28,6 +28,7 @@ from runners.placement import (
     visible_gpus,
     worker_device,
 )
+from runners.start_failures import START_FAILED
 from runners.store import served_config
 
 logger = logging.getLogger(__name__)
@@ -112,11 +113,14 @@ def stop_server(reason: str) -> None:
     """Stop the whole server: for a model that cannot load, which would fail the same way on every one of
     the restarts BentoML would otherwise make, forever, behind a 503. Stopped, the failure is seen, and an
     orchestrator restarts the server with its own back-off. The server then exits non-zero (see
-    `exit_nonzero_after_failed_start`)."""
-    logger.error("%s; stopping the server", reason)
-    if server_context.worker_index is not None:  # a worker process under BentoML's arbiter, our parent
-        _failure_marker(os.getppid()).write_text(reason)
-        os.kill(os.getppid(), signal.SIGTERM)
+    `exit_nonzero_after_failed_start`), and says why, once: here only at debug level."""
+    if server_context.worker_index is None:  # no arbiter to tell: `bentoml serve --development`
+        logger.error("%s; stopping the server", reason)
+        return
+    logger.debug("%s; stopping the server", reason)
+    # A worker process under BentoML's arbiter, our parent
+    _failure_marker(os.getppid()).write_text(reason)
+    os.kill(os.getppid(), signal.SIGTERM)
 
 
 def exit_nonzero_after_failed_start() -> None:
@@ -132,7 +136,7 @@ def exit_nonzero_after_failed_start() -> None:
         if marker.is_file():
             reason = marker.read_text()
             marker.unlink(missing_ok=True)
-            print(f"embento: the server could not start: {reason}", file=sys.stderr, flush=True)
+            print(f"{START_FAILED}{reason}", file=sys.stderr, flush=True)
             os._exit(STARTUP_FAILED_STATUS)  # the only way to change the status from an exit handler
 
     atexit.register(exit_nonzero)

@@ -230,12 +230,16 @@ def test_a_bento_refuses_a_configuration_that_needs_services_it_lacks(home, bent
     config = yaml.safe_load(STORE_CONFIG)
     config["models"].append({"model_id": str(tiny_clap_path), "served_model_name": "added"})
     (tmp_path / "more.yaml").write_text(yaml.safe_dump(config))
-    result = subprocess.run([sys.executable, "-m", "bentoml", "serve", str(bentos["cpu"]), "--port", str(free_port())],
-                            env=server_env(home, EMBENTO_CONFIG=str(tmp_path / "more.yaml")), cwd=tmp_path,
+    # By tag, as users serve it: BentoML first imports `embento` as a module (the installed client package),
+    # then loads the Bento of that name. The refusal is one line, without that first try's traceback.
+    command = [sys.executable, "-m", "bentoml", "serve", f"embento:{VERSION}-cpu", "--port", str(free_port())]
+    result = subprocess.run(command, env=server_env(home, EMBENTO_CONFIG=str(tmp_path / "more.yaml")), cwd=tmp_path,
                             capture_output=True, text=True, check=False, timeout=300)
     assert result.returncode != 0
-    assert "was built with the services ['ClipEmbedder', 'Embento', 'Reranker', 'TextEmbedder']" in result.stderr
-    assert "needs ['ClapEmbedder'] too: rebuild it" in result.stderr
+    assert result.stdout + result.stderr == (
+        f"embento: this Bento ({VERSION}-cpu) was built with the services "
+        "['ClipEmbedder', 'Embento', 'Reranker', 'TextEmbedder'], but the configuration needs ['ClapEmbedder'] "
+        "too: rebuild it with that configuration in embento.yaml\n")
 
 
 def serve_bento(home: Path, tag: str, folder: Path, **env: str) -> Iterator[str]:

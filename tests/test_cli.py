@@ -58,6 +58,15 @@ def test_server_flags(tmp_path):
     assert command[command.index("--working-dir") + 1] == str(PROJECT_ROOT)
 
 
+def test_log_level_becomes_bentomls_verbosity(capsys, monkeypatch):
+    assert "--debug" in bentoml_command(env_for(["--log-level", "debug"]))
+    assert "--quiet" in bentoml_command(env_for([], {"EMBENTO_LOG_LEVEL": "error"}))
+    assert not {"--debug", "--quiet"} & set(bentoml_command(env_for([])))
+    monkeypatch.delenv("EMBENTO_CONFIG", raising=False)
+    assert main(["serve", "--log-level", "loud"]) == 2
+    assert "EMBENTO_LOG_LEVEL (--log-level) is 'loud'; it takes info, debug, error" in capsys.readouterr().err
+
+
 def test_invalid_configuration_exits_2_before_serving(capsys, monkeypatch):
     monkeypatch.delenv("EMBENTO_CONFIG", raising=False)
     assert main(["serve", "--model-id", "a/x", "--batch-size", "1", "--batch-size", "2", "--batch-size", "3"]) == 2

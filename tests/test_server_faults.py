@@ -22,6 +22,7 @@ import pytest
 import yaml
 
 from runners.settings import STARTUP_FAILED_STATUS
+from runners.start_failures import PREFIX, START_FAILED
 from tests.checkpoints import copy_bert_tokenizer
 from tests.conftest import (
     MINILM,
@@ -193,14 +194,20 @@ def serve_until_it_stops(folder: Path, config: dict, command: list[str] | None =
     return result.returncode, result.stdout + result.stderr
 
 
+def assert_said_once(log: str, reason: str) -> None:
+    """A start-up failure with a known cause: its reason once, as the server's last word, and no traceback."""
+    assert log.count(reason) == 1, log
+    assert next(line for line in log.splitlines() if reason in line).startswith(START_FAILED)
+    assert "Traceback" not in log and "Initializing service error" not in log, log
+
+
 def test_a_model_that_cannot_load_stops_the_server_naming_it_and_the_cause(tmp_path, minilm_path):
     """Without weights the checkpoint fails on every try: the server stops instead of restarting it forever,
     and exits non-zero, so that systemd, a Kubernetes Job or `embento serve && ...` see a failure."""
     broken = checkpoint_without_weights(tmp_path / "no-weights", minilm_path)
     status, log = serve_until_it_stops(tmp_path, {"models": [{"model_id": MINILM}, {"model_id": str(broken)}]})
     assert f"cannot load '{broken}'" in log and "no file named" in log  # the model, and the cause
-    assert "stopping the server" in log
-    assert log.count("Initializing service error") == 1  # stopped at the first failure, not restarted
+    assert_said_once(log, f"cannot load '{broken}'")
     assert status == STARTUP_FAILED_STATUS
 
 
@@ -221,8 +228,36 @@ def test_embento_serve_exits_non_zero_when_the_backend_cannot_run_the_model(tmp_
     # its own, which waited on the dying model service for the client's timeout (request_timeout_s + 30 s),
     # and the stopping server waited for that probe: 150 s instead of about 6. 90 s tells the two apart.
     status, log = serve_until_it_stops(tmp_path, {"models": [{"model_id": MINILM}]}, command, timeout_s=90)
-    assert "No conversion is registered for the model configuration MPNetConfig" in log
+    assert_said_once(log, "No conversion is registered for the model configuration MPNetConfig")
     assert status == STARTUP_FAILED_STATUS
+
+
+def test_at_debug_level_a_refused_dtype_shows_its_traceback(tmp_path, tiny_bert_path):
+    """CTranslate2 in bfloat16 on a CPU, refused as the model service loads: one line at the default level, as
+    for the failures above (it used to come five times, three with a traceback: the service's own line,
+    BentoML's "Initializing service error", uvicorn's lifespan failure twice, the closing line); at debug
+    level, with BentoML's tracebacks too."""
+    reason = "dtype 'bfloat16' with backend 'ctranslate2' needs a CUDA device, and it runs on 'cpu'"
+    command = [sys.executable, "-m", "cli", "serve", "--model-id", str(tiny_bert_path), "--backend", "ctranslate2",
+               "--dtype", "bfloat16", "--log-level", "debug", "--host", "127.0.0.1", "--port", str(free_port())]
+    status, log = serve_until_it_stops(tmp_path, {"models": [{"model_id": MINILM}]}, command, timeout_s=120)
+    assert status == STARTUP_FAILED_STATUS
+    assert f"{START_FAILED}model '{tiny_bert_path.name}': {reason}" in log
+    assert "Traceback (most recent call last)" in log and "Initializing service error" in log
+    assert "models.errors.ConfigError: model" in log
+
+
+@pytest.mark.parametrize("debug", [False, True])
+def test_a_configuration_refused_as_bentoml_serve_imports_the_service_is_one_line(tmp_path, debug):
+    """Read as `bentoml serve`'s own process imports the service, before any worker starts."""
+    reason = "dtype 'int8' is not available with backend 'torch'"
+    command = [sys.executable, "-m", "bentoml", "serve", "service:Gateway", "--port", str(free_port()),
+               *(["--debug"] if debug else [])]
+    status, log = serve_until_it_stops(tmp_path, {"models": [{"model_id": MINILM, "dtype": "int8"}]}, command,
+                                       timeout_s=120)
+    assert status != 0 and log.count(reason) == (2 if debug else 1), log  # with --debug: the cause's too
+    assert (f"{PREFIX}invalid configuration" in log) != debug
+    assert ("Traceback" in log) == debug
 
 
 def too_short_reranker(minilm_reranker_path: Path) -> dict:
@@ -235,7 +270,7 @@ def test_a_warm_up_that_cannot_succeed_stops_the_server(tmp_path, minilm_reranke
     status, log = serve_until_it_stops(tmp_path, {"models": [{"model_id": MINILM},
                                                              too_short_reranker(minilm_reranker_path)]})
     assert "model 'too-short': its warm-up failed: query is 3 tokens" in log and "4-token limit" in log
-    assert "stopping the server" in log
+    assert_said_once(log, "model 'too-short': its warm-up failed: query is 3 tokens")
     assert status == STARTUP_FAILED_STATUS
 
 
