@@ -104,7 +104,8 @@ def tiny(tiny_bert_path: Path) -> Served:
 def test_minilm_codes_keep_the_float_ranking(minilm, features):
     """Measured, symmetric: 0.9917 / 0.9917 / 0.9933 at 384 features, 0.9933 / 0.9917 / 0.9933 at 64 (`dimensions`,
     re-normalized, its own scale). Per-dimension, before: 0.8683 / 0.9283 / 0.95 and 0.74 / 0.8517 / 0.855.
-    Threshold 0.98: 0.0117 (7 of 600 neighbours) under the lowest."""
+    Threshold 0.98: 0.0117 (7 of 600 neighbours) under the lowest. Through the server (Cohere's SDK, v2 embed), the
+    same set measured the same: 0.9917 (int8 dot) and 0.9933 (uint8 L2), per-dimension 0.8683 and 0.95."""
     queries = truncate_dimensions(minilm.queries, features, True)
     documents = truncate_dimensions(minilm.documents, features, True)
     overlaps = code_overlaps(queries, documents, minilm.quantizer())

@@ -61,6 +61,9 @@ def test_binary_codes_equal_sentence_transformers(vectors, precision):
 def test_symmetric_is_the_default_scheme(vectors):
     assert ModelConfig(model_id=MINILM).quantization == "symmetric"
     assert Quantizer(calibration=vectors).scheme == "symmetric"
+    assert ModelConfig(model_id=MINILM, quantization="per_dimension").quantization == "per_dimension"
+    with pytest.raises(ValueError, match="'symmetric' or 'per_dimension'"):
+        ModelConfig(model_id=MINILM, quantization="per_feature")
 
 
 def test_symmetric_codes_are_the_floats_times_one_constant(vectors):
