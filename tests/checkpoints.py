@@ -74,6 +74,26 @@ def build_clip(folder: Path, minilm: Path) -> Path:
     return folder
 
 
+def build_siglip(folder: Path, minilm: Path) -> Path:
+    """SigLIP (64 text positions, as Google's) with MiniLM's BERT tokenizer, which here names no limit."""
+    import torch
+    from transformers import AutoTokenizer, SiglipConfig, SiglipImageProcessor, SiglipModel, SiglipProcessor
+
+    torch.manual_seed(16)
+    config = SiglipConfig(
+        text_config={"vocab_size": 30522, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
+                     "num_attention_heads": 2, "max_position_embeddings": 64},
+        vision_config={"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2,
+                       "image_size": 32, "patch_size": 8},
+    )
+    SiglipModel(config).save_pretrained(folder)
+    images = SiglipImageProcessor(size={"height": 32, "width": 32})
+    tokenizer = AutoTokenizer.from_pretrained(str(minilm))
+    SiglipProcessor(image_processor=images, tokenizer=tokenizer).save_pretrained(folder)
+    drop_tokenizer_limit(folder)
+    return folder
+
+
 def drop_tokenizer_limit(folder: Path) -> None:
     """Remove `model_max_length` from a saved `tokenizer_config.json`, as many community checkpoints lack it:
     transformers then reports its 1e30 sentinel, and only the model's positions bound the text."""

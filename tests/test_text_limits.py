@@ -13,7 +13,7 @@ from models.media_encoder import MediaEncoder
 from models.text_encoder import TextEncoder
 from models.text_settings import text_limit
 from models.text_tokenizer import TextTokenizer
-from tests.checkpoints import build_colpali, build_roberta
+from tests.checkpoints import build_colpali, build_roberta, build_siglip
 from tests.conftest import WORDS
 from tests.tolerance import assert_same_vectors
 
@@ -31,24 +31,31 @@ def silent_colpali_path(tmp_path_factory: pytest.TempPathFactory):
     return build_colpali(tmp_path_factory.mktemp("silent-colpali"), text_positions=48, tokenizer_limit=None)
 
 
+@pytest.fixture(scope="module")
+def siglip_path(tmp_path_factory: pytest.TempPathFactory, minilm_path):
+    return build_siglip(tmp_path_factory.mktemp("silent-siglip"), minilm_path)
+
+
 def _config(path, **extra) -> ModelConfig:
     return ModelConfig(model_id=str(path), served_model_name="m", device="cpu", **extra)
 
 
-def test_the_tokenizers_name_no_limit(silent_clap_path, silent_colpali_path, roberta_path):
+def test_the_tokenizers_name_no_limit(silent_clap_path, silent_colpali_path, roberta_path, siglip_path):
     from transformers import AutoTokenizer
 
-    for path in (silent_clap_path, silent_colpali_path, roberta_path):
+    for path in (silent_clap_path, silent_colpali_path, roberta_path, siglip_path):
         assert AutoTokenizer.from_pretrained(str(path)).model_max_length > SILENT / 10
 
 
 def test_the_limit_is_the_positions_less_the_offset_and_the_tokenizer_limit_when_smaller(
-        silent_clap_path, silent_colpali_path, roberta_path, tiny_clip_path, tiny_bert_path, qwen3_embedder_path):
+        silent_clap_path, silent_colpali_path, roberta_path, siglip_path, tiny_clip_path, tiny_bert_path,
+        qwen3_embedder_path):
     assert text_limit(silent_clap_path, SILENT) == 78  # 80 positions from pad_token_id + 1 = 2 (RoBERTa's)
     assert text_limit(roberta_path, SILENT) == 64  # 66 positions, the same scheme
     assert text_limit(roberta_path, 32) == 32  # a tokenizer's own, smaller limit
     assert text_limit(silent_colpali_path, SILENT) == 48  # Gemma's rotary positions: no offset
     assert text_limit(tiny_clip_path, SILENT) == 77  # CLIP's positions start at 0
+    assert text_limit(siglip_path, SILENT) == 64  # SigLIP's too
     assert text_limit(tiny_bert_path, SILENT) == 512  # BERT's too
     assert text_limit(qwen3_embedder_path, None) == 512  # the embedder's Qwen3 configuration: 512 positions
 
@@ -62,7 +69,8 @@ def test_a_clap_text_past_its_positions_is_cut_and_encodes_as_transformers_does(
     (row,) = encoder.processor.rows("m", "text", [LONG_TEXT])
     ids = row.arrays["input_ids"].tolist()
     tokenizer = AutoTokenizer.from_pretrained(str(silent_clap_path))
-    assert ids == tokenizer(LONG_TEXT, truncation=True, max_length=78)["input_ids"] and ids[-1] == tokenizer.eos_token_id
+    assert ids == tokenizer(LONG_TEXT, truncation=True, max_length=78)["input_ids"]
+    assert ids[-1] == tokenizer.eos_token_id  # cut before its closing token, which stays
     (got,) = encoder.forward([row])
     model = ClapModel.from_pretrained(str(silent_clap_path)).eval()
     with torch.inference_mode():
@@ -95,7 +103,8 @@ def test_a_roberta_text_past_its_positions_is_cut_and_embeds_as_transformers_doe
     tokenizer, encoder = TextTokenizer(roberta_path, cfg), TextEncoder(roberta_path, cfg)
     assert tokenizer.max_input_tokens == encoder.info.max_input_tokens == 64
     (ids,) = tokenizer.encode_texts([LONG_TEXT])
-    assert ids == AutoTokenizer.from_pretrained(str(roberta_path))(LONG_TEXT, truncation=True, max_length=64)["input_ids"]
+    direct = AutoTokenizer.from_pretrained(str(roberta_path))
+    assert ids == direct(LONG_TEXT, truncation=True, max_length=64)["input_ids"]
     got = encoder.forward(TokenizedText.rows("m", [ids]))
     model = AutoModel.from_pretrained(str(roberta_path)).eval()
     with torch.inference_mode():
@@ -104,5 +113,13 @@ def test_a_roberta_text_past_its_positions_is_cut_and_embeds_as_transformers_doe
 
 
 def test_a_configured_limit_still_wins(silent_clap_path, roberta_path):
-    assert MediaEncoder(silent_clap_path, _config(silent_clap_path, max_seq_length=20), "clap").info.max_input_tokens == 20
+    clap = MediaEncoder(silent_clap_path, _config(silent_clap_path, max_seq_length=20), "clap")
+    assert clap.info.max_input_tokens == 20
     assert TextTokenizer(roberta_path, _config(roberta_path, max_seq_length=100)).max_input_tokens == 100
+
+
+def test_a_siglip_text_is_cut_at_its_positions(siglip_path):
+    encoder = MediaEncoder(siglip_path, _config(siglip_path), "clip")
+    assert encoder.info.max_input_tokens == 64
+    (row,) = encoder.processor.rows("m", "text", [LONG_TEXT])
+    assert row.length == 64 and encoder.forward([row])[0].shape == (encoder.info.dimension,)
