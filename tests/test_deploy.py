@@ -3,6 +3,9 @@ policy, and BentoCloud's schema, for the model services the example configuratio
 
 from __future__ import annotations
 
+import copy
+from pathlib import Path
+
 import pytest
 import yaml
 
@@ -13,6 +16,29 @@ from tests.conftest import ROOT
 DEPLOY = ROOT / "deploy"
 KUBERNETES = DEPLOY / "kubernetes"
 PORT = 3000
+# Kubernetes' restricted Pod Security Standard, the rules its admission controller applies to a pod
+# (https://kubernetes.io/docs/concepts/security/pod-security-standards/: baseline's and restricted's).
+RESTRICTED_VOLUME_TYPES = {"configMap", "csi", "downwardAPI", "emptyDir", "ephemeral", "persistentVolumeClaim",
+                           "projected", "secret"}
+RESTRICTED_ADDED_CAPABILITIES = {"NET_BIND_SERVICE"}
+ALLOWED_SECCOMP_TYPES = {"RuntimeDefault", "Localhost"}
+ALLOWED_SELINUX_TYPES = {"", "container_t", "container_init_t", "container_kvm_t", "container_engine_t"}
+IMAGE_TEMP_DIR = Path("/tmp")  # Python's temporary folder in the image, which sets no TMPDIR
+# core/v1 field names of the objects the security settings use: the API server's strict field validation
+# (kubectl's default) refuses any other, and a misspelt one would otherwise be dropped unnoticed.
+FIELDS = {
+    "PodSecurityContext": {"appArmorProfile", "fsGroup", "fsGroupChangePolicy", "runAsGroup", "runAsNonRoot",
+                           "runAsUser", "seLinuxChangePolicy", "seLinuxOptions", "seccompProfile",
+                           "supplementalGroups", "supplementalGroupsPolicy", "sysctls", "windowsOptions"},
+    "SecurityContext": {"allowPrivilegeEscalation", "appArmorProfile", "capabilities", "privileged", "procMount",
+                        "readOnlyRootFilesystem", "runAsGroup", "runAsNonRoot", "runAsUser", "seLinuxOptions",
+                        "seccompProfile", "windowsOptions"},
+    "Capabilities": {"add", "drop"},
+    "SeccompProfile": {"type", "localhostProfile"},
+    "VolumeMount": {"name", "mountPath", "readOnly", "recursiveReadOnly", "subPath", "subPathExpr",
+                    "mountPropagation"},
+    "EmptyDirVolumeSource": {"medium", "sizeLimit"},
+}
 
 
 @pytest.fixture(scope="module")
@@ -45,6 +71,99 @@ def container(deployment: dict) -> dict:
 
 def flag_values(args: list[str], flag: str) -> list[str]:
     return [arg.split("=", 1)[1] for arg in args if arg.startswith(f"{flag}=")]
+
+
+def restricted_violations(pod: dict) -> list[str]:
+    """What in a pod spec the restricted Pod Security Standard refuses, and any unknown security field."""
+    found = []
+    pod_context = pod.get("securityContext", {})
+    containers = [*pod.get("initContainers", []), *pod["containers"]]
+    contexts = [(c["name"], c.get("securityContext", {})) for c in containers]
+    for kind, values in [("PodSecurityContext", pod_context), *(("SecurityContext", c) for _, c in contexts)]:
+        found += [f"unknown {kind} field {key}" for key in set(values) - FIELDS[kind]]
+        found += [f"unknown SeccompProfile field {key}" for key in set(values.get("seccompProfile", {}))
+                  - FIELDS["SeccompProfile"]]
+    found += [f"host namespace {key}" for key in ("hostNetwork", "hostPID", "hostIPC") if pod.get(key)]
+    found += [f"sysctl {s['name']}" for s in pod_context.get("sysctls", [])]  # none is needed, none is allowed
+    for volume in pod.get("volumes", []):
+        (kind,) = set(volume) - {"name"}
+        if kind not in RESTRICTED_VOLUME_TYPES:
+            found.append(f"volume {volume['name']} of type {kind}")
+        if kind == "emptyDir":
+            found += [f"unknown EmptyDirVolumeSource field {key}"
+                      for key in set(volume[kind] or {}) - FIELDS["EmptyDirVolumeSource"]]
+    for name, context in contexts:
+        container = next(c for c in containers if c["name"] == name)
+        found += [f"{name}: host port" for port in container.get("ports", []) if port.get("hostPort")]
+        found += [f"{name}: unknown VolumeMount field {key}" for mount in container.get("volumeMounts", [])
+                  for key in set(mount) - FIELDS["VolumeMount"]]
+        if context.get("privileged"):
+            found.append(f"{name}: privileged")
+        if context.get("allowPrivilegeEscalation") is not False:
+            found.append(f"{name}: allowPrivilegeEscalation is not false")
+        if context.get("procMount", "Default") != "Default":
+            found.append(f"{name}: procMount")
+        capabilities = context.get("capabilities", {})
+        found += [f"{name}: unknown Capabilities field {key}" for key in set(capabilities) - FIELDS["Capabilities"]]
+        if "ALL" not in capabilities.get("drop", []):
+            found.append(f"{name}: capabilities do not drop ALL")
+        found += [f"{name}: adds capability {cap}" for cap in set(capabilities.get("add", []))
+                  - RESTRICTED_ADDED_CAPABILITIES]
+        if context.get("runAsNonRoot", pod_context.get("runAsNonRoot")) is not True:
+            found.append(f"{name}: runAsNonRoot is not true")
+        if 0 in (context.get("runAsUser"), pod_context.get("runAsUser")):
+            found.append(f"{name}: runs as uid 0")
+        seccomp = context.get("seccompProfile", pod_context.get("seccompProfile", {})).get("type")
+        if seccomp not in ALLOWED_SECCOMP_TYPES:
+            found.append(f"{name}: seccompProfile {seccomp}")
+        for options in (pod_context.get("seLinuxOptions", {}), context.get("seLinuxOptions", {})):
+            if set(options) - {"type", "level"} or options.get("type", "") not in ALLOWED_SELINUX_TYPES:
+                found.append(f"{name}: seLinuxOptions {options}")
+        for profile in (pod_context.get("appArmorProfile", {}), context.get("appArmorProfile", {})):
+            if profile.get("type") == "Unconfined":
+                found.append(f"{name}: appArmorProfile Unconfined")
+    return found
+
+
+def test_every_pod_meets_the_restricted_pod_security_standard(manifests):
+    for name, deployment in of_kind(manifests, "Deployment").items():
+        assert restricted_violations(deployment["spec"]["template"]["spec"]) == [], name
+
+
+@pytest.mark.parametrize("change, violation", [
+    (lambda pod: pod["securityContext"].pop("seccompProfile"), "seccompProfile None"),
+    (lambda pod: pod["containers"][0]["securityContext"]["capabilities"].update(add=["SYS_ADMIN"]),
+     "adds capability SYS_ADMIN"),
+    (lambda pod: pod["containers"][0]["securityContext"]["capabilities"].update(drop=["NET_RAW"]),
+     "capabilities do not drop ALL"),
+    (lambda pod: pod["containers"][0]["securityContext"].pop("allowPrivilegeEscalation"),
+     "allowPrivilegeEscalation is not false"),
+    (lambda pod: pod["securityContext"].pop("runAsNonRoot"), "runAsNonRoot is not true"),
+    (lambda pod: pod["volumes"].append({"name": "host", "hostPath": {"path": "/"}}), "volume host of type hostPath"),
+    (lambda pod: pod["containers"][0]["securityContext"].update(readOnlyRootFileSystem=True),
+     "unknown SecurityContext field readOnlyRootFileSystem"),
+])
+def test_the_pod_security_check_catches_each_kind_of_violation(manifests, change, violation):
+    pod = copy.deepcopy(of_kind(manifests, "Deployment")["embento"]["spec"]["template"]["spec"])
+    change(pod)
+    assert any(found.endswith(violation) for found in restricted_violations(pod)), restricted_violations(pod)
+
+
+def test_every_container_writes_only_to_an_emptydir_that_holds_the_images_home(manifests):
+    """A read-only root: the image's HOME (BentoML's home, the caches, cache_dir) and the temporary folder lie
+    under an emptyDir mounted writable."""
+    from runners.image import WRITABLE_HOME
+
+    for name, deployment in of_kind(manifests, "Deployment").items():
+        pod = deployment["spec"]["template"]["spec"]
+        empty_dirs = {v["name"] for v in pod.get("volumes", []) if "emptyDir" in v}
+        main = container(deployment)
+        assert main["securityContext"]["readOnlyRootFilesystem"] is True, name
+        writable = [Path(m["mountPath"]) for m in main.get("volumeMounts", [])
+                    if m["name"] in empty_dirs and not m.get("readOnly")]
+        for path in (Path(WRITABLE_HOME), IMAGE_TEMP_DIR):
+            assert any(path.is_relative_to(mount) for mount in writable), (name, path)
+        assert "HOME" not in {item["name"] for item in main.get("env", [])}, name  # the image's HOME stands
 
 
 def test_one_deployment_and_service_per_model_service(manifests, needed_services):
