@@ -8,12 +8,16 @@ every service of a variant runs on the same image.
 
 The image settings (`models.config.ImageSettings`: base image, package indexes, extra CA certificates) are
 bento arguments too, so a build behind a private mirror is recorded in `bento.yaml` and in the labels.
+
+Everything the image writes while serving goes under its `HOME` (`WRITABLE_HOME`), so that it serves as its
+own user, as an arbitrary uid in group 0 (OpenShift) and on a read-only root where only `/tmp` is writable.
 """
 
 from __future__ import annotations
 
 import base64
 import re
+import shlex
 from pathlib import Path
 from typing import Literal
 
@@ -46,6 +50,20 @@ UNSERVED_PATHS = (f"{SITE_PACKAGES}/torch/test", f"{SITE_PACKAGES}/torch/include
 CUDA_TORCH_CHECK = ("python -c \"import sys, torch; sys.exit(torch.version.cuda is None and 'the CUDA variant got a "
                     "CPU build of torch ' + torch.__version__ + ': remove CPU wheels from its package sources')\"")
 PEM_CERTIFICATE = re.compile(r"-----BEGIN CERTIFICATE-----\s.*?-----END CERTIFICATE-----", re.DOTALL)
+# The image's HOME, the one folder it writes to while serving: BentoML's home (~/bentoml: its stores, the
+# Prometheus multiprocess files), the caches that default under ~/.cache (Hugging Face, torch, numba's for
+# librosa; CUDA's ~/.nv), and Embento's `cache_dir` (~/.cache/embento: ONNX exports, int8 files, CTranslate2
+# conversions). Under /tmp (mode 1777), which is writable however the image runs: as its own user, as an
+# arbitrary uid in group 0 (OpenShift), or on a read-only root with a tmpfs or an emptyDir on /tmp. Setting
+# HOME at run time moves all of it.
+WRITABLE_HOME = "/tmp/embento"
+# BentoML's template sets this BENTOML_HOME, whose folders its start-up creates, in an ENV that the Bento's
+# envs cannot replace (an ENV wins over the ARG of the same name). Its entrypoint sources the venv's
+# activate script first, so a line there moves that home under HOME; a BENTOML_HOME given at run time stands.
+TEMPLATE_BENTOML_HOME = "/home/bentoml/"
+ACTIVATE_SCRIPT = "/app/.venv/bin/activate"
+BENTOML_HOME_LINE = (f'if [ "${{BENTOML_HOME:-}}" = {TEMPLATE_BENTOML_HOME} ]; then '
+                     'export BENTOML_HOME="$HOME/bentoml"; fi')
 
 
 class BuildArgs(ImageSettings):
@@ -76,7 +94,16 @@ def bento_image(args: BuildArgs) -> bentoml.images.Image:
     image.python_packages(*python_requirements(args))
     if args.accel == "cuda":
         image.run(CUDA_TORCH_CHECK)
-    return image.run(f"rm -rf {' '.join(UNSERVED_PATHS)}")
+    image.run(f"rm -rf {' '.join(UNSERVED_PATHS)}")
+    return image.run(writable_home_command())
+
+
+def writable_home_command() -> str:
+    """No HOME in the image, so the uid that serves makes its own in /tmp: the build steps (which run with it)
+    may leave files there, and podman's `--tmpfs /tmp` copies the image's /tmp into the tmpfs without the
+    modes (a folder owned by group 0 with g=u came back 755, which the uid of an OpenShift pod could not
+    write). Then BentoML's home under HOME, in the activate script."""
+    return f"rm -rf {WRITABLE_HOME} && echo {shlex.quote(BENTOML_HOME_LINE)} >> {ACTIVATE_SCRIPT}"
 
 
 def system_packages_command() -> str:
@@ -111,6 +138,9 @@ def bento_envs(args: BuildArgs) -> list[dict[str, str]]:
     # PyTorch index mirrors numpy and others at fewer versions, so let uv pick the best match across all.
     # No uv cache in the image: it serves nothing once installed (BentoML installs uv itself with no pip cache).
     envs = [{"name": "UV_INDEX_STRATEGY", "value": "unsafe-best-match"}, {"name": "UV_NO_CACHE", "value": "1"}]
+    # In the image's ENV. A local `bentoml serve` passes it to its workers only where its own environment has
+    # no HOME.
+    envs.append({"name": "HOME", "value": WRITABLE_HOME})
     if args.ca_bundle:
         envs += [{"name": name, "value": SYSTEM_CA_FILE} for name in CA_FILE_VARIABLES]
     if args.accel == "cuda":

@@ -109,6 +109,42 @@ def test_image_installs_no_compilers_and_keeps_no_package_caches(default, accel)
 
 
 @pytest.mark.parametrize("accel", ACCELERATORS)
+def test_image_writes_under_a_home_in_tmp_that_it_does_not_ship(default, accel):
+    """HOME in the image's ENV; the last build step removes what the build left there and has the script
+    BentoML's entrypoint sources first move BentoML's home (its template's ENV) under HOME."""
+    from bentoml._internal.container.generate import BENTO_HOME
+
+    from runners.image import ACTIVATE_SCRIPT, TEMPLATE_BENTOML_HOME, WRITABLE_HOME
+
+    assert TEMPLATE_BENTOML_HOME == BENTO_HOME
+    bento = default[accel]
+    dockerfile = (bento / "env" / "docker" / "Dockerfile").read_text()
+    assert f"ENV BENTOML_HOME={BENTO_HOME}" in dockerfile and f"ARG HOME={WRITABLE_HOME}" in dockerfile
+    runs = dockerfile_runs(bento)
+    packages = next(i for i, run in enumerate(runs) if "pip install -r $BENTO_PATH/env/python/requirements.txt" in run)
+    (home,) = [i for i, run in enumerate(runs) if ACTIVATE_SCRIPT in run]
+    assert home > packages and runs[home].startswith(f"rm -rf {WRITABLE_HOME} && ")
+    assert f"source {ACTIVATE_SCRIPT}" in (bento / "env" / "docker" / "entrypoint.sh").read_text()
+
+
+@pytest.mark.parametrize(("variables", "expected"), [
+    ({"HOME": "/tmp/embento", "BENTOML_HOME": "/home/bentoml/"}, "/tmp/embento/bentoml"),
+    ({"HOME": "/data", "BENTOML_HOME": "/home/bentoml/"}, "/data/bentoml"),  # HOME given at run time
+    ({"HOME": "/tmp/embento", "BENTOML_HOME": "/srv/bentoml"}, "/srv/bentoml"),  # BENTOML_HOME given: it stands
+    ({"HOME": "/tmp/embento"}, "unset"),
+])
+def test_the_activate_line_moves_only_the_templates_bentoml_home(tmp_path, variables, expected):
+    """As BentoML's entrypoint runs it: sourced under `set -Eeuo pipefail`."""
+    from runners.image import BENTOML_HOME_LINE
+
+    script = tmp_path / "activate"
+    script.write_text(BENTOML_HOME_LINE + "\n")
+    result = subprocess.run(["bash", "-c", f"set -Eeuo pipefail; source {script}; echo ${{BENTOML_HOME:-unset}}"],
+                            env={"PATH": "/usr/bin:/bin", **variables}, capture_output=True, text=True, check=False)
+    assert (result.returncode, result.stdout.strip()) == (0, expected), result.stderr
+
+
+@pytest.mark.parametrize("accel", ACCELERATORS)
 def test_mirror_settings_replace_base_and_indexes_in_both_variants(mirrored, accel):
     bento = mirrored[accel]
     dockerfile = (bento / "env" / "docker" / "Dockerfile").read_text()
