@@ -60,7 +60,9 @@ def import_checkpoint(source: str, name: str | None = None, revision: str | None
     labels = {"kind": detect_kind(folder), "source": "embento"}
     metadata = {"model_id": source, "revision": revision or ""}
     with bentoml.models.create(name or store_name(source), labels=labels, metadata=metadata) as model:
-        shutil.copytree(folder, model.path, dirs_exist_ok=True, ignore=IGNORED_FILES)
+        # The contents only, not the modes: save_pretrained leaves model.safetensors owner-only (0600), which
+        # an image run under another uid (OpenShift's) could not read.
+        shutil.copytree(folder, model.path, dirs_exist_ok=True, ignore=IGNORED_FILES, copy_function=shutil.copyfile)
     return model
 
 
