@@ -144,6 +144,19 @@ def test_the_activate_line_moves_only_the_templates_bentoml_home(tmp_path, varia
     assert (result.returncode, result.stdout.strip()) == (0, expected), result.stderr
 
 
+def test_a_stored_checkpoint_is_readable_by_any_uid(tmp_path, tiny_reranker_path):
+    """The image carries the store's copy, owned by its own user: the uid of an OpenShift pod reads it through
+    the "other" bits, which save_pretrained leaves off model.safetensors."""
+    assert (tiny_reranker_path / "model.safetensors").stat().st_mode & 0o077 == 0  # the premise
+    home = tmp_path / "home"
+    result = subprocess.run([sys.executable, "-m", "cli", "models", "import", str(tiny_reranker_path), "--name", "r"],
+                            cwd=ROOT, env=server_env(home), capture_output=True, text=True, check=False, timeout=300)
+    assert result.returncode == 0, result.stderr
+    stored = [path for path in (home / "models" / "r").rglob("*") if path.is_file()]
+    assert "model.safetensors" in {path.name for path in stored}
+    assert all(path.stat().st_mode & 0o004 for path in stored), [oct(p.stat().st_mode) for p in stored]
+
+
 @pytest.mark.parametrize("accel", ACCELERATORS)
 def test_mirror_settings_replace_base_and_indexes_in_both_variants(mirrored, accel):
     bento = mirrored[accel]
