@@ -278,7 +278,7 @@ def test_a_plain_bentoml_build_under_embento_config_serves_that_configuration(ho
     another folder with no configuration in the environment (it used to carry the project's instead, and be
     refused at start)."""
     (tmp_path / "other.yaml").write_text(yaml.safe_dump({"api_key": ["not-in-the-bento"], "models": [
-        {"model_id": "bentoml://minilm", "served_model_name": "carried"}]}))
+        {"model_id": f"bentoml://{store_tags['minilm']}", "served_model_name": "carried"}]}))  # newer ones come
     command = [sys.executable, "-m", "bentoml", "build", str(ROOT), "--version", "plain-build", "--output", "tag"]
     built = subprocess.run(command, cwd=ROOT, env=server_env(home, EMBENTO_CONFIG=str(tmp_path / "other.yaml"),
                                                              EMBENTO_MAX_CLIENT_BATCH_SIZE="16"),
