@@ -60,10 +60,17 @@ def import_checkpoint(source: str, name: str | None = None, revision: str | None
     labels = {"kind": detect_kind(folder), "source": "embento"}
     metadata = {"model_id": source, "revision": revision or ""}
     with bentoml.models.create(name or store_name(source), labels=labels, metadata=metadata) as model:
-        # The contents only, not the modes: save_pretrained leaves model.safetensors owner-only (0600), which
-        # an image run under another uid (OpenShift's) could not read.
-        shutil.copytree(folder, model.path, dirs_exist_ok=True, ignore=IGNORED_FILES, copy_function=shutil.copyfile)
+        shutil.copytree(folder, model.path, dirs_exist_ok=True, ignore=IGNORED_FILES)
+        readable_by_all(Path(model.path))
     return model
+
+
+def readable_by_all(folder: Path) -> None:
+    """The copy keeps the source's modes: save_pretrained leaves model.safetensors 0600, a temporary folder is
+    0700. An image carries the store's files owned by its own user, and the uid of an OpenShift pod reads them
+    through their "other" bits."""
+    for path in [folder, *folder.rglob("*")]:
+        path.chmod(path.stat().st_mode | (0o755 if path.is_dir() else 0o444))
 
 
 @cache

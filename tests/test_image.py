@@ -146,8 +146,9 @@ def test_the_activate_line_moves_only_the_templates_bentoml_home(tmp_path, varia
 
 def test_a_stored_checkpoint_is_readable_by_any_uid(tmp_path, tiny_reranker_path):
     """The image carries the store's copy, owned by its own user: the uid of an OpenShift pod reads it through
-    the "other" bits, which save_pretrained leaves off model.safetensors."""
-    assert (tiny_reranker_path / "model.safetensors").stat().st_mode & 0o077 == 0  # the premise
+    the "other" bits, which save_pretrained leaves off model.safetensors and mkdtemp off a folder."""
+    assert (tiny_reranker_path / "model.safetensors").stat().st_mode & 0o077 == 0  # the premises
+    assert tiny_reranker_path.stat().st_mode & 0o077 == 0
     home = tmp_path / "home"
     result = subprocess.run([sys.executable, "-m", "cli", "models", "import", str(tiny_reranker_path), "--name", "r"],
                             cwd=ROOT, env=server_env(home), capture_output=True, text=True, check=False, timeout=300)
@@ -155,6 +156,8 @@ def test_a_stored_checkpoint_is_readable_by_any_uid(tmp_path, tiny_reranker_path
     stored = [path for path in (home / "models" / "r").rglob("*") if path.is_file()]
     assert "model.safetensors" in {path.name for path in stored}
     assert all(path.stat().st_mode & 0o004 for path in stored), [oct(p.stat().st_mode) for p in stored]
+    folders = [home / "models" / "r", *(path for path in (home / "models" / "r").rglob("*") if path.is_dir())]
+    assert all(path.stat().st_mode & 0o005 == 0o005 for path in folders), [oct(p.stat().st_mode) for p in folders]
 
 
 @pytest.mark.parametrize("accel", ACCELERATORS)
