@@ -1,6 +1,7 @@
 """The CPU image for real, as a platform team behind a private mirror builds it: a base made locally with
 mmdebstrap, the packages from the sources this machine's pip uses, its CA certificates, `embento build` and
-`embento containerize`; then the container run with no network at all, probed from inside.
+`embento containerize`; then the container run with no network at all, probed from inside: as the image's
+user, as OpenShift runs it (an arbitrary uid in group 0), and so on a read-only root with only /tmp writable.
 
 Marked `container` (`make test-container`, its own step of .ci/run): it installs Debian's buildah, podman,
 runc and mmdebstrap when they are missing, keeps every image and layer in a private storage root under a
@@ -39,6 +40,14 @@ CONTAINER = "embento-test"
 STOP_GRACE_S = 30
 SENTENCES = make_sentences(6)
 QUERY = "what do the documents say?"
+# OpenShift's default: a uid from the namespace's range, in group 0. Hardened clusters add a read-only root,
+# with an emptyDir (here a tmpfs) on /tmp.
+ARBITRARY_UID = "1000650000"
+RUN_AS = {
+    "arbitrary-uid": ["--user", f"{ARBITRARY_UID}:0"],
+    "arbitrary-uid-read-only-root": ["--user", f"{ARBITRARY_UID}:0", "--read-only", "--tmpfs", "/tmp"],
+}
+IMAGE_HOME = "/tmp/embento"  # runners.image.WRITABLE_HOME, where everything written at run time goes
 # Runs inside the container, with its Python: waits for /readyz, then asks one embedding and one rerank.
 PROBE = """
 import json, sys, time, urllib.request
@@ -60,6 +69,18 @@ print(json.dumps({
     "embeddings": post("/v1/embeddings", {"input": sentences}),
     "rerank": post("/v1/rerank", {"model": reranker, "query": query, "documents": sentences}),
 }))
+"""
+# Runs inside the container: a 44.1 kHz clip decoded and resampled to 48 kHz as the gateway does for CLAP
+# (librosa's import compiles numba functions with an on-disk cache, which needs a writable place).
+DECODE_AUDIO = """
+import io, sys
+import numpy as np, soundfile
+sys.path.insert(0, "src")
+from models.media import MediaLimits, decode_audio
+clip = io.BytesIO()
+soundfile.write(clip, np.sin(np.arange(44100) / 10).astype("float32"), 44100, format="WAV")
+limits = MediaLimits(max_item_bytes=10**7, max_image_pixels=10**7, max_audio_seconds=10)
+print(decode_audio(clip.getvalue(), 48000, limits, "clip").shape[0])
 """
 # Runs inside the container: can it reach anything? It must not.
 REACH_OUT = """
@@ -196,7 +217,9 @@ def image(engine: dict[str, str], tmp_path_factory: pytest.TempPathFactory, tiny
     embento = [sys.executable, "-m", "cli"]
     run([*embento, "models", "import", str(tiny_reranker_path), "--name", TINY_RERANKER], env, cwd=ROOT)
     config = folder / "embento.yaml"
-    config.write_text(json.dumps({"models": [{"model_id": MINILM}, {"model_id": f"bentoml://{TINY_RERANKER}"}]}))
+    # The reranker on ONNX Runtime: exported at each start into cache_dir, which must be writable.
+    config.write_text(json.dumps({"models": [{"model_id": MINILM},
+                                             {"model_id": f"bentoml://{TINY_RERANKER}", "backend": "onnx"}]}))
     run([*embento, "build", "--accel", "cpu", "--project-dir", str(ROOT), "--base-image", BASE_IMAGE,
          *host_package_flags(), *host_ca_flags(folder)], {**env, "EMBENTO_CONFIG": str(config)}, cwd=ROOT)
     started = time.monotonic()
@@ -209,14 +232,51 @@ def image(engine: dict[str, str], tmp_path_factory: pytest.TempPathFactory, tiny
     return {"figures": figures, "labels": inspect["Config"].get("Labels") or {}, "user": inspect["Config"].get("User")}
 
 
+@contextlib.contextmanager
+def running(engine: dict[str, str], name: str, *options: str) -> Iterator[str]:
+    # No network, and no HF_HUB_OFFLINE either: a download attempt fails the test instead of being skipped.
+    run(["podman", "run", "--detach", "--name", name, "--network", "none", *options, IMAGE], engine)
+    try:
+        yield name
+    finally:
+        subprocess.run(["podman", "rm", "--force", name], env=engine, capture_output=True, check=False)
+
+
 @pytest.fixture(scope="module")
 def container(engine: dict[str, str], image: dict) -> Iterator[str]:
-    # No network, and no HF_HUB_OFFLINE either: a download attempt fails the test instead of being skipped.
-    run(["podman", "run", "--detach", "--name", CONTAINER, "--network", "none", IMAGE], engine)
-    try:
-        yield CONTAINER
-    finally:
-        subprocess.run(["podman", "rm", "--force", CONTAINER], env=engine, capture_output=True, check=False)
+    with running(engine, CONTAINER) as name:
+        yield name
+
+
+@pytest.fixture(scope="module")
+def host_results(minilm_path: Path, tiny_reranker_path: Path) -> dict[str, np.ndarray]:
+    """What sentence-transformers computes on the host: the embeddings, and the reranker's scores."""
+    from sentence_transformers import CrossEncoder, SentenceTransformer
+
+    cross_encoder = CrossEncoder(str(tiny_reranker_path), local_files_only=True, device="cpu")
+    return {"embeddings": SentenceTransformer(str(minilm_path), device="cpu").encode(SENTENCES),
+            "scores": cross_encoder.predict([(QUERY, s) for s in SENTENCES])}
+
+
+def probe(engine: dict[str, str], container: str, sentences: list[str]) -> dict:
+    """The answers of the server in the container once it is ready; its log if it never is."""
+    result = subprocess.run(["podman", "exec", container, "python", "-c", PROBE,
+                             json.dumps([sentences, QUERY, TINY_RERANKER])],
+                            env=engine, capture_output=True, text=True, timeout=400, check=False)
+    if result.returncode != 0:
+        logs = subprocess.run(["podman", "logs", container], env=engine, capture_output=True, text=True, check=False)
+        pytest.fail(f"{container} never answered ({result.stderr[-2000:]}); its log:\n"
+                    f"{(logs.stdout + logs.stderr)[-4000:]}")
+    return json.loads(result.stdout)
+
+
+def assert_serves_what_the_host_computes(answers: dict, host_results: dict[str, np.ndarray]) -> None:
+    got = np.array([item["embedding"] for item in answers["embeddings"]["data"]])
+    assert_same_vectors(got, host_results["embeddings"])  # cosine >= 0.99999 per row
+    scores = np.zeros(len(SENTENCES))
+    for result in answers["rerank"]["results"]:
+        scores[result["index"]] = result["relevance_score"]
+    assert_close(scores, host_results["scores"])
 
 
 def test_image_is_labelled_with_how_it_was_made(image):
@@ -226,23 +286,11 @@ def test_image_is_labelled_with_how_it_was_made(image):
     assert image["user"] == "bentoml"
 
 
-def test_container_serves_offline_what_the_host_computes(engine, image, container, minilm_path, tiny_reranker_path,
-                                                         capsys):
-    from sentence_transformers import CrossEncoder, SentenceTransformer
-
+def test_container_serves_offline_what_the_host_computes(engine, image, container, host_results, capsys):
     started = time.monotonic()
-    probe = run(["podman", "exec", container, "python", "-c", PROBE, json.dumps([SENTENCES, QUERY, TINY_RERANKER])],
-                engine, timeout=400)
+    answers = probe(engine, container, SENTENCES)
     ready_s = time.monotonic() - started
-    answers = json.loads(probe.stdout)
-    got = np.array([item["embedding"] for item in answers["embeddings"]["data"]])
-    expected = SentenceTransformer(str(minilm_path), device="cpu").encode(SENTENCES)
-    assert_same_vectors(got, expected)  # cosine >= 0.99999 per row
-    scores = np.zeros(len(SENTENCES))
-    for result in answers["rerank"]["results"]:
-        scores[result["index"]] = result["relevance_score"]
-    cross_encoder = CrossEncoder(str(tiny_reranker_path), local_files_only=True, device="cpu")
-    assert_close(scores, cross_encoder.predict([(QUERY, s) for s in SENTENCES]))
+    assert_serves_what_the_host_computes(answers, host_results)
     reach = run(["podman", "exec", container, "python", "-c", REACH_OUT], engine).stdout
     assert reach.startswith("unreachable"), reach
     with capsys.disabled():
@@ -255,9 +303,34 @@ def test_container_runs_as_the_unprivileged_user(engine, container):
     assert uids[0] == uids[1] != "0"
 
 
+@pytest.mark.parametrize("case", RUN_AS)
+def test_it_serves_under_an_arbitrary_uid_in_group_0(engine, image, host_results, case, capsys):
+    """As the image's own user it serves (above); so it must under any uid in group 0, with only /tmp
+    writable in the read-only case: BentoML's home, numba's cache and the ONNX export all go under HOME."""
+    with running(engine, f"{CONTAINER}-{case}", *RUN_AS[case]) as container:
+        started = time.monotonic()
+        answers = probe(engine, container, SENTENCES)
+        ready_s = time.monotonic() - started
+        assert_serves_what_the_host_computes(answers, host_results)
+        ids = run(["podman", "exec", container, "sh", "-c", "id -u; id -g; stat -c %u /proc/1"], engine).stdout
+        assert ids.split() == [ARBITRARY_UID, "0", ARBITRARY_UID]
+        environ = run(["podman", "exec", container, "cat", "/proc/1/environ"], engine).stdout.split("\0")
+        assert f"BENTOML_HOME={IMAGE_HOME}/bentoml" in environ  # the server's, not BentoML's template's
+        exports = run(["podman", "exec", container, "find", IMAGE_HOME, "-name", "model.onnx", "-printf", "%u:%g %p\n"],
+                      engine).stdout.splitlines()
+        (export,) = exports
+        assert export.startswith(f"{ARBITRARY_UID}:root {IMAGE_HOME}/.cache/embento/onnx-"), export
+        assert run(["podman", "exec", container, "python", "-c", DECODE_AUDIO], engine).stdout.split() == ["48001"]
+        if "--read-only" in RUN_AS[case]:
+            write = subprocess.run(["podman", "exec", container, "touch", "/home/bentoml/bento/written"], env=engine,
+                                   capture_output=True, text=True, check=False)
+            assert write.returncode != 0 and "Read-only file system" in write.stderr, write
+    with capsys.disabled():
+        print(f"\n{case}: ready_s {ready_s:.2f}")
+
+
 def test_sigterm_stops_it_cleanly_within_the_grace_period(engine, container):
-    run(["podman", "exec", container, "python", "-c", PROBE, json.dumps([SENTENCES[:1], QUERY, TINY_RERANKER])],
-        engine, timeout=400)  # serving, not starting
+    probe(engine, container, SENTENCES[:1])  # serving, not starting
     started = time.monotonic()
     run(["podman", "kill", "--signal", "TERM", container], engine)
     exit_code = run(["podman", "wait", container], engine, timeout=STOP_GRACE_S).stdout.strip()
