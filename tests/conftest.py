@@ -271,14 +271,22 @@ def server_process(
 @contextlib.contextmanager
 def running_server(folder: Path, config: dict) -> Iterator[tuple[str, int]]:
     """`bentoml serve` in production mode on loopback with this configuration, until the block ends."""
+    with listening_server(folder, config) as (url, process):
+        wait_ready(url, process, folder / "server.log")
+        yield url, process.pid
+
+
+@contextlib.contextmanager
+def listening_server(folder: Path, config: dict) -> Iterator[tuple[str, subprocess.Popen]]:
+    """`running_server` once its port is bound, before it is ready: a server started after this one may
+    choose its port then (this one's arbiter has bound its own ports by then; see wait_listening)."""
     (folder / "embento.yaml").write_text(yaml.safe_dump(config))
     port = free_port()
     env = server_env(folder / "bentoml", EMBENTO_CONFIG=str(folder / "embento.yaml"))
     command = [sys.executable, "-m", "bentoml", "serve", "service:Gateway", "--host", "127.0.0.1", "--port", str(port)]
     with background(command, env, folder / "server.log") as process:
-        url = f"http://127.0.0.1:{port}"
-        wait_ready(url, process, folder / "server.log")
-        yield url, process.pid
+        wait_listening(port, process, folder / "server.log")
+        yield f"http://127.0.0.1:{port}", process
 
 
 def server_env(bentoml_home: Path, **extra: str) -> dict[str, str]:

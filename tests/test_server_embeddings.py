@@ -77,10 +77,11 @@ def test_a_request_as_large_as_the_client_batch_limit_is_answered(client, senten
     from models.config import EmbentoConfig
 
     count = EmbentoConfig().max_client_batch_size
-    inputs = [sentences[i % len(sentences)] for i in range(count)]
-    got = vectors(embed(client, input=inputs, model=MINILM))
+    short = [i for i, sentence in enumerate(sentences) if len(sentence.split()) <= 8]  # the header is the point
+    chosen = [short[i % len(short)] for i in range(count)]
+    got = vectors(embed(client, input=[sentences[i] for i in chosen], model=MINILM))
     assert got.shape == (count, reference.shape[1])
-    assert_same_vectors(got, reference[np.arange(count) % len(sentences)], min_cosine=0.9999)
+    assert_same_vectors(got, reference[chosen], min_cosine=0.9999)
 
 
 def test_usage_counts_real_tokens(client, minilm_path, sentences):

@@ -3,18 +3,22 @@
 The session's main server serves every kind at once, so it cannot see what one kind alone lacks: a CLAP
 model without a ColPali model once could not start, because the gateway ran without torch and CLAP's feature
 extractor needs it. The servers start one after another, each production `bentoml serve` with its gateway
-and its one model service.
+and its one model service. Each case's server starts once the one before it listens, so that two starts
+(mostly imports) overlap: two side by side took 13 s here, one after the other 18 s.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+import subprocess
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import httpx
 import numpy as np
 import pytest
 
-from tests.conftest import CLASSIFIER_LABELS, MINILM, WORDS, running_server
+from tests.conftest import CLASSIFIER_LABELS, MINILM, WORDS, listening_server, wait_ready
 from tests.media import audio_bytes, data_uri, image_bytes
 
 pytestmark = pytest.mark.server
@@ -101,12 +105,48 @@ CASES: dict[str, tuple[str, list[str], Callable[[httpx.Client, dict], None]]] = 
 }
 
 
+@pytest.fixture(scope="module")
+def ready_alone(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+                ) -> Iterator[Callable[[str], str]]:
+    """case -> the URL of its own server, once ready. Asking for a case starts the next one too, and stops
+    the ones before it."""
+    stacks: dict[str, contextlib.ExitStack] = {}
+    servers: dict[str, tuple[str, subprocess.Popen, Path]] = {}
+
+    def start(case: str) -> None:
+        if case in servers:
+            return
+        checkpoint = CASES[case][0]
+        model_id = str(request.getfixturevalue(checkpoint)) if checkpoint.endswith("_path") else checkpoint
+        folder = tmp_path_factory.mktemp(case)
+        config = {"models": [{"model_id": model_id, "served_model_name": NAME}], "cache_dir": str(folder / "cache")}
+        stacks[case] = contextlib.ExitStack()
+        url, process = stacks[case].enter_context(listening_server(folder, config))
+        servers[case] = (url, process, folder / "server.log")
+
+    def ready(case: str) -> str:
+        order = list(CASES)
+        for earlier in order[:order.index(case)]:
+            if earlier in stacks:
+                stacks.pop(earlier).close()
+        start(case)
+        if case != order[-1]:
+            start(order[order.index(case) + 1])
+        url, process, log = servers[case]
+        wait_ready(url, process, log)
+        return url
+
+    try:
+        yield ready
+    finally:
+        for stack in stacks.values():
+            stack.close()
+
+
 @pytest.mark.parametrize("case", list(CASES))
-def test_each_kind_served_alone_becomes_ready_and_answers(case, request, tmp_path):
-    checkpoint, capabilities, check = CASES[case]
-    model_id = str(request.getfixturevalue(checkpoint)) if checkpoint.endswith("_path") else checkpoint
-    config = {"models": [{"model_id": model_id, "served_model_name": NAME}], "cache_dir": str(tmp_path / "cache")}
-    with running_server(tmp_path, config) as (url, _), httpx.Client(base_url=url, timeout=120) as http:
+def test_each_kind_served_alone_becomes_ready_and_answers(case, ready_alone):
+    _, capabilities, check = CASES[case]
+    with httpx.Client(base_url=ready_alone(case), timeout=120) as http:
         (card,) = http.get("/v1/models").json()["data"]
         assert (card["id"], card["capabilities"]) == (NAME, capabilities)
         check(http, card)
