@@ -33,8 +33,9 @@ $(STAMP): requirements.txt requirements-$(ACCEL).txt requirements-test.txt pypro
 serve: setup
 	$(VENV)/bin/embento serve
 
+# --durations=15: where the suite's time goes, in every run's closing lines (CI's included).
 test: setup
-	BENTOML_DO_NOT_TRACK=True HF_HUB_OFFLINE=1 $(VENV)/bin/python -m pytest
+	BENTOML_DO_NOT_TRACK=True HF_HUB_OFFLINE=1 $(VENV)/bin/python -m pytest --durations=15
 
 # The CPU image built with buildah from a base made with mmdebstrap, run with podman with no network
 # (installs those from Debian's packages when missing; about 2 minutes and 8 GB of disk at the peak here).
