@@ -35,6 +35,7 @@ from models.config import (
     STORE_PREFIX,
     EmbentoConfig,
     ImageSettings,
+    carried,
     env_names,
     load_config,
     store_tag,
@@ -259,9 +260,8 @@ def build(args: argparse.Namespace) -> int:
 
 def build_context(project_dir: Path, context: Path, config: EmbentoConfig, settings: ImageSettings) -> Path:
     """The files bentofile.yaml includes, `config` written as the context's embento.yaml, and the settings'
-    CA bundle, checked, as the context's CA_FILE. API keys stay out of the configuration: they are secrets of
-    a deployment, set where it runs, not baked into an image; the image settings too: the Bento's arguments
-    and labels record them."""
+    CA bundle, checked, as the context's CA_FILE. The configuration is what a Bento carries of it
+    (`models.config.carried`: no API keys, no image settings)."""
     from runners.image import CA_FILE, ca_install_command  # BentoML: only for this command
 
     bentofile = yaml.safe_load((project_dir / "bentofile.yaml").read_text())
@@ -271,8 +271,7 @@ def build_context(project_dir: Path, context: Path, config: EmbentoConfig, setti
                 target = context / source.relative_to(project_dir)
                 target.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copy2(source, target)
-    served = config.model_dump(mode="json", exclude={"api_key", "api_key_file", "image"})
-    (context / CONFIG_FILE_NAME).write_text(yaml.safe_dump(served, sort_keys=False))
+    (context / CONFIG_FILE_NAME).write_text(yaml.safe_dump(carried(config), sort_keys=False))
     if settings.ca_bundle:
         try:
             pem = Path(settings.ca_bundle).expanduser().read_text()

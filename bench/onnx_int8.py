@@ -229,7 +229,9 @@ def main() -> None:
     lengths = [len(ids) for ids in float32.tokenizer(sentences)["input_ids"]]
     one_pass = DOCUMENTS + make_sentences(20, seed=23)  # tests/test_backends.py's case before: one padded pass
     one_pass_reference = reference_model.encode(one_pass, batch_size=len(one_pass))
-    reference_top = nearest(*(reference_model.encode(texts, batch_size=BATCH) for texts in (CORPUS_QUERIES, CORPUS)))
+    reference_queries, reference_corpus = (reference_model.encode(texts, batch_size=BATCH)
+                                           for texts in (CORPUS_QUERIES, CORPUS))
+    reference_top = nearest(reference_queries @ reference_corpus.T)
     print(f"CPU as seen here: {args.cpu}; MLAS int8 kernels: {kernel_path()}; {THREADS} threads")
     print(f"{len(sentences)} sentences (seed {args.seed}), {min(lengths)} to {max(lengths)} tokens (truncated to "
           f"256); float32 ONNX {fp32:.1f} sent/s. One pass: {len(one_pass)} documents in one padded batch. "
@@ -243,7 +245,7 @@ def main() -> None:
         cosines = cosine_rows(encode(sentences, BATCH), reference)
         worst = int(np.argmin(cosines))
         whole = cosine_rows(encode(one_pass, len(one_pass)), one_pass_reference)
-        agreement = top_k_agreement(nearest(encode(CORPUS_QUERIES, BATCH), encode(CORPUS, BATCH)), reference_top)
+        agreement = top_k_agreement(nearest(encode(CORPUS_QUERIES, BATCH) @ encode(CORPUS, BATCH).T), reference_top)
         speed = throughput(encode, sentences)
         print(f"| {name:<36} | {cosines.min():.4f}  | {cosines.mean():.4f}   | {lengths[worst]:>17} "
               f"| {whole.min():.4f} / {whole.mean():.4f}     | {agreement.mean():.4f} / {agreement.min():.2f}     "

@@ -392,11 +392,16 @@ def bento_config(cwd: Path) -> dict[str, Any] | None:
     return None
 
 
-def carried_text(config: EmbentoConfig) -> str:
+def carried(config: EmbentoConfig, exclude_defaults: bool = False) -> dict[str, Any]:
     """What a Bento carries of `config`: all but the API keys, secrets of the deployment (set where it runs),
     and the image settings, which only the build reads (the Bento's arguments and labels record them)."""
-    return json.dumps(config.model_dump(mode="json", exclude={"api_key", "api_key_file", "image"},
-                                        exclude_defaults=True), separators=(",", ":"))
+    return config.model_dump(mode="json", exclude={"api_key", "api_key_file", "image"},
+                             exclude_defaults=exclude_defaults)
+
+
+def carried_text(config: EmbentoConfig) -> str:
+    """`carried`, as the one-line JSON recorded in a Bento's `bento.yaml`."""
+    return json.dumps(carried(config, exclude_defaults=True), separators=(",", ":"))
 
 
 def load_config(env: Mapping[str, str] | None = None, cwd: Path | None = None) -> EmbentoConfig:

@@ -70,13 +70,13 @@ def test_int8_keeps_retrieval(minilm_path, backend):
     int8 = ModelConfig(model_id=MINILM, backend=backend, dtype="int8")
     reference, ours = ({"queries": _embed_as_served(minilm_path, cfg, CORPUS_QUERIES),
                         "documents": _embed_as_served(minilm_path, cfg, CORPUS)} for cfg in (full, int8))
-    agreement = top_k_agreement(nearest(ours["queries"], ours["documents"]),
-                                nearest(reference["queries"], reference["documents"]))
+    agreement = top_k_agreement(nearest(ours["queries"] @ ours["documents"].T),
+                                nearest(reference["queries"] @ reference["documents"].T))
     assert agreement.mean() >= MIN_TOP10_AGREEMENT, agreement
     # the natural pairs: float32 ranks each query's own document first, and so must int8
     pairs = len(QUERIES)
-    reference_first = nearest(reference["queries"][:pairs], reference["documents"][:pairs], k=1)[:, 0]
-    ours_first = nearest(ours["queries"][:pairs], ours["documents"][:pairs], k=1)[:, 0]
+    reference_first = nearest(reference["queries"][:pairs] @ reference["documents"][:pairs].T, k=1)[:, 0]
+    ours_first = nearest(ours["queries"][:pairs] @ ours["documents"][:pairs].T, k=1)[:, 0]
     np.testing.assert_array_equal(reference_first, np.arange(pairs))  # a fair test: float32 gets them all
     np.testing.assert_array_equal(ours_first, reference_first)
 

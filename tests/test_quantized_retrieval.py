@@ -27,8 +27,7 @@ from models.config import ModelConfig
 from models.postprocess import truncate_dimensions
 from models.quantization import CALIBRATION_TEXTS, Quantizer
 from tests.conftest import MINILM, WORDS
-
-K = 10
+from tests.retrieval import nearest, top_k_agreement
 
 
 def short_sentences(count: int, seed: int, shortest: int, longest: int) -> list[str]:
@@ -39,16 +38,6 @@ def short_sentences(count: int, seed: int, shortest: int, longest: int) -> list[
 
 DOCUMENTS = short_sentences(500, seed=1, shortest=3, longest=20)
 QUERIES = short_sentences(60, seed=101, shortest=2, longest=10)
-
-
-def nearest(scores: np.ndarray, k: int = K) -> np.ndarray:
-    """Each query's k best documents by score (higher is nearer), (queries, k) indices."""
-    return np.argsort(-scores, axis=1, kind="stable")[:, :k]
-
-
-def overlap(ours: np.ndarray, reference: np.ndarray) -> float:
-    """The mean share of the reference's k nearest documents that ours also has among its k nearest."""
-    return float(np.mean([len(set(a) & set(b)) / len(b) for a, b in zip(ours, reference)]))
 
 
 def _as_int(codes: np.ndarray) -> np.ndarray:
@@ -63,8 +52,8 @@ def code_overlaps(floats_q: np.ndarray, floats_d: np.ndarray, quantizer: Quantiz
     qu, du = (_as_int(quantizer.codes(v, "uint8", renormalized)) for v in (floats_q, floats_d))
     cosine = (q8 / np.linalg.norm(q8, axis=1, keepdims=True)) @ (d8 / np.linalg.norm(d8, axis=1, keepdims=True)).T
     l2 = (qu ** 2).sum(axis=1)[:, None] - 2 * qu @ du.T + (du ** 2).sum(axis=1)[None, :]
-    return {"int8 dot": overlap(nearest(q8 @ d8.T), reference), "int8 cosine": overlap(nearest(cosine), reference),
-            "uint8 L2": overlap(nearest(-l2), reference)}
+    return {name: float(top_k_agreement(nearest(scores), reference).mean())
+            for name, scores in (("int8 dot", q8 @ d8.T), ("int8 cosine", cosine), ("uint8 L2", -l2))}
 
 
 class Served:
