@@ -16,10 +16,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from models.backends import check_kind
-from models.base import Kind
+from models.base import Kind, Modality
 from models.config import ModelConfig
 from models.llm_reranker import has_qwen3_reranker_card, is_causal_cross_encoder
 from models.resolve import read_json, resolve_model
@@ -32,10 +32,27 @@ def label_count(config: dict[str, Any]) -> int:
     return int(config.get("num_labels", 2))
 
 
+Output = Literal["dense", "sparse", "multi-vector", "scores"]
+
+
 @dataclass(frozen=True)
 class KindSpec:
-    """What a kind needs, declared once per kind (the kind registry of the restructure grows here)."""
+    """Everything that follows from a model's kind, declared once: no other module compares kind names."""
 
+    capabilities: tuple[str, ...]  # what a request may ask of it; the first is its main one
+    modalities: tuple[Modality, ...]  # what its inputs may be
+    backends: tuple[str, ...]  # which backends can run it
+    output: Output  # per input: one vector, vocabulary weights, one vector per token or patch, or label scores
+    preprocessor: Literal["text", "media"]  # the gateway-side preparation: a tokenizer, or a media processor
+    model_service: str  # the BentoML model service that runs it (`services/`)
+    service_api: str  # that service's batchable API
+    quantizable: bool = False  # int8/uint8 codes from a calibrated scale
+    takes_token_ids: bool = False  # pre-tokenized input
+    takes_instruction: bool = False  # an embedding task instruction
+    normalize_control: bool = False  # a request may turn normalization off
+    scores_pairs: bool = False  # rows are (query, document) pairs
+    tei_model_type: Literal["embedding", "reranker", "classifier"] = "embedding"  # TEI's /info `model_type`
+    tei_root_task: Literal["embed", "embed_sparse", "predict"] = "embed"  # TEI's root dispatch by kind
     # Its gateway-side preprocessor needs torch: transformers' ClapFeatureExtractor refuses to load without
     # it, and ColPali's and ColQwen2's processors return torch tensors. The text tokenizers and the CLIP
     # family's image processors run without it (each tried with USE_TORCH=0).
@@ -43,14 +60,26 @@ class KindSpec:
 
 
 KIND_SPECS: dict[Kind, KindSpec] = {
-    "embed": KindSpec(),
-    "sparse": KindSpec(),
-    "rerank": KindSpec(),
-    "classify": KindSpec(),
-    "clip": KindSpec(),
-    "clap": KindSpec(gateway_needs_torch=True),
-    "colpali": KindSpec(gateway_needs_torch=True),
+    "embed": KindSpec(("embed",), ("text",), ("torch", "onnx", "ctranslate2"), "dense", "text", "TextEmbedder",
+                      "embed", quantizable=True, takes_token_ids=True, takes_instruction=True,
+                      normalize_control=True),
+    "sparse": KindSpec(("embed_sparse", "embed"), ("text",), ("torch",), "sparse", "text", "TextEmbedder", "embed",
+                       takes_token_ids=True, takes_instruction=True, tei_root_task="embed_sparse"),
+    "rerank": KindSpec(("rerank",), ("text",), ("torch", "onnx"), "scores", "text", "Reranker", "score",
+                       scores_pairs=True, tei_model_type="reranker"),
+    "classify": KindSpec(("classify",), ("text",), ("torch", "onnx"), "scores", "text", "Reranker", "score",
+                         tei_model_type="classifier", tei_root_task="predict"),
+    "clip": KindSpec(("embed", "rerank"), ("text", "image"), ("torch",), "dense", "media", "ClipEmbedder", "encode",
+                     quantizable=True),
+    "clap": KindSpec(("embed",), ("text", "audio"), ("torch",), "dense", "media", "ClapEmbedder", "encode",
+                     quantizable=True, gateway_needs_torch=True),
+    "colpali": KindSpec(("embed", "rerank"), ("text", "image"), ("torch",), "multi-vector", "media",
+                        "ColPaliEmbedder", "encode", gateway_needs_torch=True),
 }
+
+
+def spec(kind: Kind) -> KindSpec:
+    return KIND_SPECS[kind]
 
 
 def gateway_needs_torch(kinds: Iterable[Kind]) -> bool:

@@ -1,0 +1,90 @@
+"""The internal queries: what a client asks of a model, apart from any wire format.
+
+Each client family's adapter (`gateway/wire/`) turns its body into one of these; the engine validates it once
+(`gateway.validation`) and answers with a result (`gateway.results`) that holds the query, never the body.
+Queries are frozen: an adapter decides everything the engine needs, and nothing reads the body afterwards.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from models.base import Activation, Modality, Truncation
+
+OutputType = Literal["float", "base64", "int8", "uint8", "binary", "ubinary"]
+Shape = Literal["dense", "sparse", "multi-vector"]
+ALL_SHAPES: frozenset[Shape] = frozenset(("dense", "sparse", "multi-vector"))
+InputType = Literal["search_query", "search_document", "classification", "clustering", "image"]
+
+
+@dataclass(frozen=True)
+class InputItem:
+    modality: Modality
+    value: str | list[int]  # a text, a data URI or URL, or token ids
+
+
+@dataclass(frozen=True)
+class EmbedQuery:
+    """Embed each item; the output controls say how the vectors leave."""
+
+    items: tuple[InputItem, ...]
+    model: str | None = None
+    capability: Literal["embed", "embed_sparse"] = "embed"
+    output_types: tuple[OutputType, ...] = ("float",)
+    output_param: str = "encoding_format"  # the wire field that asked for `output_types`, named in errors
+    shapes: frozenset[Shape] = ALL_SHAPES  # the output shapes the wire format has room for
+    dimensions: int | None = None
+    normalize: bool | None = None  # None: the model's own behaviour
+    max_active_dims: int | None = None
+    prompt_name: str | None = None
+    instruction: str | None = None
+    input_type: InputType | None = None
+    truncation: Truncation = field(default_factory=Truncation)
+    items_param: str = "input"  # the wire field holding the items, named in errors
+
+
+@dataclass(frozen=True)
+class RankQuery:
+    """Score each document against the query, best first; documents are texts or, for image models, images."""
+
+    query: str
+    documents: tuple[str, ...]
+    model: str | None = None
+    top_n: int | None = None
+    activation: Activation | None = None  # None: the model's own; "identity" for raw scores
+    instruction: str | None = None
+    truncation: Truncation = field(default_factory=Truncation)
+    documents_param: str = "documents"
+
+
+@dataclass(frozen=True)
+class ClassifyQuery:
+    """Every label's score for each text, or each (text, pair) where `pairs` gives a second text."""
+
+    texts: tuple[str, ...]
+    pairs: tuple[str | None, ...] | None = None
+    model: str | None = None
+    activation: Activation | None = None  # None: the model's own
+    truncation: Truncation = field(default_factory=Truncation)
+    texts_param: str = "input"
+
+
+@dataclass(frozen=True)
+class TokenizeQuery:
+    """Each text's tokens with their offsets, through the model's prompt."""
+
+    texts: tuple[str, ...]
+    model: str | None = None
+    prompt_name: str | None = None
+    add_special_tokens: bool = True
+    texts_param: str = "inputs"
+
+
+@dataclass(frozen=True)
+class DecodeQuery:
+    """Token ids back to text."""
+
+    ids: tuple[tuple[int, ...], ...]
+    model: str | None = None
+    skip_special_tokens: bool = True
