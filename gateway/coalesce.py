@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from collections.abc import Awaitable, Callable
+from typing import Protocol
 
 import numpy as np
 
@@ -37,13 +38,40 @@ Waiting = tuple[list[Row], "asyncio.Future[list[np.ndarray]]"]
 RETURN_WAIT_S = 0.005
 
 
+class Clock(Protocol):
+    """What the return wait measures time with: the event loop's clock here, one a test moves in tests."""
+
+    def time(self) -> float: ...
+
+    async def wait(self, event: asyncio.Event, timeout: float) -> bool:
+        """Whether `event` was set within `timeout` seconds."""
+        ...
+
+
+class LoopClock:
+    """The running event loop's clock."""
+
+    def time(self) -> float:
+        return asyncio.get_running_loop().time()
+
+    async def wait(self, event: asyncio.Event, timeout: float) -> bool:
+        try:
+            await asyncio.wait_for(event.wait(), timeout)
+        except TimeoutError:
+            return False
+        return True
+
+
 class Coalescer:
-    def __init__(self, send: Send, max_rows: int, dropped: Callable[[list[Row]], None] = lambda rows: None) -> None:
+    def __init__(self, send: Send, max_rows: int, dropped: Callable[[list[Row]], None] = lambda rows: None,
+                 clock: Clock | None = None) -> None:
         """`send` runs rows on the model service; `max_rows` bounds one call (a larger request goes alone);
-        `dropped` hears of each abandoned request's rows that never left."""
+        `dropped` hears of each abandoned request's rows that never left; `clock` times the return wait
+        (the event loop's unless a test brings its own)."""
         self._send = send
         self._max_rows = max_rows
         self._dropped = dropped
+        self._clock = clock or LoopClock()
         self._waiting: deque[Waiting] = deque()
         self._arrived = asyncio.Event()
         self._senders: set[asyncio.Task[None]] = set()
@@ -72,15 +100,13 @@ class Coalescer:
         if not waiting:
             return
         target = min(self._max_rows, waiting + answered_rows)
-        deadline = asyncio.get_running_loop().time() + RETURN_WAIT_S
+        deadline = self._clock.time() + RETURN_WAIT_S
         while self._waiting_rows() < target:
-            left = deadline - asyncio.get_running_loop().time()
+            left = deadline - self._clock.time()
             if left <= 0:
                 return
             self._arrived.clear()
-            try:
-                await asyncio.wait_for(self._arrived.wait(), left)
-            except TimeoutError:
+            if not await self._clock.wait(self._arrived, left):
                 return
 
     def _waiting_rows(self) -> int:

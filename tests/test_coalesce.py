@@ -7,7 +7,7 @@ import asyncio
 import numpy as np
 import pytest
 
-from gateway.coalesce import Coalescer
+from gateway.coalesce import RETURN_WAIT_S, Coalescer
 from models.base import TokenizedText
 
 
@@ -34,6 +34,34 @@ class FakeModelService:
 async def settle() -> None:
     for _ in range(5):
         await asyncio.sleep(0)
+
+
+class StoppedClock:
+    """A clock that moves only when the test moves it: the coalescer's return wait lasts until its clients
+    arrive or the test moves past it, however long the host takes to schedule them."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self._moved = asyncio.Event()
+
+    def time(self) -> float:
+        return self.now
+
+    async def wait(self, event: asyncio.Event, timeout: float) -> bool:
+        deadline = self.now + timeout
+        while not event.is_set():
+            if self.now >= deadline:
+                return False
+            self._moved.clear()
+            either = [asyncio.ensure_future(event.wait()), asyncio.ensure_future(self._moved.wait())]
+            await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+            for waiter in either:
+                waiter.cancel()
+        return True
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+        self._moved.set()
 
 
 def test_requests_arriving_during_a_call_leave_together_in_one_call():
@@ -112,7 +140,7 @@ def test_a_failed_call_fails_each_of_its_requests_and_the_next_call_still_goes()
 def test_after_a_call_returns_the_next_one_waits_briefly_for_the_clients_just_answered():
     async def scenario() -> None:
         service = FakeModelService()
-        coalescer = Coalescer(service.send, max_rows=64)
+        coalescer = Coalescer(service.send, max_rows=64, clock=StoppedClock())
         first = asyncio.create_task(coalescer.run(rows("1", 1)))
         await settle()
         waiting = asyncio.create_task(coalescer.run(rows("2", 1)))
@@ -122,6 +150,29 @@ def test_after_a_call_returns_the_next_one_waits_briefly_for_the_clients_just_an
         back = asyncio.create_task(coalescer.run(rows("3", 1)))  # the answered client comes straight back
         await asyncio.wait_for(asyncio.gather(waiting, back), timeout=5)
         assert service.calls == [["1"], ["2", "3"]]
+
+    asyncio.run(scenario())
+
+
+def test_the_wait_for_answered_clients_ends_after_return_wait_s():
+    async def scenario() -> None:
+        service = FakeModelService()
+        clock = StoppedClock()
+        coalescer = Coalescer(service.send, max_rows=64, clock=clock)
+        first = asyncio.create_task(coalescer.run(rows("1", 1)))
+        await settle()
+        waiting = asyncio.create_task(coalescer.run(rows("2", 1)))
+        await settle()
+        service.release.set()
+        await first
+        await settle()
+        assert service.calls == [["1"]]  # held for the client just answered
+        clock.advance(RETURN_WAIT_S / 2)
+        await settle()
+        assert service.calls == [["1"]]
+        clock.advance(RETURN_WAIT_S / 2)  # nobody came back: it leaves anyway
+        await asyncio.wait_for(waiting, timeout=5)
+        assert service.calls == [["1"], ["2"]]
 
     asyncio.run(scenario())
 
