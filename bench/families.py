@@ -23,24 +23,17 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.server import closed_loop, free_port, start_server, stop_server  # noqa: E402
-from tests.checkpoints import build_qwen3_embedder, build_qwen3_reranker, copy_bert_tokenizer  # noqa: E402
-from tests.conftest import make_sentences  # noqa: E402
+from tests.checkpoints import (  # noqa: E402
+    build_qwen3_embedder,
+    build_qwen3_reranker,
+    build_sequence_classifier,
+    build_tiny_bert,
+)
+from tests.sentences import make_sentences  # noqa: E402
 
 IN_FLIGHT = 8
 PER_REQUEST = 10
 QUERY = "how do engineers keep their data private"
-
-
-def build_bert(folder: Path, minilm: Path, reranker: bool) -> Path:
-    import torch
-    from transformers import BertConfig, BertForSequenceClassification, BertModel
-
-    torch.manual_seed(0)
-    config = BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                        intermediate_size=64, max_position_embeddings=512, num_labels=1)
-    (BertForSequenceClassification if reranker else BertModel)(config).save_pretrained(folder)
-    copy_bert_tokenizer(minilm, folder)
-    return folder
 
 
 def in_process(kind: str, folder: Path, corpus: list[str]) -> float:
@@ -82,9 +75,9 @@ def main() -> None:
     root = Path(tempfile.mkdtemp(prefix="embento-bench-families-"))
     models = {
         "qwen3-embedder": ("embed", build_qwen3_embedder(root / "qe")),
-        "bert-embedder": ("embed", build_bert(root / "be", minilm, reranker=False)),
+        "bert-embedder": ("embed", build_tiny_bert(root / "be", minilm)),
         "qwen3-reranker": ("rerank", build_qwen3_reranker(root / "qr")),
-        "bert-reranker": ("rerank", build_bert(root / "br", minilm, reranker=True)),
+        "bert-reranker": ("rerank", build_sequence_classifier(root / "br", minilm, ["relevance"])),
     }
     config = {"models": [{"model_id": str(folder), "served_model_name": name, "max_seq_length": 160}
                          for name, (_, folder) in models.items()], "cache_dir": str(root / "cache")}

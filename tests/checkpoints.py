@@ -21,6 +21,42 @@ def copy_bert_tokenizer(source: Path, folder: Path) -> None:
         (folder / name).write_bytes((source / name).read_bytes())
 
 
+def tiny_bert_config(**overrides):  # -> transformers.BertConfig
+    """The tests' tiny BERT: MiniLM's vocabulary (so its tokenizer files fit), 2 layers of width 32, 512
+    positions; `overrides` change any field (labels, positions, initializer range)."""
+    from transformers import BertConfig
+
+    fields = {"vocab_size": 30522, "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
+              "intermediate_size": 64, "max_position_embeddings": 512}
+    return BertConfig(**{**fields, **overrides})
+
+
+def build_tiny_bert(folder: Path, minilm: Path, seed: int = 0, **overrides) -> Path:
+    """A random-weight BERT saved as a plain transformers checkpoint (no sentence-transformers files)."""
+    import torch
+    from transformers import BertModel
+
+    torch.manual_seed(seed)
+    BertModel(tiny_bert_config(**overrides)).save_pretrained(folder)
+    copy_bert_tokenizer(minilm, folder)
+    return folder
+
+
+def build_sequence_classifier(folder: Path, minilm: Path, labels: list[str]) -> Path:
+    """A random-weight BertForSequenceClassification, saved as a plain transformers checkpoint: one label is a
+    cross-encoder (reranker), more a text classifier. Weights are drawn wide (initializer_range 0.5, not
+    0.02) so scores differ clearly from input to input and orderings mean something."""
+    import torch
+    from transformers import BertForSequenceClassification
+
+    torch.manual_seed(len(labels))
+    config = tiny_bert_config(initializer_range=0.5, num_labels=len(labels), id2label=dict(enumerate(labels)),
+                              label2id={label: i for i, label in enumerate(labels)})
+    BertForSequenceClassification(config).save_pretrained(folder)
+    copy_bert_tokenizer(minilm, folder)
+    return folder
+
+
 def build_minilm_cross_encoder(folder: Path, minilm: Path, labels: list[str], max_length: int = 128) -> Path:
     """A cross-encoder as one fine-tuned from all-MiniLM-L6-v2 is saved: MiniLM's trained encoder under a
     head of seeded random weights (no trained head is to be had here), with MiniLM's unmodified tokenizer
@@ -376,13 +412,11 @@ def build_splade(folder: Path, minilm: Path) -> Path:
     from sentence_transformers import SparseEncoder
     from sentence_transformers.sentence_transformer.modules import Transformer
     from sentence_transformers.sparse_encoder.modules import SpladePooling
-    from transformers import BertConfig, BertForMaskedLM
+    from transformers import BertForMaskedLM
 
     plain = folder / "mlm"
     torch.manual_seed(23)
-    config = BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                        intermediate_size=64, max_position_embeddings=512)
-    mlm = BertForMaskedLM(config)
+    mlm = BertForMaskedLM(tiny_bert_config())
     with torch.no_grad():
         mlm.cls.predictions.bias.fill_(-0.4)
     mlm.save_pretrained(plain)

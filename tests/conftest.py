@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import random
 import re
 import signal
 import socket
@@ -18,7 +17,20 @@ import httpx
 import pytest
 import yaml
 
-from tests.checkpoints import build_minilm_cross_encoder, copy_bert_tokenizer
+from tests.checkpoints import (
+    build_clap,
+    build_clip,
+    build_colpali,
+    build_colqwen2,
+    build_minilm_cross_encoder,
+    build_plain_qwen3_reranker,
+    build_qwen3_embedder,
+    build_qwen3_reranker,
+    build_sequence_classifier,
+    build_splade,
+    build_tiny_bert,
+)
+from tests.sentences import WORDS, make_sentences  # noqa: F401  (until every test module imports tests.sentences)
 
 ROOT = Path(__file__).resolve().parent.parent
 MINILM = "sentence-transformers/all-MiniLM-L6-v2"
@@ -42,11 +54,6 @@ MAX_AUDIO_SECONDS = 5.0  # the test server's cap, small so the over-long test cl
 CLASSIFIER_LABELS = ["negative", "neutral", "positive"]
 SERVER_START_TIMEOUT_S = 300
 
-WORDS = (
-    "the quick brown fox jumps over a lazy dog while engineers deploy embedding servers on their own "
-    "machines to keep data private and costs fixed across clusters of graphics cards and processors"
-).split()
-
 
 def merged_batches(metrics: str, model_service: str) -> float:
     """How many model-service calls carried more than one request (count minus the le=1 bucket), from the
@@ -66,13 +73,6 @@ def metric(metrics: str, name: str, **labels: str) -> float:
         float(sample["value"]) for sample in SAMPLE.finditer(metrics)
         if sample["name"] == name and wanted <= set((sample["labels"] or "").split(","))
     )
-
-
-def make_sentences(count: int = 50, seed: int = 7) -> list[str]:
-    """Mixed lengths, from one word to well past MiniLM's 256-token limit."""
-    rng = random.Random(seed)
-    lengths = [1, 2, 3, 5, 8] + [rng.randint(4, 60) for _ in range(count - 10)] + [300, 350, 400, 500, 700]
-    return [" ".join(rng.choice(WORDS) for _ in range(n)).capitalize() + "." for n in lengths[:count]]
 
 
 @pytest.fixture
@@ -98,45 +98,19 @@ def minilm_path() -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_bert_path(tmp_path_factory: pytest.TempPathFactory, minilm_path: Path) -> Path:
-    """A random-weight BERT saved as a plain transformers checkpoint (no sentence-transformers files)."""
-    import torch
-    from transformers import BertConfig, BertModel
-
-    folder = tmp_path_factory.mktemp("tiny-bert")
-    torch.manual_seed(0)
-    config = BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                        intermediate_size=64, max_position_embeddings=512)
-    BertModel(config).save_pretrained(folder)
-    copy_bert_tokenizer(minilm_path, folder)
-    return folder
-
-
-def _save_sequence_classifier(folder: Path, minilm_path: Path, labels: list[str]) -> Path:
-    """A random-weight BertForSequenceClassification. Weights are drawn wide (initializer_range 0.5, not
-    0.02) so scores differ clearly from input to input and orderings mean something."""
-    import torch
-    from transformers import BertConfig, BertForSequenceClassification
-
-    torch.manual_seed(len(labels))
-    config = BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                        intermediate_size=64, max_position_embeddings=512, initializer_range=0.5,
-                        num_labels=len(labels), id2label=dict(enumerate(labels)),
-                        label2id={label: i for i, label in enumerate(labels)})
-    BertForSequenceClassification(config).save_pretrained(folder)
-    copy_bert_tokenizer(minilm_path, folder)
-    return folder
+    return build_tiny_bert(tmp_path_factory.mktemp("tiny-bert"), minilm_path)
 
 
 @pytest.fixture(scope="session")
 def tiny_reranker_path(tmp_path_factory: pytest.TempPathFactory, minilm_path: Path) -> Path:
     """A one-label cross-encoder, saved as a plain transformers checkpoint."""
-    return _save_sequence_classifier(tmp_path_factory.mktemp("tiny-reranker"), minilm_path, ["relevance"])
+    return build_sequence_classifier(tmp_path_factory.mktemp("tiny-reranker"), minilm_path, ["relevance"])
 
 
 @pytest.fixture(scope="session")
 def tiny_classifier_path(tmp_path_factory: pytest.TempPathFactory, minilm_path: Path) -> Path:
     """A three-label text classifier, saved as a plain transformers checkpoint."""
-    return _save_sequence_classifier(tmp_path_factory.mktemp("tiny-classifier"), minilm_path, CLASSIFIER_LABELS)
+    return build_sequence_classifier(tmp_path_factory.mktemp("tiny-classifier"), minilm_path, CLASSIFIER_LABELS)
 
 
 @pytest.fixture(scope="session")
@@ -153,65 +127,47 @@ def minilm_classifier_path(tmp_path_factory: pytest.TempPathFactory, minilm_path
 
 @pytest.fixture(scope="session")
 def tiny_clip_path(tmp_path_factory: pytest.TempPathFactory, minilm_path: Path) -> Path:
-    from tests.checkpoints import build_clip
-
     return build_clip(tmp_path_factory.mktemp("tiny-clip"), minilm_path)
 
 
 @pytest.fixture(scope="session")
 def tiny_clap_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from tests.checkpoints import build_clap
-
     return build_clap(tmp_path_factory.mktemp("tiny-clap"))
 
 
 @pytest.fixture(scope="session")
 def silent_clap_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny CLAP whose tokenizer names no length limit, with 80 text positions (78 tokens: RoBERTa's)."""
-    from tests.checkpoints import build_clap
-
     return build_clap(tmp_path_factory.mktemp("silent-clap"), text_positions=80, tokenizer_limit=None)
 
 
 @pytest.fixture(scope="session")
 def tiny_colpali_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from tests.checkpoints import build_colpali
-
     return build_colpali(tmp_path_factory.mktemp("tiny-colpali"))
 
 
 @pytest.fixture(scope="session")
 def tiny_colqwen2_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from tests.checkpoints import build_colqwen2
-
     return build_colqwen2(tmp_path_factory.mktemp("tiny-colqwen2"))
 
 
 @pytest.fixture(scope="session")
 def qwen3_embedder_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from tests.checkpoints import build_qwen3_embedder
-
     return build_qwen3_embedder(tmp_path_factory.mktemp("qwen3-embedder"))
 
 
 @pytest.fixture(scope="session")
 def qwen3_reranker_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from tests.checkpoints import build_qwen3_reranker
-
     return build_qwen3_reranker(tmp_path_factory.mktemp("qwen3-reranker"))
 
 
 @pytest.fixture(scope="session")
 def plain_qwen3_reranker_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from tests.checkpoints import build_plain_qwen3_reranker
-
     return build_plain_qwen3_reranker(tmp_path_factory.mktemp("qwen3-reranker-plain"))
 
 
 @pytest.fixture(scope="session")
 def splade_path(tmp_path_factory: pytest.TempPathFactory, minilm_path: Path) -> Path:
-    from tests.checkpoints import build_splade
-
     return build_splade(tmp_path_factory.mktemp("splade"), minilm_path)
 
 

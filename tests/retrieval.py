@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from models.quantization import CALIBRATION_TEXTS
-from tests.conftest import make_sentences
+from tests.sentences import make_sentences
 
 DOCUMENTS = [
     "The cat sat on the warm windowsill all afternoon.",
