@@ -1,0 +1,73 @@
+"""Warm-up and calibration: a real call through every modality a model serves, and for quantizable models the
+int8/uint8 scale (or ranges), configured or calibrated on fixed texts."""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+import numpy as np
+
+from config.settings import EmbentoConfig
+from gateway.model_calls import ModelCalls
+from gateway.preprocessors import Preprocessors
+from gateway.shared import agreed
+from models import errors
+from models.base import ModelInfo, TokenizedText
+from models.kinds import spec
+from models.media import MediaLimits
+from models.quantization import CALIBRATION_TEXTS, Quantizer, read_configured_ranges
+
+logger = logging.getLogger(__name__)
+CALIBRATION_CHUNK = 16  # rows per call: the same batches at every start, so the same vectors
+
+
+async def warm_up(info: ModelInfo, calls: ModelCalls, preprocessors: Preprocessors, config: EmbentoConfig,
+                  limits: MediaLimits) -> Quantizer | None:
+    """Raises if the model fails or answers the wrong shape; returns a dense single-vector model's quantizer."""
+    outputs = await calls.send(info, warmup_rows(info, preprocessors))
+    calls.on_device(info)
+    if info.sparse:
+        wrong = [o.shape for o in outputs if o.shape[0] != 2 or (o.shape[1] and o[0].max() >= info.dimension)]
+    else:
+        wrong = [output.shape for output in outputs if output.shape[-1] != info.dimension]
+    if wrong:
+        raise errors.InferenceError(f"it answered outputs of shape {sorted(set(wrong))}; the model reports "
+                                    f"{info.dimension} features")
+    if spec(info.kind).quantizable and not info.multi_vector:
+        return await _quantizer(info, calls, preprocessors, config, limits)
+    return None
+
+
+def warmup_rows(info: ModelInfo, preprocessors: Preprocessors) -> list[Any]:
+    name, kind = info.served_model_name, spec(info.kind)
+    if kind.preprocessor == "media":
+        return preprocessors.processor(info).warmup_rows(name)
+    tokenizer = preprocessors.tokenizer(info)
+    if kind.scores_pairs:
+        return TokenizedText.rows(name, *tokenizer.encode_pairs("warm-up", ["warm-up"]))
+    return TokenizedText.rows(name, tokenizer.encode_texts(["warm-up"]))
+
+
+async def _quantizer(info: ModelInfo, calls: ModelCalls, preprocessors: Preprocessors, config: EmbentoConfig,
+                     limits: MediaLimits) -> Quantizer:
+    """The model's scheme, with parameters configured, or from the calibration texts embedded in fixed chunks,
+    one call at a time."""
+    name = info.served_model_name
+    settings = config.model(name)
+    scheme, configured = settings.quantization, settings.quantization_ranges  # type: ignore[union-attr]
+    if configured:
+        return Quantizer(scheme, configured=read_configured_ranges(configured, info.dimension, scheme))
+    vectors, started = [], time.perf_counter()
+    for start in range(0, len(CALIBRATION_TEXTS), CALIBRATION_CHUNK):
+        texts = CALIBRATION_TEXTS[start:start + CALIBRATION_CHUNK]
+        if spec(info.kind).preprocessor == "text":
+            tokenizer = preprocessors.tokenizer(info)
+            rows: list[Any] = TokenizedText.rows(name, tokenizer.encode_texts(texts, tokenizer.prompt(None)))
+        else:
+            rows = preprocessors.processor(info).encode(name, [("text", text) for text in texts], limits)
+        vectors += await calls.send(info, rows)
+    logger.info("model '%s': int8/uint8 %s quantization calibrated on %d texts in %.2f s", name, scheme,
+                len(vectors), time.perf_counter() - started)
+    return Quantizer(scheme, calibration=agreed(f"calibration {name}", np.stack(vectors)))

@@ -1,0 +1,109 @@
+"""The served models from start to serving: the registry warm-up fills, and the readiness and health the
+probes report from it.
+
+One `Lifecycle` per gateway process, made at import: the GET routes and the /readyz middleware are mounted
+then and hold it. The Gateway starts it, since only the Gateway holds the model services' clients.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+
+from gateway.metrics import READY
+from gateway.warmup import Warmup
+from models import errors
+from models.base import Kind, ModelInfo
+from models.quantization import Quantizer
+
+WARMUP_RETRY_S = 1.0
+READINESS_TIMEOUT_S = 1
+
+
+@dataclass
+class ModelRegistry:
+    """What is known of the configured models: their kinds (configuration order; the first is the default),
+    and once warm-up is `done` the ones served (`infos`), those that failed, and the int8/uint8 quantizers."""
+
+    kinds: dict[str, Kind]
+    infos: dict[str, ModelInfo] = field(default_factory=dict)
+    failed: dict[str, str] = field(default_factory=dict)
+    quantizers: dict[str, Quantizer] = field(default_factory=dict)
+    done: bool = False
+
+
+class Lifecycle:
+    """Warm-up, then readiness and health: ready while every model is warm and its service answers."""
+
+    def __init__(self, registry: ModelRegistry) -> None:
+        self.registry = registry
+        self.clients: Mapping[str, Any] = {}
+        self.warmup: Warmup | None = None
+        self._task: asyncio.Task | None = None
+
+    def start(self, clients: Mapping[str, Any], failed_here: dict[str, str],
+              warm_up: Callable[[ModelInfo], Awaitable[None]], allow_partial: bool,
+              stop_server: Callable[[str], None]) -> None:
+        """Warm-up in the background, the only one that tries: a probe or request that tried too would wait on
+        a model service still starting for the client's whole timeout. They read `registry.done` instead."""
+        self.clients = clients
+        warmup = self.warmup = Warmup(self.registry, lambda: self._fetch_infos(failed_here), warm_up,
+                                      allow_partial, stop_server)
+
+        async def keep_trying() -> None:
+            while not await warmup.attempt() and not warmup.stopped:
+                await asyncio.sleep(WARMUP_RETRY_S)
+            await self.is_ready()  # into the readiness gauge, for servers no probe asks
+
+        self._task = asyncio.create_task(keep_trying())
+
+    async def _fetch_infos(self, failed_here: dict[str, str]) -> tuple[dict[str, ModelInfo], dict[str, str]]:
+        """The models each service serves, and those that failed to load here or there."""
+        reports = [await client.to_async.model_info() for client in self.clients.values()]
+        failed = {name: reason for report in reports for name, reason in report["failed"].items()}
+        failed.update(failed_here)
+        infos = {i["served_model_name"]: ModelInfo(**i) for report in reports for i in report["models"]}
+        configured = self.registry.kinds
+        missing = set(configured) - set(infos) - set(failed)
+        if missing:
+            raise errors.NotReady(f"no model service reported {sorted(missing)}")
+        return {name: infos[name] for name in configured if name not in failed}, failed
+
+    async def is_ready(self) -> bool:
+        registry = self.registry
+        ready = registry.done and bool(registry.infos) and await self._silent_service() is None
+        READY.set(int(ready))
+        return ready
+
+    async def readiness(self) -> dict[str, Any]:
+        """/readyz's body: whether requests can be served, by which models, and which failed to load."""
+        ready = await self.is_ready()
+        return {"ready": ready, "models": list(self.registry.infos), "failed": self.registry.failed}
+
+    async def health(self) -> dict[str, float]:
+        """infinity's /health, but honest: 200 only while every model is warm and its service answers."""
+        if not self.registry.done:
+            raise errors.NotReady("models are not ready")
+        if (silent := await self._silent_service()) is not None:
+            raise errors.NotReady(f"the {silent} service is not ready")
+        return {"unix": time.time()}
+
+    async def _silent_service(self) -> str | None:
+        """The first model service that does not answer its readiness probe within a second, or None.
+
+        A model service restarting after a crash accepts connections it cannot answer yet; BentoML's own
+        probe would wait 5 s on it, longer than an orchestrator's probe timeout.
+        """
+        for name, client in self.clients.items():
+            proxy_ready = getattr(client, "is_ready", None)  # remote services only
+            try:
+                if proxy_ready is not None and not await proxy_ready(READINESS_TIMEOUT_S):
+                    return name
+            except (aiohttp.ClientError, TimeoutError):  # BentoML's probe lets a total timeout escape
+                return name
+        return None

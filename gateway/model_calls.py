@@ -1,0 +1,133 @@
+"""The model services as the engine sees them: rows in, one output per row back, or a clear error.
+
+Each model service (`KindSpec.model_service`) gets its admission (the queue bounds), its coalescer (concurrent
+requests leave as one call) and its client, the Gateway's BentoML dependency. A request abandoned at its
+deadline or by its client is cancelled on the service.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import time
+import uuid
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import aiohttp
+import bentoml
+import numpy as np
+
+from config.settings import EmbentoConfig
+from gateway.admission import Admission
+from gateway.coalesce import Coalescer
+from gateway.deadline import until_done
+from gateway.metrics import ABANDONED, REQUESTS_PER_CALL, current_trace, start_series
+from gateway.shared import SharedCounters
+from models import errors
+from models.base import Kind, ModelInfo, Row
+from models.kinds import spec
+from shared_metrics import DROPPED_INPUTS
+
+logger = logging.getLogger(__name__)
+CANCEL_TIMEOUT_S = 5
+GPU_CALLS_IN_FLIGHT = 2
+
+
+class ModelCalls:
+    """Calls to the model services of the served `kinds`; `clients` maps each service's name to its client."""
+
+    def __init__(self, config: EmbentoConfig, kinds: Iterable[Kind], clients: Mapping[str, Any],
+                 dispatch_rows: int, counters: SharedCounters | None = None) -> None:
+        self.config = config
+        self.clients = clients
+        self.apis = {spec(kind).model_service: spec(kind).service_api for kind in kinds}  # the batchable API
+        self.admission = {name: Admission(name, config.max_queued_items, config.max_queued_tokens, counters)
+                          for name in self.apis}
+        start_series(list(self.apis), config.max_queued_items, config.max_queued_tokens)
+        self.coalescers = {name: Coalescer(functools.partial(self._call_service, name), dispatch_rows, _count_dropped)
+                           for name in self.apis}
+        self._cancelling: set[asyncio.Task] = set()
+
+    async def run(self, info: ModelInfo, rows: list[Row]) -> list[np.ndarray]:
+        """A request's rows through its model's service, admitted and under its deadline."""
+        tokens = sum(row.length for row in rows)
+        if tokens > self.config.max_request_tokens:
+            raise errors.InvalidRequest(
+                f"the request holds {tokens} tokens after truncation; at most {self.config.max_request_tokens} "
+                "are allowed", param="input",
+            )
+        request_id = uuid.uuid4().hex
+        for row in rows:
+            row.request_id = request_id
+        trace = current_trace()
+        trace.sending(len(rows), tokens)
+        service = spec(info.kind).model_service
+        try:
+            with self.admission[service].admit(len(rows), tokens):
+                outputs = await until_done(self.coalescers[service].run(rows), self.config.request_timeout_s)
+        except (errors.RequestTimeout, errors.ClientGone) as exc:
+            self._abandon(service, request_id, "deadline" if isinstance(exc, errors.RequestTimeout) else "disconnect")
+            raise
+        trace.answered = time.perf_counter()
+        return checked(outputs)
+
+    async def send(self, info: ModelInfo, rows: list[Any]) -> list[np.ndarray]:
+        """Rows straight to the service (warm-up and calibration): no admission, no deadline."""
+        return checked(await self.coalescers[spec(info.kind).model_service].run(rows))
+
+    def on_device(self, info: ModelInfo) -> None:
+        """A model on a GPU gets more calls in flight (see gateway/coalesce.py)."""
+        if info.device != "cpu":
+            self.coalescers[spec(info.kind).model_service].max_calls = GPU_CALLS_IN_FLIGHT
+
+    def _abandon(self, service: str, request_id: str, reason: str) -> None:
+        """Nobody waits for this request any more: its model service drops whatever of it is still queued."""
+        ABANDONED.labels(model_service=service, reason=reason).inc()
+
+        async def cancel() -> None:
+            try:
+                await asyncio.wait_for(self.clients[service].to_async.cancel([request_id]), CANCEL_TIMEOUT_S)
+            except Exception as exc:  # the rows then run and are thrown away; nothing else is lost
+                logger.warning("could not cancel a request on the %s service: %r", service, exc)
+
+        task = asyncio.create_task(cancel())
+        self._cancelling.add(task)  # the loop keeps only weak references to tasks
+        task.add_done_callback(self._cancelling.discard)
+
+    async def _call_service(self, service: str, rows: list[Any]) -> list[np.ndarray]:
+        """One call to a model service's batchable API (the coalescer's `send`); its failures as our errors.
+
+        One retry when the connection broke: the model service may have closed a kept-alive connection as it
+        was reused (bentoml #4971), or restarted. Inference is idempotent, so sending again is safe."""
+        call = getattr(self.clients[service].to_async, self.apis[service])
+        REQUESTS_PER_CALL.labels(model_service=service).observe(len({row.request_id for row in rows}))
+        try:
+            try:
+                return await call(rows)
+            except aiohttp.ClientConnectionError as exc:
+                logger.warning("connection to the %s service broke (%r); sending again", service, exc)
+                return await call(rows)
+        except bentoml.exceptions.BentoMLException as exc:
+            if exc.error_code.value in (429, 503):
+                raise errors.Overloaded("the model service is overloaded; retry later") from exc
+            raise errors.InferenceError(f"the model service failed: {exc}") from exc
+        except aiohttp.ClientError as exc:
+            raise errors.NotReady(f"the model service is unavailable ({type(exc).__name__}); retry shortly") from exc
+
+
+def checked(outputs: list[np.ndarray]) -> list[np.ndarray]:
+    """The outputs, unless the model failed on some input (`services.pool.FAILED`) or answered NaN or inf.
+    A sparse output with no active entry is (2, 0), not a failure."""
+    failed = [i for i, output in enumerate(outputs) if output.shape == (0,) or not np.isfinite(output).all()]
+    if failed:
+        raise errors.InferenceError(
+            f"the model failed on input(s) {failed[:10]} (an error, or NaN/inf output); see the server log"
+        )
+    return outputs
+
+
+def _count_dropped(rows: list[Row]) -> None:
+    """An abandoned request's rows that never reached the model service count as dropped, as those that did."""
+    DROPPED_INPUTS.labels(model=rows[0].model).inc(len(rows))

@@ -1,0 +1,90 @@
+"""The internal results the engine answers with, one per operation. Each holds its query (never a wire body),
+so an adapter writes its answer from the result alone."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from gateway.queries import ClassifyQuery, EmbedQuery, OutputType, RankQuery, TokenizeQuery
+from models.base import ModelInfo
+from models.postprocess import keep_largest, to_base64, truncate_dimensions
+from models.quantization import Precision, Quantizer, quantize
+from models.text_tokenizer import Token
+
+
+@dataclass(frozen=True)
+class Embeddings:
+    """One output per input, the tokens (or positions) spent, and the model's int8/uint8 quantizer if any."""
+
+    query: EmbedQuery
+    info: ModelInfo
+    outputs: list[np.ndarray]
+    tokens: int
+    quantizer: Quantizer | None = None
+
+    @property
+    def renormalized(self) -> bool:
+        """Whether vectors cut to `dimensions` are made unit length again: when the model's are."""
+        return self.info.normalized if self.query.normalize is None else self.query.normalize
+
+    def vectors(self) -> np.ndarray:
+        """Dense single vectors, (inputs, features), cut to `dimensions` and re-normalized."""
+        return truncate_dimensions(np.stack(self.outputs), self.query.dimensions, renormalize=self.renormalized)
+
+    def encoded(self, output_type: OutputType, vectors: np.ndarray) -> list:
+        """`vectors` (from `vectors()`) in one output type, one entry per input."""
+        if output_type == "float":
+            return vectors.tolist()
+        if output_type == "base64":
+            return [to_base64(v) for v in vectors]
+        return self.codes(output_type, vectors).tolist()
+
+    def codes(self, precision: Precision, vectors: np.ndarray) -> np.ndarray:
+        """Every route's quantized codes: int8/uint8 by the model's scheme (symmetric unless configured)."""
+        if precision in ("int8", "uint8"):
+            assert self.quantizer is not None, "checked by gateway.validation.check_embed"
+            return self.quantizer.codes(vectors, precision, self.renormalized)
+        return quantize(vectors, precision)
+
+    def sparse_entries(self) -> list[np.ndarray]:
+        """Per input of a sparse model, its (2, active) [indices; weights], the largest `max_active_dims`."""
+        return [keep_largest(output, self.query.max_active_dims) for output in self.outputs]
+
+
+@dataclass(frozen=True)
+class Ranking:
+    """Scores by document (in the query's order), the order best first (cut to `top_n`), and the tokens spent."""
+
+    query: RankQuery
+    info: ModelInfo
+    order: list[int]
+    scores: list[float]
+    tokens: int
+
+    @property
+    def documents(self) -> tuple[str, ...]:
+        return self.query.documents
+
+    @property
+    def model(self) -> str:
+        return self.info.served_model_name
+
+
+@dataclass(frozen=True)
+class Classified:
+    """Every label's score per input, (inputs, labels) in `info.labels` order, and the tokens spent."""
+
+    query: ClassifyQuery
+    info: ModelInfo
+    scores: np.ndarray
+    tokens: int
+
+
+@dataclass(frozen=True)
+class Tokens:
+    """Each text's tokens, with their ids, texts and character offsets."""
+
+    query: TokenizeQuery
+    tokens: list[list[Token]]

@@ -1,0 +1,163 @@
+"""One check per operation, run by the engine on the query and the chosen model before any work is done.
+
+Every error names the wire field it is about (`param`): the query carries those names, so an adapter's own
+field names (`input`, `inputs`, `texts`, `embedding_types`) reach the client.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from config.settings import EmbentoConfig
+from gateway.queries import ClassifyQuery, DecodeQuery, EmbedQuery, RankQuery, Shape, TokenizeQuery
+from gateway.routing import check_modalities
+from models.base import ModelInfo
+from models.errors import InvalidRequest
+from models.kinds import spec
+from models.quantization import PRECISIONS, Quantizer
+
+EMPTY_ITEM = "{param}[{index}] is empty"
+EMPTY_INPUT = EMPTY_ITEM + "; every input needs at least one character or token"
+# Where a model of each output shape is answered, for the error of a route that has no room for it.
+ROUTES_FOR_SHAPE: dict[Shape, str] = {"dense": "/v1/embeddings", "sparse": "/embed_sparse or /v1/embeddings",
+                                      "multi-vector": "/v1/embeddings or /embed"}
+
+
+def check_texts(texts: Sequence[str | Sequence[int]], param: str, max_items: int, max_chars: int | None,
+                empty_item: str | None = EMPTY_ITEM) -> None:
+    """A list of inputs: some, at most `max_items`, none empty (unless `empty_item` is None), and no text over
+    `max_chars` characters (token-id lists pass; None: no length bound)."""
+    if not texts:
+        raise InvalidRequest(f"{param} must not be empty", param=param)
+    if len(texts) > max_items:
+        raise InvalidRequest(f"{param} holds {len(texts)} items; at most {max_items} are allowed", param=param)
+    empty = next((i for i, text in enumerate(texts) if len(text) == 0), None)
+    if empty_item is not None and empty is not None:
+        raise InvalidRequest(empty_item.format(param=param, index=empty), param=param)
+    if max_chars is not None:
+        check_lengths(texts, param, max_chars)
+
+
+def check_lengths(texts: Sequence[str | Sequence[int] | None], param: str, max_chars: int) -> None:
+    """No text over `max_chars` characters; other entries (token ids, None) pass."""
+    too_long = next((i for i, text in enumerate(texts) if isinstance(text, str) and len(text) > max_chars), None)
+    if too_long is not None:
+        raise InvalidRequest(f"{param}[{too_long}] has {len(texts[too_long])} characters; at most {max_chars} "  # type: ignore[arg-type]
+                             "are allowed", param=param)
+
+
+def check_length(text: str | None, param: str, max_chars: int) -> None:
+    if text is not None and len(text) > max_chars:
+        raise InvalidRequest(f"{param} has {len(text)} characters; at most {max_chars} are allowed", param=param)
+
+
+def shape_of(info: ModelInfo) -> Shape:
+    return "sparse" if info.sparse else "multi-vector" if info.multi_vector else "dense"
+
+
+# Embed
+def check_embed(query: EmbedQuery, info: ModelInfo, limits: EmbentoConfig, quantizer: Quantizer | None,
+                served: Mapping[str, ModelInfo]) -> None:
+    """The output the query asks for, its inputs, and the controls that apply to some kinds of model only."""
+    check_output_types(query, info, quantizer)
+    items, param = query.items, query.items_param
+    check_texts([item.value for item in items], param, limits.max_client_batch_size, None, EMPTY_INPUT)
+    media = sum(item.modality != "text" for item in items)
+    if media > limits.max_media_items:
+        raise InvalidRequest(f"{param} holds {media} images or audio clips; at most {limits.max_media_items} are "
+                             "allowed", param=param)
+    check_lengths([item.value if item.modality == "text" else None for item in items], param, limits.max_item_chars)
+    check_length(query.instruction, "instruction", limits.max_item_chars)
+    if not spec(info.kind).takes_token_ids and any(isinstance(item.value, list) for item in items):
+        raise InvalidRequest(f"model '{info.served_model_name}' takes text, not token ids", param=param)
+    _check_dimensions(query.dimensions, info)
+    _check_text_controls(query, info)
+    check_modalities(served, info, {item.modality for item in items})
+
+
+def check_output_types(query: EmbedQuery, info: ModelInfo, quantizer: Quantizer | None) -> None:
+    """Quantized and base64 output need one dense vector per input; int8/uint8 need the model's scale; a
+    wire format answers only the output shapes it has room for (`query.shapes`)."""
+    name, output_types, param = info.served_model_name, query.output_types, query.output_param
+    quantized = [t for t in output_types if t in PRECISIONS]
+    shape = shape_of(info)
+    if quantized and shape != "dense":
+        raise InvalidRequest(f"model '{name}' is {shape}: {quantized[0]} output applies to dense single vectors",
+                             param=param)
+    if shape == "sparse" and "base64" in output_types:
+        raise InvalidRequest(f"model '{name}' is sparse: its embeddings are indices and values, which have no "
+                             "base64 encoding", param=param)
+    if shape not in query.shapes:
+        raise InvalidRequest(f"model '{name}' is {shape}, which this route cannot answer; use "
+                             f"{ROUTES_FOR_SHAPE[shape]}", param="model")
+    if any(t in ("int8", "uint8") for t in quantized) and quantizer is None:
+        raise InvalidRequest(f"model '{name}' has no int8/uint8 scale (its calibration failed; see the log)",
+                             param=param)
+
+
+def _check_dimensions(dimensions: int | None, info: ModelInfo) -> None:
+    if dimensions is None:
+        return
+    if info.sparse:
+        raise InvalidRequest(f"model '{info.served_model_name}' is sparse: dimensions does not apply (use "
+                             "max_active_dims)", param="dimensions")
+    if info.multi_vector:
+        raise InvalidRequest(f"model '{info.served_model_name}' returns one vector per token; dimensions does not "
+                             "apply", param="dimensions")
+    if not 1 <= dimensions <= info.dimension:
+        raise InvalidRequest(f"dimensions must be between 1 and {info.dimension} for model "
+                             f"'{info.served_model_name}', got {dimensions}", param="dimensions")
+
+
+def _check_text_controls(query: EmbedQuery, info: ModelInfo) -> None:
+    """The fields that apply to some kinds of model only."""
+    name, kind = info.served_model_name, spec(info.kind)
+    as_is = query.normalize is info.normalized  # what the model gives anyway: asking for it is no error
+    if query.normalize is not None and not kind.normalize_control and not as_is:
+        raise InvalidRequest(f"normalize applies to dense text embedders; model '{name}' is a {info.kind} model",
+                             param="normalize")
+    max_tokens = query.truncation.max_tokens
+    if max_tokens is not None and max_tokens < 1:
+        raise InvalidRequest(f"max_tokens must be at least 1, got {max_tokens}", param="max_tokens")
+    if query.max_active_dims is not None and not info.sparse:
+        raise InvalidRequest(f"max_active_dims applies to sparse models; model '{name}' is dense",
+                             param="max_active_dims")
+    if query.max_active_dims is not None and query.max_active_dims < 1:
+        raise InvalidRequest(f"max_active_dims must be at least 1, got {query.max_active_dims}",
+                             param="max_active_dims")
+    if query.instruction is not None and not kind.takes_instruction:
+        raise InvalidRequest(f"instruction applies to text embedders; model '{name}' is a {info.kind} model",
+                             param="instruction")
+
+
+# Rank, classify, tokenize, decode
+def check_rank(query: RankQuery, info: ModelInfo, limits: EmbentoConfig) -> None:
+    """A query and documents: texts bounded by `max_item_chars`, or for media models images (bounded by
+    `max_item_bytes` once fetched), at most `max_media_items` of them."""
+    if not query.query:
+        raise InvalidRequest("query must not be empty", param="query")
+    check_length(query.query, "query", limits.max_item_chars)
+    check_length(query.instruction, "instruction", limits.max_item_chars)
+    media = spec(info.kind).preprocessor == "media"
+    max_documents = limits.max_media_items if media else limits.max_client_batch_size
+    check_texts(query.documents, query.documents_param, max_documents, None, empty_item=None)
+    if query.top_n is not None and query.top_n < 1:
+        raise InvalidRequest(f"top_n must be at least 1, got {query.top_n}", param="top_n")
+    if not media:
+        check_lengths(query.documents, query.documents_param, limits.max_item_chars)
+    if media and query.instruction is not None:
+        raise InvalidRequest(f"model '{info.served_model_name}' takes no instruction", param="instruction")
+
+
+def check_classify(query: ClassifyQuery, limits: EmbentoConfig) -> None:
+    check_texts(query.texts, query.texts_param, limits.max_client_batch_size, limits.max_item_chars)
+    if query.pairs is not None:
+        check_lengths(query.pairs, query.texts_param, limits.max_item_chars)
+
+
+def check_tokenize(query: TokenizeQuery, limits: EmbentoConfig) -> None:
+    check_texts(query.texts, query.texts_param, limits.max_client_batch_size, limits.max_item_chars)
+
+
+def check_decode(query: DecodeQuery, limits: EmbentoConfig) -> None:
+    check_texts(query.ids, "ids", limits.max_client_batch_size, None, empty_item=None)

@@ -1,0 +1,161 @@
+"""What several client families share on the wire: the embedding-input union and its one clear error, TEI's
+truncation fields (taken by every text route), the rerank body infinity, Cohere and Jina share, usage, and
+the label scores infinity and TEI both answer."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any, Literal, TypeVar, Union
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictInt,
+    StrictStr,
+    ValidationError,
+    ValidatorFunctionWrapHandler,
+    field_validator,
+)
+
+from gateway.queries import InputItem, RankQuery
+from models.base import Modality, Truncation
+
+T = TypeVar("T")
+TokenIds = list[StrictInt]
+
+
+def as_list(value: T | list[T]) -> list[T]:
+    """One value or a list of them, as a list."""
+    return value if isinstance(value, list) else [value]
+
+
+class TextItem(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    text: StrictStr
+
+
+class ImageItem(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    image: StrictStr = Field(description="A data URI (data:image/png;base64,...) or an http(s) URL.")
+
+
+class AudioItem(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    audio: StrictStr = Field(description="A data URI (data:audio/wav;base64,...) or an http(s) URL.")
+
+
+TypedItem = Union[TextItem, ImageItem, AudioItem]
+EmbeddingInput = Union[StrictStr, list[StrictStr | TypedItem], TokenIds, list[TokenIds]]
+
+
+def reworded_union(field: str) -> Any:
+    """A validator for an `EmbeddingInput` field: one clear message instead of the union's per-branch errors,
+    which help nobody. Assign it in the model's body: `_input_message = reworded_union("input")`."""
+    def reword(cls: type, value: object, handler: ValidatorFunctionWrapHandler) -> EmbeddingInput:
+        try:
+            return handler(value)
+        except ValidationError:
+            raise ValueError(
+                f"{field} must be a string, a list of strings or typed items ({{\"text\"|\"image\"|\"audio\": "
+                "...}), a list of token ids, or a list of token-id lists"
+            ) from None
+
+    return field_validator(field, mode="wrap")(reword)
+
+
+def input_items(raw: EmbeddingInput, modality: Modality = "text") -> tuple[InputItem, ...]:
+    """One item per input: typed items say their modality, token-id lists are text, plain strings are
+    `modality`."""
+    values = [raw] if isinstance(raw, str) or (raw and isinstance(raw[0], int)) else raw
+    return tuple(_item(value, modality) for value in values)  # type: ignore[union-attr]
+
+
+def _item(value: str | list[int] | TextItem | ImageItem | AudioItem, modality: Modality) -> InputItem:
+    if isinstance(value, TextItem):
+        return InputItem("text", value.text)
+    if isinstance(value, ImageItem):
+        return InputItem("image", value.image)
+    if isinstance(value, AudioItem):
+        return InputItem("audio", value.audio)
+    if isinstance(value, list):
+        return InputItem("text", value)
+    return InputItem(modality, value)
+
+
+class TruncationControls(BaseModel):
+    """TEI's per-request truncation fields, on every text route that takes them."""
+
+    truncate: StrictBool | None = Field(None, description="Cut input longer than the model takes (the default); "
+                                        "false refuses it with a 400 naming the input.")
+    truncation_direction: Literal["right", "left"] | None = Field(
+        None, description="Which end is cut: right (the default of most tokenizers) or left.")
+
+    @field_validator("truncation_direction", mode="before")
+    @classmethod
+    def _either_case(cls, value: Any) -> Any:
+        return value.lower() if isinstance(value, str) else value  # TEI takes "Right" and "Left" too
+
+    def truncation(self) -> Truncation:
+        return Truncation(enabled=self.truncate is not False, side=self.truncation_direction)
+
+
+class Usage(BaseModel):
+    prompt_tokens: int
+    total_tokens: int
+
+    @classmethod
+    def of(cls, tokens: int) -> Usage:
+        return cls(prompt_tokens=tokens, total_tokens=tokens)
+
+
+def response_id() -> str:
+    return f"embento-{uuid.uuid4()}"
+
+
+# The rerank body of infinity's /rerank, Cohere v1 and Jina's /v1/rerank, and Cohere v2's /v2/rerank
+class DocumentObject(BaseModel):
+    """Cohere v1 / Jina's document object: `text` is ranked, other fields are accepted and ignored."""
+
+    model_config = ConfigDict(extra="allow")
+    text: StrictStr
+
+
+class RerankRequest(TruncationControls):
+    model: str | None = Field(None, description="Served model name; defaults to the first reranker.")
+    query: StrictStr
+    documents: list[StrictStr | DocumentObject]
+    top_n: StrictInt | None = Field(None, description="Return the best N; all when omitted.")
+    return_documents: StrictBool = False
+    raw_scores: StrictBool = Field(False, description="Logits instead of the model's activation.")
+    instruction: StrictStr | None = Field(None, description="For causal-LM rerankers whose chat template takes "
+                                          "one (Qwen3-Reranker's `<Instruct>`); the template's default otherwise.")
+
+    @field_validator("documents", mode="wrap")
+    @classmethod
+    def _one_clear_message(cls, value: object, handler: ValidatorFunctionWrapHandler) -> list[str | DocumentObject]:
+        try:
+            return handler(value)
+        except ValidationError as exc:  # the union's per-branch errors help nobody
+            where = next((f"documents[{e['loc'][0]}]" for e in exc.errors() if e["loc"]), "documents")
+            raise ValueError(f"{where} must be a string or an object with a string 'text' field") from None
+
+
+def rank_query(body: RerankRequest) -> RankQuery:
+    return RankQuery(query=body.query, documents=tuple(d if isinstance(d, str) else d.text for d in body.documents),
+                     model=body.model, top_n=body.top_n, activation="identity" if body.raw_scores else None,
+                     instruction=body.instruction, truncation=body.truncation())
+
+
+# Classification answers
+class LabelScore(BaseModel):
+    label: str
+    score: float
+
+
+def ranked_labels(labels: list[str], scores: list[list[float]]) -> list[list[LabelScore]]:
+    """Every label per input, highest score first (as infinity and TEI order them)."""
+    return [sorted((LabelScore(label=label, score=score) for label, score in zip(labels, row)),
+                   key=lambda item: -item.score) for row in scores]
+

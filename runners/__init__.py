@@ -1,1 +1,0 @@
-"""BentoML model services, one per modality, each with adaptive batching."""
