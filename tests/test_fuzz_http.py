@@ -12,7 +12,7 @@ from hypothesis.errors import Unsatisfiable
 from schemathesis import GenerationMode
 
 from gateway.tei import TEI_PATHS, tei_rerank_body
-from tests.test_server_errors import assert_openai_error, assert_tei_error
+from tests.asserts import assert_openai_error, assert_tei_error
 
 pytestmark = pytest.mark.server
 EXAMPLES = 20  # per operation and mode: about 500 requests in all

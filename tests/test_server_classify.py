@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tests.asserts import assert_healthy, assert_openai_error
 from tests.conftest import CLASSIFIER_LABELS, MINILM, MINILM_CLASSIFIER, TINY_CLASSIFIER, TINY_RERANKER, make_sentences
-from tests.test_server_errors import assert_healthy, assert_openai_error
 from tests.tolerance import assert_close
 
 pytestmark = pytest.mark.server

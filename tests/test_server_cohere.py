@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from models.quantization import CALIBRATION_TEXTS, RANGE_GRID, Quantizer
+from tests.asserts import assert_openai_error
 from tests.conftest import (
     MINILM,
     QWEN3_EMBEDDER,
@@ -27,7 +28,6 @@ from tests.conftest import (
 )
 from tests.media import data_uri, image_bytes
 from tests.test_quantized_retrieval import DOCUMENTS, QUERIES
-from tests.test_server_errors import assert_openai_error
 from tests.tolerance import assert_close, assert_same_vectors
 
 pytestmark = pytest.mark.server

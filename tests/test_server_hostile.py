@@ -7,9 +7,9 @@ import json
 
 import pytest
 
+from tests.asserts import assert_healthy, assert_openai_error
 from tests.conftest import MINILM, TINY_CLAP, TINY_CLASSIFIER, TINY_CLIP, TINY_RERANKER
 from tests.media import IMAGES, data_uri
-from tests.test_server_errors import assert_healthy, assert_openai_error
 
 pytestmark = pytest.mark.server
 

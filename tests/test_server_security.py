@@ -10,8 +10,8 @@ import httpx
 import pytest
 
 from gateway.tei import TEI_PATHS
+from tests.asserts import assert_openai_error, assert_tei_error
 from tests.conftest import MINILM, running_server
-from tests.test_server_errors import assert_openai_error, assert_tei_error
 
 pytestmark = pytest.mark.server
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.asserts import assert_openai_error, assert_tei_error
 from tests.conftest import (
     CLASSIFIER_LABELS,
     MINILM,
@@ -21,7 +22,6 @@ from tests.conftest import (
     TINY_SPLADE,
     make_sentences,
 )
-from tests.test_server_errors import assert_openai_error, assert_tei_error
 from tests.tolerance import assert_close, assert_same_vectors
 
 pytestmark = pytest.mark.server
