@@ -14,7 +14,7 @@ import os
 
 os.environ.setdefault("BENTOML_DO_NOT_TRACK", "True")  # no usage tracking unless a user opts in
 
-from runners.start_failures import report_start_failures  # noqa: E402
+from bento.start_failures import report_start_failures  # noqa: E402
 
 report_start_failures()  # first: the configuration is read while the imports below run, and may fail there
 
@@ -98,26 +98,24 @@ from gateway.tei import (
 from gateway.warmup import Warmup
 from models import errors
 from models.base import Activation, Kind, ModelInfo
-from models.config import ModelConfig
 from models.kinds import gateway_needs_torch, model_kind
 from models.media_processor import MediaProcessor
 from models.resolve import resolve_model
 from models.text_tokenizer import TextTokenizer
-from runners.framework import fix_media_types, read_long_buffer_lists, skip_untraced_middleware
-from runners.image import ARGS, IMAGE, bento_envs, image_labels
-from runners.media import ClapEmbedder, ClipEmbedder, ColPaliEmbedder
-from runners.placement import gateway_workers
-from runners.process_memory import report_process_memory
-from runners.rerank import Reranker
-from runners.settings import (
-    dispatch_max_rows,
-    exit_nonzero_after_failed_start,
-    load_models,
-    remove_server_files,
-    stop_server,
-)
-from runners.store import bento_config_env, check_served_bento, pin_store_models, served_config
-from runners.text import TextEmbedder
+from bento.container_image import ARGS, IMAGE, bento_envs, image_labels
+from bento.lifecycle import exit_nonzero_after_failed_start, stop_server
+from bento.patches import fix_media_types, read_long_buffer_lists, skip_untraced_middleware
+from bento.placement import gateway_workers
+from bento.process_memory import report_process_memory
+from bento.store import bento_config_env, check_served_bento, pin_store_models
+from config.served import served_config
+from config.server_files import remove_server_files
+from config.settings import ModelConfig
+from services.loading import load_models
+from services.media import ClapEmbedder, ClipEmbedder, ColPaliEmbedder
+from services.scorer import Reranker
+from services.service_config import dispatch_max_rows
+from services.text import TextEmbedder
 
 logger = logging.getLogger(__name__)
 CONFIG = served_config()  # store models (`bentoml://…`) resolved to their folders

@@ -43,11 +43,11 @@ def engine_encoder(model_path: str, backend: str, dtype: str, threads: int) -> E
 
     from models.base import TokenizedText
     from models.batching import pass_overhead_tokens, plan_batches
-    from models.config import ModelConfig
+    from config.settings import ModelConfig
     from models.lanes import Lanes, shares_cores
     from models.text_encoder import TextEncoder
     from models.text_tokenizer import TextTokenizer
-    from runners.pool import pass_limits
+    from services.pool import pass_limits
 
     torch.set_num_threads(threads)
     cfg = ModelConfig(model_id=model_path, backend=backend, dtype=dtype)

@@ -55,7 +55,7 @@ def build_encoder(folder: Path, tokenizer: Path, size: str) -> Path:
 
 
 def encoder(folder: Path, device: str, dtype: str):  # -> TextEncoder, load seconds
-    from models.config import ModelConfig
+    from config.settings import ModelConfig
     from models.text_encoder import TextEncoder
 
     started = time.perf_counter()
@@ -65,7 +65,7 @@ def encoder(folder: Path, device: str, dtype: str):  # -> TextEncoder, load seco
 
 def rows_of(model, texts: list[str]) -> list:
     from models.base import TokenizedText
-    from models.config import ModelConfig
+    from config.settings import ModelConfig
     from models.text_tokenizer import TextTokenizer
 
     tokenizer = TextTokenizer(Path(model.info.model_id), ModelConfig(model_id=model.info.model_id), "embed")
@@ -119,7 +119,7 @@ def in_process(dev: str, tokenizer: Path, work: Path, report: dict) -> None:
 
 def every_kind(dev: str, tokenizer: Path, work: Path, report: dict) -> None:
     """Each kind's tiny checkpoint loaded and run in bf16 (CTranslate2: its bfloat16 compute type)."""
-    from models.config import ModelConfig
+    from config.settings import ModelConfig
     from tests import checkpoints
 
     builders = {

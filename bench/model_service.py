@@ -24,7 +24,7 @@ import load  # noqa: E402
 from server import free_port, start_server, stop_server  # noqa: E402
 
 from models.base import TokenizedText  # noqa: E402
-from models.config import ModelConfig  # noqa: E402
+from config.settings import ModelConfig  # noqa: E402
 from models.resolve import packaged_model_path  # noqa: E402
 from models.text_tokenizer import TextTokenizer  # noqa: E402
 
@@ -34,7 +34,7 @@ MINILM = "sentence-transformers/all-MiniLM-L6-v2"
 async def rows_per_second(url: str, token_ids: list[list[int]], per_call: int, seconds: float) -> float:
     from _bentoml_impl.client.http import AsyncHTTPClient
 
-    from runners.text import TextEmbedder
+    from services.text import TextEmbedder
 
     async with AsyncHTTPClient(url, media_type="application/vnd.bentoml+pickle", service=TextEmbedder,
                                server_ready_timeout=0) as client:

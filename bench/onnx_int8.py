@@ -170,7 +170,7 @@ def throughput(encode: Encode, sentences: list[str]) -> float:
 def ctranslate2_int8(folder: Path) -> Encode:
     """Embento's CTranslate2 int8 encoder (its int8 scales each token's row), in passes of BATCH texts."""
     from models.base import TokenizedText
-    from models.config import ModelConfig
+    from config.settings import ModelConfig
     from models.text_encoder import TextEncoder
     from models.text_tokenizer import TextTokenizer
 

@@ -6,7 +6,7 @@ served. Both variants share `requirements.txt` and add their torch and ONNX Runt
 `requirements-<accel>.txt`. One Bento holds one image (BentoML 1.4 builds it for the entry service), so
 every service of a variant runs on the same image.
 
-The image settings (`models.config.ImageSettings`: base image, package indexes, extra CA certificates) are
+The image settings (`config.settings.ImageSettings`: base image, package indexes, extra CA certificates) are
 bento arguments too, so a build behind a private mirror is recorded in `bento.yaml` and in the labels.
 
 Everything the image writes while serving goes under its `HOME` (`WRITABLE_HOME`), so that it serves as its
@@ -24,7 +24,7 @@ from typing import Literal
 import attrs
 import bentoml
 
-from models.config import ImageSettings
+from config.settings import ImageSettings
 
 PYTHON_VERSION = "3.11"
 DEFAULT_BASE_IMAGE = f"python:{PYTHON_VERSION}-slim"

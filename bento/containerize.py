@@ -15,7 +15,7 @@ import sys
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from models.config import ImageSettings
+from config.settings import ImageSettings
 from models.errors import ConfigError
 
 CONTAINER_BACKENDS = ("auto", "docker", "buildah", "podman")

@@ -23,7 +23,7 @@ import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from models.config import EmbentoConfig, ModelConfig
+from config.settings import EmbentoConfig, ModelConfig
 
 MAX_GATEWAY_WORKERS = 8
 CORES_PER_GPU = 2  # host cores each GPU's model service keeps busy

@@ -14,26 +14,14 @@ import os
 import re
 import shutil
 from collections.abc import Callable, Iterable
-from functools import cache
 from pathlib import Path
 from typing import TypeVar
 
 import bentoml
 from bentoml._internal.context import server_context
 
-from models.config import (
-    BENTO_CONFIG_ENV,
-    CONFIG_FILE_NAME,
-    ENV_PREFIX,
-    STORE_PREFIX,
-    EmbentoConfig,
-    ModelConfig,
-    bento_info,
-    carried_text,
-    get_config,
-    load_config,
-    store_tag,
-)
+from config.served import served_bento, store_tags
+from config.settings import BENTO_CONFIG_ENV, CONFIG_FILE_NAME, ENV_PREFIX, ModelConfig, carried_text, get_config, load_config
 from models.errors import ConfigError, ModelLoadError
 from models.kinds import detect_kind
 from models.resolve import resolve_model
@@ -73,12 +61,6 @@ def readable_by_all(folder: Path) -> None:
         path.chmod(path.stat().st_mode | (0o755 if path.is_dir() else 0o444))
 
 
-@cache
-def served_bento() -> dict:
-    """The `bento.yaml` of the Bento being served; {} when serving from source."""
-    return bento_info(Path.cwd())
-
-
 def bento_config_env() -> dict[str, str]:
     """The gateway's `envs` entry that carries the configuration into a Bento, however it is built (`embento
     build` or a plain `bentoml build` under EMBENTO_CONFIG): BentoML records it in `bento.yaml`, where
@@ -87,12 +69,6 @@ def bento_config_env() -> dict[str, str]:
     recorded = next((env for env in served_bento().get("envs") or [] if env.get("name") == BENTO_CONFIG_ENV), None)
     value = recorded["value"] if recorded else carried_text(get_config())
     return {"name": BENTO_CONFIG_ENV, "value": value, "stage": "runtime"}
-
-
-def _bento_pins() -> dict[str, str]:
-    """Model name → exact tag, as pinned by the Bento being served."""
-    services = served_bento().get("services") or []
-    return {str(m["tag"]).split(":")[0]: str(m["tag"]) for s in services for m in s.get("models") or []}
 
 
 def check_served_bento(needed: set[str]) -> None:
@@ -126,41 +102,6 @@ def check_served_bento(needed: set[str]) -> None:
     if overrides and server_context.worker_index is None:  # once, in `bentoml serve`'s own process
         logger.warning("%s override the configuration this Bento (%s) was built with", ", ".join(overrides),
                        bento.get("version"))
-
-
-def stored_model(tag: str) -> bentoml.Model:
-    """The store entry for `name[:version]`; no version (or `latest`) means the Bento's pin, else the newest."""
-    name, _, version = tag.partition(":")
-    if version in ("", "latest"):
-        tag = _bento_pins().get(name, f"{name}:latest")
-    try:
-        return bentoml.models.get(tag)
-    except bentoml.exceptions.NotFound:
-        raise ModelLoadError(
-            f"model '{STORE_PREFIX}{tag}' is not in the BentoML model store; add it with "
-            f"`embento models import <hub id or folder> --name {name}` (BENTOML_HOME sets the store's place)"
-        ) from None
-    except (ValueError, bentoml.exceptions.BentoMLException) as exc:
-        raise ConfigError(f"'{STORE_PREFIX}{tag}' does not name a store model: {exc}") from None
-
-
-@cache
-def store_tags() -> dict[str, str]:
-    """Served model name → exact store tag, for every configured `bentoml://` model."""
-    return {m.served_model_name: str(stored_model(tag).tag)
-            for m in get_config().models if (tag := store_tag(m.model_id))}
-
-
-@cache
-def served_config() -> EmbentoConfig:
-    """The configuration with each store model's `model_id` replaced by its folder in the store."""
-    tags = store_tags()
-    models = [
-        m.model_copy(update={"model_id": bentoml.models.get(tags[m.served_model_name]).path})
-        if m.served_model_name in tags else m
-        for m in get_config().models
-    ]
-    return get_config().model_copy(update={"models": models})
 
 
 def pin_store_models(configs: Iterable[ModelConfig]) -> Callable[[T], T]:

@@ -22,11 +22,11 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, f
 from models.errors import ConfigError
 
 DEFAULT_MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2"
-# `model_id: bentoml://<name>[:<version>]` names a checkpoint in BentoML's model store (runners/store.py).
+# `model_id: bentoml://<name>[:<version>]` names a checkpoint in BentoML's model store (bento/store.py).
 STORE_PREFIX = "bentoml://"
 CONFIG_FILE_NAME = "embento.yaml"
 ENV_PREFIX = "EMBENTO_"
-# A Bento's configuration, recorded at build time in its `bento.yaml` as one of the gateway's `envs` (runners/store.py).
+# A Bento's configuration, recorded at build time in its `bento.yaml` as one of the gateway's `envs` (bento/store.py).
 BENTO_CONFIG_ENV = ENV_PREFIX + "BENTO_CONFIG"
 PoolingMethod = Literal["mean", "cls", "lasttoken", "max", "mean_sqrt_len_tokens", "weightedmean"]
 Backend = Literal["torch", "onnx", "ctranslate2"]
@@ -204,7 +204,7 @@ class ImageSettings(BaseModel):
 
 
 class EmbentoConfig(BaseModel):
-    """Everything the gateway and the runners need to know."""
+    """Everything the gateway and the model services need to know."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -256,7 +256,7 @@ class EmbentoConfig(BaseModel):
         "Intra-op threads of each model service (torch, ONNX Runtime, CTranslate2). Unset: the cores the server "
         "may use, shared among its model services (one text model: all of them; text, reranker and CLIP on 2 "
         "cores: 1 each)."))
-    # Chosen in runners/placement.py; the limits hold across workers through gateway/shared.py.
+    # Chosen in bento/placement.py; the limits hold across workers through gateway/shared.py.
     gateway_workers: int | None = Field(None, ge=1, le=64, description=(
         "Gateway processes. Unset: with models on a GPU, the cores less 2 per GPU, at most 8; on CPU, 1 per 8 "
         "cores. Every limit holds for the server as a whole."))

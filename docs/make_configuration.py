@@ -1,6 +1,6 @@
 # ruff: noqa: E501  (the markdown table rows below are one line each)
-"""Writes docs/configuration.md from the configuration object (models/config.py) and the command's flags
-(cli.py), so the reference cannot drift from the code: `make docs`; `--check` fails when the file is stale."""
+"""Writes docs/configuration.md from the configuration object (config/settings.py) and the command's flags
+(commands/flags.py), so the reference cannot drift from the code: `make docs`; `--check` fails when the file is stale."""
 
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ sys.path.insert(0, str(ROOT))
 from pydantic import BaseModel  # noqa: E402
 from pydantic_core import PydanticUndefined  # noqa: E402
 
-from cli import FLAGS, IMAGE_FLAGS, Flag  # noqa: E402
+from commands.flags import FLAGS, IMAGE_FLAGS, Flag  # noqa: E402
 from embento.cli import BUNDLE_ENV  # noqa: E402
-from models.config import (  # noqa: E402
+from config.settings import (  # noqa: E402
     BENTO_CONFIG_ENV,
     CONFIG_FILE_NAME,
     ENV_PREFIX,
@@ -34,7 +34,7 @@ TARGET = ROOT / "docs" / "configuration.md"
 INTRO = f"""# Configuration
 
 Written by `make docs` (`python docs/make_configuration.py`) from the configuration object in
-`models/config.py` and the flags in `cli.py`; do not edit by hand.
+`config/settings.py` and the flags in `commands/flags.py`; do not edit by hand.
 
 One validated object, read in one place. Sources, lowest priority first:
 

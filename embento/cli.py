@@ -1,8 +1,8 @@
-"""The `embento` command's entry point: it finds the Embento bundle and runs the bundle's own `cli`.
+"""The `embento` command's entry point: it finds the Embento bundle and runs the bundle's own `commands`.
 
-The bundle (service.py, gateway/, runners/, models/, bentofile.yaml) is not installed into site-packages,
-where names such as `models` would collide with other projects: BentoML loads it from its folder
-(`bentoml serve --working-dir`, `bentoml build`), and so does this command.
+The bundle (service.py, gateway/, services/, bento/, config/, models/, commands/, bentofile.yaml) is not
+installed into site-packages, where names such as `models` would collide with other projects: BentoML loads
+it from its folder (`bentoml serve --working-dir`, `bentoml build`), and so does this command.
 """
 
 from __future__ import annotations
@@ -61,4 +61,4 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"embento: {exc}", file=sys.stderr)
         return 2
     sys.path.insert(0, str(bundle))
-    return importlib.import_module("cli").main(argv)
+    return importlib.import_module("commands").main(argv)

@@ -33,13 +33,13 @@ from gateway.shared import SharedCounters, agreed
 from gateway.warmup import Warmup
 from models import errors
 from models.base import Kind, ModelInfo, ModelInput, Row, TokenizedText, Truncation
-from models.config import EmbentoConfig
+from config.settings import EmbentoConfig
 from models.media import MediaLimits
 from models.media_processor import MediaProcessor
 from models.quantization import CALIBRATION_TEXTS, Quantizer, read_configured_ranges
 from models.scores import Activation, activate, late_interaction, rank
 from models.text_tokenizer import TextTokenizer
-from runners.pool import DROPPED_INPUTS
+from shared_metrics import DROPPED_INPUTS
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -338,7 +338,7 @@ class Engine:
 
 
 def checked(outputs: list[np.ndarray]) -> list[np.ndarray]:
-    """The outputs, unless the model failed on some input (`runners.pool.FAILED`) or answered NaN or inf.
+    """The outputs, unless the model failed on some input (`services.pool.FAILED`) or answered NaN or inf.
     A sparse output with no active entry is (2, 0), not a failure."""
     failed = [i for i, output in enumerate(outputs) if output.shape == (0,) or not np.isfinite(output).all()]
     if failed:

@@ -17,7 +17,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from gateway.errors import error_response
 from models import errors
 from models.base import Kind, ModelInfo
-from models.config import EmbentoConfig, ModelConfig
+from config.settings import EmbentoConfig, ModelConfig
 
 try:
     VERSION = version("embento")

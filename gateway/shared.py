@@ -27,7 +27,7 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 from bentoml._internal.context import server_context
 
-from runners.settings import server_file
+from config.server_files import server_file
 
 SLOTS = 256  # rows: worker indices are small integers, 1-based
 

@@ -3,7 +3,7 @@
 Support matrix (kind x backend): text embedders run on torch, ONNX Runtime and CTranslate2; rerankers and
 classifiers on torch and ONNX Runtime (causal-LM rerankers on torch only, `models.text_scorer`); sparse
 (SPLADE), CLIP, CLAP and ColPali models on torch only. Dtypes per backend are checked
-when the configuration is read (`models.config.BACKEND_DTYPES`); the device-dependent ones here.
+when the configuration is read (`config.settings.BACKEND_DTYPES`); the device-dependent ones here.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import re
 from pathlib import Path
 
 from models.base import Kind
-from models.config import ModelConfig, get_config
+from config.settings import ModelConfig, get_config
 from models.errors import ConfigError
 
 BACKENDS_FOR_KIND: dict[str, tuple[str, ...]] = {

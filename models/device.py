@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from models.config import ModelConfig
+from config.settings import ModelConfig
 from models.errors import ConfigError, ModelLoadError
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}

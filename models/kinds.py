@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 from models.backends import check_kind
 from models.base import Kind, Modality
-from models.config import ModelConfig
+from config.settings import ModelConfig
 from models.llm_reranker import has_qwen3_reranker_card, is_causal_cross_encoder
 from models.resolve import read_json, resolve_model
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from models.config import ModelConfig
+from config.settings import ModelConfig
 from models.errors import ModelLoadError
 from models.resolve import read_json
 

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from models.base import Kind, ModelInfo, ModelInput
-from models.config import ModelConfig
+from config.settings import ModelConfig
 from models.errors import ModelLoadError
 from models.media_processor import MediaProcessor
 from models.padding import collate

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from models.base import Kind, Modality, ModelInput
-from models.config import ModelConfig
+from config.settings import ModelConfig
 from models.errors import InvalidRequest, ModelLoadError
 from models.media import MediaLimits, decode_audio, decode_image
 from models.per_thread import PerThread

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from models.base import ModelInfo, TokenizedText
-from models.config import ModelConfig
+from config.settings import ModelConfig
 from models.padding import pad_rows
 from models.text_settings import read_text_settings
 

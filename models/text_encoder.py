@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from models.base import ModelInfo, PendingOutputs, TokenizedText
-from models.config import ModelConfig
+from config.settings import ModelConfig
 from models.errors import ModelLoadError
 from models.padding import pad_rows
 from models.text_settings import TextSettings, is_sentence_transformers_folder, read_text_settings

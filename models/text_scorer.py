@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from models.base import Activation, Kind, ModelInfo, PendingOutputs, TokenizedText
-from models.config import ModelConfig
+from config.settings import ModelConfig
 from models.errors import ConfigError, ModelLoadError
 from models.llm_reranker import causal_rerank_format, token_id
 from models.padding import pad_rows

@@ -6,7 +6,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from models.config import ModelConfig
+from config.settings import ModelConfig
 from models.errors import ConfigError
 from models.resolve import read_json
 

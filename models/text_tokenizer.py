@@ -12,7 +12,7 @@ from typing import Any
 
 from models.base import Kind, Truncation
 from models.chat_pairs import ChatPairs
-from models.config import ModelConfig
+from config.settings import ModelConfig
 from models.errors import InvalidRequest, ModelLoadError
 from models.llm_reranker import causal_rerank_format
 from models.per_thread import PerThread

@@ -15,17 +15,17 @@ import bentoml
 import numpy as np
 
 from models.base import Kind, ModelInput
-from models.config import ModelConfig
+from config.settings import ModelConfig
 from models.media_encoder import MediaEncoder
-from runners.framework import make_work_conserving
-from runners.pool import PooledService, pool_for
-from runners.settings import (
+from bento.patches import make_work_conserving
+from services.pool import PooledService, pool_for
+from services.service_config import (
     DISPATCH_MAX_LATENCY_MS,
     dispatch_max_rows,
     model_service_config,
     models_of_kind,
 )
-from runners.store import pin_store_models
+from bento.store import pin_store_models
 
 make_work_conserving()
 BATCHING = {"batchable": True, "max_batch_size": dispatch_max_rows(), "max_latency_ms": DISPATCH_MAX_LATENCY_MS}

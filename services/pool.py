@@ -31,13 +31,15 @@ from models.batching import (
     plan_batches,
     run_isolated,
 )
-from models.config import ModelConfig
+from config.settings import ModelConfig
 from models.lanes import Lanes, shares_cores
 from models.memory import HeapTrimmer
 from models.resolve import resolve_model
-from runners.framework import drain_before_shutdown
-from runners.process_memory import report_process_memory
-from runners.settings import allow_partial, cpu_threads, load_models, models_of_kind, placed
+from bento.patches import drain_before_shutdown
+from bento.process_memory import report_process_memory
+from services.loading import load_models
+from shared_metrics import DROPPED_INPUTS
+from services.service_config import allow_partial, cpu_threads, models_of_kind, placed
 
 logger = logging.getLogger(__name__)
 FAILED = np.empty(0, dtype=np.float32)  # an input the model could not run (or dropped); the gateway reports it
@@ -55,10 +57,6 @@ COMPUTED_TOKENS = bentoml.metrics.Counter(
 )
 FAILED_INPUTS = bentoml.metrics.Counter(
     name="embento_model_failed_inputs", documentation="Inputs a model failed on, alone", labelnames=["model"],
-)
-DROPPED_INPUTS = bentoml.metrics.Counter(
-    name="embento_dropped_inputs", documentation="Inputs of abandoned requests dropped instead of run",
-    labelnames=["model"],
 )
 PASS_SIZE = bentoml.metrics.Histogram(
     name="embento_model_batch_size", documentation="Inputs per forward pass", labelnames=["model"],

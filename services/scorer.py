@@ -12,18 +12,18 @@ import bentoml
 import numpy as np
 
 from models.base import TokenizedText
-from models.config import ModelConfig
+from config.settings import ModelConfig
 from models.kinds import model_kind
 from models.text_scorer import TextScorer
-from runners.framework import make_work_conserving
-from runners.pool import PooledService, pool_for
-from runners.settings import (
+from bento.patches import make_work_conserving
+from services.pool import PooledService, pool_for
+from services.service_config import (
     DISPATCH_MAX_LATENCY_MS,
     dispatch_max_rows,
     model_service_config,
     models_of_kind,
 )
-from runners.store import pin_store_models
+from bento.store import pin_store_models
 
 make_work_conserving()
 

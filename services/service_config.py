@@ -1,25 +1,15 @@
-"""BentoML settings shared by every model service."""
+"""BentoML settings of the model services: service config, threads, placement, row bounds, worker devices."""
 
 from __future__ import annotations
 
-import atexit
-import logging
-import os
-import signal
-import sys
-import tempfile
-from collections.abc import Callable
-from pathlib import Path
-from typing import TypeVar
-
 from bentoml._internal.context import server_context
 
+from config.served import served_config
+from config.settings import ModelConfig
 from models.base import Kind
 from models.batching import default_batch_size
-from models.config import ModelConfig
-from models.errors import EmbentoError
 from models.kinds import model_kind
-from runners.placement import (
+from bento.placement import (
     Placement,
     gateway_workers,
     place_service,
@@ -28,11 +18,6 @@ from runners.placement import (
     visible_gpus,
     worker_device,
 )
-from runners.start_failures import START_FAILED
-from runners.store import served_config
-
-logger = logging.getLogger(__name__)
-T = TypeVar("T")
 
 # BentoML 1.4.30+ recycles the inter-service connection pool every 100 requests / 300 s while requests
 # are still in flight, which surfaces as 500s under concurrency (bentoml #5540, #5698). Never recycle.
@@ -44,7 +29,6 @@ MODEL_SERVICE_CONFIG = {
 # The dispatcher cancels queued work it predicts will miss this deadline (a 503). The gateway owns
 # request deadlines, so the dispatcher's is only a backstop.
 DISPATCH_MAX_LATENCY_MS = 300_000
-STARTUP_FAILED_STATUS = 1
 
 
 # Which model service runs each kind (rerankers and classifiers share one); service.py composes them.
@@ -58,7 +42,7 @@ def cpu_threads() -> int:
     """Intra-op threads for one model service. Each service runs its own thread pool; with every pool as
     wide as the machine, a text embedder, a reranker and a CLIP served together on 2 cores answered 1.4,
     1.2 and 21 requests/s under mixed load, against 2.2, 1.9 and 83 with one thread each. Past 4 cores the
-    gateway workers keep one core each (runners/placement.py)."""
+    gateway workers keep one core each (bento/placement.py)."""
     configured = served_config()
     if configured.cpu_threads:
         return configured.cpu_threads
@@ -76,7 +60,7 @@ def model_service_config(*kinds: Kind) -> dict:
 
 
 def _placement(kinds: tuple[Kind, ...], models: list[ModelConfig], gpus: int) -> Placement:
-    from runners.image import ARGS
+    from bento.container_image import ARGS
 
     by_service: dict[str, list[ModelConfig]] = {}
     for model in models:
@@ -107,90 +91,3 @@ def allow_partial() -> bool:
 def models_of_kind(*kinds: Kind) -> list[ModelConfig]:
     """The configured models a runner serves."""
     return [m for m in served_config().models if model_kind(m) in kinds]
-
-
-def stop_server(reason: str) -> None:
-    """Stop the whole server: for a model that cannot load, which would fail the same way on every one of
-    the restarts BentoML would otherwise make, forever, behind a 503. Stopped, the failure is seen, and an
-    orchestrator restarts the server with its own back-off. The server then exits non-zero (see
-    `exit_nonzero_after_failed_start`), and says why, once: here only at debug level."""
-    if server_context.worker_index is None:  # no arbiter to tell: `bentoml serve --development`
-        logger.error("%s; stopping the server", reason)
-        return
-    logger.debug("%s; stopping the server", reason)
-    # A worker process under BentoML's arbiter, our parent
-    _failure_marker(os.getppid()).write_text(reason)
-    os.kill(os.getppid(), signal.SIGTERM)
-
-
-def exit_nonzero_after_failed_start() -> None:
-    """In `bentoml serve`'s own process (the arbiter, which imports the service too): exit with status 1,
-    not BentoML's 0, when a worker stopped the server because it could not start. systemd's
-    Restart=on-failure, a Kubernetes Job and `embento serve && ...` all read 0 as success."""
-    if server_context.worker_index is not None:
-        return
-    marker = _failure_marker(os.getpid())
-    marker.unlink(missing_ok=True)  # left by an earlier process of the same pid
-
-    def exit_nonzero() -> None:
-        if marker.is_file():
-            reason = marker.read_text()
-            marker.unlink(missing_ok=True)
-            print(f"{START_FAILED}{reason}", file=sys.stderr, flush=True)
-            os._exit(STARTUP_FAILED_STATUS)  # the only way to change the status from an exit handler
-
-    atexit.register(exit_nonzero)
-
-
-def _failure_marker(arbiter_pid: int) -> Path:
-    return Path(tempfile.gettempdir()) / f"embento-start-failed-{arbiter_pid}"
-
-
-def server_file(name: str) -> Path | None:
-    """A file every worker process of this server shares (None outside BentoML's arbiter). Named by the
-    arbiter's pid and start time, so a later server that gets the same pid never reads this one's; in
-    shared memory where there is some. The arbiter removes them when it exits (`remove_server_files`)."""
-    if server_context.worker_index is None:
-        return None
-    return _server_folder() / f"embento-{_process_key(os.getppid())}-{name}"
-
-
-def remove_server_files() -> None:
-    """In the arbiter, at exit: the files its workers shared."""
-    if server_context.worker_index is not None:
-        return
-    pattern = f"embento-{_process_key(os.getpid())}-*"
-    atexit.register(lambda: [path.unlink(missing_ok=True) for path in _server_folder().glob(pattern)])
-
-
-def _server_folder() -> Path:
-    shm = Path("/dev/shm")
-    return shm if shm.is_dir() and os.access(shm, os.W_OK) else Path(tempfile.gettempdir())
-
-
-def _process_key(pid: int) -> str:
-    try:  # field 22 of /proc/<pid>/stat: the start time in clock ticks (after the parenthesised name)
-        started = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
-    except (OSError, IndexError):
-        started = "0"
-    return f"{pid}-{started}"
-
-
-def load_models(
-    configs: list[ModelConfig], load: Callable[[ModelConfig], T], allow_partial: bool
-) -> tuple[dict[str, T], dict[str, str]]:
-    """Each model loaded, by served name, and why the others failed. A failure stops the server, or with
-    `allow_partial` is logged and recorded while the other models load and serve."""
-    loaded: dict[str, T] = {}
-    failed: dict[str, str] = {}
-    for cfg in configs:
-        try:
-            loaded[cfg.served_model_name] = load(cfg)
-        except Exception as exc:  # any cause: loading again would meet it again
-            reason = exc.message if isinstance(exc, EmbentoError) else f"a model failed to load: {exc!r}"
-            if not allow_partial:
-                stop_server(reason)
-                raise
-            logger.error("%s; serving the other models (allow_partial)", reason)
-            failed[cfg.served_model_name] = reason
-    return loaded, failed

@@ -9,7 +9,7 @@ import pytest
 from models.backends import check_device
 from models.batching import plan_batches
 from models.base import TokenizedText
-from models.config import ModelConfig, load_config
+from config.settings import ModelConfig, load_config
 from models.errors import ConfigError
 from models.kinds import model_kind
 from models.text_encoder import TextEncoder

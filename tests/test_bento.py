@@ -18,7 +18,8 @@ import numpy as np
 import pytest
 import yaml
 
-from cli import ACCELERATORS, project_version
+from commands.build import project_version
+from commands.flags import ACCELERATORS
 from tests.conftest import (
     MINILM,
     ROOT,
@@ -36,8 +37,8 @@ from tests.tolerance import assert_close, assert_same_vectors
 
 pytestmark = pytest.mark.server
 
-PROJECT_FILES = ("service.py", "gateway", "runners", "models", "bentofile.yaml", "pyproject.toml",
-                 "requirements.txt", "requirements-cpu.txt", "requirements-cuda.txt")
+PROJECT_FILES = ("service.py", "gateway", "services", "bento", "config", "shared_metrics.py", "models",
+                 "bentofile.yaml", "pyproject.toml", "requirements.txt", "requirements-cpu.txt", "requirements-cuda.txt")
 VERSION = project_version(ROOT)
 # The Bento's own configuration: three store models, so it holds three model services.
 STORE_CONFIG = yaml.safe_dump({"models": [
@@ -49,7 +50,7 @@ MODEL_SERVICES = {"TextEmbedder", "Reranker", "ClipEmbedder"}
 
 
 def embento(home: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "cli", *args], cwd=ROOT, env=server_env(home, **env),
+    return subprocess.run([sys.executable, "-m", "commands", *args], cwd=ROOT, env=server_env(home, **env),
                           capture_output=True, text=True, check=False, timeout=600)
 
 
@@ -301,7 +302,7 @@ def test_store_errors_name_the_way_out(home, tmp_path):
     (tmp_path / "empty").mkdir()
     result = embento(home, "models", "import", str(tmp_path / "empty"))
     assert result.returncode == 2 and "holds no config.json" in result.stderr
-    lookups = ("from runners.store import stored_model\n"
+    lookups = ("from config.served import stored_model\n"
                "for tag in ('nope', 'Not A Name'):\n"
                "    try:\n        stored_model(tag)\n    except Exception as exc:\n        print(exc.message)\n")
     result = subprocess.run([sys.executable, "-c", lookups], cwd=ROOT, env=server_env(home), capture_output=True,
@@ -313,7 +314,7 @@ def test_store_errors_name_the_way_out(home, tmp_path):
 
 
 def test_store_names_come_from_the_ids_last_part():
-    from runners.store import store_name
+    from bento.store import store_name
 
     assert store_name("BAAI/bge-small-en-v1.5") == "bge-small-en-v1.5"
     assert store_name("./checkpoints/My Model_v2/") == "my-model_v2"

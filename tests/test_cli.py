@@ -9,8 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from cli import FLAGS, PROJECT_ROOT, bentoml_command, build_env, build_parser, main
-from models.config import load_config
+from commands import build_parser, main
+from commands.flags import FLAGS, PROJECT_ROOT
+from commands.serve import bentoml_command, build_env
+from config.settings import load_config
 
 
 def env_for(argv: list[str], environ: dict[str, str] | None = None, cwd: Path = Path("/")) -> dict[str, str]:
@@ -76,7 +78,7 @@ def test_invalid_configuration_exits_2_before_serving(capsys, monkeypatch):
 
 
 def test_help_documents_every_flag_and_its_variable():
-    result = subprocess.run([sys.executable, "-m", "cli", "serve", "--help"], cwd=PROJECT_ROOT,
+    result = subprocess.run([sys.executable, "-m", "commands", "serve", "--help"], cwd=PROJECT_ROOT,
                             capture_output=True, text=True, check=True)
     for flag in FLAGS:
         for name in flag.names:
@@ -102,7 +104,7 @@ def test_embento_serve_runs_the_configured_models(tiny_bert_path, tmp_path):
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("EMBENTO_")}
     env.update(HF_HUB_OFFLINE="1", BENTOML_HOME=str(tmp_path / "bentoml"), EMBENTO_BATCH_SIZE="999999")
-    command = [sys.executable, "-m", "cli", "serve", "--model-id", str(tiny_bert_path), "--served-model-name",
+    command = [sys.executable, "-m", "commands", "serve", "--model-id", str(tiny_bert_path), "--served-model-name",
                "flagged", "--pooling-method", "cls", "--batch-size", "4", "--host", "127.0.0.1", "--port", str(port)]
     log = tmp_path / "serve.log"
     process = subprocess.Popen(command, cwd=tmp_path, env={**env, "PYTHONPATH": str(PROJECT_ROOT)},
@@ -160,7 +162,7 @@ def test_a_model_that_cannot_be_found_is_one_message_before_serving(capsys, monk
 
 @pytest.mark.server
 def test_the_ready_banner_lists_routes_that_exist_and_a_curl_that_works(server, client):
-    from cli import ready_banner
+    from commands.serve import ready_banner
 
     banner = ready_banner(server, client.get("/v1/models").json(), needs_key=False)
     paths = set(client.get("/docs.json").json()["paths"])

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from models.config import DEFAULT_MODEL_ID, load_config, split_list
+from config.settings import DEFAULT_MODEL_ID, load_config, split_list
 from models.errors import ConfigError
 
 

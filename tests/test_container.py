@@ -47,7 +47,7 @@ RUN_AS = {
     "arbitrary-uid": ["--user", f"{ARBITRARY_UID}:0"],
     "arbitrary-uid-read-only-root": ["--user", f"{ARBITRARY_UID}:0", "--read-only", "--tmpfs", "/tmp"],
 }
-IMAGE_HOME = "/tmp/embento"  # runners.image.WRITABLE_HOME, where everything written at run time goes
+IMAGE_HOME = "/tmp/embento"  # bento.container_image.WRITABLE_HOME, where everything written at run time goes
 # Runs inside the container, with its Python: waits for /readyz, then asks one embedding and one rerank.
 PROBE = """
 import json, sys, time, urllib.request
@@ -214,7 +214,7 @@ def image(engine: dict[str, str], tmp_path_factory: pytest.TempPathFactory, tiny
     started = time.monotonic()
     run([str(ROOT / "deploy" / "image" / "base-image.sh"), BASE_IMAGE], env)
     figures["base_image_s"] = time.monotonic() - started
-    embento = [sys.executable, "-m", "cli"]
+    embento = [sys.executable, "-m", "commands"]
     run([*embento, "models", "import", str(tiny_reranker_path), "--name", TINY_RERANKER], env, cwd=ROOT)
     config = folder / "embento.yaml"
     # The reranker on ONNX Runtime: exported at each start into cache_dir, which must be writable.

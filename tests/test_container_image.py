@@ -14,19 +14,13 @@ import certifi
 import pytest
 import yaml
 
-from cli import (
-    ACCELERATORS,
-    PROJECT_ROOT,
-    build_parser,
-    default_project_dir,
-    image_arguments,
-    image_settings,
-    project_version,
-)
-from models.config import EmbentoConfig, ImageSettings, load_config
+from commands import build_parser
+from commands.build import default_project_dir, image_arguments, image_settings, project_version
+from commands.flags import ACCELERATORS, PROJECT_ROOT
+from config.settings import EmbentoConfig, ImageSettings, load_config
 from models.errors import ConfigError
-from runners.containerize import choose_backend, containerize_command, local_package_folders, package_mount
-from runners.image import PEM_CERTIFICATE, ca_install_command
+from bento.containerize import choose_backend, containerize_command, local_package_folders, package_mount
+from bento.container_image import PEM_CERTIFICATE, ca_install_command
 from tests.conftest import ROOT, server_env
 
 VERSION = project_version(ROOT)
@@ -41,7 +35,7 @@ def certificates(count: int) -> str:
 
 
 def build(home: Path, *flags: str, **env: str) -> dict[str, Path]:
-    result = subprocess.run([sys.executable, "-m", "cli", "build", "--project-dir", str(ROOT), *flags], cwd=ROOT,
+    result = subprocess.run([sys.executable, "-m", "commands", "build", "--project-dir", str(ROOT), *flags], cwd=ROOT,
                             env=server_env(home, **env), capture_output=True, text=True, check=False, timeout=300)
     assert result.returncode == 0, result.stderr
     return {accel: home / "bentos" / "embento" / f"{VERSION}-{accel}" for accel in ACCELERATORS}
@@ -114,7 +108,7 @@ def test_image_writes_under_a_home_in_tmp_that_it_does_not_ship(default, accel):
     BentoML's entrypoint sources first move BentoML's home (its template's ENV) under HOME."""
     from bentoml._internal.container.generate import BENTO_HOME
 
-    from runners.image import ACTIVATE_SCRIPT, TEMPLATE_BENTOML_HOME, WRITABLE_HOME
+    from bento.container_image import ACTIVATE_SCRIPT, TEMPLATE_BENTOML_HOME, WRITABLE_HOME
 
     assert TEMPLATE_BENTOML_HOME == BENTO_HOME
     bento = default[accel]
@@ -135,7 +129,7 @@ def test_image_writes_under_a_home_in_tmp_that_it_does_not_ship(default, accel):
 ])
 def test_the_activate_line_moves_only_the_templates_bentoml_home(tmp_path, variables, expected):
     """As BentoML's entrypoint runs it: sourced under `set -Eeuo pipefail`."""
-    from runners.image import BENTOML_HOME_LINE
+    from bento.container_image import BENTOML_HOME_LINE
 
     script = tmp_path / "activate"
     script.write_text(BENTOML_HOME_LINE + "\n")
@@ -150,7 +144,7 @@ def test_a_stored_checkpoint_is_readable_by_any_uid(tmp_path, tiny_reranker_path
     assert (tiny_reranker_path / "model.safetensors").stat().st_mode & 0o077 == 0  # the premises
     assert tiny_reranker_path.stat().st_mode & 0o077 == 0
     home = tmp_path / "home"
-    result = subprocess.run([sys.executable, "-m", "cli", "models", "import", str(tiny_reranker_path), "--name", "r"],
+    result = subprocess.run([sys.executable, "-m", "commands", "models", "import", str(tiny_reranker_path), "--name", "r"],
                             cwd=ROOT, env=server_env(home), capture_output=True, text=True, check=False, timeout=300)
     assert result.returncode == 0, result.stderr
     stored = [path for path in (home / "models" / "r").rglob("*") if path.is_file()]
@@ -211,7 +205,7 @@ def test_cuda_variant_runs_on_wheels_of_the_cuda_runtime(mirrored):
 
 def test_a_bundle_without_certificates_stops_the_build(tmp_path):
     (tmp_path / "empty.pem").write_text("not a certificate\n")
-    result = subprocess.run([sys.executable, "-m", "cli", "build", "--accel", "cpu", "--ca-bundle",
+    result = subprocess.run([sys.executable, "-m", "commands", "build", "--accel", "cpu", "--ca-bundle",
                              str(tmp_path / "empty.pem")], cwd=ROOT, env=server_env(tmp_path), capture_output=True,
                             text=True, check=False, timeout=120)
     assert result.returncode == 2
@@ -277,7 +271,7 @@ def test_containerize_command_labels_the_image_with_how_it_was_made():
 
 
 def test_containerize_names_the_missing_bento(tmp_path):
-    result = subprocess.run([sys.executable, "-m", "cli", "containerize", "--accel", "cuda"], cwd=ROOT,
+    result = subprocess.run([sys.executable, "-m", "commands", "containerize", "--accel", "cuda"], cwd=ROOT,
                             env=server_env(tmp_path), capture_output=True, text=True, check=False, timeout=120)
     assert result.returncode == 2
     assert f"no Bento embento:{VERSION}-cuda: build it first (`embento build --accel cuda`)" in result.stderr

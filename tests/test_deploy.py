@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from cli import project_version
-from models.config import load_config
+from commands.build import project_version
+from config.settings import load_config
 from tests.conftest import ROOT
 
 DEPLOY = ROOT / "deploy"
@@ -152,7 +152,7 @@ def test_the_pod_security_check_catches_each_kind_of_violation(manifests, change
 def test_every_container_writes_only_to_an_emptydir_that_holds_the_images_home(manifests):
     """A read-only root: the image's HOME (BentoML's home, the caches, cache_dir) and the temporary folder lie
     under an emptyDir mounted writable."""
-    from runners.image import WRITABLE_HOME
+    from bento.container_image import WRITABLE_HOME
 
     for name, deployment in of_kind(manifests, "Deployment").items():
         pod = deployment["spec"]["template"]["spec"]
@@ -168,8 +168,8 @@ def test_every_container_writes_only_to_an_emptydir_that_holds_the_images_home(m
 
 def test_one_deployment_and_service_per_model_service(manifests, needed_services):
     deployments, services = of_kind(manifests, "Deployment"), of_kind(manifests, "Service")
-    runners = {name: d for name, d in deployments.items() if flag_values(container(d)["args"], "--service-name")}
-    assert {flag_values(container(d)["args"], "--service-name")[0] for d in runners.values()} == needed_services
+    model_services = {name: d for name, d in deployments.items() if flag_values(container(d)["args"], "--service-name")}
+    assert {flag_values(container(d)["args"], "--service-name")[0] for d in model_services.values()} == needed_services
     for name, deployment in deployments.items():
         pod = deployment["spec"]["template"]
         assert deployment["spec"]["selector"]["matchLabels"].items() <= pod["metadata"]["labels"].items()
@@ -180,12 +180,12 @@ def test_one_deployment_and_service_per_model_service(manifests, needed_services
         assert main["livenessProbe"]["httpGet"] == {"path": "/livez", "port": "http"}
         assert pod["spec"]["securityContext"]["runAsUser"] == 1034
         gpus = main["resources"].get("limits", {}).get("nvidia.com/gpu")
-        assert gpus == (1 if name in runners else None)
-        if name in runners:  # what the CUDA Bento, built where no GPU is, declares as BentoML `resources`
-            from models.config import ModelConfig
-            from runners.placement import place_service
+        assert gpus == (1 if name in model_services else None)
+        if name in model_services:  # what the CUDA Bento, built where no GPU is, declares as BentoML `resources`
+            from config.settings import ModelConfig
+            from bento.placement import place_service
 
-            assert place_service([ModelConfig()], len(runners), 0, "cuda").gpus == gpus
+            assert place_service([ModelConfig()], len(model_services), 0, "cuda").gpus == gpus
         (service,) = [s for s in services.values() if s["spec"]["selector"] == deployment["spec"]["selector"]["matchLabels"]]
         assert service["spec"]["ports"] == [{"name": "http", "port": PORT, "targetPort": "http"}]
 
@@ -203,7 +203,7 @@ def test_gateway_depends_on_each_model_service_by_its_kubernetes_service(manifes
         assert int(port) == services[host]["spec"]["ports"][0]["port"]
     # A gateway pod runs no model: one gateway worker per core it requests, a number the config accepts.
     env = {item["name"]: item.get("value") for item in container(gateway)["env"]}
-    from models.config import EmbentoConfig
+    from config.settings import EmbentoConfig
 
     workers = EmbentoConfig(gateway_workers=env["EMBENTO_GATEWAY_WORKERS"]).gateway_workers
     assert workers == int(container(gateway)["resources"]["requests"]["cpu"])

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from models.config import EmbentoConfig, ImageSettings, ModelConfig, load_config
+from config.settings import EmbentoConfig, ImageSettings, ModelConfig, load_config
 from tests.conftest import ROOT
 
 DOCS = ROOT / "docs"

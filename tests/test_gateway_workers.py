@@ -92,7 +92,7 @@ def _admit_and_hold(worker_index: int, items: int, started, release, result) -> 
 
 
 def test_a_queue_bound_refuses_past_its_total_whichever_worker_counts(tmp_path):
-    from runners.settings import _process_key, _server_folder
+    from config.server_files import _process_key, _server_folder
 
     context = multiprocessing.get_context("spawn")
     release, result = context.Event(), context.Queue()
@@ -126,7 +126,7 @@ def test_workers_agree_on_the_first_calibration_offered(monkeypatch):
     from bentoml._internal.context import server_context
 
     from gateway.shared import agreed
-    from runners.settings import _process_key, _server_folder
+    from config.server_files import _process_key, _server_folder
 
     monkeypatch.setattr(server_context, "worker_index", 1)
     first, second = np.full((3, 4), 0.25, np.float32), np.full((3, 4), 0.2500001, np.float32)

@@ -12,7 +12,7 @@ import pytest
 
 from models.base import TokenizedText
 from models.batching import plan_batches, run_isolated
-from models.config import ModelConfig
+from config.settings import ModelConfig
 from models.errors import ConfigError, InvalidRequest, ModelLoadError
 from models.postprocess import to_base64, truncate_dimensions
 from models.resolve import resolve_model
@@ -37,7 +37,7 @@ def minilm(minilm_path) -> tuple[TextTokenizer, TextEncoder]:
 
 
 def test_models_package_has_no_bentoml_import():
-    code = "import sys, models.config, models.kinds, models.scores, models.text_encoder, models.text_scorer, " \
+    code = "import sys, config.settings, models.kinds, models.scores, models.text_encoder, models.text_scorer, " \
            "models.text_tokenizer, models.batching; print('bentoml' in sys.modules)"
     result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "False"

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from models.base import TokenizedText, Truncation
-from models.config import ModelConfig
+from config.settings import ModelConfig
 from models.errors import InvalidRequest, ModelLoadError
 from models.kinds import detect_kind
 from models.postprocess import keep_largest

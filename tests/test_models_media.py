@@ -18,7 +18,7 @@ import pytest
 from gateway.fetch import UrlPolicy
 from gateway.media_inputs import decode_data_uri
 from models.base import Kind
-from models.config import ModelConfig
+from config.settings import ModelConfig
 from models.errors import InvalidRequest
 from models.kinds import KIND_SPECS, detect_kind
 from models.media import MediaLimits, decode_audio, decode_image
@@ -224,7 +224,7 @@ def test_colqwen2_pages_of_different_sizes_match_transformers(tiny_colqwen2_path
 
 def test_a_row_that_fails_inside_the_model_fails_alone(tiny_clip_path, clip):
     """Rows of several requests share a pass; one with broken pixels fails, the others are exact."""
-    from runners.pool import ModelPool
+    from services.pool import ModelPool
 
     pool = ModelPool(lambda folder, cfg: clip, [ModelConfig(model_id=str(tiny_clip_path), served_model_name="m")])
     good = _rows(clip, [("image", IMAGES["png"][0]), ("text", "a fox"), ("image", IMAGES["jpeg"][0])])
@@ -239,7 +239,7 @@ def test_a_row_that_fails_inside_the_model_fails_alone(tiny_clip_path, clip):
 PREPARE_WITHOUT_TORCH = """
 import json, sys
 from pathlib import Path
-from models.config import ModelConfig
+from config.settings import ModelConfig
 from models.media_processor import MediaProcessor
 from models.text_tokenizer import TextTokenizer
 outcomes = []

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from models.base import TokenizedText
-from models.config import ModelConfig
+from config.settings import ModelConfig
 from models.errors import InvalidRequest, ModelLoadError
 from models.kinds import detect_kind, model_kind
 from models.scores import activate, rank

@@ -12,8 +12,8 @@ import pytest
 
 from models.base import ModelInfo, TokenizedText
 from models.batching import CPU_LIMITS, GPU_MAX_LIMITS, BatchLimits, activation_bytes_per_token, batch_limits
-from models.config import EmbentoConfig, ModelConfig
-from runners.placement import Placement, default_gateway_workers, gateway_workers, place_service, worker_device
+from config.settings import EmbentoConfig, ModelConfig
+from bento.placement import Placement, default_gateway_workers, gateway_workers, place_service, worker_device
 
 GIB = 2**30
 AUTO, ON_CPU, ON_GPU1 = ModelConfig(), ModelConfig(device="cpu"), ModelConfig(device="cuda:1")
@@ -61,10 +61,10 @@ def test_each_worker_takes_its_own_gpu():
 
 
 def test_model_services_get_one_worker_per_gpu_each_on_its_own_index(monkeypatch):
-    """Through the model service's own settings, as `runners/text.py` and `pool_for` read them."""
+    """Through the model service's own settings, as `services/text.py` and `pool_for` read them."""
     from bentoml._internal.context import server_context
 
-    import runners.settings as settings
+    import services.service_config as settings
 
     model = ModelConfig(model_id="m", kind="embed")
     monkeypatch.setattr(settings, "visible_gpus", lambda: 2)
@@ -139,7 +139,7 @@ class _LaunchingModel:
 
 
 def _pool(tmp_path: Path):
-    from runners.pool import ModelPool
+    from services.pool import ModelPool
 
     cfg = ModelConfig(model_id=str(tmp_path), served_model_name="m", batch_size=2, max_batch_tokens=1000)
     pool = ModelPool(_LaunchingModel, [cfg])
@@ -156,7 +156,7 @@ def test_a_gpu_model_has_every_pass_launched_before_the_first_wait(tmp_path):
 
 
 def test_a_pass_failing_on_the_device_runs_again_alone_bisected(tmp_path):
-    from runners.pool import FAILED
+    from services.pool import FAILED
 
     pool, model = _pool(tmp_path)
     rows = TokenizedText.rows("m", [[value] for value in (1, 13, 2, 3)])

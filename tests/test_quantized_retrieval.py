@@ -3,7 +3,7 @@ ten nearest documents of each query by code · code (int8), cosine on the codes 
 (uint8) must be, almost all, the float vectors' ten nearest (by dot product: the vectors are unit length).
 
 The codes are the served ones, offline: each model's calibration texts embedded by sentence-transformers, then
-the default scheme of models/config.py (symmetric, one scale) through models/quantization.py, as the engine
+the default scheme of config/settings.py (symmetric, one scale) through models/quantization.py, as the engine
 builds it at warm-up. tests/test_server_cohere.py checks that the server answers these same codes.
 
 The retrieval set: short sentences over a 30-word vocabulary (tests/conftest.WORDS), 500 documents of 3 to 20
@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from models.config import ModelConfig
+from config.settings import ModelConfig
 from models.postprocess import truncate_dimensions
 from models.quantization import CALIBRATION_TEXTS, Quantizer
 from tests.conftest import MINILM, WORDS

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from models.backends import BACKENDS_FOR_KIND, CPU_ONLY, GPU_ONLY
-from models.config import BACKEND_DTYPES
+from config.settings import BACKEND_DTYPES
 from tests.conftest import (
     MINILM_CLASSIFIER,
     MINILM_RERANKER,

@@ -124,7 +124,7 @@ def test_server_healthy_after_everything(client):
 
 def test_info_lists_the_limits_in_force(client):
     from gateway.probes import LIMIT_FIELDS
-    from models.config import EmbentoConfig
+    from config.settings import EmbentoConfig
     from tests.conftest import MAX_AUDIO_SECONDS, TINY_MEAN
 
     info = client.get("/info").json()

@@ -21,8 +21,8 @@ import psutil
 import pytest
 import yaml
 
-from runners.settings import STARTUP_FAILED_STATUS
-from runners.start_failures import PREFIX, START_FAILED
+from bento.lifecycle import STARTUP_FAILED_STATUS
+from bento.start_failures import PREFIX, START_FAILED
 from tests.checkpoints import copy_bert_tokenizer
 from tests.conftest import (
     MINILM,
@@ -222,7 +222,7 @@ def test_embento_serve_exits_non_zero_when_the_backend_cannot_run_the_model(tmp_
     MPNetModel(MPNetConfig(vocab_size=30527, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
                            intermediate_size=64)).save_pretrained(mpnet)
     copy_bert_tokenizer(minilm_path, mpnet)
-    command = [sys.executable, "-m", "cli", "serve", "--model-id", str(mpnet), "--backend", "ctranslate2",
+    command = [sys.executable, "-m", "commands", "serve", "--model-id", str(mpnet), "--backend", "ctranslate2",
                "--host", "127.0.0.1", "--port", str(free_port())]
     # `embento serve` probes /readyz all along, for its ready banner. A probe used to start a warm-up try of
     # its own, which waited on the dying model service for the client's timeout (request_timeout_s + 30 s),
@@ -238,7 +238,7 @@ def test_at_debug_level_a_refused_dtype_shows_its_traceback(tmp_path, tiny_bert_
     BentoML's "Initializing service error", uvicorn's lifespan failure twice, the closing line); at debug
     level, with BentoML's tracebacks too."""
     reason = "dtype 'bfloat16' with backend 'ctranslate2' needs a CUDA device, and it runs on 'cpu'"
-    command = [sys.executable, "-m", "cli", "serve", "--model-id", str(tiny_bert_path), "--backend", "ctranslate2",
+    command = [sys.executable, "-m", "commands", "serve", "--model-id", str(tiny_bert_path), "--backend", "ctranslate2",
                "--dtype", "bfloat16", "--log-level", "debug", "--host", "127.0.0.1", "--port", str(free_port())]
     status, log = serve_until_it_stops(tmp_path, {"models": [{"model_id": MINILM}]}, command, timeout_s=120)
     assert status == STARTUP_FAILED_STATUS

@@ -6,7 +6,7 @@ import os
 
 from bentoml._internal.marshal.dispatcher import Optimizer
 
-from runners.framework import make_work_conserving
+from bento.patches import make_work_conserving
 
 
 def test_dispatcher_never_holds_requests_for_an_idle_model():
@@ -20,15 +20,15 @@ def test_dispatcher_never_holds_requests_for_an_idle_model():
 
 
 def test_every_kind_names_the_model_service_that_runs_it():
-    from runners.settings import MODEL_SERVICE_OF
+    from services.service_config import MODEL_SERVICE_OF
     from service import RUNNERS
 
     assert {kind: runner.name for kind, (_, runner, _) in RUNNERS.items()} == MODEL_SERVICE_OF
 
 
 def test_model_services_share_the_cores_unless_told_otherwise(monkeypatch):
-    from models.config import EmbentoConfig, ModelConfig
-    from runners import settings
+    from config.settings import EmbentoConfig, ModelConfig
+    from services import service_config as settings
 
     cores = len(os.sched_getaffinity(0))
     text, reranker = ModelConfig(model_id="a", kind="embed"), ModelConfig(model_id="b", kind="rerank")

@@ -1,4 +1,4 @@
-"""How a failure escaping `bentoml serve`'s own process is printed (runners/start_failures.py); the servers
+"""How a failure escaping `bentoml serve`'s own process is printed (bento/start_failures.py); the servers
 that fail to start are in test_server_faults.py and test_bento.py."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import pytest
 from bentoml.exceptions import ImportServiceError
 
 from models.errors import ConfigError
-from runners.start_failures import PREFIX, _print_start_failure
+from bento.start_failures import PREFIX, _print_start_failure
 
 
 def raised(exc: BaseException) -> BaseException:

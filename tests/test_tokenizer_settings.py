@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from models.config import ModelConfig
+from config.settings import ModelConfig
 from models.errors import InvalidRequest
 from models.text_tokenizer import TextTokenizer
 from tests.conftest import make_sentences

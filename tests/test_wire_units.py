@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from models.config import ModelConfig
+from config.settings import ModelConfig
 from models.errors import ConfigError, InvalidRequest
 from models.postprocess import truncate_dimensions
 from models.quantization import (

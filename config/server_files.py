@@ -1,0 +1,42 @@
+"""Files every process of one server shares: its gateway workers (gateway/shared.py) and its model services.
+
+In config/, so that the gateway and the model services both reach them without importing each other."""
+
+from __future__ import annotations
+
+import atexit
+import os
+import tempfile
+from pathlib import Path
+
+from bentoml._internal.context import server_context
+
+
+def server_file(name: str) -> Path | None:
+    """A file every worker process of this server shares (None outside BentoML's arbiter). Named by the
+    arbiter's pid and start time, so a later server that gets the same pid never reads this one's; in
+    shared memory where there is some. The arbiter removes them when it exits (`remove_server_files`)."""
+    if server_context.worker_index is None:
+        return None
+    return _server_folder() / f"embento-{_process_key(os.getppid())}-{name}"
+
+
+def remove_server_files() -> None:
+    """In the arbiter, at exit: the files its workers shared."""
+    if server_context.worker_index is not None:
+        return
+    pattern = f"embento-{_process_key(os.getpid())}-*"
+    atexit.register(lambda: [path.unlink(missing_ok=True) for path in _server_folder().glob(pattern)])
+
+
+def _server_folder() -> Path:
+    shm = Path("/dev/shm")
+    return shm if shm.is_dir() and os.access(shm, os.W_OK) else Path(tempfile.gettempdir())
+
+
+def _process_key(pid: int) -> str:
+    try:  # field 22 of /proc/<pid>/stat: the start time in clock ticks (after the parenthesised name)
+        started = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        started = "0"
+    return f"{pid}-{started}"

@@ -1,0 +1,27 @@
+"""The BentoML model services, one per modality, each with adaptive batching; service.py composes them.
+
+`MODEL_SERVICES` maps each BentoML service name (`KindSpec.model_service`) to its class. It is built on first
+use: defining a service reads the configuration, and `services.pool` or `services.service_config` alone must
+not need that.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import bentoml
+
+
+def __getattr__(name: str) -> object:
+    if name != "MODEL_SERVICES":
+        raise AttributeError(f"module 'services' has no attribute {name!r}")
+    from services.media import ClapEmbedder, ClipEmbedder, ColPaliEmbedder
+    from services.scorer import Reranker
+    from services.text import TextEmbedder
+
+    services: dict[str, bentoml.Service] = {
+        cls.name: cls for cls in (TextEmbedder, Reranker, ClipEmbedder, ClapEmbedder, ColPaliEmbedder)
+    }
+    globals()["MODEL_SERVICES"] = services
+    return services

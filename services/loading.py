@@ -1,0 +1,34 @@
+"""The load-failure policy of a model service: stop the server, or with `allow_partial` serve the rest."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import TypeVar
+
+from bento.lifecycle import stop_server
+from config.settings import ModelConfig
+from models.errors import EmbentoError
+
+logger = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+def load_models(
+    configs: list[ModelConfig], load: Callable[[ModelConfig], T], allow_partial: bool
+) -> tuple[dict[str, T], dict[str, str]]:
+    """Each model loaded, by served name, and why the others failed. A failure stops the server, or with
+    `allow_partial` is logged and recorded while the other models load and serve."""
+    loaded: dict[str, T] = {}
+    failed: dict[str, str] = {}
+    for cfg in configs:
+        try:
+            loaded[cfg.served_model_name] = load(cfg)
+        except Exception as exc:  # any cause: loading again would meet it again
+            reason = exc.message if isinstance(exc, EmbentoError) else f"a model failed to load: {exc!r}"
+            if not allow_partial:
+                stop_server(reason)
+                raise
+            logger.error("%s; serving the other models (allow_partial)", reason)
+            failed[cfg.served_model_name] = reason
+    return loaded, failed
