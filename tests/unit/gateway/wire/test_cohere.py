@@ -1,0 +1,169 @@
+"""Cohere's adapter without a server: each body's query (and each body refused before any work, with the field
+it names), and each answer written from a hand-built result."""
+
+from __future__ import annotations
+
+import base64
+
+import numpy as np
+import pytest
+from pydantic import ValidationError
+
+from gateway.queries import EmbedQuery, InputItem, RankQuery
+from gateway.results import Embeddings, Ranking
+from gateway.wire import cohere
+from models.base import ModelInfo, Truncation
+from models.errors import InvalidRequest
+
+IMAGE = "data:image/png;base64,iVBORw0KGgo="
+
+
+def info(name: str = "m", kind: str = "embed", dimension: int = 4, normalized: bool = True) -> ModelInfo:
+    return ModelInfo(served_model_name=name, model_id=name, kind=kind,  # type: ignore[arg-type]
+                     modalities=["text"], backend="torch",
+                     dimension=dimension, max_input_tokens=16, normalized=normalized, device="cpu", dtype="float32")
+
+
+def v1(**body) -> EmbedQuery:
+    return cohere.embed_query(cohere.CohereEmbedRequest.model_validate(body))
+
+
+def v2(**body) -> EmbedQuery:
+    return cohere.embed_v2_query(cohere.CohereV2EmbedRequest.model_validate({"model": "m", **body}))
+
+
+# Body -> query
+def test_v1_texts_become_text_items_with_cohere_defaults():
+    query = v1(texts=["a", "b"], model="m", input_type="search_query")
+    assert query == EmbedQuery(items=(InputItem("text", "a"), InputItem("text", "b")), model="m",
+                               input_type="search_query", output_types=("float",), output_param="embedding_types",
+                               shapes=frozenset({"dense"}), truncation=Truncation(True, "right"))
+
+
+def test_v1_images_and_repeated_types():
+    query = v1(images=[IMAGE], embedding_types=["int8", "float", "int8"])
+    assert query.items == (InputItem("image", IMAGE),) and query.output_types == ("int8", "float")
+
+
+@pytest.mark.parametrize(("truncate", "expected"), [
+    (None, Truncation(True, "right")), ("END", Truncation(True, "right")), ("START", Truncation(True, "left")),
+    ("NONE", Truncation(False, "right")),
+])
+def test_truncate_onto_truncation(truncate, expected):
+    assert v1(texts=["a"], truncate=truncate).truncation == expected
+
+
+def test_v2_dimensions_max_tokens_and_content_inputs():
+    query = v2(output_dimension=128, max_tokens=3, truncate="NONE", priority=2, inputs=[
+        {"content": [{"type": "text", "text": "a red square"}]},
+        {"content": [{"type": "image_url", "image_url": {"url": IMAGE}}]},
+        {"content": [{"type": "image_url", "image_url": IMAGE}]}])
+    assert query.items == (InputItem("text", "a red square"), InputItem("image", IMAGE), InputItem("image", IMAGE))
+    assert query.dimensions == 128 and query.truncation == Truncation(False, "right", max_tokens=3)
+
+
+def test_v2_texts_as_in_v1():
+    assert v2(texts=["a"]).items == (InputItem("text", "a"),)
+
+
+# Bodies refused before any work: by the body model (the framework names the field) or by the adapter
+@pytest.mark.parametrize(("model", "body", "field"), [
+    (cohere.CohereEmbedRequest, {"texts": ["a"], "embedding_types": ["int4"]}, "embedding_types"),
+    (cohere.CohereEmbedRequest, {"texts": "a"}, "texts"),
+    (cohere.CohereEmbedRequest, {"texts": ["a"], "truncate": "MIDDLE"}, "truncate"),
+    (cohere.CohereV2EmbedRequest, {"texts": ["a"]}, "model"),
+    (cohere.CohereV2EmbedRequest, {"model": "m", "inputs": [{"content": [{"type": "audio", "audio": "x"}]}]},
+     "inputs"),
+    (cohere.CohereV2EmbedRequest, {"model": "m", "inputs": [{"content": [{"type": "text", "text": "a", "x": 1}]}]},
+     "inputs"),
+    (cohere.CohereV2EmbedRequest, {"model": "m", "texts": ["a"], "output_dimension": "12"}, "output_dimension"),
+    (cohere.CohereV2RerankRequest, {"query": "q", "documents": ["a"]}, "model"),
+])
+def test_bad_bodies_are_refused_by_the_body_model(model, body, field):
+    with pytest.raises(ValidationError) as caught:
+        model.model_validate(body)
+    assert caught.value.errors()[0]["loc"][0] == field
+
+
+@pytest.mark.parametrize(("query", "body", "param", "message"), [
+    (v1, {}, "texts", "give exactly one of texts or images; got none"),
+    (v1, {"texts": ["a"], "images": [IMAGE]}, "images", "give exactly one of texts or images; got ['texts', 'images']"),
+    (v2, {}, "texts", "give exactly one of texts, images or inputs; got none"),
+    (v2, {"texts": ["a"], "inputs": [{"content": [{"type": "text", "text": "a"}]}]}, "inputs",
+     "give exactly one of texts, images or inputs"),
+    (v2, {"inputs": [{"content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}]}, "inputs",
+     "inputs[0] has 2 content parts; these models embed one text or one image per input: send the parts as "
+     "separate inputs"),
+    (v2, {"inputs": [{"content": []}]}, "inputs", "inputs[0] has 0 content parts"),
+    (v1, {"texts": ["a"], "embedding_types": []}, "embedding_types", "embedding_types must not be empty"),
+])
+def test_bad_bodies_are_refused_by_the_adapter(query, body, param, message):
+    with pytest.raises(InvalidRequest) as caught:
+        query(**body)
+    assert caught.value.param == param and caught.value.message.startswith(message)
+
+
+def test_the_inputs_are_refused_before_the_types():
+    with pytest.raises(InvalidRequest, match="give exactly one"):
+        v1(embedding_types=[])
+
+
+# Result -> answer
+def embeddings(query: EmbedQuery, vectors: list[list[float]], tokens: int = 7) -> Embeddings:
+    return Embeddings(query, info(dimension=len(vectors[0])), [np.asarray(v, dtype=np.float32) for v in vectors],
+                      tokens)
+
+
+def test_v1_answer_without_types_is_floats():
+    answer = cohere.embed_v1_answer(embeddings(v1(texts=["a", "b"]), [[0.6, 0.8], [1.0, 0.0]]), by_type=False)
+    assert list(answer) == ["response_type", "embeddings", "id", "texts", "meta"]
+    assert answer["response_type"] == "embeddings_floats" and answer["texts"] == ["a", "b"]
+    assert np.allclose(answer["embeddings"], [[0.6, 0.8], [1.0, 0.0]]) and answer["id"].startswith("embento-")
+    assert answer["meta"] == {"api_version": {"version": "1"}, "billed_units": {"input_tokens": 7, "output_tokens": 0},
+                              "tokens": {"input_tokens": 7, "output_tokens": 0}}
+
+
+def test_v1_answer_by_type_in_the_asked_order():
+    query = v1(texts=["a"], embedding_types=["binary", "base64", "float"])
+    answer = cohere.embed_v1_answer(embeddings(query, [[0.6, -0.8] * 4]), by_type=True)
+    assert answer["response_type"] == "embeddings_by_type"
+    assert list(answer["embeddings"]) == ["binary", "base64", "float"]
+    assert answer["embeddings"]["binary"] == [[42]]  # sign bits 10101010 (170), offset by 128
+    floats = np.frombuffer(base64.b64decode(answer["embeddings"]["base64"][0]), dtype="<f4")
+    assert np.allclose(floats, answer["embeddings"]["float"][0])
+
+
+def test_v2_answer_counts_images_and_lists_only_texts():
+    query = v2(inputs=[{"content": [{"type": "text", "text": "a"}]},
+                       {"content": [{"type": "image_url", "image_url": IMAGE}]}])
+    answer = cohere.embed_v2_answer(embeddings(query, [[1.0, 0.0], [0.0, 1.0]], tokens=5))
+    assert list(answer) == ["response_type", "id", "embeddings", "texts", "meta"]
+    assert answer["texts"] == ["a"] and list(answer["embeddings"]) == ["float"]
+    assert answer["meta"]["billed_units"] == {"input_tokens": 5, "output_tokens": 0, "images": 1}
+    assert answer["meta"]["api_version"] == {"version": "2"}
+
+
+def test_v2_answer_cuts_to_the_output_dimension_and_renormalizes():
+    answer = cohere.embed_v2_answer(embeddings(v2(texts=["a"], output_dimension=2), [[0.3, 0.4, 0.5, 0.7]]))
+    assert np.allclose(answer["embeddings"]["float"], [[0.6, 0.8]])
+
+
+def ranking(**query) -> Ranking:
+    rank_query = RankQuery(query="q", documents=("d0", "d1", "d2"), **query)
+    return Ranking(rank_query, info("r", kind="rerank", dimension=1), order=[2, 0], scores=[0.5, 0.1, 0.9], tokens=11)
+
+
+def test_rerank_v1_answer_with_and_without_documents_and_jinas_fields():
+    answer = cohere.rerank_v1_answer(ranking(), return_documents=True).model_dump(exclude_none=True)
+    assert answer["results"] == [{"index": 2, "relevance_score": 0.9, "document": {"text": "d2"}},
+                                 {"index": 0, "relevance_score": 0.5, "document": {"text": "d0"}}]
+    assert answer["model"] == "r" and answer["usage"] == {"prompt_tokens": 11, "total_tokens": 11}
+    assert answer["meta"]["api_version"] == {"version": "1"} and answer["meta"]["billed_units"]["input_tokens"] == 11
+    bare = cohere.rerank_v1_answer(ranking(), return_documents=False).model_dump(exclude_none=True)
+    assert bare["results"] == [{"index": 2, "relevance_score": 0.9}, {"index": 0, "relevance_score": 0.5}]
+
+
+def test_rerank_v2_answer_has_indices_and_scores_only():
+    answer = cohere.rerank_v2_answer(ranking()).model_dump()
+    assert set(answer) == {"id", "results", "meta"} and answer["meta"]["api_version"] == {"version": "2"}
+    assert answer["results"] == [{"index": 2, "relevance_score": 0.9}, {"index": 0, "relevance_score": 0.5}]

@@ -1,0 +1,222 @@
+"""TEI's adapter without a server: each body's query (and each body refused before any work), the root's
+dispatch, the one test of a TEI /rerank body, and each answer written from a hand-built result."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from pydantic import ValidationError
+
+from gateway.queries import ClassifyQuery, DecodeQuery, EmbedQuery, InputItem, RankQuery, TokenizeQuery
+from gateway.results import Classified, Embeddings, Ranking, Tokens
+from gateway.wire import tei
+from gateway.wire.common import rank_query
+from models.base import ModelInfo, Truncation
+from models.errors import InvalidRequest
+from models.kinds import spec
+from models.text_tokenizer import Token
+
+
+def info(name: str = "m", kind: str = "embed", dimension: int = 2, **fields) -> ModelInfo:
+    return ModelInfo(served_model_name=name, model_id=name, kind=kind,  # type: ignore[arg-type]
+                     modalities=["text"], backend="torch",
+                     dimension=dimension, max_input_tokens=16, normalized=True, device="cpu", dtype="float32", **fields)
+
+
+# Body -> query
+def test_embed_normalizes_by_default_and_takes_every_input_form():
+    query = tei.embed_query(tei.TeiEmbedRequest(inputs="a"))
+    assert query == EmbedQuery(items=(InputItem("text", "a"),), shapes=frozenset({"dense", "multi-vector"}),
+                               normalize=True, truncation=Truncation(True, None))
+    assert tei.embed_query(tei.TeiEmbedRequest(inputs=[[1, 2], [3]])).items == (InputItem("text", [1, 2]),
+                                                                              InputItem("text", [3]))
+    assert tei.embed_query(tei.TeiEmbedRequest(inputs=[1, 2])).items == (InputItem("text", [1, 2]),)
+    assert tei.embed_query(tei.TeiEmbedRequest(inputs=[{"image": "x"}, "b"])).items == (InputItem("image", "x"),
+                                                                                      InputItem("text", "b"))
+    kept = tei.embed_query(tei.TeiEmbedRequest.model_validate(
+        {"inputs": [], "normalize": False, "dimensions": 64, "prompt_name": "query", "model": "m",
+         "truncate": False, "truncation_direction": "Left"}))
+    assert kept == EmbedQuery(items=(), model="m", shapes=frozenset({"dense", "multi-vector"}), dimensions=64,
+                              normalize=False, prompt_name="query", truncation=Truncation(False, "left"))
+
+
+def test_sparse_query_asks_for_the_sparse_capability():
+    query = tei.sparse_query(tei.SparseEmbeddingRequest(inputs="a fox", max_active_dims=5, instruction="find"))
+    assert query == EmbedQuery(items=(InputItem("text", "a fox"),), capability="embed_sparse", max_active_dims=5,
+                               instruction="find", truncation=Truncation(True, None))
+
+
+def test_rerank_body_is_teis_by_texts_and_ranks_them():
+    body = tei.RerankBody(query="q", texts=["a", "b"], top_n=1, raw_scores=True, return_text=True)
+    assert tei.is_tei_rerank(vars(body)) and tei.is_tei_rerank({"texts": ["a"]})
+    assert not tei.is_tei_rerank({"documents": ["a"]}) and not tei.is_tei_rerank({"texts": ["a"], "documents": []})
+    assert not tei.is_tei_rerank({"texts": None, "documents": None})
+    assert rank_query(body.as_rerank_request()) == RankQuery(query="q", documents=("a", "b"), top_n=1,
+                                                             activation="identity", truncation=Truncation(True, None))
+    infinity = tei.RerankBody(query="q", documents=["a", {"text": "b", "id": 3}], return_documents=True)
+    assert rank_query(infinity.as_rerank_request()).documents == ("a", "b")
+
+
+@pytest.mark.parametrize(("body", "param", "message"), [
+    ({"query": "q", "texts": ["a"], "documents": ["b"]}, "texts", "give documents (infinity, Cohere) or texts (TEI), "
+     "not both"),
+    ({"query": "q"}, "documents", "documents is required"),
+])
+def test_rerank_body_needs_texts_or_documents(body, param, message):
+    with pytest.raises(InvalidRequest) as caught:
+        tei.RerankBody.model_validate(body).as_rerank_request()
+    assert (caught.value.param, caught.value.message) == (param, message)
+
+
+@pytest.mark.parametrize(("inputs", "texts", "pairs", "batch"), [
+    ("a", ("a",), (None,), False),
+    (["q", "d"], ("q",), ("d",), False),
+    (["a"], ("a",), (None,), False),
+    ([["q", "d"], ["e"]], ("q", "e"), ("d", None), True),
+    ([], (), (), False),  # refused by the engine's check, which names `inputs`
+    ("", (), (), False),
+])
+def test_predict_takes_a_text_a_pair_or_a_batch(inputs, texts, pairs, batch):
+    body = tei.TeiPredictRequest(inputs=inputs, model="c")
+    assert tei.predict_query(body) == ClassifyQuery(texts=texts, pairs=pairs, model="c", texts_param="inputs",
+                                                    truncation=Truncation(True, None))
+    assert body.is_batch() is batch
+
+
+def test_raw_scores_win_over_the_tasks_activation():
+    assert tei.predict_query(tei.TeiPredictRequest(inputs="a"), "softmax").activation == "softmax"
+    assert tei.predict_query(tei.TeiPredictRequest(inputs="a", raw_scores=True), "softmax").activation == "identity"
+
+
+@pytest.mark.parametrize("inputs", [["a", "b", "c"], [["a", "b", "c"]], [["a", ""]], [[]], [["a"], []]])
+def test_predict_refuses_what_is_neither_a_text_nor_a_pair(inputs):
+    with pytest.raises(InvalidRequest, match=r"inputs\[\d\] must be one non-empty text or a pair of them") as caught:
+        tei.predict_query(tei.TeiPredictRequest(inputs=inputs))
+    assert caught.value.param == "inputs"
+
+
+def test_similarity_is_a_dense_only_embed_of_the_source_then_the_others():
+    body = tei.TeiSimilarityRequest.model_validate({"inputs": {"source_sentence": "s", "sentences": ["a", "b"]},
+                                                    "parameters": {"truncate": True, "prompt_name": "query"}})
+    assert tei.similarity_query(body) == EmbedQuery(
+        items=tuple(InputItem("text", t) for t in "sab"), shapes=frozenset({"dense"}), prompt_name="query",
+        truncation=Truncation(True, None))
+    with pytest.raises(InvalidRequest, match="inputs.sentences must not be empty"):
+        tei.similarity_query(tei.TeiSimilarityRequest.model_validate({"inputs": {"source_sentence": "s",
+                                                                                 "sentences": []}}))
+
+
+def test_tokenize_and_decode_queries():
+    assert tei.tokenize_query(tei.TeiTokenizeRequest(inputs="a", add_special_tokens=False, prompt_name="q")) == \
+        TokenizeQuery(texts=("a",), add_special_tokens=False, prompt_name="q", texts_param="inputs")
+    assert tei.decode_query(tei.TeiDecodeRequest(ids=[101, 102])).ids == ((101, 102),)
+    assert tei.decode_query(tei.TeiDecodeRequest(ids=[[1], [2, 3]], skip_special_tokens=False)) == \
+        DecodeQuery(ids=((1,), (2, 3)), skip_special_tokens=False)
+    assert tei.decode_query(tei.TeiDecodeRequest(ids=[])).ids == ()  # refused by the engine's check
+
+
+@pytest.mark.parametrize(("model", "body", "field"), [
+    (tei.TeiEmbedRequest, {"inputs": 5}, "inputs"),
+    (tei.TeiEmbedRequest, {"inputs": ["a", 3]}, "inputs"),
+    (tei.TeiEmbedRequest, {"inputs": "a", "normalize": "yes"}, "normalize"),
+    (tei.SparseEmbeddingRequest, {"inputs": "a", "max_active_dims": "five"}, "max_active_dims"),
+    (tei.RerankBody, {"query": 5, "texts": ["a"]}, "query"),
+    (tei.RerankBody, {"query": "q", "texts": "not a list"}, "texts"),
+    (tei.TeiPredictRequest, {"inputs": None}, "inputs"),
+    (tei.TeiSimilarityRequest, {"inputs": {"source_sentence": 3}}, "inputs"),
+    (tei.TeiSimilarityRequest, {"inputs": {"sentences": ["a"]}}, "inputs"),
+    (tei.TeiTokenizeRequest, {"inputs": [1]}, "inputs"),
+    (tei.TeiDecodeRequest, {"ids": ["a"]}, "ids"),
+    (tei.TextClassificationParameters, {"function_to_apply": "cube"}, "function_to_apply"),
+    (tei.TextClassificationParameters, {"top_k": "two"}, "top_k"),
+])
+def test_bad_bodies_are_refused_by_the_body_model(model, body, field):
+    with pytest.raises(ValidationError) as caught:
+        model.model_validate(body)
+    assert caught.value.errors()[0]["loc"][0] == field
+
+
+def test_a_bad_embed_input_gets_one_clear_message():
+    with pytest.raises(ValidationError, match="inputs must be a string, a list of strings or typed items"):
+        tei.TeiEmbedRequest.model_validate({"inputs": 5})
+
+
+# The root: by the body first, then by the kind of the model asked for
+@pytest.mark.parametrize(("body", "kind", "task"), [
+    ({"query": "q", "texts": ["a"]}, "embed", "rerank"),
+    ({"query": "q", "documents": ["a"]}, "embed", "rerank"),
+    ({"texts": ["a"]}, "classify", "rerank"),
+    ({"inputs": {"source_sentence": "a", "sentences": ["b"]}}, "classify", "similarity"),
+    ({"inputs": "a", "parameters": {}}, "embed", "text-classification"),
+    ({"inputs": "a", "parameters": {"top_k": 1, "function_to_apply": "none"}}, "embed", "text-classification"),
+    ({"inputs": "a", "parameters": {"truncate": True}}, "embed", "embed"),
+    ({"inputs": "a"}, "classify", "predict"),
+    ({"inputs": "a"}, "sparse", "embed_sparse"),
+    ({"inputs": "a"}, "clip", "embed"),
+    ({"inputs": "a"}, None, "embed"),
+])
+def test_root_task(body, kind, task):
+    assert tei.root_task(tei.TeiRootRequest.model_validate(body), spec(kind) if kind else None) == task
+
+
+@pytest.mark.parametrize(("body", "message"), [
+    ({"inputs": "a", "parameters": {"top_k": "two"}}, "top_k: Input should be a valid integer"),
+    ({"inputs": {"source_sentence": 3}}, "inputs.source_sentence: Input should be a valid string"),
+    ({"inputs": None}, "inputs: "),
+])
+def test_root_names_the_field_of_a_bad_body(body, message):
+    root = tei.TeiRootRequest.model_validate(body)
+    task = tei.root_task(root, spec("embed"))
+    model = {"text-classification": tei.TextClassificationParameters, "similarity": tei.TeiSimilarityRequest,
+             "embed": tei.TeiEmbedRequest}[task]
+    fields = root.model_dump(exclude_unset=True)
+    with pytest.raises(InvalidRequest) as caught:
+        tei.parsed(model, fields.get("parameters") if model is tei.TextClassificationParameters else fields)
+    assert caught.value.message.startswith(message) and caught.value.param == message.split(".")[0].split(":")[0]
+
+
+# Result -> answer
+def embeddings(query: EmbedQuery, outputs: list[np.ndarray], model: ModelInfo | None = None) -> Embeddings:
+    return Embeddings(query, model or info(dimension=outputs[0].shape[-1]), outputs, tokens=3)
+
+
+def test_embed_answer_is_a_bare_list_of_vectors_or_of_token_vectors():
+    vectors = [np.array([3.0, 4.0], dtype=np.float32)]
+    assert tei.embed_answer(embeddings(EmbedQuery(items=()), vectors)) == [[3.0, 4.0]]
+    tokens = [np.ones((3, 2), dtype=np.float32)]
+    multi = embeddings(EmbedQuery(items=()), tokens, info(kind="colpali", multi_vector=True))
+    assert tei.embed_answer(multi) == [[[1.0, 1.0]] * 3]
+
+
+def test_sparse_answer_keeps_the_largest_entries():
+    entries = np.array([[3, 7, 9], [0.5, 2.0, 1.0]], dtype=np.float32)
+    result = embeddings(EmbedQuery(items=(), max_active_dims=2), [entries], info(kind="sparse", dimension=30))
+    answer = [[value.model_dump() for value in row] for row in tei.sparse_answer(result)]
+    assert sorted(answer[0], key=lambda v: v["index"]) == [{"index": 7, "value": 2.0}, {"index": 9, "value": 1.0}]
+
+
+def test_similarity_answer_is_the_cosine_with_the_source():
+    vectors = [np.array(v, dtype=np.float32) for v in ([2.0, 0.0], [1.0, 1.0], [0.0, 3.0])]
+    assert np.allclose(tei.similarity_answer(embeddings(EmbedQuery(items=()), vectors)), [0.5 ** 0.5, 0.0])
+
+
+def test_rerank_answer_best_first_with_texts_when_asked():
+    ranking = Ranking(RankQuery(query="q", documents=("a", "b")), info("r", "rerank", 1), order=[1, 0],
+                      scores=[0.2, 0.7], tokens=4)
+    assert tei.rerank_answer(ranking, return_text=False) == [{"index": 1, "score": 0.7}, {"index": 0, "score": 0.2}]
+    assert tei.rerank_answer(ranking, return_text=True)[0] == {"index": 1, "score": 0.7, "text": "b"}
+
+
+def test_label_scores_highest_first_and_top_k():
+    classified = Classified(ClassifyQuery(texts=("a",)), info("c", "classify", 3, labels=["x", "y", "z"]),
+                            np.array([[0.2, 0.5, 0.3]]), tokens=2)
+    assert tei.label_scores(classified) == [[{"label": "y", "score": 0.5}, {"label": "z", "score": 0.3},
+                                             {"label": "x", "score": 0.2}]]
+    assert tei.label_scores(classified, top_k=1) == [[{"label": "y", "score": 0.5}]]
+
+
+def test_tokens_answer():
+    row = [Token(101, "[CLS]", True, None, None), Token(7, "hi", False, 0, 2)]
+    tokens = Tokens(TokenizeQuery(texts=("hi",)), [row])
+    assert tei.tokens_answer(tokens) == [[{"id": 101, "text": "[CLS]", "special": True, "start": None, "stop": None},
+                                          {"id": 7, "text": "hi", "special": False, "start": 0, "stop": 2}]]
