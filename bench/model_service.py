@@ -23,8 +23,8 @@ import ceiling  # noqa: E402
 import load  # noqa: E402
 from server import free_port, start_server, stop_server  # noqa: E402
 
-from models.base import TokenizedText  # noqa: E402
 from config.settings import ModelConfig  # noqa: E402
+from models.base import TokenizedText  # noqa: E402
 from models.resolve import packaged_model_path  # noqa: E402
 from models.text_tokenizer import TextTokenizer  # noqa: E402
 

@@ -35,8 +35,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from models.base import ModelInfo  # noqa: E402
 from config.settings import ModelConfig  # noqa: E402
+from models.base import ModelInfo  # noqa: E402
 
 SPEEDS = {  # launch ms (host, GIL held), fixed ms per pass (device), us per padded token (device)
     "large": (3.0, 2.0, 25.0),

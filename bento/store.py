@@ -21,7 +21,15 @@ import bentoml
 from bentoml._internal.context import server_context
 
 from config.served import served_bento, store_tags
-from config.settings import BENTO_CONFIG_ENV, CONFIG_FILE_NAME, ENV_PREFIX, ModelConfig, carried_text, get_config, load_config
+from config.settings import (
+    BENTO_CONFIG_ENV,
+    CONFIG_FILE_NAME,
+    ENV_PREFIX,
+    ModelConfig,
+    carried_text,
+    get_config,
+    load_config,
+)
 from models.errors import ConfigError, ModelLoadError
 from models.kinds import detect_kind
 from models.resolve import resolve_model

@@ -16,7 +16,6 @@ from pydantic import BaseModel  # noqa: E402
 from pydantic_core import PydanticUndefined  # noqa: E402
 
 from commands.flags import FLAGS, IMAGE_FLAGS, Flag  # noqa: E402
-from embento.cli import BUNDLE_ENV  # noqa: E402
 from config.settings import (  # noqa: E402
     BENTO_CONFIG_ENV,
     CONFIG_FILE_NAME,
@@ -28,6 +27,7 @@ from config.settings import (  # noqa: E402
     ImageSettings,
     ModelConfig,
 )
+from embento.cli import BUNDLE_ENV  # noqa: E402
 
 TARGET = ROOT / "docs" / "configuration.md"
 

@@ -14,10 +14,10 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from config.settings import EmbentoConfig, ModelConfig
 from gateway.errors import error_response
 from models import errors
 from models.base import Kind, ModelInfo
-from config.settings import EmbentoConfig, ModelConfig
 
 try:
     VERSION = version("embento")

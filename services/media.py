@@ -14,10 +14,11 @@ from typing import Any
 import bentoml
 import numpy as np
 
-from models.base import Kind, ModelInput
-from config.settings import ModelConfig
-from models.media_encoder import MediaEncoder
 from bento.patches import make_work_conserving
+from bento.store import pin_store_models
+from config.settings import ModelConfig
+from models.base import Kind, ModelInput
+from models.media_encoder import MediaEncoder
 from services.pool import PooledService, pool_for
 from services.service_config import (
     DISPATCH_MAX_LATENCY_MS,
@@ -25,7 +26,6 @@ from services.service_config import (
     model_service_config,
     models_of_kind,
 )
-from bento.store import pin_store_models
 
 make_work_conserving()
 BATCHING = {"batchable": True, "max_batch_size": dispatch_max_rows(), "max_latency_ms": DISPATCH_MAX_LATENCY_MS}

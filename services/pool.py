@@ -22,6 +22,9 @@ from pathlib import Path
 import bentoml
 import numpy as np
 
+from bento.patches import drain_before_shutdown
+from bento.process_memory import report_process_memory
+from config.settings import ModelConfig
 from models.base import Kind, ModelInfo, PendingOutputs, Row, TokenModel
 from models.batching import (
     BatchLimits,
@@ -31,15 +34,12 @@ from models.batching import (
     plan_batches,
     run_isolated,
 )
-from config.settings import ModelConfig
 from models.lanes import Lanes, shares_cores
 from models.memory import HeapTrimmer
 from models.resolve import resolve_model
-from bento.patches import drain_before_shutdown
-from bento.process_memory import report_process_memory
 from services.loading import load_models
-from shared_metrics import DROPPED_INPUTS
 from services.service_config import allow_partial, cpu_threads, models_of_kind, placed
+from shared_metrics import DROPPED_INPUTS
 
 logger = logging.getLogger(__name__)
 FAILED = np.empty(0, dtype=np.float32)  # an input the model could not run (or dropped); the gateway reports it

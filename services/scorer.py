@@ -11,11 +11,12 @@ from pathlib import Path
 import bentoml
 import numpy as np
 
-from models.base import TokenizedText
+from bento.patches import make_work_conserving
+from bento.store import pin_store_models
 from config.settings import ModelConfig
+from models.base import TokenizedText
 from models.kinds import model_kind
 from models.text_scorer import TextScorer
-from bento.patches import make_work_conserving
 from services.pool import PooledService, pool_for
 from services.service_config import (
     DISPATCH_MAX_LATENCY_MS,
@@ -23,7 +24,6 @@ from services.service_config import (
     model_service_config,
     models_of_kind,
 )
-from bento.store import pin_store_models
 
 make_work_conserving()
 

@@ -4,11 +4,6 @@ from __future__ import annotations
 
 from bentoml._internal.context import server_context
 
-from config.served import served_config
-from config.settings import ModelConfig
-from models.base import Kind
-from models.batching import default_batch_size
-from models.kinds import model_kind
 from bento.placement import (
     Placement,
     gateway_workers,
@@ -18,6 +13,11 @@ from bento.placement import (
     visible_gpus,
     worker_device,
 )
+from config.served import served_config
+from config.settings import ModelConfig
+from models.base import Kind
+from models.batching import default_batch_size
+from models.kinds import model_kind, spec
 
 # BentoML 1.4.30+ recycles the inter-service connection pool every 100 requests / 300 s while requests
 # are still in flight, which surfaces as 500s under concurrency (bentoml #5540, #5698). Never recycle.
@@ -31,11 +31,9 @@ MODEL_SERVICE_CONFIG = {
 DISPATCH_MAX_LATENCY_MS = 300_000
 
 
-# Which model service runs each kind (rerankers and classifiers share one); service.py composes them.
-MODEL_SERVICE_OF: dict[Kind, str] = {
-    "embed": "TextEmbedder", "sparse": "TextEmbedder", "rerank": "Reranker", "classify": "Reranker",
-    "clip": "ClipEmbedder", "clap": "ClapEmbedder", "colpali": "ColPaliEmbedder",
-}
+def model_service_of(model: ModelConfig) -> str:
+    """The model service that runs it (rerankers and classifiers share one)."""
+    return spec(model_kind(model)).model_service
 
 
 def cpu_threads() -> int:
@@ -46,7 +44,7 @@ def cpu_threads() -> int:
     configured = served_config()
     if configured.cpu_threads:
         return configured.cpu_threads
-    services = {MODEL_SERVICE_OF[model_kind(m)] for m in configured.models}
+    services = {model_service_of(m) for m in configured.models}
     cores = usable_cores()
     gateway = gateway_workers(configured, cores) if cores > 4 else 0
     return max(1, (cores - gateway) // len(services))
@@ -64,7 +62,7 @@ def _placement(kinds: tuple[Kind, ...], models: list[ModelConfig], gpus: int) ->
 
     by_service: dict[str, list[ModelConfig]] = {}
     for model in models:
-        by_service.setdefault(MODEL_SERVICE_OF[model_kind(model)], []).append(model)
+        by_service.setdefault(model_service_of(model), []).append(model)
     gpu_services = sum(ARGS.accel == "cuda" or any(runs_on_gpu(m, gpus) for m in group)
                        for group in by_service.values())
     return place_service([m for m in models if model_kind(m) in kinds], gpu_services, gpus, ARGS.accel)

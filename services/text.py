@@ -7,12 +7,13 @@ from pathlib import Path
 import bentoml
 import numpy as np
 
-from models.base import TokenizedText, TokenModel
+from bento.patches import make_work_conserving
+from bento.store import pin_store_models
 from config.settings import ModelConfig
+from models.base import TokenizedText, TokenModel
 from models.kinds import model_kind
 from models.sparse_encoder import SparseTextEncoder
 from models.text_encoder import TextEncoder
-from bento.patches import make_work_conserving
 from services.pool import PooledService, pool_for
 from services.service_config import (
     DISPATCH_MAX_LATENCY_MS,
@@ -20,7 +21,6 @@ from services.service_config import (
     model_service_config,
     models_of_kind,
 )
-from bento.store import pin_store_models
 
 make_work_conserving()
 

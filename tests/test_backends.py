@@ -6,10 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from models.backends import check_device
-from models.batching import plan_batches
-from models.base import TokenizedText
 from config.settings import ModelConfig, load_config
+from models.backends import check_device
+from models.base import TokenizedText
+from models.batching import plan_batches
 from models.errors import ConfigError
 from models.kinds import model_kind
 from models.text_encoder import TextEncoder

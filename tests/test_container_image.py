@@ -14,13 +14,13 @@ import certifi
 import pytest
 import yaml
 
+from bento.container_image import PEM_CERTIFICATE, ca_install_command
+from bento.containerize import choose_backend, containerize_command, local_package_folders, package_mount
 from commands import build_parser
 from commands.build import default_project_dir, image_arguments, image_settings, project_version
 from commands.flags import ACCELERATORS, PROJECT_ROOT
 from config.settings import EmbentoConfig, ImageSettings, load_config
 from models.errors import ConfigError
-from bento.containerize import choose_backend, containerize_command, local_package_folders, package_mount
-from bento.container_image import PEM_CERTIFICATE, ca_install_command
 from tests.conftest import ROOT, server_env
 
 VERSION = project_version(ROOT)

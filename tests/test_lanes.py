@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from models.base import TokenizedText
 from config.settings import ModelConfig
+from models.base import TokenizedText
 from models.lanes import Lanes, share_out
 from models.text_encoder import TextEncoder
 from models.text_tokenizer import TextTokenizer

@@ -10,9 +10,9 @@ import sys
 import numpy as np
 import pytest
 
+from config.settings import ModelConfig
 from models.base import TokenizedText
 from models.batching import plan_batches, run_isolated
-from config.settings import ModelConfig
 from models.errors import ConfigError, InvalidRequest, ModelLoadError
 from models.postprocess import to_base64, truncate_dimensions
 from models.resolve import resolve_model

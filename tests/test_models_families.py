@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from models.base import TokenizedText, Truncation
 from config.settings import ModelConfig
+from models.base import TokenizedText, Truncation
 from models.errors import InvalidRequest, ModelLoadError
 from models.kinds import detect_kind
 from models.postprocess import keep_largest

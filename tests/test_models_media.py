@@ -15,10 +15,10 @@ from typing import get_args
 import numpy as np
 import pytest
 
+from config.settings import ModelConfig
 from gateway.fetch import UrlPolicy
 from gateway.media_inputs import decode_data_uri
 from models.base import Kind
-from config.settings import ModelConfig
 from models.errors import InvalidRequest
 from models.kinds import KIND_SPECS, detect_kind
 from models.media import MediaLimits, decode_audio, decode_image

@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from models.base import TokenizedText
 from config.settings import ModelConfig
+from models.base import TokenizedText
 from models.errors import InvalidRequest, ModelLoadError
 from models.kinds import detect_kind, model_kind
 from models.scores import activate, rank

@@ -13,8 +13,9 @@ import httpx
 import numpy as np
 import pytest
 
-from models.backends import BACKENDS_FOR_KIND, CPU_ONLY, GPU_ONLY
 from config.settings import BACKEND_DTYPES
+from models.backends import CPU_ONLY, GPU_ONLY
+from models.kinds import KIND_SPECS
 from tests.conftest import (
     MINILM_CLASSIFIER,
     MINILM_RERANKER,
@@ -59,7 +60,7 @@ def cpu_dtypes(backend: str) -> list[str]:
 
 # Every pair and CPU dtype but those the main server already serves (and other tests compare with
 # sentence-transformers and transformers directly).
-VARIANTS = [(kind, backend, dtype) for kind, backends in BACKENDS_FOR_KIND.items() for backend in backends
+VARIANTS = [(kind, backend, dtype) for kind, kind_spec in KIND_SPECS.items() for backend in kind_spec.backends
             for dtype in cpu_dtypes(backend) if not (dtype == "float32" and backend in KINDS[kind][1])]
 
 

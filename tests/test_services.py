@@ -20,10 +20,14 @@ def test_dispatcher_never_holds_requests_for_an_idle_model():
 
 
 def test_every_kind_names_the_model_service_that_runs_it():
-    from services.service_config import MODEL_SERVICE_OF
+    from models.kinds import KIND_SPECS
     from service import RUNNERS
+    from services import MODEL_SERVICES
 
-    assert {kind: runner.name for kind, (_, runner, _) in RUNNERS.items()} == MODEL_SERVICE_OF
+    assert {kind: runner.name for kind, (_, runner, _) in RUNNERS.items()} == {
+        kind: spec.model_service for kind, spec in KIND_SPECS.items()}
+    assert {spec.model_service for spec in KIND_SPECS.values()} == set(MODEL_SERVICES)
+    assert all(service.name == name for name, service in MODEL_SERVICES.items())
 
 
 def test_model_services_share_the_cores_unless_told_otherwise(monkeypatch):

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 from bentoml.exceptions import ImportServiceError
 
-from models.errors import ConfigError
 from bento.start_failures import PREFIX, _print_start_failure
+from models.errors import ConfigError
 
 
 def raised(exc: BaseException) -> BaseException:

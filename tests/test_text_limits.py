@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from models.base import TokenizedText
 from config.settings import ModelConfig
+from models.base import TokenizedText
 from models.media_encoder import MediaEncoder
 from models.text_encoder import TextEncoder
 from models.text_settings import text_limit
