@@ -12,7 +12,8 @@ import httpx
 import numpy as np
 import pytest
 
-from tests.conftest import MINILM, make_sentences, running_server
+from tests.conftest import MINILM, metric, running_server
+from tests.sentences import make_sentences
 
 pytestmark = pytest.mark.server
 
@@ -21,6 +22,7 @@ PER_REQUEST = 4
 MAX_QUEUED_ITEMS = 16
 MAX_CONCURRENT_REQUESTS = 64
 MAX_REQUEST_TOKENS = 2000  # above any 4-sentence request of the storm
+SERVICE = {"model_service": "TextEmbedder"}
 
 
 @pytest.fixture(scope="module")
@@ -43,10 +45,18 @@ def test_overload_is_a_quick_429_and_admitted_work_is_right(small_queue, minilm_
             return await asyncio.gather(*(http.post("/v1/embeddings", json={"input": body, "model": MINILM})
                                           for body in bodies))
 
+    before = httpx.get(f"{small_queue}/metrics", timeout=30).text
     responses = asyncio.run(storm())
     statuses = Counter(response.status_code for response in responses)
     assert set(statuses) == {200, 429}, statuses
-    assert statuses[429] >= CLIENTS // 2  # a queue of 16 inputs holds 4 requests of 4
+    # A queue of 16 inputs holds 4 requests of 4, the one in flight included: each request admitted left in
+    # exactly one model-service call, and no call carried more than 4 (however fast the model answers).
+    after = httpx.get(f"{small_queue}/metrics", timeout=30).text
+    per_call = {name: metric(after, f"embento_requests_per_call_{name}", **SERVICE)
+                - metric(before, f"embento_requests_per_call_{name}", **SERVICE) for name in ("count", "sum")}
+    within = (metric(after, "embento_requests_per_call_bucket", le="4.0", **SERVICE)
+              - metric(before, "embento_requests_per_call_bucket", le="4.0", **SERVICE))
+    assert per_call["sum"] == statuses[200] and within == per_call["count"], (per_call, within, statuses)
     for response in responses:
         if response.status_code == 429:
             assert response.headers["retry-after"] == "1"
