@@ -13,11 +13,15 @@ import logging
 import math
 import time
 from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
 
 import aiohttp
 
 from models import errors
 from models.base import ModelInfo
+
+if TYPE_CHECKING:
+    from gateway.lifecycle import ModelRegistry
 
 logger = logging.getLogger(__name__)
 WARN_AFTER_S = 30.0
@@ -34,12 +38,14 @@ def describe(exc: BaseException) -> str:
 
 
 class Warmup:
-    """Brings the models to warm, one attempt per call, and keeps what it found: `infos` (the models served,
-    in configuration order), `failed` (served name -> why), `done`, and `stopped` (the server is stopping)."""
+    """Brings the models to warm, one attempt per call, and records what it found in `registry`: `infos` (the
+    models served, in configuration order), `failed` (served name -> why) and `done`. `stopped`: the server
+    is stopping."""
 
-    def __init__(self, fetch_infos: FetchInfos, warm_up: Callable[[ModelInfo], Awaitable[None]],
-                 allow_partial: bool, stop_server: Callable[[str], None],
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, registry: ModelRegistry, fetch_infos: FetchInfos,
+                 warm_up: Callable[[ModelInfo], Awaitable[None]], allow_partial: bool,
+                 stop_server: Callable[[str], None], clock: Callable[[], float] = time.monotonic) -> None:
+        self.registry = registry
         self._fetch_infos = fetch_infos
         self._warm_up = warm_up
         self._allow_partial = allow_partial
@@ -49,16 +55,14 @@ class Warmup:
         self._failed_warm_up: dict[str, str] = {}
         self._waiting_since: float | None = None
         self._warned_at = -math.inf
-        self.infos: dict[str, ModelInfo] = {}
-        self.failed: dict[str, str] = {}
-        self.done = False
         self.stopped = False
 
     async def attempt(self) -> bool:
         """One try at warming what is not warm yet; True once every model is warm or failed for good. The
         gateway's warm-up task alone calls it, one try at a time."""
-        if self.done or self.stopped:
-            return self.done
+        registry = self.registry
+        if registry.done or self.stopped:
+            return registry.done
         try:
             infos, failed = await self._fetch_infos()
         except Exception as exc:  # a model service still starting; one that cannot load stops the server
@@ -67,10 +71,10 @@ class Warmup:
         for name, info in infos.items():
             if name not in self._warm and name not in self._failed_warm_up and not await self._warm_one(info):
                 return False
-        self.infos = {name: info for name, info in infos.items() if name in self._warm}
-        self.failed = {**failed, **self._failed_warm_up}
-        self.done = True
-        logger.info("all models warm: %s; failed: %s", sorted(self.infos), sorted(self.failed) or "none")
+        registry.infos = {name: info for name, info in infos.items() if name in self._warm}
+        registry.failed = {**failed, **self._failed_warm_up}
+        registry.done = True
+        logger.info("all models warm: %s; failed: %s", sorted(registry.infos), sorted(registry.failed) or "none")
         return True
 
     async def _warm_one(self, info: ModelInfo) -> bool:

@@ -31,15 +31,17 @@ def test_configuration_md_is_generated_from_the_configuration_object():
 
 @pytest.mark.server
 def test_every_route_is_in_api_md(client):
-    from gateway.probes import get_routes
+    from gateway.get_routes import get_routes
+    from gateway.lifecycle import Lifecycle, ModelRegistry
 
     api = (DOCS / "api.md").read_text()
     documented = set(re.findall(r"`(GET|POST|HEAD) (/[^`\s]*)`", api))
     openapi = client.get("/docs.json").json()["paths"]
     served = {(method.upper(), path) for path, methods in openapi.items() for method in methods}
     config = load_config({}, cwd=ROOT / "tests")
-    served |= {(method, route.path) for route in get_routes(config, {config.models[0].served_model_name: "embed"})
-               for method in route.methods if method != "HEAD"}
+    lifecycle = Lifecycle(ModelRegistry({config.models[0].served_model_name: "embed"}))
+    served |= {(method, route.path) for route in get_routes(config, lifecycle) for method in route.methods
+               if method != "HEAD"}
     assert served - documented == set(), "routes the server has that docs/api.md does not"
 
 

@@ -11,7 +11,8 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis.errors import Unsatisfiable
 from schemathesis import GenerationMode
 
-from gateway.tei import TEI_PATHS, tei_rerank_body
+from gateway.answer import TEI_PATHS
+from gateway.wire.tei import is_tei_rerank
 from tests.asserts import assert_openai_error, assert_tei_error
 
 pytestmark = pytest.mark.server
@@ -24,7 +25,7 @@ def _tei_answers(case: schemathesis.Case) -> bool:
     if case.method.upper() != "POST":
         return False
     return case.path in TEI_PATHS or (case.path == "/rerank" and isinstance(case.body, dict)
-                                      and tei_rerank_body(case.body))
+                                      and is_tei_rerank(case.body))
 
 
 def test_no_generated_request_gets_a_5xx(server, client):

@@ -10,9 +10,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from gateway.cohere import CohereV2RerankRequest
-from gateway.schemas import EmbeddingRequest, LegacyMediaRequest, validated_inputs
-from gateway.scoring import ClassifyRequest, RerankRequest, validated_documents, validated_texts
+from config.settings import EmbentoConfig
+from gateway.validation import check_classify, check_embed, check_rank
+from gateway.wire import cohere, infinity, openai
+from gateway.wire.common import RerankRequest, rank_query
 from models.base import ModelInfo
 from models.errors import EmbentoError
 
@@ -30,6 +31,10 @@ FIELDS = ["input", "model", "encoding_format", "dimensions", "modality", "prompt
 # Bodies that mostly use the real field names, so values reach the checks behind the models.
 bodies = st.dictionaries(st.sampled_from(FIELDS), json_values, max_size=6) | json_values
 
+LIMITS = EmbentoConfig(max_client_batch_size=64, max_media_items=8, max_item_chars=1000)
+SERVED = {"m": TEXT_MODEL, "c": CLIP_MODEL}
+RERANKER = ModelInfo(served_model_name="r", model_id="r", kind="rerank", modalities=["text"], backend="torch",
+                     dimension=1, max_input_tokens=16, normalized=False, device="cpu", dtype="float32")
 FUZZ = settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
@@ -48,29 +53,32 @@ def check(parse: Any, body: Any, then: Any) -> None:
 @given(bodies)
 def test_embedding_requests(body):
     for info in (TEXT_MODEL, CLIP_MODEL):
-        check(EmbeddingRequest.model_validate, body, lambda r, info=info: validated_inputs(r, info, 64, 8, 1000))
+        check(openai.EmbeddingRequest.model_validate, body,
+              lambda r, info=info: check_embed(openai.embed_query(r), info, LIMITS, None, SERVED))
 
 
 @FUZZ
 @given(bodies)
 def test_legacy_media_requests(body):
-    check(LegacyMediaRequest.model_validate, body,
-          lambda r: validated_inputs(r.as_embedding_request("image"), CLIP_MODEL, 64, 8, 1000))
+    check(infinity.LegacyMediaRequest.model_validate, body,
+          lambda r: check_embed(infinity.media_query(r, "image"), CLIP_MODEL, LIMITS, None, SERVED))
 
 
 @FUZZ
 @given(bodies)
 def test_rerank_requests(body):
-    for model in (RerankRequest, CohereV2RerankRequest):
-        check(model.model_validate, body, lambda r: validated_documents(r, 64, 1000, text_documents=True))
+    for model in (RerankRequest, cohere.CohereV2RerankRequest):
+        check(model.model_validate, body, lambda r: check_rank(rank_query(r), RERANKER, LIMITS))
 
 
 @FUZZ
 @given(bodies)
 def test_classify_requests(body):
-    check(ClassifyRequest.model_validate, body, lambda r: validated_texts(r, 64, 1000))
+    check(infinity.ClassifyRequest.model_validate, body, lambda r: check_classify(infinity.classify_query(r), LIMITS))
 
 
 @pytest.mark.parametrize("body, items", [({"input": "a"}, 1), ({"input": ["a", "b"]}, 2), ({"input": [[1, 2]]}, 1)])
 def test_valid_bodies_pass_so_the_fuzz_reaches_the_checks(body, items):
-    assert len(validated_inputs(EmbeddingRequest.model_validate(body), TEXT_MODEL, 64, 8, 1000)) == items
+    query = openai.embed_query(openai.EmbeddingRequest.model_validate(body))
+    check_embed(query, TEXT_MODEL, LIMITS, None, SERVED)
+    assert len(query.items) == items

@@ -9,7 +9,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from gateway.tei import TEI_PATHS
+from gateway.answer import TEI_PATHS
 from tests.asserts import assert_openai_error, assert_tei_error
 from tests.conftest import MINILM, running_server
 

@@ -245,6 +245,7 @@ def test_tokens_carry_the_tokenizers_offsets(minilm_path):
     ({"inputs": "a"}, "clip", "embed"),
 ])
 def test_teis_root_tells_the_task_by_body_then_by_kind(body, kind, task):
-    from gateway.tei import TeiRootRequest
+    from gateway.wire import tei
+    from models.kinds import spec
 
-    assert TeiRootRequest.model_validate(body).task(kind) == task
+    assert tei.root_task(tei.TeiRootRequest.model_validate(body), spec(kind)) == task

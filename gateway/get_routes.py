@@ -1,14 +1,12 @@
 """The GET routes (BentoML's own API routes are POST-only): the model list, infinity's /health, /info (the
-limits, and TEI's fields), and /readyz with a body. Each asks the running Gateway
-(`bentoml.get_current_service()`) what it knows."""
+limits, and TEI's fields), and /readyz with a body. Each answers from the gateway's `Lifecycle`."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import time
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
-import bentoml
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -16,13 +14,17 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from config.settings import EmbentoConfig, ModelConfig
 from gateway.errors import error_response
+from gateway.lifecycle import Lifecycle, ModelRegistry
+from gateway.wire.openai import model_list
 from models import errors
-from models.base import Kind, ModelInfo
+from models.base import ModelInfo
+from models.kinds import spec
 
 try:
     VERSION = version("embento")
 except PackageNotFoundError:  # a Bento carries the sources, not the installed package
     VERSION = "unknown"
+STARTED = int(time.time())  # each model's `created` in the model list
 # Request limits a client may want to know before it sends: GET /info, as TEI's.
 LIMIT_FIELDS = ("max_client_batch_size", "max_item_chars", "max_request_tokens", "max_request_bytes",
                 "request_timeout_s", "max_concurrent_requests", "max_queued_items", "max_queued_tokens",
@@ -34,28 +36,15 @@ class ReadinessReport:
     """GET /readyz with a body: which models serve and which failed to load. BentoML's own /readyz says only
     200 or 503, and its route comes before any mounted one, so this answers it first."""
 
-    def __init__(self, app: ASGIApp) -> None:
+    def __init__(self, app: ASGIApp, lifecycle: Lifecycle) -> None:
         self.app = app
+        self.lifecycle = lifecycle
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["path"] != "/readyz" or scope["method"] not in ("GET", "HEAD"):
             return await self.app(scope, receive, send)
-        report = await bentoml.get_current_service().readiness()
+        report = await self.lifecycle.readiness()
         await JSONResponse(report, status_code=200 if report["ready"] else 503)(scope, receive, send)
-
-
-async def _get_models(request: Request) -> Response:
-    try:
-        return JSONResponse((await bentoml.get_current_service().model_list()).model_dump())
-    except errors.EmbentoError as exc:
-        return error_response(exc)
-
-
-async def _get_health(request: Request) -> Response:
-    try:
-        return JSONResponse(await bentoml.get_current_service().health())
-    except errors.EmbentoError as exc:
-        return error_response(exc)
 
 
 def tei_info(config: EmbentoConfig, info: ModelInfo | None) -> dict[str, Any]:
@@ -72,31 +61,45 @@ def tei_info(config: EmbentoConfig, info: ModelInfo | None) -> dict[str, Any]:
 
 
 def _tei_model_type(info: ModelInfo, pooling: str | None) -> dict[str, Any]:
-    if info.kind in ("classify", "rerank"):
-        labels = info.labels or ["LABEL_0"]
-        body = {"id2label": dict(enumerate(labels)), "label2id": {label: i for i, label in enumerate(labels)}}
-        return {"classifier" if info.kind == "classify" else "reranker": body}
-    return {"embedding": {"pooling": "splade" if info.sparse else pooling}}
+    model_type = spec(info.kind).tei_model_type
+    if model_type == "embedding":
+        return {"embedding": {"pooling": "splade" if info.sparse else pooling}}
+    labels = info.labels or ["LABEL_0"]
+    return {model_type: {"id2label": dict(enumerate(labels)), "label2id": {label: i for i, label in enumerate(labels)}}}
 
 
-def _model_limits(model: ModelConfig, kinds: Mapping[str, Kind], info: ModelInfo | None) -> dict[str, Any]:
+def _model_limits(model: ModelConfig, registry: ModelRegistry) -> dict[str, Any]:
     """A model's pass limits in force once it is loaded (sized for its device unless configured), and where it
     runs; before, what is configured (null: sized for the device)."""
+    info = registry.infos.get(model.served_model_name)
     if info is None:
-        return {"id": model.served_model_name, "kind": kinds[model.served_model_name], "device": None,
+        return {"id": model.served_model_name, "kind": registry.kinds[model.served_model_name], "device": None,
                 "batch_size": model.batch_size, "max_batch_tokens": model.max_batch_tokens}
     return {"id": info.served_model_name, "kind": info.kind, "device": info.device, "batch_size": info.batch_size,
             "max_batch_tokens": info.max_batch_tokens}
 
 
-def get_routes(config: EmbentoConfig, kinds: Mapping[str, Kind]) -> list[Route]:
+def get_routes(config: EmbentoConfig, lifecycle: Lifecycle) -> list[Route]:
     """The GET routes to mount; /info answers from the configuration it is given and the models once loaded."""
+    registry = lifecycle.registry
+
+    async def get_models(request: Request) -> Response:
+        try:
+            return JSONResponse(model_list(registry, STARTED).model_dump())
+        except errors.EmbentoError as exc:
+            return error_response(exc)
+
+    async def get_health(request: Request) -> Response:
+        try:
+            return JSONResponse(await lifecycle.health())
+        except errors.EmbentoError as exc:
+            return error_response(exc)
+
     async def get_info(request: Request) -> Response:
-        infos = bentoml.get_current_service().engine.infos
-        models = [_model_limits(m, kinds, infos.get(m.served_model_name)) for m in config.models]
-        loaded = infos.get(config.models[0].served_model_name)
+        models = [_model_limits(model, registry) for model in config.models]
+        loaded = registry.infos.get(config.models[0].served_model_name)
         return JSONResponse({"models": models, "limits": {name: getattr(config, name) for name in LIMIT_FIELDS},
                              **tei_info(config, loaded)})
 
-    return [*(Route(path, _get_models, methods=["GET"]) for path in ("/v1/models", "/models")),
-            Route("/health", _get_health, methods=["GET"]), Route("/info", get_info, methods=["GET"])]
+    return [*(Route(path, get_models, methods=["GET"]) for path in ("/v1/models", "/models")),
+            Route("/health", get_health, methods=["GET"]), Route("/info", get_info, methods=["GET"])]

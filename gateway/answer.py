@@ -1,0 +1,48 @@
+"""Every POST route's answer: the adapter's, or its error as a response; either way traced in the metrics.
+
+The error shape is a property of the path, declared once here: TEI's client libraries read TEI's
+`{"error", "error_type"}` on TEI's paths (and on `/rerank` when the body is TEI's), every other client OpenAI's.
+`answered` writes OpenAI's; `ErrorBodies` (the outermost error middleware) rewrites it on the paths below, as it
+does the framework's own errors, so both leave in the same shape.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from gateway.errors import ErrorShape, error_response
+from gateway.metrics import TRACE, RequestTrace
+from gateway.wire import tei
+from models import errors
+
+if TYPE_CHECKING:
+    from gateway.engine import Engine
+
+B = TypeVar("B")
+T = TypeVar("T")
+
+ERROR_SHAPES: dict[str, ErrorShape] = {path: "tei" for path in tei.TEI_PATHS}  # every other path: "openai"
+TEI_PATHS = frozenset(path for path, shape in ERROR_SHAPES.items() if shape == "tei")
+# Paths both families share: TEI's shape when the JSON body is TEI's by the rule.
+TEI_BODIES: Mapping[str, Callable[[Mapping[str, Any]], bool]] = {"/rerank": tei.is_tei_rerank}
+
+
+async def answered(adapter: Callable[[Engine, B], Awaitable[T]], engine: Engine, body: B) -> T:
+    """`adapter(engine, body)`, called here so that an adapter's refusal of its own body is answered like any
+    other error."""
+    trace = RequestTrace()
+    token = TRACE.set(trace)
+    try:
+        answer = await adapter(engine, body)
+        trace.finish(200)
+        return answer
+    except errors.EmbentoError as exc:
+        response = error_response(exc)
+        trace.finish(response.status_code)
+        return response  # type: ignore[return-value]
+    except Exception:  # a bug: BentoML answers 500
+        trace.finish(500)
+        raise
+    finally:
+        TRACE.reset(token)

@@ -1,0 +1,69 @@
+"""What surrounds the gateway's routes: the middleware stack, the GET routes, the URL-fetch policy, the counters
+shared across gateway workers, and the gateway process's own environment."""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import os
+from collections.abc import Iterable
+from typing import Any
+
+from starlette.applications import Starlette
+
+from config.settings import EmbentoConfig
+from gateway.admission import admission_counters
+from gateway.answer import TEI_BODIES, TEI_PATHS
+from gateway.deadline import WatchDisconnect
+from gateway.errors import ErrorBodies
+from gateway.fetch import UrlFetcher, UrlPolicy
+from gateway.get_routes import ReadinessReport, get_routes
+from gateway.guard import IN_FLIGHT, PROBE_PATHS, RequestGuard
+from gateway.lifecycle import Lifecycle
+from gateway.shared import SharedCounters
+from models.base import Kind
+from models.kinds import gateway_needs_torch
+
+
+def install(gateway: Any, routes: Starlette, config: EmbentoConfig, lifecycle: Lifecycle,
+            counters: SharedCounters) -> None:
+    """Mount the GET routes on `routes` (the Gateway's ASGI app) and add the middleware, outermost first. The
+    readiness report is the probe's body itself, so it stands outside the error rewriting; every other error
+    below, ours or the framework's, leaves in its route's shape."""
+    routes.router.routes.extend(get_routes(config, lifecycle))
+    gateway.add_asgi_middleware(ReadinessReport, lifecycle=lifecycle)
+    gateway.add_asgi_middleware(ErrorBodies, tei_paths=TEI_PATHS, tei_bodies=TEI_BODIES)
+    gateway.add_asgi_middleware(
+        RequestGuard, api_keys=config.api_keys(), max_request_bytes=config.max_request_bytes,
+        open_paths=PROBE_PATHS | ({"/metrics"} if config.public_metrics else set()),
+        max_concurrent_requests=config.max_concurrent_requests, counters=counters,
+    )
+    gateway.add_asgi_middleware(WatchDisconnect)
+
+
+def shared_counters(model_services: Iterable[str]) -> SharedCounters:
+    """Requests in flight and the work queued per model service, counted for the server across gateway workers."""
+    return SharedCounters([IN_FLIGHT, *(name for service in model_services for name in admission_counters(service))])
+
+
+def url_fetcher(config: EmbentoConfig) -> UrlFetcher | None:
+    """The fetcher of http(s) inputs, when they are allowed."""
+    if not config.allow_url_inputs:
+        return None
+    return UrlFetcher(UrlPolicy(
+        allow_private=config.allow_private_urls,
+        allowed_networks=tuple(ipaddress.ip_network(n, strict=False) for n in config.url_allow_networks),
+        timeout_s=config.url_timeout_s, max_bytes=config.max_item_bytes,
+    ))
+
+
+def without_torch_unless_needed(kinds: Iterable[Kind]) -> None:
+    """In the gateway worker, before its preprocessors load: transformers imports torch (and scipy, sklearn)
+    whenever it can, 460 MiB of RSS in a process that only tokenizes and resizes (125 MiB without). It reads
+    USE_TORCH once, at its import. CLAP's and ColPali's processors need torch (models/kinds.py)."""
+    if gateway_needs_torch(kinds):
+        return
+    os.environ.setdefault("USE_TORCH", "0")
+    # transformers then says "None of PyTorch ... have been found. Models won't be available": here that is
+    # the intent, not a failure, and it would be a newcomer's first alarming line.
+    logging.getLogger("transformers").addFilter(lambda record: not record.getMessage().startswith("None of"))

@@ -1,0 +1,179 @@
+"""OpenAI's embeddings API (`POST /v1/embeddings`, and at infinity's `/embeddings`) and its model list: the body
+becomes an `EmbedQuery`, the `Embeddings` OpenAI's answer. The body carries the Embento extensions /v1/embeddings
+documents (typed media items, `modality`, prompts and instructions, `normalize`, sparse and truncation
+controls); other families' bodies have adapters of their own."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import TYPE_CHECKING, Literal
+
+import numpy as np
+from pydantic import BaseModel, Field, StrictBool, StrictInt, StrictStr
+
+from gateway.lifecycle import ModelRegistry
+from gateway.queries import EmbedQuery, InputType, OutputType
+from gateway.results import Embeddings
+from gateway.wire.common import EmbeddingInput, TruncationControls, Usage, input_items, reworded_union
+from models import errors
+from models.base import Modality, ModelInfo
+from models.kinds import spec
+from models.postprocess import to_base64
+
+if TYPE_CHECKING:
+    from gateway.engine import Engine
+
+
+class EmbeddingRequest(TruncationControls):
+    """POST /v1/embeddings. Unknown fields are ignored, as OpenAI SDK extras may add some."""
+
+    input: EmbeddingInput = Field(
+        description="A string, a list of strings, token ids, lists of token ids, or typed items "
+        '({"text": ...}, {"image": ...}, {"audio": ...}) for multimodal models.'
+    )
+    model: str | None = Field(None, description="Served model name; defaults to the first configured model.")
+    encoding_format: OutputType = Field("float", description="float or base64 (OpenAI's), or Embento's quantized "
+                                        "int8, uint8 (scale fixed per model), binary, ubinary (packed sign bits).")
+    dimensions: StrictInt | None = Field(None, description="Matryoshka: keep the first N features, re-normalized.")
+    user: str | None = Field(None, description="Accepted and ignored.")
+    input_type: InputType | None = Field(None, description="Cohere's input kind: the model's prompt for it (e5 "
+                                         "`query: `, nomic `search_query: `...), unless prompt_name is given.")
+    modality: Modality = Field("text", description="infinity's field: what plain strings in `input` are; images "
+                               "and audio as data URIs or http(s) URLs.")
+    prompt_name: str | None = Field(None, description="A named prompt of the model (e.g. 'query').")
+    instruction: StrictStr | None = Field(
+        None, description="A task instruction for queries, written with the model's instruction template (Qwen3-"
+        "Embedding: `Instruct: {instruction}\\nQuery:`), else prepended as is. Not with prompt_name.")
+    normalize: StrictBool | None = Field(None, description="Unit-length vectors, or false for the raw pooled "
+                                         "vector; the model's own behaviour when omitted. Text embedders only.")
+    max_active_dims: StrictInt | None = Field(None, description="Sparse models: keep the N largest weights.")
+    max_tokens: StrictInt | None = Field(None, description="Cohere's: cut text to at most N tokens (the model's "
+                                         "own limit when that is lower).")
+
+    _input_message = reworded_union("input")
+
+
+def embed_query(body: EmbeddingRequest) -> EmbedQuery:
+    return EmbedQuery(
+        items=input_items(body.input, body.modality), model=body.model, output_types=(body.encoding_format,),
+        dimensions=body.dimensions, normalize=body.normalize, max_active_dims=body.max_active_dims,
+        prompt_name=body.prompt_name, instruction=body.instruction, input_type=body.input_type,
+        truncation=replace(body.truncation(), max_tokens=body.max_tokens),
+    )
+
+
+class SparseEmbedding(BaseModel):
+    """The active entries of a sparse (SPLADE) embedding: vocabulary indices, ascending, and their weights."""
+
+    indices: list[int]
+    values: list[float]
+
+    @classmethod
+    def of(cls, entries: np.ndarray) -> SparseEmbedding:
+        return cls.model_construct(indices=entries[0].astype(np.int64).tolist(), values=entries[1].tolist())
+
+
+class EmbeddingData(BaseModel):
+    object: Literal["embedding"] = "embedding"
+    index: int
+    # `str` (base64) first: BentoML's schema keeps only a union's first member, and its Python client
+    # walks a declared array character by character when the value is a base64 string.
+    embedding: str | list[float] | list[int] | list[list[float]] | SparseEmbedding  # list[int]: quantized codes
+
+
+class MultiVectorData(EmbeddingData):
+    """A multi-vector embedding in base64: the flat little-endian float32 buffer, and its (rows, dim)."""
+
+    shape: list[int]
+
+
+class EmbeddingResponse(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[MultiVectorData | EmbeddingData]
+    model: str
+    usage: Usage
+
+
+def embedding_response(embeddings: Embeddings) -> EmbeddingResponse:
+    """OpenAI's shape: vectors cut to `dimensions` (re-normalized) and encoded; multi-vectors keep their shape;
+    sparse ones are their active entries, the largest `max_active_dims` of them."""
+    info, encoding_format = embeddings.info, embeddings.query.output_types[0]
+    if info.sparse:
+        data = [EmbeddingData.model_construct(object="embedding", index=i, embedding=SparseEmbedding.of(entries))
+                for i, entries in enumerate(embeddings.sparse_entries())]
+    elif info.multi_vector:
+        data = [_multi_vector_data(i, output, encoding_format) for i, output in enumerate(embeddings.outputs)]
+    else:
+        encoded = embeddings.encoded(encoding_format, embeddings.vectors())
+        data = [EmbeddingData.model_construct(object="embedding", index=i, embedding=v) for i, v in enumerate(encoded)]
+    return EmbeddingResponse.model_construct(
+        object="list", data=data, model=info.served_model_name, usage=Usage.of(embeddings.tokens)
+    )
+
+
+def _multi_vector_data(index: int, matrix: np.ndarray, encoding_format: str) -> EmbeddingData:
+    """One vector per token: a list of vectors, or in base64 the flat buffer and its shape."""
+    if encoding_format == "base64":
+        return MultiVectorData.model_construct(object="embedding", index=index, embedding=to_base64(matrix),
+                                               shape=list(matrix.shape))
+    return EmbeddingData.model_construct(object="embedding", index=index, embedding=matrix.tolist())
+
+
+async def embed(engine: Engine, body: EmbeddingRequest) -> EmbeddingResponse:
+    return embedding_response(await engine.embed(embed_query(body)))
+
+
+# GET /v1/models
+class ModelCard(BaseModel):
+    """One entry of GET /v1/models: OpenAI's fields plus what a client needs to call the model."""
+
+    id: str
+    object: Literal["model"] = "model"
+    created: int
+    owned_by: str = "embento"
+    modalities: list[str]
+    capabilities: list[str]
+    backend: str
+    dimension: int
+    max_input_tokens: int
+    multi_vector: bool = False
+    sparse: bool = False  # `dimension` is then the vocabulary size
+    labels: list[str] | None = None
+    quantization: dict | None = Field(None, description="The int8/uint8 coding: its scheme (symmetric or "
+                                      "per_dimension), source, and per number of features its scale or "
+                                      "[[mins], [maxs]] (the quantization_ranges file format).")
+
+
+class FailedModel(BaseModel):
+    """A configured model that failed to load (served anyway with `allow_partial`): why."""
+
+    id: str
+    error: str
+
+
+class ModelList(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[ModelCard]
+    failed: list[FailedModel] = Field(default_factory=list)
+
+
+def model_list(registry: ModelRegistry, created: int) -> ModelList:
+    if not registry.done:
+        raise errors.NotReady("models are still loading; retry shortly")
+    return ModelList(data=[_model_card(info, registry, created) for info in registry.infos.values()],
+                     failed=[FailedModel(id=name, error=reason) for name, reason in registry.failed.items()])
+
+
+def _model_card(info: ModelInfo, registry: ModelRegistry, created: int) -> ModelCard:
+    quantizer = registry.quantizers.get(info.served_model_name)
+    return ModelCard(id=info.served_model_name, created=created, modalities=info.modalities,
+                     capabilities=info.capabilities, backend=info.backend, dimension=info.dimension,
+                     max_input_tokens=info.max_input_tokens, multi_vector=info.multi_vector, sparse=info.sparse,
+                     labels=info.labels if _is_classifier(info) else None,
+                     quantization=quantizer.report(info.dimension, info.normalized) if quantizer else None)
+
+
+def _is_classifier(info: ModelInfo) -> bool:
+    """Its labels are what it answers: scores per text, not one relevance per (query, document) pair."""
+    kind = spec(info.kind)
+    return kind.output == "scores" and not kind.scores_pairs
