@@ -1,9 +1,10 @@
-"""Which backend can run which model kind on which device, checked before anything is served.
+"""Which backend and dtype can run on which device, checked before anything is served.
 
-Support matrix (kind x backend): text embedders run on torch, ONNX Runtime and CTranslate2; rerankers and
-classifiers on torch and ONNX Runtime (causal-LM rerankers on torch only, `models.text_scorer`); sparse
-(SPLADE), CLIP, CLAP and ColPali models on torch only. Dtypes per backend are checked
-when the configuration is read (`config.settings.BACKEND_DTYPES`); the device-dependent ones here.
+The backends each kind runs on are its `KindSpec.backends` (`models.kinds.check_kind`): text embedders on
+torch, ONNX Runtime and CTranslate2; rerankers and classifiers on torch and ONNX Runtime (causal-LM rerankers
+on torch only, `models.text_scorer`); sparse (SPLADE), CLIP, CLAP and ColPali models on torch only. Dtypes per
+backend are checked when the configuration is read (`config.settings.BACKEND_DTYPES`); the device-dependent
+ones here.
 """
 
 from __future__ import annotations
@@ -12,30 +13,12 @@ import hashlib
 import re
 from pathlib import Path
 
-from models.base import Kind
 from config.settings import ModelConfig, get_config
 from models.errors import ConfigError
 
-BACKENDS_FOR_KIND: dict[str, tuple[str, ...]] = {
-    "embed": ("torch", "onnx", "ctranslate2"),
-    "sparse": ("torch",),
-    "rerank": ("torch", "onnx"),
-    "classify": ("torch", "onnx"),
-    "clip": ("torch",),
-    "clap": ("torch",),
-    "colpali": ("torch",),
-}
 GPU_ONLY = {("torch", "float16"), ("ctranslate2", "float16"), ("ctranslate2", "int8_float16"),
             ("ctranslate2", "bfloat16")}
 CPU_ONLY = {("onnx", "int8")}
-
-
-def check_kind(cfg: ModelConfig, kind: Kind) -> None:
-    if cfg.backend not in BACKENDS_FOR_KIND[kind]:
-        raise ConfigError(
-            f"model '{cfg.served_model_name}' is a {kind} model; backend '{cfg.backend}' cannot run it "
-            f"(it runs on {list(BACKENDS_FOR_KIND[kind])})"
-        )
 
 
 def check_device(cfg: ModelConfig, device: str) -> None:

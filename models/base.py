@@ -9,13 +9,7 @@ from typing import Annotated, Any, Literal, Protocol
 import numpy as np
 from pydantic import BaseModel, ConfigDict, PlainSerializer, PlainValidator, WithJsonSchema
 
-Kind = Literal["embed", "sparse", "rerank", "classify", "clip", "clap", "colpali"]
-Modality = Literal["text", "image", "audio"]
-# What a request may ask of each kind of model.
-CAPABILITIES: dict[str, list[str]] = {
-    "embed": ["embed"], "sparse": ["embed_sparse", "embed"], "rerank": ["rerank"], "classify": ["classify"],
-    "clip": ["embed", "rerank"], "clap": ["embed"], "colpali": ["embed", "rerank"],
-}
+from models.kinds import KIND_SPECS, Kind, KindSpec, Modality, Scorer  # Kind and Modality are imported from here too
 # How raw outputs become scores: the names `models.scores.activate` knows.
 Activation = Literal["identity", "sigmoid", "softmax", "tanh"]
 
@@ -37,19 +31,29 @@ class ModelInfo:
     dtype: str
     labels: list[str] = field(default_factory=list)
     activation: Activation = "identity"
-    multi_vector: bool = False  # one vector per token or patch (ColPali), not one per input
+    scorer: Scorer | None = None  # how a reranker or classifier scores (`models.kinds.model_scorer`)
     # The pass limits in force (configured, or sized for the device); set by the model service after loading.
     batch_size: int = 0
     max_batch_tokens: int = 0
 
     @property
+    def spec(self) -> KindSpec:
+        return KIND_SPECS[self.kind]
+
+    @property
     def capabilities(self) -> list[str]:
-        return CAPABILITIES[self.kind]
+        """What a request may ask of it."""
+        return list(self.spec.capabilities)
 
     @property
     def sparse(self) -> bool:
         """One weight per vocabulary entry, most of them zero (SPLADE): sent as indices and values."""
-        return self.kind == "sparse"
+        return self.spec.output == "sparse"
+
+    @property
+    def multi_vector(self) -> bool:
+        """One vector per token or patch (ColPali), not one per input."""
+        return self.spec.output == "multi-vector"
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -117,7 +121,9 @@ class TokenModel(Protocol):
 
     A model may also offer `launch(rows) -> PendingOutputs`: the pass queued on its device and its outputs
     on their way back, without waiting (models/transfer.py); `forward` is then `launch(rows).wait()`. On a
-    GPU the pool launches every pass of a call before it waits, so the device never idles for the host."""
+    GPU the pool launches every pass of a call before it waits, so the device never idles for the host.
+
+    Each class is built as `Class(folder, cfg, kind)`: its kind's `KindSpec.loader` (`models.kinds.load_model`)."""
 
     info: ModelInfo
 

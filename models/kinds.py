@@ -1,4 +1,4 @@
-"""What a checkpoint is for, read from its `config.json` unless configured.
+"""What a checkpoint is for, read from its `config.json` unless configured, and everything that follows from it.
 
 ColPali and ColQwen2 (`model_type`) embed page images and queries as multi-vectors: `colpali`. CLAP is
 `clap` and the CLIP family (CLIP, SigLIP and kin) is `clip`: two towers, text and audio or images.
@@ -8,21 +8,33 @@ is a reranker when sentence-transformers' CrossEncoder files or its model card s
 (`models.llm_reranker`). A sentence-transformers `SparseEncoder` folder (SPLADE) is `sparse`; a bare
 `*ForMaskedLM` is not, since a plain BERT checkpoint has that architecture too (`kind: sparse` serves one
 with SPLADE pooling). Anything else is served as a text embedder.
+
+This is the one module that names kinds: `KIND_SPECS` says what each one means everywhere else
+(tests/test_kind_names.py keeps it so).
 """
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from models.backends import check_kind
-from models.base import Kind, Modality
 from config.settings import ModelConfig
-from models.llm_reranker import has_qwen3_reranker_card, is_causal_cross_encoder
+from models.errors import ConfigError
+from models.llm_reranker import has_qwen3_reranker_card, is_causal_cross_encoder, is_causal_lm
 from models.resolve import read_json, resolve_model
+
+if TYPE_CHECKING:
+    from models.base import TokenModel
+
+Kind = Literal["embed", "sparse", "rerank", "classify", "clip", "clap", "colpali"]
+Modality = Literal["text", "image", "audio"]
+# How a scoring model scores: a sequence-classification head (sentence-transformers' CrossEncoder), or a
+# causal LM's next-token logits at the last position (`models.llm_reranker`).
+Scorer = Literal["cross-encoder", "causal-lm"]
 
 
 def label_count(config: dict[str, Any]) -> int:
@@ -46,40 +58,59 @@ class KindSpec:
     preprocessor: Literal["text", "media"]  # the gateway-side preparation: a tokenizer, or a media processor
     model_service: str  # the BentoML model service that runs it (`services/`)
     service_api: str  # that service's batchable API
+    loader: str  # the class that runs it on its model service, "module:Class" (imported there only: torch)
     quantizable: bool = False  # int8/uint8 codes from a calibrated scale
     takes_token_ids: bool = False  # pre-tokenized input
     takes_instruction: bool = False  # an embedding task instruction
     normalize_control: bool = False  # a request may turn normalization off
-    scores_pairs: bool = False  # rows are (query, document) pairs
+    scores_pairs: bool = False  # rows are (query, document) pairs, each scored by one logit
+    # How its checkpoints may score, the first unless the files say otherwise (`model_scorer`); () if it does not.
+    scorers: tuple[Scorer, ...] = ()
     tei_model_type: Literal["embedding", "reranker", "classifier"] = "embedding"  # TEI's /info `model_type`
     tei_root_task: Literal["embed", "embed_sparse", "predict"] = "embed"  # TEI's root dispatch by kind
     # Its gateway-side preprocessor needs torch: transformers' ClapFeatureExtractor refuses to load without
     # it, and ColPali's and ColQwen2's processors return torch tensors. The text tokenizers and the CLIP
     # family's image processors run without it (each tried with USE_TORCH=0).
     gateway_needs_torch: bool = False
+    # Texts and images go through the checkpoint's whole processor, which frames them in its own prompts
+    # (ColPali's query prefix and augmentation tokens, its image prompt), not through its tokenizer and
+    # image processor apart.
+    processor_prompts: bool = False
 
 
+# The model classes, by module (`KindSpec.loader`).
+TEXT_ENCODER = "models.text_encoder:TextEncoder"
+SPARSE_ENCODER = "models.sparse_encoder:SparseTextEncoder"
+TEXT_SCORER = "models.text_scorer:TextScorer"
+MEDIA_ENCODER = "models.media_encoder:MediaEncoder"
 KIND_SPECS: dict[Kind, KindSpec] = {
     "embed": KindSpec(("embed",), ("text",), ("torch", "onnx", "ctranslate2"), "dense", "text", "TextEmbedder",
-                      "embed", quantizable=True, takes_token_ids=True, takes_instruction=True,
+                      "embed", TEXT_ENCODER, quantizable=True, takes_token_ids=True, takes_instruction=True,
                       normalize_control=True),
     "sparse": KindSpec(("embed_sparse", "embed"), ("text",), ("torch",), "sparse", "text", "TextEmbedder", "embed",
-                       takes_token_ids=True, takes_instruction=True, tei_root_task="embed_sparse"),
+                       SPARSE_ENCODER, takes_token_ids=True, takes_instruction=True, tei_root_task="embed_sparse"),
     "rerank": KindSpec(("rerank",), ("text",), ("torch", "onnx"), "scores", "text", "Reranker", "score",
-                       scores_pairs=True, tei_model_type="reranker"),
+                       TEXT_SCORER, scores_pairs=True, scorers=("cross-encoder", "causal-lm"),
+                       tei_model_type="reranker"),
     "classify": KindSpec(("classify",), ("text",), ("torch", "onnx"), "scores", "text", "Reranker", "score",
-                         tei_model_type="classifier", tei_root_task="predict"),
+                         TEXT_SCORER, scorers=("cross-encoder",), tei_model_type="classifier",
+                         tei_root_task="predict"),
     "clip": KindSpec(("embed", "rerank"), ("text", "image"), ("torch",), "dense", "media", "ClipEmbedder", "encode",
-                     quantizable=True),
+                     MEDIA_ENCODER, quantizable=True),
     "clap": KindSpec(("embed",), ("text", "audio"), ("torch",), "dense", "media", "ClapEmbedder", "encode",
-                     quantizable=True, gateway_needs_torch=True),
+                     MEDIA_ENCODER, quantizable=True, gateway_needs_torch=True),
     "colpali": KindSpec(("embed", "rerank"), ("text", "image"), ("torch",), "multi-vector", "media",
-                        "ColPaliEmbedder", "encode", gateway_needs_torch=True),
+                        "ColPaliEmbedder", "encode", MEDIA_ENCODER, gateway_needs_torch=True, processor_prompts=True),
 }
 
 
 def spec(kind: Kind) -> KindSpec:
     return KIND_SPECS[kind]
+
+
+def served_by(model_service: str) -> tuple[Kind, ...]:
+    """The kinds a model service runs."""
+    return tuple(kind for kind, kind_spec in KIND_SPECS.items() if kind_spec.model_service == model_service)
 
 
 def gateway_needs_torch(kinds: Iterable[Kind]) -> bool:
@@ -110,6 +141,15 @@ def detect_kind(folder: Path) -> Kind:
     return "embed"
 
 
+def model_scorer(folder: Path, kind: Kind) -> Scorer | None:
+    """How a model of a scoring kind scores: a causal LM's logits where its kind allows that and the checkpoint
+    is a causal LM, else its kind's first way (a CrossEncoder head). None for kinds that do not score."""
+    scorers = spec(kind).scorers
+    if "causal-lm" in scorers and is_causal_lm(folder):
+        return "causal-lm"
+    return scorers[0] if scorers else None
+
+
 def model_kind(cfg: ModelConfig) -> Kind:
     """The configured kind, or the one the checkpoint's files declare; checked against the backend."""
     kind = cfg.kind if cfg.kind != "auto" else _detected_kind(cfg.model_id, cfg.revision)
@@ -117,6 +157,22 @@ def model_kind(cfg: ModelConfig) -> Kind:
     return kind
 
 
+def check_kind(cfg: ModelConfig, kind: Kind) -> None:
+    backends = spec(kind).backends
+    if cfg.backend not in backends:
+        raise ConfigError(
+            f"model '{cfg.served_model_name}' is a {kind} model; backend '{cfg.backend}' cannot run it "
+            f"(it runs on {list(backends)})"
+        )
+
+
 @cache
 def _detected_kind(model_id: str, revision: str | None) -> Kind:
     return detect_kind(resolve_model(model_id, revision))
+
+
+def load_model(folder: Path, cfg: ModelConfig) -> TokenModel:
+    """The checkpoint in `folder` in the class that runs its kind (`KindSpec.loader`): model-service side."""
+    kind = model_kind(cfg)
+    module, _, name = spec(kind).loader.partition(":")
+    return getattr(importlib.import_module(module), name)(folder, cfg, kind)

@@ -66,11 +66,9 @@ def has_qwen3_reranker_card(folder: Path) -> bool:
     return is_causal_lm(folder) and readme.is_file() and QWEN3_RERANKER_MARK in readme.read_text(errors="replace")
 
 
-def causal_rerank_format(folder: Path, cfg: ModelConfig) -> CausalRerankFormat | None:
-    """The format of a causal-LM reranker, or None for a checkpoint that is no causal LM; configured settings
+def causal_rerank_format(folder: Path, cfg: ModelConfig) -> CausalRerankFormat:
+    """The format of a causal-LM reranker (`models.kinds.model_scorer` says which are); configured settings
     win over what the files say. Raises `ModelLoadError` naming the settings a bare causal LM lacks."""
-    if not is_causal_lm(folder):
-        return None
     template = _configured_template(cfg)
     if is_causal_cross_encoder(folder):
         return CausalRerankFormat(template, cfg.true_token, cfg.false_token)

@@ -12,9 +12,10 @@ from typing import Any
 
 import numpy as np
 
-from models.base import Kind, ModelInfo, ModelInput
 from config.settings import ModelConfig
+from models.base import Kind, ModelInfo, ModelInput
 from models.errors import ModelLoadError
+from models.kinds import spec
 from models.media_processor import MediaProcessor
 from models.padding import collate
 
@@ -31,7 +32,7 @@ class MediaEncoder:
         self._model = _load(folder, cfg, kind, dtype).to(device).eval()
         self._device = device
         self._dtype = dtype
-        self._multi_vector = kind == "colpali"
+        self._multi_vector = spec(kind).output == "multi-vector"
         probe = self.forward(self.processor.rows(cfg.served_model_name, "text", ["warm-up"]))[0]
         self.info = ModelInfo(
             served_model_name=cfg.served_model_name,
@@ -44,7 +45,6 @@ class MediaEncoder:
             normalized=True,
             device=str(device),
             dtype=str(dtype).removeprefix("torch."),
-            multi_vector=self._multi_vector,
         )
 
     def forward(self, rows: Sequence[ModelInput]) -> list[np.ndarray]:
@@ -75,10 +75,12 @@ class MediaEncoder:
 
 
 def _load(folder: Path, cfg: ModelConfig, kind: Kind, dtype: Any) -> Any:
+    """A late-interaction retrieval model (multi-vector), or a dual encoder with one tower per modality."""
     import transformers
 
     config = transformers.AutoConfig.from_pretrained(str(folder), trust_remote_code=cfg.trust_remote_code)
-    if kind == "colpali":
+    multi_vector = spec(kind).output == "multi-vector"
+    if multi_vector:
         name = {"colpali": "ColPaliForRetrieval", "colqwen2": "ColQwen2ForRetrieval"}.get(config.model_type)
         if name is None:
             raise ModelLoadError(f"'{cfg.model_id}' ({config.model_type}) is not a ColPali or ColQwen2 checkpoint")
@@ -90,8 +92,8 @@ def _load(folder: Path, cfg: ModelConfig, kind: Kind, dtype: Any) -> Any:
                                             local_files_only=True)
     except Exception as exc:
         raise ModelLoadError(f"cannot load '{cfg.model_id}' from {folder}: {exc}") from exc
-    needed = {"clip": ("get_text_features", "get_image_features"), "clap": ("get_text_features", "get_audio_features")}
-    missing = [m for m in needed.get(kind, ()) if not hasattr(model, m)]
+    needed = [] if multi_vector else [f"get_{modality}_features" for modality in spec(kind).modalities]
+    missing = [m for m in needed if not hasattr(model, m)]
     if missing:
         raise ModelLoadError(f"'{cfg.model_id}' has no {missing}; it is not a {kind} dual encoder")
     return model

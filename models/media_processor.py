@@ -11,16 +11,15 @@ from typing import Any
 
 import numpy as np
 
-from models.base import Kind, Modality, ModelInput
 from config.settings import ModelConfig
+from models.base import Kind, Modality, ModelInput
 from models.errors import InvalidRequest, ModelLoadError
+from models.kinds import spec
 from models.media import MediaLimits, decode_audio, decode_image
 from models.per_thread import PerThread
 from models.resolve import read_json
 from models.text_settings import text_limit
 
-MODALITIES: dict[str, list[Modality]] = {"clip": ["text", "image"], "clap": ["text", "audio"],
-                                         "colpali": ["text", "image"]}
 # SigLIP reads its text embedding at the last position: it was trained on text padded to 64 tokens.
 PADDED_TEXT = {"siglip": 64, "siglip2": 64}
 
@@ -35,8 +34,8 @@ class MediaProcessor:
             processor = AutoProcessor.from_pretrained(str(folder), trust_remote_code=cfg.trust_remote_code)
         except Exception as exc:
             raise ModelLoadError(f"cannot load the processor of '{cfg.model_id}': {exc}") from exc
-        self.kind = kind
-        self.modalities = MODALITIES[kind]
+        self.spec = spec(kind)
+        self.modalities: list[Modality] = list(self.spec.modalities)
         self._per_thread = PerThread(processor)
         tokenizer = processor.tokenizer
         config = read_json(folder / "config.json")
@@ -46,7 +45,8 @@ class MediaProcessor:
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
         self.pad_left = tokenizer.padding_side == "left"
         extractor = getattr(processor, "feature_extractor", None)
-        self.sampling_rate: int | None = getattr(extractor, "sampling_rate", None) if kind == "clap" else None
+        takes_audio = "audio" in self.modalities
+        self.sampling_rate: int | None = getattr(extractor, "sampling_rate", None) if takes_audio else None
         self._audio_window = getattr(extractor, "nb_max_samples", None)
 
     @property
@@ -85,7 +85,7 @@ class MediaProcessor:
         return [ModelInput(model=model, modality=modality, arrays=a, length=_length(a)) for a in arrays]
 
     def _text(self, texts: list[str]) -> list[dict[str, np.ndarray]]:
-        if self.kind == "colpali":  # the processor's query template (prefix, augmentation tokens), cut at the limit
+        if self.spec.processor_prompts:  # its query template (prefix, augmentation tokens), cut at the limit
             return [_first(self._processor(text=[text], return_tensors="pt", truncation=True,
                                            max_length=self.max_input_tokens)) for text in texts]
         padded = PADDED_TEXT.get(self._model_type)
@@ -97,7 +97,7 @@ class MediaProcessor:
                 for ids, mask in zip(encoded["input_ids"], encoded["attention_mask"])]
 
     def _image(self, images: list[Any]) -> list[dict[str, np.ndarray]]:
-        if self.kind == "colpali":  # the processor's image prompt around the image tokens
+        if self.spec.processor_prompts:  # its image prompt around the image tokens
             return [_first(self._processor(images=[image], return_tensors="pt")) for image in images]
         pixels = self._processor.image_processor(images, return_tensors="np")["pixel_values"]
         return [{"pixel_values": p} for p in pixels]

@@ -12,8 +12,9 @@ from pathlib import Path
 
 import numpy as np
 
-from models.base import ModelInfo, TokenizedText
 from config.settings import ModelConfig
+from models.base import ModelInfo, TokenizedText
+from models.kinds import Kind, spec
 from models.padding import pad_rows
 from models.text_settings import read_text_settings
 
@@ -21,7 +22,7 @@ from models.text_settings import read_text_settings
 class SparseTextEncoder:
     """The `TokenModel` of sparse embedders on the torch backend."""
 
-    def __init__(self, folder: Path, cfg: ModelConfig) -> None:
+    def __init__(self, folder: Path, cfg: ModelConfig, kind: Kind = "sparse") -> None:
         from sentence_transformers import SparseEncoder
 
         from models.device import load_on_device
@@ -34,8 +35,8 @@ class SparseTextEncoder:
         self.info = ModelInfo(
             served_model_name=cfg.served_model_name,
             model_id=cfg.model_id,
-            kind="sparse",
-            modalities=["text"],
+            kind=kind,
+            modalities=list(spec(kind).modalities),
             backend=cfg.backend,
             dimension=int(self._model.transformers_model.config.vocab_size),
             max_input_tokens=settings.max_seq_length,

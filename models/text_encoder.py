@@ -16,9 +16,10 @@ from typing import Any
 
 import numpy as np
 
-from models.base import ModelInfo, PendingOutputs, TokenizedText
 from config.settings import ModelConfig
+from models.base import ModelInfo, PendingOutputs, TokenizedText
 from models.errors import ModelLoadError
+from models.kinds import Kind, spec
 from models.padding import pad_rows
 from models.text_settings import TextSettings, is_sentence_transformers_folder, read_text_settings
 
@@ -28,7 +29,7 @@ logger = logging.getLogger(__name__)
 class TextEncoder:
     """The `TokenModel` of text embedders on the torch backend."""
 
-    def __init__(self, folder: Path, cfg: ModelConfig) -> None:
+    def __init__(self, folder: Path, cfg: ModelConfig, kind: Kind = "embed") -> None:
         self._model, device, dtype = _load_sentence_transformer(folder, cfg)
         self._tokenizer = self._model.tokenizer
         self._device = device
@@ -41,8 +42,8 @@ class TextEncoder:
         self.info = ModelInfo(
             served_model_name=cfg.served_model_name,
             model_id=cfg.model_id,
-            kind="embed",
-            modalities=["text"],
+            kind=kind,
+            modalities=list(spec(kind).modalities),
             backend=cfg.backend,
             dimension=int(self._model.get_embedding_dimension()),
             max_input_tokens=self.settings.max_seq_length,

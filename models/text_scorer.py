@@ -14,9 +14,10 @@ from typing import Any
 
 import numpy as np
 
-from models.base import Activation, Kind, ModelInfo, PendingOutputs, TokenizedText
 from config.settings import ModelConfig
+from models.base import Activation, Kind, ModelInfo, PendingOutputs, TokenizedText
 from models.errors import ConfigError, ModelLoadError
+from models.kinds import model_scorer, spec
 from models.llm_reranker import causal_rerank_format, token_id
 from models.padding import pad_rows
 from models.text_settings import read_text_settings
@@ -30,7 +31,8 @@ class TextScorer:
     """The `TokenModel` of rerankers and text classifiers on the torch backend."""
 
     def __init__(self, folder: Path, cfg: ModelConfig, kind: Kind) -> None:
-        causal = causal_rerank_format(folder, cfg) if kind == "rerank" else None
+        scorer = model_scorer(folder, kind)
+        causal = causal_rerank_format(folder, cfg) if scorer == "causal-lm" else None
         if causal is not None:
             self._model, device, dtype = _load_causal_reranker(folder, cfg, causal.true_token, causal.false_token)
         else:
@@ -41,7 +43,8 @@ class TextScorer:
         self._device = device
         config = self._model.config
         labels = [str(config.id2label.get(i, f"LABEL_{i}")) for i in range(self._model.num_labels)]
-        if kind == "rerank" and len(labels) != 1:
+        scores_pairs = spec(kind).scores_pairs
+        if scores_pairs and len(labels) != 1:
             raise ModelLoadError(
                 f"'{cfg.model_id}' has {len(labels)} output labels; a reranker needs one. Serve it with kind "
                 "'classify'."
@@ -50,7 +53,7 @@ class TextScorer:
             served_model_name=cfg.served_model_name,
             model_id=cfg.model_id,
             kind=kind,
-            modalities=["text"],
+            modalities=list(spec(kind).modalities),
             backend=cfg.backend,
             dimension=len(labels),
             max_input_tokens=read_text_settings(folder, cfg, self._tokenizer.model_max_length).max_seq_length,
@@ -58,7 +61,8 @@ class TextScorer:
             device=device,
             dtype=dtype,
             labels=labels,
-            activation=_activation(self._model, kind, cfg),
+            activation=_activation(self._model, scores_pairs, cfg),
+            scorer=scorer,
         )
 
     def forward(self, rows: Sequence[TokenizedText]) -> np.ndarray:
@@ -111,10 +115,10 @@ def _load_causal_reranker(folder: Path, cfg: ModelConfig, true_token: str | None
     return model, device, dtype
 
 
-def _activation(model: Any, kind: Kind, cfg: ModelConfig) -> Activation:
-    """Rerankers: the CrossEncoder's activation (sigmoid unless the checkpoint says otherwise).
-    Classifiers: what transformers' text-classification pipeline applies."""
-    if kind == "classify":
+def _activation(model: Any, scores_pairs: bool, cfg: ModelConfig) -> Activation:
+    """Rerankers (pairs): the CrossEncoder's activation (sigmoid unless the checkpoint says otherwise).
+    Classifiers (single texts): what transformers' text-classification pipeline applies."""
+    if not scores_pairs:
         multi_label = model.config.problem_type == "multi_label_classification" or model.num_labels == 1
         return "sigmoid" if multi_label else "softmax"
     name = type(model.activation_fn).__name__

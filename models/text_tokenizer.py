@@ -10,10 +10,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from config.settings import ModelConfig
 from models.base import Kind, Truncation
 from models.chat_pairs import ChatPairs
-from config.settings import ModelConfig
 from models.errors import InvalidRequest, ModelLoadError
+from models.kinds import model_scorer, spec
 from models.llm_reranker import causal_rerank_format
 from models.per_thread import PerThread
 from models.text_settings import TextSettings, declares_chat_input, read_text_settings
@@ -58,12 +59,12 @@ class TextTokenizer:
         self._pair_frame = self._template.num_special_tokens_to_add(pair=True)
         self._uses_segments = "token_type_ids" in self._template.model_input_names
         self._prompt_lengths: dict[str, int] = {}
-        if kind in ("embed", "sparse") and declares_chat_input(folder):
+        if "embed" in spec(kind).capabilities and declares_chat_input(folder):
             raise ModelLoadError(
                 f"'{cfg.model_id}' declares chat-message input (modality_config in sentence_bert_config.json), "
                 "which sentence-transformers renders with the chat template; Embento embeds text as text and "
                 "would not match it. Remove 'message' from that modality_config to serve it as text.")
-        causal = causal_rerank_format(folder, cfg) if kind == "rerank" else None
+        causal = causal_rerank_format(folder, cfg) if model_scorer(folder, kind) == "causal-lm" else None
         self._chat = None if causal is None else ChatPairs(self._template, causal.chat_template,
                                                            self.max_input_tokens, cfg.model_id)
 

@@ -78,7 +78,7 @@ def metric(metrics: str, name: str, **labels: str) -> float:
 @pytest.fixture
 def cache_dir(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     """One export cache (ONNX, CTranslate2) for the whole session, away from the user's."""
-    from models import config
+    from config import settings as config
 
     folder = tmp_path_factory.getbasetemp() / "embento-cache"
     monkeypatch.setenv("EMBENTO_CACHE_DIR", str(folder))
