@@ -1,10 +1,8 @@
-"""Embento's gateway: the OpenAI-compatible HTTP service that composes the model services.
+"""Embento's gateway: the HTTP service that composes the model services (docs/architecture.md).
 
-Requests are validated, tokenized and (for images and audio) decoded and processed here, so usage counts
-real tokens and bad input fails before queuing. Rows go to the model service of the model's kind
-(`KindSpec.model_service`), whose adaptive batching merges concurrent requests. Each route is one line onto
-its client family's adapter (`gateway/wire/`), which turns the body into a query for the engine
-(`gateway.engine`) and its result into the family's answer. Errors leave in the route's client's shape.
+Each route is one line onto its client family's adapter (`gateway/wire/`), which turns the body into a query
+for the engine (`gateway.engine`) and its result into the family's answer; rows go to the model service of
+the model's kind (`KindSpec.model_service`).
 """
 
 from __future__ import annotations
@@ -17,14 +15,14 @@ from bento.start_failures import report_start_failures  # noqa: E402
 
 report_start_failures()  # first: the configuration is read while the imports below run, and may fail there
 
-from typing import Any, TypeVar
+from typing import Any
 
 import bentoml
 from starlette.applications import Starlette
 
 from bento.container_image import ARGS, IMAGE, bento_envs, image_labels
 from bento.lifecycle import exit_nonzero_after_failed_start, stop_server
-from bento.patches import fix_media_types, read_long_buffer_lists, skip_untraced_middleware
+from bento.patches import fix_media_types, patch_serving
 from bento.placement import gateway_workers
 from bento.process_memory import report_process_memory
 from bento.store import bento_config_env, check_served_bento, pin_store_models
@@ -44,20 +42,15 @@ from services.loading import load_models
 from services.service_config import dispatch_max_rows
 
 CONFIG = served_config()  # store models (`bentoml://…`) resolved to their folders
-if not CONFIG.tracing:
-    # With no exporter, BentoML's OpenTelemetry spans still cost CPU and memory (docs/architecture.md).
-    os.environ.setdefault("OTEL_SDK_DISABLED", "true")
-    skip_untraced_middleware()
-read_long_buffer_lists()
+patch_serving(CONFIG.tracing)
 KINDS = {m.served_model_name: model_kind(m) for m in CONFIG.models}
 MODEL_SERVICE_NAMES = list(dict.fromkeys(spec(kind).model_service for kind in KINDS.values()))
 COUNTERS = edge.shared_counters(MODEL_SERVICE_NAMES)
 LIFECYCLE = Lifecycle(ModelRegistry(KINDS))  # one per gateway process; the GET routes hold it from import
 GATEWAY_NAME = "Embento"  # the BentoML service name of the gateway
-T = TypeVar("T")
 
 
-def depend_on_model_services(cls: type[T]) -> type[T]:
+def depend_on_model_services(cls: type) -> type:
     """Only the model services this configuration needs are started, and built into a Bento: each an
     attribute named as its service."""
     for name in MODEL_SERVICE_NAMES:
@@ -76,11 +69,7 @@ routes = Starlette()  # GET routes; BentoML's own API routes are POST-only
     labels={**image_labels(ARGS), "models": ",".join(KINDS)},
     traffic={"timeout": CONFIG.request_timeout_s + 30},
     logging={"access": {"enabled": False}},
-    http={"cors": {
-        "enabled": bool(CONFIG.cors_allow_origins), "access_control_allow_origins": CONFIG.cors_allow_origins,
-        "access_control_allow_methods": ["GET", "POST", "OPTIONS"],
-        "access_control_allow_headers": ["Authorization", "Content-Type"],
-    }},
+    http=edge.http_settings(CONFIG),
 )
 @bentoml.asgi_app(routes, path="/")
 @pin_store_models(CONFIG.models)  # the gateway reads their tokenizers and processors

@@ -16,6 +16,7 @@ Each is measured, small, and scoped to what it names; nothing else of BentoML's 
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections.abc import Callable
 from typing import Any
@@ -51,6 +52,17 @@ class _Untraced:
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         await self.app(scope, receive, send)
+
+
+def patch_serving(tracing: bool) -> None:
+    """What every process of a server needs, applied as service.py is imported."""
+    if not tracing:
+        # With no exporter, BentoML's OpenTelemetry spans still cost CPU (/livez: 1117 req/s with them, 1870
+        # without) and memory (a plain BentoML service grew by ~440 MB under 200 connections before levelling
+        # off). Off unless tracing is asked for.
+        os.environ.setdefault("OTEL_SDK_DISABLED", "true")
+        skip_untraced_middleware()
+    read_long_buffer_lists()
 
 
 def skip_untraced_middleware() -> None:

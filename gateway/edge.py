@@ -41,6 +41,15 @@ def install(gateway: Any, routes: Starlette, config: EmbentoConfig, lifecycle: L
     gateway.add_asgi_middleware(WatchDisconnect)
 
 
+def http_settings(config: EmbentoConfig) -> dict[str, Any]:
+    """The gateway's BentoML `http` settings: CORS, for the origins configured."""
+    return {"cors": {
+        "enabled": bool(config.cors_allow_origins), "access_control_allow_origins": config.cors_allow_origins,
+        "access_control_allow_methods": ["GET", "POST", "OPTIONS"],
+        "access_control_allow_headers": ["Authorization", "Content-Type"],
+    }}
+
+
 def shared_counters(model_services: Iterable[str]) -> SharedCounters:
     """Requests in flight and the work queued per model service, counted for the server across gateway workers."""
     return SharedCounters([IN_FLIGHT, *(name for service in model_services for name in admission_counters(service))])
