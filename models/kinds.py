@@ -108,11 +108,6 @@ def spec(kind: Kind) -> KindSpec:
     return KIND_SPECS[kind]
 
 
-def served_by(model_service: str) -> tuple[Kind, ...]:
-    """The kinds a model service runs."""
-    return tuple(kind for kind, kind_spec in KIND_SPECS.items() if kind_spec.model_service == model_service)
-
-
 def gateway_needs_torch(kinds: Iterable[Kind]) -> bool:
     """Whether the gateway must import torch to prepare the inputs of these kinds."""
     return any(KIND_SPECS[kind].gateway_needs_torch for kind in kinds)

@@ -25,7 +25,7 @@ import numpy as np
 from bento.patches import drain_before_shutdown
 from bento.process_memory import report_process_memory
 from config.settings import ModelConfig
-from models.base import Kind, ModelInfo, PendingOutputs, Row, TokenModel
+from models.base import ModelInfo, PendingOutputs, Row, TokenModel
 from models.batching import (
     BatchLimits,
     activation_bytes_per_token,
@@ -34,11 +34,12 @@ from models.batching import (
     plan_batches,
     run_isolated,
 )
+from models.kinds import load_model
 from models.lanes import Lanes, shares_cores
 from models.memory import HeapTrimmer
 from models.resolve import resolve_model
 from services.loading import load_models
-from services.service_config import allow_partial, cpu_threads, models_of_kind, placed
+from services.service_config import allow_partial, cpu_threads, models_of_service, placed
 from shared_metrics import DROPPED_INPUTS
 
 logger = logging.getLogger(__name__)
@@ -217,9 +218,10 @@ class ModelPool:
             FAILED_INPUTS.labels(model=model).inc(failed)
 
 
-def pool_for(service: str, load: Loader, *kinds: Kind) -> ModelPool:
-    """A model service's pool: the configured models of these kinds, under the server's settings."""
-    pool = ModelPool(load, placed(models_of_kind(*kinds), kinds), allow_partial(), cpu_threads())
+def pool_for(service: str) -> ModelPool:
+    """A model service's pool: the configured models it runs, each in its kind's class (`KindSpec.loader`),
+    under the server's settings."""
+    pool = ModelPool(load_model, placed(models_of_service(service), service), allow_partial(), cpu_threads())
     for name in pool.models:  # at zero from the start, so rates and alerts see the series before a failure
         for counter in (COMPUTED_INPUTS, COMPUTED_TOKENS, FAILED_INPUTS, DROPPED_INPUTS):
             counter.labels(model=name)

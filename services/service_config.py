@@ -15,7 +15,6 @@ from bento.placement import (
 )
 from config.served import served_config
 from config.settings import ModelConfig
-from models.base import Kind
 from models.batching import default_batch_size
 from models.kinds import model_kind, spec
 
@@ -50,14 +49,14 @@ def cpu_threads() -> int:
     return max(1, (cores - gateway) // len(services))
 
 
-def model_service_config(*kinds: Kind) -> dict:
-    """BentoML's settings for the model service of these kinds: workers and GPUs from its placement."""
+def model_service_config(service: str) -> dict:
+    """BentoML's settings for a model service: workers and GPUs from its placement."""
     configured = served_config()
     gpus = visible_gpus()
-    return {**MODEL_SERVICE_CONFIG, **_placement(kinds, configured.models, gpus).service_config()}
+    return {**MODEL_SERVICE_CONFIG, **_placement(service, configured.models, gpus).service_config()}
 
 
-def _placement(kinds: tuple[Kind, ...], models: list[ModelConfig], gpus: int) -> Placement:
+def _placement(service: str, models: list[ModelConfig], gpus: int) -> Placement:
     from bento.container_image import ARGS
 
     by_service: dict[str, list[ModelConfig]] = {}
@@ -65,7 +64,7 @@ def _placement(kinds: tuple[Kind, ...], models: list[ModelConfig], gpus: int) ->
         by_service.setdefault(model_service_of(model), []).append(model)
     gpu_services = sum(ARGS.accel == "cuda" or any(runs_on_gpu(m, gpus) for m in group)
                        for group in by_service.values())
-    return place_service([m for m in models if model_kind(m) in kinds], gpu_services, gpus, ARGS.accel)
+    return place_service(by_service.get(service, []), gpu_services, gpus, ARGS.accel)
 
 
 def dispatch_max_rows() -> int:
@@ -75,9 +74,9 @@ def dispatch_max_rows() -> int:
     return max(64, 4 * max(m.batch_size or default_batch_size(runs_on_gpu(m, gpus)) for m in served_config().models))
 
 
-def placed(configs: list[ModelConfig], kinds: tuple[Kind, ...]) -> list[ModelConfig]:
+def placed(configs: list[ModelConfig], service: str) -> list[ModelConfig]:
     """The configs with `device` as this worker of the model service takes it (one GPU per worker)."""
-    workers = _placement(kinds, served_config().models, visible_gpus()).workers
+    workers = _placement(service, served_config().models, visible_gpus()).workers
     return [cfg.model_copy(update={"device": worker_device(cfg.device, server_context.worker_index, workers)})
             for cfg in configs]
 
@@ -86,6 +85,6 @@ def allow_partial() -> bool:
     return served_config().allow_partial
 
 
-def models_of_kind(*kinds: Kind) -> list[ModelConfig]:
-    """The configured models a runner serves."""
-    return [m for m in served_config().models if model_kind(m) in kinds]
+def models_of_service(service: str) -> list[ModelConfig]:
+    """The configured models a model service runs."""
+    return [m for m in served_config().models if model_service_of(m) == service]

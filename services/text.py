@@ -2,38 +2,29 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import bentoml
 import numpy as np
 
 from bento.patches import make_work_conserving
 from bento.store import pin_store_models
-from config.settings import ModelConfig
-from models.base import TokenizedText, TokenModel
-from models.kinds import model_kind
-from models.sparse_encoder import SparseTextEncoder
-from models.text_encoder import TextEncoder
+from models.base import TokenizedText
 from services.pool import PooledService, pool_for
 from services.service_config import (
     DISPATCH_MAX_LATENCY_MS,
     dispatch_max_rows,
     model_service_config,
-    models_of_kind,
+    models_of_service,
 )
 
 make_work_conserving()
+NAME = "TextEmbedder"  # the `KindSpec.model_service` of the kinds it runs
 
 
-def _load_text_model(folder: Path, cfg: ModelConfig) -> TokenModel:
-    return SparseTextEncoder(folder, cfg) if model_kind(cfg) == "sparse" else TextEncoder(folder, cfg)
-
-
-@bentoml.service(name="TextEmbedder", **model_service_config("embed", "sparse"))
-@pin_store_models(models_of_kind("embed", "sparse"))
+@bentoml.service(name=NAME, **model_service_config(NAME))
+@pin_store_models(models_of_service(NAME))
 class TextEmbedder(PooledService):
     def __init__(self) -> None:
-        self.pool = pool_for(type(self).__name__, _load_text_model, "embed", "sparse")
+        self.pool = pool_for(NAME)
 
     @bentoml.api(batchable=True, max_batch_size=dispatch_max_rows(), max_latency_ms=DISPATCH_MAX_LATENCY_MS)
     async def embed(self, rows: list[TokenizedText]) -> list[np.ndarray]:

@@ -69,12 +69,12 @@ def test_model_services_get_one_worker_per_gpu_each_on_its_own_index(monkeypatch
     model = ModelConfig(model_id="m", kind="embed")
     monkeypatch.setattr(settings, "visible_gpus", lambda: 2)
     monkeypatch.setattr(settings, "served_config", lambda: EmbentoConfig(models=[model]))
-    service = settings.model_service_config("embed", "sparse")
+    service = settings.model_service_config("TextEmbedder")
     assert service["workers"] == 2 and service["resources"] == {"gpu": 2}
     devices = []
     for index in (1, 2):
         monkeypatch.setattr(server_context, "worker_index", index)
-        devices += [cfg.device for cfg in settings.placed([model], ("embed", "sparse"))]
+        devices += [cfg.device for cfg in settings.placed([model], "TextEmbedder")]
     assert devices == ["cuda:0", "cuda:1"]
     assert settings.dispatch_max_rows() == 4 * GPU_MAX_LIMITS.batch_size  # rows per call for GPU-sized passes
 

@@ -19,15 +19,14 @@ def test_dispatcher_never_holds_requests_for_an_idle_model():
     assert abs(optimizer.o_a - 0.003) < 1e-6 and abs(optimizer.o_b - 0.01) < 1e-6  # the latency model is kept
 
 
-def test_every_kind_names_the_model_service_that_runs_it():
+def test_every_kind_names_the_model_service_and_the_api_that_run_it():
     from models.kinds import KIND_SPECS
-    from service import RUNNERS
     from services import MODEL_SERVICES
 
-    assert {kind: runner.name for kind, (_, runner, _) in RUNNERS.items()} == {
-        kind: spec.model_service for kind, spec in KIND_SPECS.items()}
     assert {spec.model_service for spec in KIND_SPECS.values()} == set(MODEL_SERVICES)
     assert all(service.name == name for name, service in MODEL_SERVICES.items())
+    assert {kind: spec.service_api in MODEL_SERVICES[spec.model_service].apis for kind, spec in KIND_SPECS.items()} \
+        == dict.fromkeys(KIND_SPECS, True)
 
 
 def test_model_services_share_the_cores_unless_told_otherwise(monkeypatch):
