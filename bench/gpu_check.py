@@ -37,18 +37,13 @@ SENTENCES = [f"platform team {i} keeps its embeddings on its own servers for dat
 
 def build_encoder(folder: Path, tokenizer: Path, size: str) -> Path:
     """A sentence-transformers folder (Transformer, mean Pooling, Normalize) with random BERT weights."""
-    import torch
     from sentence_transformers import SentenceTransformer, models
-    from transformers import BertConfig, BertModel
 
-    from tests.checkpoints import copy_bert_tokenizer
+    from tests.checkpoints import build_tiny_bert
 
-    hidden, layers, heads, intermediate = SIZES[size]
-    torch.manual_seed(0)
-    raw = folder / "raw"
-    BertModel(BertConfig(hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
-                         intermediate_size=intermediate)).save_pretrained(raw)
-    copy_bert_tokenizer(tokenizer, raw)
+    hidden, layers, heads, intermediate = SIZES[size]  # the tests' BERT, grown to this model's size
+    raw = build_tiny_bert(folder / "raw", tokenizer, hidden_size=hidden, num_hidden_layers=layers,
+                          num_attention_heads=heads, intermediate_size=intermediate)
     transformer = models.Transformer(str(raw), max_seq_length=256)
     SentenceTransformer(modules=[transformer, models.Pooling(hidden, "mean"), models.Normalize()]).save(str(folder))
     return folder

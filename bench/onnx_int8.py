@@ -189,7 +189,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cpu", choices=["native", "avx512vnni", "avx2"], default="native")
     parser.add_argument("--work", type=Path, default=Path("/tmp/embento-onnx-int8"))
-    parser.add_argument("--seed", type=int, default=7, help="of tests.conftest.make_sentences (default: 7)")
+    parser.add_argument("--seed", type=int, default=7, help="of tests.sentences.make_sentences (default: 7)")
     parser.add_argument("--only", nargs="*", help="candidate names to run (default: all)")
     args = parser.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
@@ -206,8 +206,8 @@ def main() -> None:
 
     from models.onnx_runtime import onnx_checkpoint, session_options
     from models.resolve import packaged_model_path
-    from tests.conftest import make_sentences
     from tests.retrieval import CORPUS, CORPUS_QUERIES, DOCUMENTS, nearest, top_k_agreement
+    from tests.sentences import make_sentences
 
     torch.set_num_threads(THREADS)
     folder = packaged_model_path(MINILM)

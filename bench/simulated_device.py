@@ -133,7 +133,7 @@ def measure(url: str, pid: int, stats: Path, clients: int, per_request: int, sec
 
 def main() -> None:
     from bench.server import free_port, start_server, stop_server
-    from tests.conftest import make_sentences
+    from tests.sentences import make_sentences
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seconds", type=float, default=8.0)
