@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from config.settings import CONFIG_FILE_NAME
+from models.kinds import KIND_SPECS
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_HOST = "0.0.0.0"
@@ -27,8 +28,7 @@ FLAGS = (
          repeats=True),
     Flag(("--served-model-name",), "SERVED_MODEL_NAME", "name clients send as `model` (default: the id's last part)",
          repeats=True),
-    Flag(("--kind",), "KIND", "auto | embed | sparse | rerank | classify | clip | clap | colpali "
-         "(default auto: read from the checkpoint)",
+    Flag(("--kind",), "KIND", " | ".join(("auto", *KIND_SPECS)) + " (default auto: read from the checkpoint)",
          repeats=True),
     Flag(("--revision",), "REVISION", "Hub revision (branch, tag or commit)", repeats=True),
     Flag(("--backend", "--engine"), "BACKEND", "inference backend: torch | onnx | ctranslate2", repeats=True),
