@@ -15,7 +15,6 @@ from gateway.preprocessors import Preprocessors
 from gateway.shared import agreed
 from models import errors
 from models.base import ModelInfo, TokenizedText
-from models.kinds import spec
 from models.media import MediaLimits
 from models.quantization import CALIBRATION_TEXTS, Quantizer, read_configured_ranges
 
@@ -35,17 +34,17 @@ async def warm_up(info: ModelInfo, calls: ModelCalls, preprocessors: Preprocesso
     if wrong:
         raise errors.InferenceError(f"it answered outputs of shape {sorted(set(wrong))}; the model reports "
                                     f"{info.dimension} features")
-    if spec(info.kind).quantizable and not info.multi_vector:
+    if info.spec.quantizable and not info.multi_vector:
         return await _quantizer(info, calls, preprocessors, config, limits)
     return None
 
 
 def warmup_rows(info: ModelInfo, preprocessors: Preprocessors) -> list[Any]:
-    name, kind = info.served_model_name, spec(info.kind)
-    if kind.preprocessor == "media":
+    name, spec = info.served_model_name, info.spec
+    if spec.preprocessor == "media":
         return preprocessors.processor(info).warmup_rows(name)
     tokenizer = preprocessors.tokenizer(info)
-    if kind.scores_pairs:
+    if spec.scores_pairs:
         return TokenizedText.rows(name, *tokenizer.encode_pairs("warm-up", ["warm-up"]))
     return TokenizedText.rows(name, tokenizer.encode_texts(["warm-up"]))
 
@@ -62,7 +61,7 @@ async def _quantizer(info: ModelInfo, calls: ModelCalls, preprocessors: Preproce
     vectors, started = [], time.perf_counter()
     for start in range(0, len(CALIBRATION_TEXTS), CALIBRATION_CHUNK):
         texts = CALIBRATION_TEXTS[start:start + CALIBRATION_CHUNK]
-        if spec(info.kind).preprocessor == "text":
+        if info.spec.preprocessor == "text":
             tokenizer = preprocessors.tokenizer(info)
             rows: list[Any] = TokenizedText.rows(name, tokenizer.encode_texts(texts, tokenizer.prompt(None)))
         else:

@@ -65,7 +65,7 @@ class Engine:
         logits, or for image documents the similarity of their embeddings with the query's."""
         info = await self.require_model(query.model, "rerank")
         check_rank(query, info, self.config)
-        if spec(info.kind).preprocessor == "media":
+        if info.spec.preprocessor == "media":
             scores, tokens = await self._rank_images(info, query)
         else:
             rows = await self.rows.pairs(info, query)
@@ -109,7 +109,7 @@ class Engine:
     async def _tokenizer(self, requested: str | None) -> TextTokenizer:
         """The tokenizer of the named text model, or without a name of the first served one."""
         if requested is None and self.registry.done:
-            texts = (name for name, info in self.registry.infos.items() if spec(info.kind).preprocessor == "text")
+            texts = (name for name, info in self.registry.infos.items() if info.spec.preprocessor == "text")
             requested = next(texts, None)
             if requested is None:
                 raise errors.InvalidRequest("no served model is a text model", param="model")

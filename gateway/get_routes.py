@@ -18,7 +18,6 @@ from gateway.lifecycle import Lifecycle, ModelRegistry
 from gateway.wire.openai import model_list
 from models import errors
 from models.base import ModelInfo
-from models.kinds import spec
 
 try:
     VERSION = version("embento")
@@ -61,7 +60,7 @@ def tei_info(config: EmbentoConfig, info: ModelInfo | None) -> dict[str, Any]:
 
 
 def _tei_model_type(info: ModelInfo, pooling: str | None) -> dict[str, Any]:
-    model_type = spec(info.kind).tei_model_type
+    model_type = info.spec.tei_model_type
     if model_type == "embedding":
         return {"embedding": {"pooling": "splade" if info.sparse else pooling}}
     labels = info.labels or ["LABEL_0"]

@@ -12,7 +12,7 @@ import functools
 import logging
 import time
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import aiohttp
@@ -50,7 +50,7 @@ class ModelCalls:
                            for name in self.apis}
         self._cancelling: set[asyncio.Task] = set()
 
-    async def run(self, info: ModelInfo, rows: list[Row]) -> list[np.ndarray]:
+    async def run(self, info: ModelInfo, rows: Sequence[Row]) -> list[np.ndarray]:
         """A request's rows through its model's service, admitted and under its deadline."""
         tokens = sum(row.length for row in rows)
         if tokens > self.config.max_request_tokens:
@@ -63,10 +63,10 @@ class ModelCalls:
             row.request_id = request_id
         trace = current_trace()
         trace.sending(len(rows), tokens)
-        service = spec(info.kind).model_service
+        service = info.spec.model_service
         try:
             with self.admission[service].admit(len(rows), tokens):
-                outputs = await until_done(self.coalescers[service].run(rows), self.config.request_timeout_s)
+                outputs = await until_done(self.coalescers[service].run(list(rows)), self.config.request_timeout_s)
         except (errors.RequestTimeout, errors.ClientGone) as exc:
             self._abandon(service, request_id, "deadline" if isinstance(exc, errors.RequestTimeout) else "disconnect")
             raise
@@ -75,12 +75,12 @@ class ModelCalls:
 
     async def send(self, info: ModelInfo, rows: list[Any]) -> list[np.ndarray]:
         """Rows straight to the service (warm-up and calibration): no admission, no deadline."""
-        return checked(await self.coalescers[spec(info.kind).model_service].run(rows))
+        return checked(await self.coalescers[info.spec.model_service].run(rows))
 
     def on_device(self, info: ModelInfo) -> None:
         """A model on a GPU gets more calls in flight (see gateway/coalesce.py)."""
         if info.device != "cpu":
-            self.coalescers[spec(info.kind).model_service].max_calls = GPU_CALLS_IN_FLIGHT
+            self.coalescers[info.spec.model_service].max_calls = GPU_CALLS_IN_FLIGHT
 
     def _abandon(self, service: str, request_id: str, reason: str) -> None:
         """Nobody waits for this request any more: its model service drops whatever of it is still queued."""

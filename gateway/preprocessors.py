@@ -26,7 +26,7 @@ class Preprocessors:
     processors: dict[str, MediaProcessor] = field(default_factory=dict)
 
     def tokenizer(self, info: ModelInfo) -> TextTokenizer:
-        if spec(info.kind).preprocessor != "text":
+        if info.spec.preprocessor != "text":
             raise InvalidRequest(f"model '{info.served_model_name}' is not a text model", param="model")
         return self.tokenizers[info.served_model_name]
 

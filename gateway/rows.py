@@ -13,7 +13,6 @@ from gateway.media_inputs import load_item
 from gateway.preprocessors import Preprocessors
 from gateway.queries import ClassifyQuery, EmbedQuery, InputItem, RankQuery
 from models.base import ModelInfo, ModelInput, Row, TokenizedText
-from models.kinds import spec
 from models.media import MediaLimits
 
 T = TypeVar("T")
@@ -28,9 +27,9 @@ class Rows:
         self.fetcher = fetcher
         self.limits = limits
 
-    async def embed(self, info: ModelInfo, query: EmbedQuery) -> list[Row]:
-        if spec(info.kind).preprocessor == "media":
-            return await self.media(info, query.items)  # type: ignore[return-value]
+    async def embed(self, info: ModelInfo, query: EmbedQuery) -> Sequence[Row]:
+        if info.spec.preprocessor == "media":
+            return await self.media(info, query.items)
         tokenizer, values = self.preprocessors.tokenizer(info), [item.value for item in query.items]
         prompt_length = 0
         if isinstance(values[0], str):
@@ -40,7 +39,7 @@ class Rows:
         else:
             work = functools.partial(tokenizer.encode_ids, values, query.truncation)
         token_ids = await off_loop_if_large(work, sum(len(value) for value in values))
-        return TokenizedText.rows(info.served_model_name, token_ids, prompt_length=prompt_length,  # type: ignore[return-value]
+        return TokenizedText.rows(info.served_model_name, token_ids, prompt_length=prompt_length,
                                   normalize=query.normalize)
 
     async def pairs(self, info: ModelInfo, query: RankQuery) -> list[TokenizedText]:
@@ -69,7 +68,8 @@ class Rows:
         async def payload(index: int, item: InputItem) -> str | bytes:
             if item.modality == "text":
                 return item.value  # type: ignore[return-value]
-            return await load_item(item.value, self.fetcher, self.limits.max_item_bytes, f"input[{index}]")  # type: ignore[arg-type]
+            where = f"input[{index}]"
+            return await load_item(item.value, self.fetcher, self.limits.max_item_bytes, where)  # type: ignore[arg-type]
 
         payloads = await asyncio.gather(*(payload(i, item) for i, item in enumerate(items)))
         work = [(item.modality, value) for item, value in zip(items, payloads)]

@@ -13,7 +13,6 @@ from gateway.queries import ClassifyQuery, DecodeQuery, EmbedQuery, RankQuery, S
 from gateway.routing import check_modalities
 from models.base import ModelInfo
 from models.errors import InvalidRequest
-from models.kinds import spec
 from models.quantization import PRECISIONS, Quantizer
 
 EMPTY_ITEM = "{param}[{index}] is empty"
@@ -42,8 +41,9 @@ def check_lengths(texts: Sequence[str | Sequence[int] | None], param: str, max_c
     """No text over `max_chars` characters; other entries (token ids, None) pass."""
     too_long = next((i for i, text in enumerate(texts) if isinstance(text, str) and len(text) > max_chars), None)
     if too_long is not None:
-        raise InvalidRequest(f"{param}[{too_long}] has {len(texts[too_long])} characters; at most {max_chars} "  # type: ignore[arg-type]
-                             "are allowed", param=param)
+        length = len(texts[too_long])  # type: ignore[arg-type]
+        raise InvalidRequest(f"{param}[{too_long}] has {length} characters; at most {max_chars} are allowed",
+                             param=param)
 
 
 def check_length(text: str | None, param: str, max_chars: int) -> None:
@@ -68,7 +68,7 @@ def check_embed(query: EmbedQuery, info: ModelInfo, limits: EmbentoConfig, quant
                              "allowed", param=param)
     check_lengths([item.value if item.modality == "text" else None for item in items], param, limits.max_item_chars)
     check_length(query.instruction, "instruction", limits.max_item_chars)
-    if not spec(info.kind).takes_token_ids and any(isinstance(item.value, list) for item in items):
+    if not info.spec.takes_token_ids and any(isinstance(item.value, list) for item in items):
         raise InvalidRequest(f"model '{info.served_model_name}' takes text, not token ids", param=param)
     _check_dimensions(query.dimensions, info)
     _check_text_controls(query, info)
@@ -111,9 +111,9 @@ def _check_dimensions(dimensions: int | None, info: ModelInfo) -> None:
 
 def _check_text_controls(query: EmbedQuery, info: ModelInfo) -> None:
     """The fields that apply to some kinds of model only."""
-    name, kind = info.served_model_name, spec(info.kind)
+    name, spec = info.served_model_name, info.spec
     as_is = query.normalize is info.normalized  # what the model gives anyway: asking for it is no error
-    if query.normalize is not None and not kind.normalize_control and not as_is:
+    if query.normalize is not None and not spec.normalize_control and not as_is:
         raise InvalidRequest(f"normalize applies to dense text embedders; model '{name}' is a {info.kind} model",
                              param="normalize")
     max_tokens = query.truncation.max_tokens
@@ -125,7 +125,7 @@ def _check_text_controls(query: EmbedQuery, info: ModelInfo) -> None:
     if query.max_active_dims is not None and query.max_active_dims < 1:
         raise InvalidRequest(f"max_active_dims must be at least 1, got {query.max_active_dims}",
                              param="max_active_dims")
-    if query.instruction is not None and not kind.takes_instruction:
+    if query.instruction is not None and not spec.takes_instruction:
         raise InvalidRequest(f"instruction applies to text embedders; model '{name}' is a {info.kind} model",
                              param="instruction")
 
@@ -138,7 +138,7 @@ def check_rank(query: RankQuery, info: ModelInfo, limits: EmbentoConfig) -> None
         raise InvalidRequest("query must not be empty", param="query")
     check_length(query.query, "query", limits.max_item_chars)
     check_length(query.instruction, "instruction", limits.max_item_chars)
-    media = spec(info.kind).preprocessor == "media"
+    media = info.spec.preprocessor == "media"
     max_documents = limits.max_media_items if media else limits.max_client_batch_size
     check_texts(query.documents, query.documents_param, max_documents, None, empty_item=None)
     if query.top_n is not None and query.top_n < 1:

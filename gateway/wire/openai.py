@@ -17,7 +17,6 @@ from gateway.results import Embeddings
 from gateway.wire.common import EmbeddingInput, TruncationControls, Usage, input_items, reworded_union
 from models import errors
 from models.base import Modality, ModelInfo
-from models.kinds import spec
 from models.postprocess import to_base64
 
 if TYPE_CHECKING:
@@ -175,5 +174,5 @@ def _model_card(info: ModelInfo, registry: ModelRegistry, created: int) -> Model
 
 def _is_classifier(info: ModelInfo) -> bool:
     """Its labels are what it answers: scores per text, not one relevance per (query, document) pair."""
-    kind = spec(info.kind)
-    return kind.output == "scores" and not kind.scores_pairs
+    spec = info.spec
+    return spec.output == "scores" and not spec.scores_pairs
