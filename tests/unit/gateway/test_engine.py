@@ -4,120 +4,20 @@ good ones answered from the service's outputs. The real server keeps one smoke t
 
 from __future__ import annotations
 
-import asyncio
-import json
-from collections.abc import Awaitable, Callable
-from pathlib import Path
-from typing import Any
-
 import numpy as np
 import pytest
-from pydantic import BaseModel, ValidationError
-from starlette.responses import JSONResponse
 
-from config.settings import EmbentoConfig, ModelConfig
-from gateway.answer import answered
-from gateway.engine import Engine
-from gateway.lifecycle import ModelRegistry
-from gateway.model_calls import ModelCalls
-from gateway.preprocessors import Preprocessors
 from gateway.queries import DecodeQuery, EmbedQuery, InputItem, RankQuery, TokenizeQuery
 from gateway.wire import infinity, openai, tei
-from models.base import ModelInfo, TokenizedText
-from models.text_tokenizer import TextTokenizer
-
-EMBEDDER, RERANKER, CLASSIFIER, CLIP = "minilm", "reranker", "classifier", "clip"
-LABELS = ["negative", "neutral", "positive"]
-DIMENSION = 384
-
-
-def model(name: str, kind: str, **fields: Any) -> ModelInfo:
-    facts = {"modalities": ["text"], "backend": "torch", "dimension": DIMENSION, "max_input_tokens": 256,
-             "normalized": True, "device": "cpu", "dtype": "float32", **fields}
-    return ModelInfo(served_model_name=name, model_id=name, kind=kind, **facts)  # type: ignore[arg-type]
-
-
-INFOS = {
-    EMBEDDER: model(EMBEDDER, "embed"),
-    RERANKER: model(RERANKER, "rerank", dimension=1, labels=["relevance"], activation="sigmoid"),
-    CLASSIFIER: model(CLASSIFIER, "classify", dimension=3, labels=LABELS, activation="softmax"),
-    CLIP: model(CLIP, "clip", modalities=["text", "image"], dimension=8),  # never run: its processor is not here
-}
-
-
-class FakeModelService:
-    """Every model service at once: a vector per row for embedders (seeded by its tokens), logits for scorers
-    (one per label, from the row's length); it records every row it is sent."""
-
-    def __init__(self) -> None:
-        self.rows: list[TokenizedText] = []
-        self.to_async = self
-
-    async def embed(self, rows: list[TokenizedText]) -> list[np.ndarray]:
-        self.rows += rows
-        return [np.random.default_rng(sum(row.input_ids)).standard_normal(DIMENSION).astype(np.float32)
-                for row in rows]
-
-    async def score(self, rows: list[TokenizedText]) -> list[np.ndarray]:
-        self.rows += rows
-        return [(np.arange(len(INFOS[row.model].labels), dtype=np.float32) + 1) * row.length / 100 for row in rows]
-
-    async def cancel(self, request_ids: list[str]) -> None:
-        pass
-
-
-@pytest.fixture(scope="module")
-def tokenizers(minilm_path: Path) -> dict[str, TextTokenizer]:
-    cfg = ModelConfig(model_id=str(minilm_path))
-    return {name: TextTokenizer(minilm_path, cfg, INFOS[name].kind)  # one checkpoint's tokenizer for all three
-            for name in (EMBEDDER, RERANKER, CLASSIFIER)}
-
-
-Call = Callable[[Engine], Awaitable[Any]]
-
-
-@pytest.fixture
-def serve(tokenizers: dict[str, TextTokenizer]) -> Callable[[Call], tuple[Any, FakeModelService]]:
-    """Runs `call(engine)` on a fresh engine, warm (MiniLM calibrated through the fake service); returns its
-    answer and the service, whose rows are those the call sent."""
-    def run(call: Call) -> tuple[Any, FakeModelService]:
-        async def scenario() -> tuple[Any, FakeModelService]:
-            config = EmbentoConfig(models=[ModelConfig(model_id=name) for name in INFOS])
-            service = FakeModelService()
-            registry = ModelRegistry({name: info.kind for name, info in INFOS.items()}, infos=dict(INFOS), done=True)
-            calls = ModelCalls(config, registry.kinds.values(), {"TextEmbedder": service, "Reranker": service}, 64)
-            engine = Engine(config, registry, calls, Preprocessors(tokenizers=dict(tokenizers)), fetcher=None)
-            await engine.warm_up(INFOS[EMBEDDER])
-            service.rows.clear()
-            return await call(engine), service
-
-        return asyncio.run(scenario())
-
-    return run
-
-
-def answer(serve: Callable[[Call], tuple[Any, FakeModelService]], adapter: Callable[[Engine, Any], Awaitable[Any]],
-           body_model: type[BaseModel], body: Any) -> tuple[int, Any, FakeModelService | None]:
-    """What the route answers: its status and JSON body (the framework refuses a body its model rejects, with
-    a 400 naming the field, `gateway.errors`), and the fake service if the body got that far."""
-    try:
-        request = body_model.model_validate(body)
-    except ValidationError as exc:
-        location = exc.errors()[0]["loc"]
-        return 400, {"error": {"param": str(location[0]) if location else None}}, None
-    result, service = serve(lambda engine: answered(adapter, engine, request))
-    if isinstance(result, JSONResponse):
-        return result.status_code, json.loads(result.body), service
-    return 200, result.model_dump() if isinstance(result, BaseModel) else result, service
-
-
-def assert_refused(outcome: tuple[int, Any, FakeModelService | None], status: int, param: str | None) -> str:
-    """Refused with `status`, naming `param`, and no row sent: the message."""
-    got, body, service = outcome
-    assert got == status, body
-    assert body["error"]["param"] == param, body
-    assert service is None or not service.rows, "a refused request reached the model service"
-    return body["error"].get("message", "")
+from tests.unit.gateway.fake_engine import (
+    CLASSIFIER,
+    CLIP,
+    EMBEDDER,
+    RERANKER,
+    Passthrough,
+    answer,
+    assert_refused,
+)
 
 
 # OpenAI: every bad body the server's tests sent (test_server_errors.py), answered by the engine alone
@@ -196,7 +96,7 @@ def test_int8_codes_from_the_calibrated_scale(serve):
 
 def test_a_route_without_room_for_the_shape_refuses_before_any_work(serve):
     query = EmbedQuery(items=(InputItem("text", "a"),), model=EMBEDDER, shapes=frozenset({"sparse"}))
-    outcome = answer(serve, lambda engine, q: engine.embed(q), _Passthrough, query)
+    outcome = answer(serve, lambda engine, q: engine.embed(q), Passthrough, query)
     assert "which this route cannot answer" in assert_refused(outcome, 400, "model")
 
 
@@ -283,19 +183,11 @@ def test_tokenize_and_decode(serve):
     (lambda engine: engine.decode(DecodeQuery(ids=((1,),) * 2049)), "ids"),
 ])
 def test_bad_tokenize_and_decode_queries(serve, call, param):
-    outcome = answer(serve, lambda engine, _: call(engine), _Passthrough, None)
+    outcome = answer(serve, lambda engine, _: call(engine), Passthrough, None)
     assert_refused(outcome, 400, param)
 
 
 def test_rank_query_checks_the_instruction_length(serve):
     query = RankQuery(query="q", documents=("a",), instruction="i" * 200_001)
-    outcome = answer(serve, lambda engine, q: engine.rank(q), _Passthrough, query)
+    outcome = answer(serve, lambda engine, q: engine.rank(q), Passthrough, query)
     assert_refused(outcome, 400, "instruction")
-
-
-class _Passthrough(BaseModel):
-    """For calls that take a query, not a body: `model_validate` hands the value through."""
-
-    @classmethod
-    def model_validate(cls, value: Any, **_: Any) -> Any:  # type: ignore[override]
-        return value

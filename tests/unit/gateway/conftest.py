@@ -1,0 +1,43 @@
+"""The fake-service engine's fixtures (`fake_engine.py`): MiniLM's real tokenizer, and a fresh warm engine per call."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from config.settings import EmbentoConfig, ModelConfig
+from gateway.engine import Engine
+from gateway.lifecycle import ModelRegistry
+from gateway.model_calls import ModelCalls
+from gateway.preprocessors import Preprocessors
+from models.text_tokenizer import TextTokenizer
+from tests.unit.gateway.fake_engine import EMBEDDER, INFOS, TEXT_MODELS, Call, FakeModelService, Serve
+
+
+@pytest.fixture(scope="session")
+def tokenizers(minilm_path: Path) -> dict[str, TextTokenizer]:
+    cfg = ModelConfig(model_id=str(minilm_path))
+    return {name: TextTokenizer(minilm_path, cfg, INFOS[name].kind) for name in TEXT_MODELS}  # one checkpoint's
+
+
+@pytest.fixture
+def serve(tokenizers: dict[str, TextTokenizer]) -> Serve:
+    """Runs `call(engine)` on a fresh engine, warm (MiniLM calibrated through the fake service); returns its
+    answer and the service, whose rows are those the call sent."""
+    def run(call: Call) -> tuple[Any, FakeModelService]:
+        async def scenario() -> tuple[Any, FakeModelService]:
+            config = EmbentoConfig(models=[ModelConfig(model_id=name) for name in INFOS])
+            service = FakeModelService()
+            registry = ModelRegistry({name: info.kind for name, info in INFOS.items()}, infos=dict(INFOS), done=True)
+            calls = ModelCalls(config, registry.kinds.values(), {"TextEmbedder": service, "Reranker": service}, 64)
+            engine = Engine(config, registry, calls, Preprocessors(tokenizers=dict(tokenizers)), fetcher=None)
+            await engine.warm_up(INFOS[EMBEDDER])
+            service.rows.clear()
+            return await call(engine), service
+
+        return asyncio.run(scenario())
+
+    return run
