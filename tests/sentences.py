@@ -16,3 +16,10 @@ def make_sentences(count: int = 50, seed: int = 7) -> list[str]:
     rng = random.Random(seed)
     lengths = [1, 2, 3, 5, 8] + [rng.randint(4, 60) for _ in range(count - 10)] + [300, 350, 400, 500, 700]
     return [" ".join(rng.choice(WORDS) for _ in range(n)).capitalize() + "." for n in lengths[:count]]
+
+
+def short_sentences(count: int, seed: int, shortest: int, longest: int) -> list[str]:
+    """`count` sentences of `shortest` to `longest` words: over so few words, near neighbours differ by little."""
+    rng = random.Random(seed)
+    return [" ".join(rng.choice(WORDS) for _ in range(rng.randint(shortest, longest))).capitalize() + "."
+            for _ in range(count)]

@@ -22,12 +22,8 @@ from models.text_encoder import TextEncoder
 from models.text_scorer import TextScorer
 from models.text_tokenizer import TextTokenizer
 from tests.checkpoints import QWEN3_RERANKER_PREFIX, QWEN3_RERANKER_SUFFIX
-from tests.conftest import make_sentences
+from tests.references import INSTRUCTION, QUERY, TEXTS, pair_logits
 from tests.tolerance import assert_close, assert_same_vectors
-
-TEXTS = make_sentences(30, seed=19)  # one word to far past the tiny models' limits
-QUERY = "quick brown fox"
-INSTRUCTION = "Given a question about animals, find passages that answer it"
 
 
 def _embedder(path: Path, **settings) -> tuple[TextTokenizer, TextEncoder]:
@@ -170,13 +166,6 @@ def qwen3_reranker(qwen3_reranker_path) -> tuple[TextTokenizer, TextScorer]:
     return TextTokenizer(qwen3_reranker_path, cfg, "rerank"), TextScorer(qwen3_reranker_path, cfg, "rerank")
 
 
-def pair_logits(tokenizer: TextTokenizer, scorer: TextScorer, documents: list[str], instruction: str | None = None
-            ) -> np.ndarray:
-    ids, segments = tokenizer.encode_pairs(QUERY, documents, instruction)
-    assert segments is None and max(map(len, ids)) <= scorer.info.max_input_tokens
-    return scorer.forward(TokenizedText.rows("m", ids))[:, 0]
-
-
 def test_causal_cross_encoder_matches_predict(qwen3_reranker_path, qwen3_reranker):
     from sentence_transformers import CrossEncoder
 
@@ -287,14 +276,13 @@ def test_a_bare_masked_lm_is_sparse_only_when_configured(tmp_path, minilm_path):
     sentence-transformers does, with SPLADE max pooling."""
     import torch
     from sentence_transformers import SparseEncoder
-    from transformers import BertConfig, BertForMaskedLM
+    from transformers import BertForMaskedLM
 
     from models.kinds import model_kind
-    from tests.checkpoints import copy_bert_tokenizer
+    from tests.checkpoints import copy_bert_tokenizer, tiny_bert_config
 
     torch.manual_seed(24)
-    BertForMaskedLM(BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
-                               intermediate_size=64)).save_pretrained(tmp_path)
+    BertForMaskedLM(tiny_bert_config(num_hidden_layers=1)).save_pretrained(tmp_path)
     copy_bert_tokenizer(minilm_path, tmp_path)
     assert detect_kind(tmp_path) == "embed"
     cfg = ModelConfig(model_id=str(tmp_path), kind="sparse", max_seq_length=64)

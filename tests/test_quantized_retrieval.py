@@ -6,8 +6,9 @@ The codes are the served ones, offline: each model's calibration texts embedded 
 the default scheme of config/settings.py (symmetric, one scale) through models/quantization.py, as the engine
 builds it at warm-up. tests/test_server_cohere.py checks that the server answers these same codes.
 
-The retrieval set: short sentences over a 30-word vocabulary (tests/conftest.WORDS), 500 documents of 3 to 20
-words and 60 queries of 2 to 10, so that near neighbours differ by little: the hard case for a ranking.
+The retrieval set (SHORT_DOCUMENTS and SHORT_QUERIES of tests/retrieval.py): short sentences over a 30-word
+vocabulary, 500 documents of 3 to 20 words and 60 queries of 2 to 10, so that near neighbours differ by little:
+the hard case for a ranking.
 
 Each test states its measurements (int8 dot / int8 cosine / uint8 L2, the mean over queries, on an x86 CPU with
 torch 2.13) and its threshold, a stated margin under the lowest: codes may move one step where another
@@ -17,7 +18,6 @@ neighbour in 600 is 0.0017). Per-dimension codes (the `per_dimension` option, th
 
 from __future__ import annotations
 
-import random
 from pathlib import Path
 
 import numpy as np
@@ -26,18 +26,8 @@ import pytest
 from config.settings import ModelConfig
 from models.postprocess import truncate_dimensions
 from models.quantization import CALIBRATION_TEXTS, Quantizer
-from tests.conftest import MINILM, WORDS
-from tests.retrieval import nearest, top_k_agreement
-
-
-def short_sentences(count: int, seed: int, shortest: int, longest: int) -> list[str]:
-    rng = random.Random(seed)
-    return [" ".join(rng.choice(WORDS) for _ in range(rng.randint(shortest, longest))).capitalize() + "."
-            for _ in range(count)]
-
-
-DOCUMENTS = short_sentences(500, seed=1, shortest=3, longest=20)
-QUERIES = short_sentences(60, seed=101, shortest=2, longest=10)
+from tests.conftest import MINILM
+from tests.retrieval import SHORT_DOCUMENTS, SHORT_QUERIES, nearest, top_k_agreement
 
 
 def _as_int(codes: np.ndarray) -> np.ndarray:
@@ -68,8 +58,8 @@ class Served:
             return model.encode(texts, batch_size=32, normalize_embeddings=True, convert_to_numpy=True)
 
         self.calibration = encode(CALIBRATION_TEXTS)
-        self.queries = encode(QUERIES)
-        self.documents = encode(DOCUMENTS)
+        self.queries = encode(SHORT_QUERIES)
+        self.documents = encode(SHORT_DOCUMENTS)
 
     def quantizer(self, scheme: str | None = None) -> Quantizer:
         """The engine's quantizer for this model: the configured scheme (default unless given), calibrated."""

@@ -17,17 +17,10 @@ import pytest
 
 from models.quantization import CALIBRATION_TEXTS, RANGE_GRID, Quantizer
 from tests.asserts import assert_openai_error
-from tests.conftest import (
-    MINILM,
-    QWEN3_EMBEDDER,
-    TINY_CLIP,
-    TINY_COLPALI,
-    TINY_SPLADE,
-    make_sentences,
-    running_server,
-)
+from tests.conftest import MINILM, QWEN3_EMBEDDER, TINY_CLIP, TINY_COLPALI, TINY_SPLADE, running_server
 from tests.media import data_uri, image_bytes
-from tests.test_quantized_retrieval import DOCUMENTS, QUERIES
+from tests.retrieval import SHORT_DOCUMENTS, SHORT_QUERIES
+from tests.sentences import make_sentences
 from tests.tolerance import assert_close, assert_same_vectors
 
 pytestmark = pytest.mark.server
@@ -144,7 +137,7 @@ def test_served_codes_are_the_offline_ones(co, co2, client, minilm_st):
     """The codes a vector database would store, from the server (Cohere v2 and v1), against the same codes made
     offline: sentence-transformers' vectors for the calibration texts and for part of the retrieval set of
     tests/test_quantized_retrieval.py, through models/quantization.py with the default scheme."""
-    texts = QUERIES[:20] + DOCUMENTS[:100]
+    texts = SHORT_QUERIES[:20] + SHORT_DOCUMENTS[:100]
     offline = Quantizer(calibration=minilm_st.encode(CALIBRATION_TEXTS))
     scale = _scale(client, MINILM)
     # equal, unless another processor's float noise carries the largest value across a grid step

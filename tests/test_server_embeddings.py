@@ -26,8 +26,9 @@ from tests.conftest import (
     TINY_MEAN_ONNX,
     TINY_RERANKER,
     TINY_SPLADE,
-    make_sentences,
 )
+from tests.references import transformers_embeddings
+from tests.sentences import make_sentences
 from tests.tolerance import assert_close, assert_same_vectors
 
 pytestmark = pytest.mark.server
@@ -137,31 +138,12 @@ def test_infinity_path_and_fields(client, sentences, reference):
     assert_same_vectors(vectors(response.json())[0], reference[0])
 
 
-def _direct_tiny_bert(path: Path, texts: list[str], pooling: str, normalize: bool) -> np.ndarray:
-    import torch
-    from transformers import AutoModel, AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(str(path))
-    model = AutoModel.from_pretrained(str(path)).eval()
-    batch = tokenizer(texts, padding=True, truncation=True, max_length=512, return_tensors="pt")
-    with torch.inference_mode():
-        hidden = model(**batch).last_hidden_state
-    if pooling == "cls":
-        pooled = hidden[:, 0]
-    else:
-        mask = batch["attention_mask"].unsqueeze(-1).float()
-        pooled = (hidden * mask).sum(1) / mask.sum(1)
-    if normalize:
-        pooled = torch.nn.functional.normalize(pooled, dim=-1)
-    return pooled.numpy()
-
-
 @pytest.mark.parametrize("name, pooling, normalize", [(TINY_MEAN, "mean", True), (TINY_CLS, "cls", False)])
 def test_tiny_bert_variants_are_routed_by_model(client, tiny_bert_path, sentences, name, pooling, normalize):
     texts = sentences[:12]
     payload = embed(client, input=texts, model=name)
     assert payload["model"] == name
-    expected = _direct_tiny_bert(tiny_bert_path, texts, pooling, normalize)
+    expected = transformers_embeddings(tiny_bert_path, texts, pooling, normalize)
     assert_same_vectors(vectors(payload), expected)
 
 
@@ -235,7 +217,7 @@ def test_one_checkpoint_three_backends(client, tiny_bert_path):
     texts = make_sentences(12, seed=31)  # long ones included
     names = (TINY_MEAN, TINY_MEAN_ONNX, TINY_MEAN_CT2)
     by_backend = [vectors(embed(client, input=texts, model=name)) for name in names]
-    expected = _direct_tiny_bert(tiny_bert_path, texts, "mean", True)
+    expected = transformers_embeddings(tiny_bert_path, texts, "mean", True)
     for got in by_backend:
         cosines = (got * expected).sum(axis=1) / (np.linalg.norm(got, axis=1) * np.linalg.norm(expected, axis=1))
         assert cosines.min() >= 0.9999

@@ -21,7 +21,7 @@ from tests.conftest import (
     TINY_RERANKER,
     TINY_SPLADE,
 )
-from tests.test_models_families import INSTRUCTION, QUERY, TEXTS, pair_logits
+from tests.references import INSTRUCTION, QUERY, TEXTS, pair_logits
 from tests.tolerance import assert_close, assert_same_vectors
 
 
