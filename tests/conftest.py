@@ -30,7 +30,6 @@ from tests.checkpoints import (
     build_splade,
     build_tiny_bert,
 )
-from tests.sentences import WORDS, make_sentences  # noqa: F401  (until every test module imports tests.sentences)
 
 ROOT = Path(__file__).resolve().parent.parent
 MINILM = "sentence-transformers/all-MiniLM-L6-v2"

@@ -27,12 +27,12 @@ from tests.conftest import (
     TINY_RERANKER,
     background,
     free_port,
-    make_sentences,
     server_env,
     wait_listening,
     wait_ready,
 )
 from tests.media import IMAGES, data_uri
+from tests.sentences import make_sentences
 from tests.tolerance import assert_close, assert_same_vectors
 
 pytestmark = pytest.mark.server

@@ -25,7 +25,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.conftest import MINILM, ROOT, TINY_RERANKER, apt_install, make_sentences, server_env
+from tests.conftest import MINILM, ROOT, TINY_RERANKER, apt_install, server_env
+from tests.sentences import make_sentences
 from tests.tolerance import assert_close, assert_same_vectors
 
 pytestmark = pytest.mark.container

@@ -19,7 +19,8 @@ from models.resolve import resolve_model
 from models.text_encoder import TextEncoder
 from models.text_tokenizer import TextTokenizer
 from tests.checkpoints import WORDS
-from tests.conftest import MINILM, ROOT, make_sentences
+from tests.conftest import MINILM, ROOT
+from tests.sentences import make_sentences
 from tests.tolerance import assert_same_vectors
 
 

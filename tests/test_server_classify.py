@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from tests.asserts import assert_healthy, assert_openai_error
-from tests.conftest import CLASSIFIER_LABELS, MINILM, MINILM_CLASSIFIER, TINY_CLASSIFIER, TINY_RERANKER, make_sentences
+from tests.conftest import CLASSIFIER_LABELS, MINILM, MINILM_CLASSIFIER, TINY_CLASSIFIER, TINY_RERANKER
+from tests.sentences import make_sentences
 from tests.tolerance import assert_close
 
 pytestmark = pytest.mark.server

@@ -8,7 +8,8 @@ from collections import Counter
 import httpx
 import pytest
 
-from tests.conftest import MINILM, TINY_MEAN, TINY_RERANKER, make_sentences, merged_batches
+from tests.conftest import MINILM, TINY_MEAN, TINY_RERANKER, merged_batches
+from tests.sentences import make_sentences
 
 pytestmark = pytest.mark.server
 async def _fire(

@@ -20,8 +20,8 @@ from tests.conftest import (
     TINY_CLS,
     TINY_COLPALI,
     TINY_SPLADE,
-    make_sentences,
 )
+from tests.sentences import make_sentences
 from tests.tolerance import assert_close, assert_same_vectors
 
 pytestmark = pytest.mark.server

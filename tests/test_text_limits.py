@@ -14,7 +14,7 @@ from models.text_encoder import TextEncoder
 from models.text_settings import text_limit
 from models.text_tokenizer import TextTokenizer
 from tests.checkpoints import build_colpali, build_roberta, build_siglip
-from tests.conftest import WORDS
+from tests.sentences import WORDS
 from tests.tolerance import assert_same_vectors
 
 LONG_TEXT = " ".join(WORDS * 4)  # 128 words, 770 characters: longer than any of these towers takes
