@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import os
 import signal
 import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 
 import httpx
@@ -23,38 +24,33 @@ import yaml
 
 from bento.lifecycle import STARTUP_FAILED_STATUS
 from bento.start_failures import PREFIX, START_FAILED
-from tests.checkpoints import copy_bert_tokenizer
+from tests.checkpoints import build_tiny_bert, copy_bert_tokenizer
 from tests.conftest import (
     MINILM,
     ROOT,
     background,
     free_port,
-    make_sentences,
     merged_batches,
+    metric,
     running_server,
     server_env,
 )
-from tests.test_server_embeddings import _direct_tiny_bert
+from tests.references import transformers_embeddings
+from tests.sentences import make_sentences
 from tests.tolerance import assert_same_vectors
 
 pytestmark = pytest.mark.server
 
 PROBE_TIMEOUT_S = 5
+POLL_S = 0.05
 POISONED = "short-positions"
 
 
 @pytest.fixture(scope="module")
 def short_positions_path(tmp_path_factory: pytest.TempPathFactory, tiny_bert_path) -> str:
     """A tiny BERT that has position embeddings for 64 tokens only: longer inputs make its forward raise."""
-    import torch
-    from transformers import BertConfig, BertModel
-
     folder = tmp_path_factory.mktemp("short-positions")
-    torch.manual_seed(1)
-    BertModel(BertConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
-                         max_position_embeddings=64)).save_pretrained(folder)
-    copy_bert_tokenizer(tiny_bert_path, folder)
-    return str(folder)
+    return str(build_tiny_bert(folder, tiny_bert_path, seed=1, max_position_embeddings=64))
 
 
 @pytest.fixture(scope="module")
@@ -83,10 +79,23 @@ def test_an_input_that_makes_the_model_raise_fails_alone(fragile, short_position
     assert statuses == [200] * 7 + [500] + [200] * 8, statuses
     assert "the model failed on input(s) [0]" in responses[7].json()["error"]["message"]
     got = np.array([r.json()["data"][0]["embedding"] for i, r in enumerate(responses) if i != 7])
-    assert_same_vectors(got, _direct_tiny_bert(Path(short_positions_path), good, "mean", True))
+    assert_same_vectors(got, transformers_embeddings(Path(short_positions_path), good, "mean", True))
     shared = merged_batches(httpx.get(f"{url}/metrics", timeout=30).text, "TextEmbedder") - merged_batches(metrics_before, "TextEmbedder")
     assert shared >= 1  # the poison really rode in a batch with good requests
     assert httpx.get(f"{url}/health", timeout=30).status_code == 200
+
+
+async def until(reached: Callable[[], bool | Awaitable[bool]], what: str, timeout_s: float = 60) -> None:
+    """Polls `reached` (a check, or a coroutine that checks) until it holds; an AssertionError naming `what`
+    after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while not await _truth(reached()):
+        assert time.monotonic() < deadline, f"not reached in {timeout_s} s: {what}"
+        await asyncio.sleep(POLL_S)
+
+
+async def _truth(outcome: bool | Awaitable[bool]) -> bool:
+    return await outcome if inspect.isawaitable(outcome) else outcome
 
 
 def service_pid(root: int, name: str) -> int | None:
@@ -121,7 +130,7 @@ def test_killed_model_service_is_restarted_and_nothing_hangs(fragile):
                         answers.append((time.monotonic(), type(exc).__name__, ""))
 
         clients = [asyncio.create_task(client()) for _ in range(8)]
-        await asyncio.sleep(2)
+        await until(lambda: len(answers) >= len(clients), "the load on")
         os.kill(victim, signal.SIGKILL)
         killed_at = time.monotonic()
         async with httpx.AsyncClient(base_url=url, timeout=PROBE_TIMEOUT_S) as http:
@@ -135,7 +144,7 @@ def test_killed_model_service_is_restarted_and_nothing_hangs(fragile):
                     break
                 await asyncio.sleep(0.3)
         back_at = time.monotonic()
-        await asyncio.sleep(2)
+        await until(lambda: sum(t > back_at for t, _, _ in answers) >= len(clients), "answers after the restart")
         stop.set()
         await asyncio.gather(*clients)
         return [(t - killed_at, s, m) for t, s, m in answers if t >= killed_at], \
@@ -156,6 +165,11 @@ def test_killed_model_service_is_restarted_and_nothing_hangs(fragile):
     assert_same_vectors(after, before)
 
 
+async def inputs_sent(http: httpx.AsyncClient) -> float:
+    """Inputs the gateway has sent towards the model service: their requests were read and are in flight."""
+    return metric((await http.get("/metrics")).text, "embento_request_inputs_total", model=MINILM)
+
+
 def test_sigterm_lets_in_flight_requests_finish_then_exits_0(tmp_path):
     """What an orchestrator does on a rollout: SIGTERM to the main process, as a container's PID 1 gets it."""
     texts = make_sentences(64, seed=3)
@@ -164,8 +178,13 @@ def test_sigterm_lets_in_flight_requests_finish_then_exits_0(tmp_path):
 
         async def stop_while_busy() -> list[httpx.Response]:
             async with httpx.AsyncClient(base_url=url, timeout=60) as http:
+                before = await inputs_sent(http)
                 busy = [asyncio.create_task(http.post("/v1/embeddings", json={"input": texts})) for _ in range(6)]
-                await asyncio.sleep(0.5)
+
+                async def all_in_flight() -> bool:
+                    return await inputs_sent(http) - before >= len(busy) * len(texts)
+
+                await until(all_in_flight, "all six requests in flight")
                 os.kill(pid, signal.SIGTERM)
                 return await asyncio.gather(*busy)
 
