@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from tests.asserts import assert_healthy, assert_openai_error
 from tests.conftest import MINILM
 
 pytestmark = pytest.mark.server
@@ -16,38 +17,6 @@ BAD_BODIES = [
     pytest.param({"input": [1.5, 2], "model": MINILM}, 400, "input", id="float-items"),
     pytest.param({"input": "x", "model": MINILM, "dimensions": 385}, 400, "dimensions", id="dimensions-too-large"),
 ]
-
-
-def assert_tei_error(response, status: int) -> str:
-    """TEI's error shape, with the status Embento gives that error on every route: the message."""
-    assert response.status_code == status, response.text
-    body = response.json()
-    assert set(body) == {"error", "error_type"}, body
-    assert isinstance(body["error"], str) and body["error"]
-    expected = {401: "Unauthorized", 429: "Overloaded", 503: "Unhealthy"}.get(
-        status, "Backend" if status >= 500 else "Validation")
-    assert body["error_type"] == expected, body
-    return body["error"]
-
-
-def assert_openai_error(response, status: int, param: str | None = None) -> dict:
-    assert response.status_code == status, response.text
-    body = response.json()
-    assert set(body) == {"error"}, body
-    error = body["error"]
-    assert set(error) == {"message", "type", "param", "code"}, error
-    assert isinstance(error["message"], str) and error["message"]
-    expected_type = "server_error" if status >= 500 else "invalid_request_error"
-    assert error["type"] == expected_type
-    if param is not None:
-        assert error["param"] == param, error
-    return error
-
-
-def assert_healthy(client) -> None:
-    assert client.get("/readyz").status_code == 200
-    response = client.post("/v1/embeddings", json={"input": "still fine", "model": MINILM})
-    assert response.status_code == 200 and len(response.json()["data"][0]["embedding"]) == 384
 
 
 @pytest.mark.parametrize("body, status, param", BAD_BODIES)
@@ -111,7 +80,24 @@ def test_info_lists_the_limits_in_force(client):
     expected = EmbentoConfig(max_audio_seconds=MAX_AUDIO_SECONDS)  # the test server's only change to a limit
     assert info["limits"] == {name: getattr(expected, name) for name in LIMIT_FIELDS}
     models = {m["id"]: m for m in info["models"]}
-    # Unconfigured, the pass limits are the device's: on CPU, 32 inputs and 16,384 tokens.
-    assert models[MINILM] == {"id": MINILM, "kind": "embed", "device": "cpu", "batch_size": 32,
-                              "max_batch_tokens": 16384}
+    minilm = models[MINILM]
+    assert set(minilm) == {"id", "kind", "device", "batch_size", "max_batch_tokens"} and minilm["kind"] == "embed"
+    assert (minilm["batch_size"], minilm["max_batch_tokens"]) == device_limits(minilm)  # unconfigured
     assert models[TINY_MEAN]["kind"] == "embed" and len(models) == 16
+
+
+def device_limits(model: dict) -> tuple[int, int]:
+    """The pass limits an unconfigured model gets on the device `auto` chose, the first GPU if there is one
+    (models/batching.py): on CPU, 32 inputs and 16,384 tokens; on a GPU, the tokens whose activations fit a
+    share of its free memory (within bounds), and rows for inputs of 64 tokens."""
+    import torch
+
+    from models.batching import CPU_LIMITS, GPU_MAX_LIMITS, GPU_MIN_BATCH_TOKENS, TOKENS_PER_ROW
+
+    if not torch.cuda.is_available():
+        assert model["device"] == "cpu", model
+        return CPU_LIMITS.batch_size, CPU_LIMITS.max_batch_tokens
+    assert model["device"].startswith("cuda"), model
+    tokens = model["max_batch_tokens"]
+    assert GPU_MIN_BATCH_TOKENS <= tokens <= GPU_MAX_LIMITS.max_batch_tokens, model
+    return max(CPU_LIMITS.batch_size, min(GPU_MAX_LIMITS.batch_size, tokens // TOKENS_PER_ROW)), tokens
