@@ -230,22 +230,3 @@ def test_tokens_carry_the_tokenizers_offsets(minilm_path):
     assert tokens[0].special and tokens[0].start is None and tokens[0].text == "[CLS]"
     decoded = reference.decode(encoded["input_ids"], skip_special_tokens=True)
     assert tokenizer.decode([encoded["input_ids"]]) == [decoded]
-
-
-@pytest.mark.parametrize(("body", "kind", "task"), [
-    ({"inputs": "a"}, "embed", "embed"),
-    ({"inputs": "a", "normalize": True, "truncate": True}, "embed", "embed"),  # feature_extraction
-    ({"inputs": "a", "parameters": {}}, "embed", "text-classification"),  # text_classification, no options
-    ({"inputs": "a", "parameters": {"top_k": 2}}, "embed", "text-classification"),
-    ({"inputs": "a", "parameters": {"truncate": True}}, "embed", "embed"),  # not the classification task's
-    ({"inputs": {"source_sentence": "a", "sentences": ["b"]}, "parameters": {}}, "embed", "similarity"),
-    ({"query": "q", "texts": ["a"]}, "classify", "rerank"),
-    ({"inputs": "a"}, "classify", "predict"),
-    ({"inputs": "a"}, "sparse", "embed_sparse"),
-    ({"inputs": "a"}, "clip", "embed"),
-])
-def test_teis_root_tells_the_task_by_body_then_by_kind(body, kind, task):
-    from gateway.wire import tei
-    from models.kinds import spec
-
-    assert tei.root_task(tei.TeiRootRequest.model_validate(body), spec(kind)) == task

@@ -1,5 +1,6 @@
-"""Cohere's adapter without a server: each body's query (and each body refused before any work, with the field
-it names), and each answer written from a hand-built result."""
+"""Cohere's adapter without a server: each body's query, each answer written from a hand-built result, and
+through the real engine over a fake model service (`tests/unit/gateway/fake_engine.py`) every bad body the
+server's tests sent, refused with its status and the field it names before any row reaches a model service."""
 
 from __future__ import annotations
 
@@ -7,13 +8,13 @@ import base64
 
 import numpy as np
 import pytest
-from pydantic import ValidationError
 
 from gateway.queries import EmbedQuery, InputItem, RankQuery
 from gateway.results import Embeddings, Ranking
 from gateway.wire import cohere
 from models.base import ModelInfo, Truncation
 from models.errors import InvalidRequest
+from tests.unit.gateway.fake_engine import CLASSIFIER, COLPALI, EMBEDDER, RERANKER, SPLADE, answer, assert_refused
 
 IMAGE = "data:image/png;base64,iVBORw0KGgo="
 
@@ -66,25 +67,7 @@ def test_v2_texts_as_in_v1():
     assert v2(texts=["a"]).items == (InputItem("text", "a"),)
 
 
-# Bodies refused before any work: by the body model (the framework names the field) or by the adapter
-@pytest.mark.parametrize(("model", "body", "field"), [
-    (cohere.CohereEmbedRequest, {"texts": ["a"], "embedding_types": ["int4"]}, "embedding_types"),
-    (cohere.CohereEmbedRequest, {"texts": "a"}, "texts"),
-    (cohere.CohereEmbedRequest, {"texts": ["a"], "truncate": "MIDDLE"}, "truncate"),
-    (cohere.CohereV2EmbedRequest, {"texts": ["a"]}, "model"),
-    (cohere.CohereV2EmbedRequest, {"model": "m", "inputs": [{"content": [{"type": "audio", "audio": "x"}]}]},
-     "inputs"),
-    (cohere.CohereV2EmbedRequest, {"model": "m", "inputs": [{"content": [{"type": "text", "text": "a", "x": 1}]}]},
-     "inputs"),
-    (cohere.CohereV2EmbedRequest, {"model": "m", "texts": ["a"], "output_dimension": "12"}, "output_dimension"),
-    (cohere.CohereV2RerankRequest, {"query": "q", "documents": ["a"]}, "model"),
-])
-def test_bad_bodies_are_refused_by_the_body_model(model, body, field):
-    with pytest.raises(ValidationError) as caught:
-        model.model_validate(body)
-    assert caught.value.errors()[0]["loc"][0] == field
-
-
+# Bodies the adapter refuses, with its messages
 @pytest.mark.parametrize(("query", "body", "param", "message"), [
     (v1, {}, "texts", "give exactly one of texts or images; got none"),
     (v1, {"texts": ["a"], "images": [IMAGE]}, "images", "give exactly one of texts or images; got ['texts', 'images']"),
@@ -167,3 +150,98 @@ def test_rerank_v2_answer_has_indices_and_scores_only():
     answer = cohere.rerank_v2_answer(ranking()).model_dump()
     assert set(answer) == {"id", "results", "meta"} and answer["meta"]["api_version"] == {"version": "2"}
     assert answer["results"] == [{"index": 2, "relevance_score": 0.9}, {"index": 0, "relevance_score": 0.5}]
+
+
+# Through the engine
+ROUTES = {"/v1/embed": (cohere.embed_v1, cohere.CohereEmbedRequest),
+          "/v2/embed": (cohere.embed_v2, cohere.CohereV2EmbedRequest),
+          "/v1/rerank": (cohere.rerank_v1, cohere.RerankRequest),
+          "/v2/rerank": (cohere.rerank_v2, cohere.CohereV2RerankRequest)}
+BAD_BODIES = [
+    pytest.param("/v1/embed", {"texts": ["a"], "embedding_types": ["int4"]}, 400, "embedding_types", id="unknown-type"),
+    pytest.param("/v1/embed", {"texts": "a"}, 400, "texts", id="texts-not-a-list"),
+    pytest.param("/v1/embed", {"texts": ["a"], "truncate": "MIDDLE"}, 400, "truncate", id="unknown-truncate"),
+    pytest.param("/v1/embed", {}, 400, "texts", id="no-inputs"),
+    pytest.param("/v1/embed", {"texts": ["a"], "images": [IMAGE]}, 400, "images", id="texts-and-images"),
+    pytest.param("/v1/embed", {"texts": ["a"], "embedding_types": []}, 400, "embedding_types", id="no-types"),
+    pytest.param("/v1/embed", {"texts": []}, 400, "input", id="empty-texts"),
+    pytest.param("/v1/embed", {"texts": ["a"], "model": "no-such-model"}, 404, "model", id="unknown-model"),
+    pytest.param("/v1/embed", {"texts": ["a"], "model": CLASSIFIER}, 400, "model", id="a-classifier-cannot-embed"),
+    pytest.param("/v1/embed", {"model": SPLADE, "texts": ["a"]}, 400, "model", id="sparse-has-no-dense-vector"),
+    pytest.param("/v1/embed", {"model": SPLADE, "texts": ["a"], "embedding_types": ["base64"]}, 400,
+                 "embedding_types", id="sparse-has-no-base64"),
+    pytest.param("/v2/embed", {"texts": ["a"]}, 400, "model", id="v2-needs-model"),
+    pytest.param("/v2/embed", {"model": EMBEDDER, "texts": ["a"], "inputs": [{"content": [{"type": "text",
+                                                                                            "text": "a"}]}]},
+                 400, "inputs", id="texts-and-inputs"),
+    pytest.param("/v2/embed", {"model": EMBEDDER, "inputs": [{"content": [{"type": "text", "text": "a"},
+                                                                          {"type": "text", "text": "b"}]}]},
+                 400, "inputs", id="two-content-parts"),
+    pytest.param("/v2/embed", {"model": EMBEDDER, "inputs": [{"content": [{"type": "audio", "audio": "x"}]}]},
+                 400, "inputs", id="unknown-part-type"),
+    pytest.param("/v2/embed", {"model": EMBEDDER, "texts": ["a"], "output_dimension": "12"}, 400,
+                 "output_dimension", id="output-dimension-string"),
+    pytest.param("/v2/embed", {"model": EMBEDDER, "images": [IMAGE]}, 400, "model", id="images-for-a-text-model"),
+    pytest.param("/v2/embed", {"model": EMBEDDER, "texts": [" ".join(["word"] * 400)], "truncate": "NONE"}, 400,
+                 "input", id="too-long-with-truncate-none"),
+    pytest.param("/v2/embed", {"model": EMBEDDER, "texts": ["a b c d e f"], "max_tokens": 3, "truncate": "NONE"},
+                 400, "input", id="over-max-tokens-with-truncate-none"),
+    pytest.param("/v2/embed", {"model": EMBEDDER, "texts": ["a"], "max_tokens": 0}, 400, "max_tokens",
+                 id="max-tokens-0"),
+    pytest.param("/v2/embed", {"model": COLPALI, "texts": ["a"], "embedding_types": ["int8"]}, 400,
+                 "embedding_types", id="multi-vector-has-no-int8"),
+    pytest.param("/v2/embed", {"model": COLPALI, "texts": ["a"]}, 400, "model", id="multi-vector-has-no-dense-vector"),
+    pytest.param("/v2/embed", {"model": SPLADE, "texts": ["a"], "embedding_types": ["float"]}, 400, "model",
+                 id="v2-sparse"),
+    pytest.param("/v2/embed", {"model": EMBEDDER, "texts": ["a"], "output_dimension": 999}, 400, "dimensions",
+                 id="output-dimension-too-large"),
+    pytest.param("/v1/rerank", {"query": "q", "documents": [{"title": "no text"}]}, 400, "documents",
+                 id="document-without-text"),
+    pytest.param("/v1/rerank", {"model": EMBEDDER, "query": "q", "documents": ["a"]}, 400, "model",
+                 id="an-embedder-cannot-rerank"),
+    pytest.param("/v2/rerank", {"query": "q", "documents": ["a"]}, 400, "model", id="v2-rerank-needs-model"),
+    pytest.param("/v2/rerank", {"model": RERANKER, "query": "q", "documents": []}, 400, "documents",
+                 id="v2-no-documents"),
+]
+
+
+@pytest.mark.parametrize(("path", "body", "status", "param"), BAD_BODIES)
+def test_bad_bodies(serve, path, body, status, param):
+    assert_refused(answer(serve, *ROUTES[path], body), status, param)
+
+
+def test_embed_answers_from_the_service_outputs(serve, tokenizers):
+    texts = ["a fox", "a lazy dog"]
+    status, body, service = answer(serve, *ROUTES["/v2/embed"],
+                                   {"model": EMBEDDER, "texts": texts, "embedding_types": ["float", "int8"]})
+    assert status == 200 and [row.input_ids for row in service.rows] == tokenizers[EMBEDDER].encode_texts(texts)
+    assert body["texts"] == texts
+    assert body["meta"]["billed_units"]["input_tokens"] == sum(row.length for row in service.rows)
+    floats, codes = np.asarray(body["embeddings"]["float"]), np.asarray(body["embeddings"]["int8"])
+    assert floats.shape == codes.shape == (2, 384) and codes.min() >= -127 and codes.max() <= 127
+    assert np.corrcoef(codes.ravel(), floats.ravel())[0, 1] > 0.99  # the floats times the calibrated scale
+    status, body, _ = answer(serve, *ROUTES["/v1/embed"], {"texts": texts})
+    assert status == 200 and body["response_type"] == "embeddings_floats" and np.allclose(body["embeddings"], floats)
+
+
+def test_max_tokens_cuts_input(serve):
+    def tokens(max_tokens: int | None) -> int:
+        body = {"model": EMBEDDER, "texts": ["one two three four five six seven"], "max_tokens": max_tokens}
+        status, answered, _ = answer(serve, *ROUTES["/v2/embed"], body)
+        assert status == 200, answered
+        return answered["meta"]["billed_units"]["input_tokens"]
+
+    assert tokens(None) == 9 and tokens(4) == 4
+
+
+def test_rerank_answers_best_first(serve):
+    documents = [{"text": "short", "id": 1}, {"text": "a much longer document"}]
+    status, body, service = answer(serve, *ROUTES["/v1/rerank"], {"query": "q", "documents": documents,
+                                                                  "return_documents": True})
+    tokens = sum(row.length for row in service.rows)
+    assert status == 200 and body["model"] == RERANKER and body["usage"]["prompt_tokens"] == tokens
+    assert [(r["index"], r["document"]["text"]) for r in body["results"]] == [(1, "a much longer document"),
+                                                                              (0, "short")]
+    status, body, _ = answer(serve, *ROUTES["/v2/rerank"], {"model": RERANKER, "query": "q", "top_n": 1,
+                                                            "documents": ["short", "a much longer document"]})
+    assert status == 200 and [set(r) for r in body["results"]] == [{"index", "relevance_score"}]

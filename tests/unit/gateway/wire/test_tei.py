@@ -1,5 +1,7 @@
-"""TEI's adapter without a server: each body's query (and each body refused before any work), the root's
-dispatch, the one test of a TEI /rerank body, and each answer written from a hand-built result."""
+"""TEI's adapter without a server: each body's query, the root's dispatch, the one test of a TEI /rerank body,
+each answer written from a hand-built result; and through the real engine over a fake model service
+(`tests/unit/gateway/fake_engine.py`) every bad body the server's tests sent, refused with its status and the
+field it names before any row reaches a model service, and the root answering as the route it dispatches to."""
 
 from __future__ import annotations
 
@@ -11,10 +13,24 @@ from gateway.queries import ClassifyQuery, DecodeQuery, EmbedQuery, InputItem, R
 from gateway.results import Classified, Embeddings, Ranking, Tokens
 from gateway.wire import tei
 from gateway.wire.common import rank_query
+from config.settings import EmbentoConfig
+from gateway.validation import check_embed
 from models.base import ModelInfo, Truncation
 from models.errors import InvalidRequest
 from models.kinds import spec
 from models.text_tokenizer import Token
+from tests.unit.gateway.fake_engine import (
+    CLASSIFIER,
+    CLIP,
+    COLPALI,
+    EMBEDDER,
+    INFOS,
+    LABELS,
+    RERANKER,
+    SPLADE,
+    answer,
+    assert_refused,
+)
 
 
 def info(name: str = "m", kind: str = "embed", dimension: int = 2, **fields) -> ModelInfo:
@@ -115,27 +131,6 @@ def test_tokenize_and_decode_queries():
     assert tei.decode_query(tei.TeiDecodeRequest(ids=[])).ids == ()  # refused by the engine's check
 
 
-@pytest.mark.parametrize(("model", "body", "field"), [
-    (tei.TeiEmbedRequest, {"inputs": 5}, "inputs"),
-    (tei.TeiEmbedRequest, {"inputs": ["a", 3]}, "inputs"),
-    (tei.TeiEmbedRequest, {"inputs": "a", "normalize": "yes"}, "normalize"),
-    (tei.SparseEmbeddingRequest, {"inputs": "a", "max_active_dims": "five"}, "max_active_dims"),
-    (tei.RerankBody, {"query": 5, "texts": ["a"]}, "query"),
-    (tei.RerankBody, {"query": "q", "texts": "not a list"}, "texts"),
-    (tei.TeiPredictRequest, {"inputs": None}, "inputs"),
-    (tei.TeiSimilarityRequest, {"inputs": {"source_sentence": 3}}, "inputs"),
-    (tei.TeiSimilarityRequest, {"inputs": {"sentences": ["a"]}}, "inputs"),
-    (tei.TeiTokenizeRequest, {"inputs": [1]}, "inputs"),
-    (tei.TeiDecodeRequest, {"ids": ["a"]}, "ids"),
-    (tei.TextClassificationParameters, {"function_to_apply": "cube"}, "function_to_apply"),
-    (tei.TextClassificationParameters, {"top_k": "two"}, "top_k"),
-])
-def test_bad_bodies_are_refused_by_the_body_model(model, body, field):
-    with pytest.raises(ValidationError) as caught:
-        model.model_validate(body)
-    assert caught.value.errors()[0]["loc"][0] == field
-
-
 def test_a_bad_embed_input_gets_one_clear_message():
     with pytest.raises(ValidationError, match="inputs must be a string, a list of strings or typed items"):
         tei.TeiEmbedRequest.model_validate({"inputs": 5})
@@ -143,13 +138,17 @@ def test_a_bad_embed_input_gets_one_clear_message():
 
 # The root: by the body first, then by the kind of the model asked for
 @pytest.mark.parametrize(("body", "kind", "task"), [
+    ({"inputs": "a"}, "embed", "embed"),
+    ({"inputs": "a", "normalize": True, "truncate": True}, "embed", "embed"),  # feature_extraction
     ({"query": "q", "texts": ["a"]}, "embed", "rerank"),
     ({"query": "q", "documents": ["a"]}, "embed", "rerank"),
     ({"texts": ["a"]}, "classify", "rerank"),
     ({"inputs": {"source_sentence": "a", "sentences": ["b"]}}, "classify", "similarity"),
+    ({"inputs": {"source_sentence": "a", "sentences": ["b"]}, "parameters": {}}, "embed", "similarity"),
     ({"inputs": "a", "parameters": {}}, "embed", "text-classification"),
+    ({"inputs": "a", "parameters": {"top_k": 2}}, "embed", "text-classification"),
     ({"inputs": "a", "parameters": {"top_k": 1, "function_to_apply": "none"}}, "embed", "text-classification"),
-    ({"inputs": "a", "parameters": {"truncate": True}}, "embed", "embed"),
+    ({"inputs": "a", "parameters": {"truncate": True}}, "embed", "embed"),  # not the classification task's
     ({"inputs": "a"}, "classify", "predict"),
     ({"inputs": "a"}, "sparse", "embed_sparse"),
     ({"inputs": "a"}, "clip", "embed"),
@@ -184,7 +183,7 @@ def test_embed_answer_is_a_bare_list_of_vectors_or_of_token_vectors():
     vectors = [np.array([3.0, 4.0], dtype=np.float32)]
     assert tei.embed_answer(embeddings(EmbedQuery(items=()), vectors)) == [[3.0, 4.0]]
     tokens = [np.ones((3, 2), dtype=np.float32)]
-    multi = embeddings(EmbedQuery(items=()), tokens, info(kind="colpali", multi_vector=True))
+    multi = embeddings(EmbedQuery(items=()), tokens, info(kind="colpali"))
     assert tei.embed_answer(multi) == [[[1.0, 1.0]] * 3]
 
 
@@ -220,3 +219,132 @@ def test_tokens_answer():
     tokens = Tokens(TokenizeQuery(texts=("hi",)), [row])
     assert tei.tokens_answer(tokens) == [[{"id": 101, "text": "[CLS]", "special": True, "start": None, "stop": None},
                                           {"id": 7, "text": "hi", "special": False, "start": 0, "stop": 2}]]
+
+
+# Through the engine
+ROUTES = {"/embed": (tei.embed, tei.TeiEmbedRequest),
+          "/embed_sparse": (tei.embed_sparse, tei.SparseEmbeddingRequest),
+          "/rerank": (tei.rerank, tei.RerankBody),
+          "/predict": (tei.predict, tei.TeiPredictRequest),
+          "/similarity": (tei.similarity, tei.TeiSimilarityRequest),
+          "/tokenize": (tei.tokenize, tei.TeiTokenizeRequest),
+          "/decode": (tei.decode, tei.TeiDecodeRequest),
+          "/": (tei.root, tei.TeiRootRequest)}
+BAD_BODIES = [
+    pytest.param("/embed", {"inputs": 5}, 400, "inputs", id="embed-a-number"),
+    pytest.param("/embed", {"inputs": []}, 400, "input", id="embed-nothing"),
+    pytest.param("/embed", {"inputs": "a", "model": SPLADE}, 400, "model", id="embed-sparse-model"),
+    pytest.param("/embed", {"inputs": [" ".join(["word"] * 400)], "truncate": False}, 400, "input",
+                 id="embed-too-long-without-truncation"),
+    pytest.param("/embed", {"inputs": "a", "model": "no-such-model"}, 404, "model", id="embed-unknown-model"),
+    pytest.param("/embed", {"inputs": "a", "dimensions": 999}, 400, "dimensions", id="embed-too-many-dimensions"),
+    pytest.param("/embed_sparse", {"inputs": "a", "model": EMBEDDER}, 400, "model", id="sparse-from-a-dense-model"),
+    pytest.param("/embed_sparse", {"inputs": "a", "max_active_dims": 0}, 400, "max_active_dims",
+                 id="sparse-max-active-dims-0"),
+    pytest.param("/rerank", {"query": "q", "texts": []}, 400, "documents", id="rerank-no-texts"),
+    pytest.param("/rerank", {"query": 5, "texts": ["a"]}, 400, "query", id="rerank-query-not-a-string"),
+    pytest.param("/predict", {"inputs": ["a", "b", "c"], "model": CLASSIFIER}, 400, "inputs", id="predict-a-triple"),
+    pytest.param("/predict", {"inputs": "a", "model": EMBEDDER}, 400, "model", id="predict-with-an-embedder"),
+    pytest.param("/predict", {"inputs": []}, 400, "inputs", id="predict-nothing"),
+    pytest.param("/similarity", {"inputs": {"source_sentence": "a", "sentences": []}}, 400, "inputs",
+                 id="similarity-no-sentences"),
+    pytest.param("/similarity", {"inputs": {"source_sentence": "a", "sentences": ["b"]}, "model": COLPALI}, 400,
+                 "model", id="similarity-multi-vector-model"),
+    pytest.param("/similarity", {"inputs": {"source_sentence": "a", "sentences": ["b"]}, "model": SPLADE}, 400,
+                 "model", id="similarity-sparse-model"),
+    pytest.param("/tokenize", {"inputs": []}, 400, "inputs", id="tokenize-nothing"),
+    pytest.param("/tokenize", {"inputs": [1]}, 400, "inputs", id="tokenize-ids"),
+    pytest.param("/decode", {"ids": [10**9]}, 400, "ids", id="decode-outside-the-vocabulary"),
+    pytest.param("/decode", {"ids": ["a"]}, 400, "ids", id="decode-text"),
+    pytest.param("/", {"inputs": "a", "parameters": {"top_k": "two"}}, 400, "top_k", id="root-top-k-not-a-number"),
+    pytest.param("/", {"inputs": {"source_sentence": 3}}, 400, "inputs", id="root-source-not-a-string"),
+    # the root's odd bodies
+    pytest.param("/", {"query": "q", "model": RERANKER}, 400, "documents", id="root-query-alone"),
+    pytest.param("/", {"texts": ["a"], "model": RERANKER}, 400, "query", id="root-texts-alone"),
+    pytest.param("/", {"query": "q", "texts": "not a list", "model": RERANKER}, 400, "texts", id="root-texts-a-string"),
+    pytest.param("/", {"query": "q", "texts": ["a"], "documents": ["b"], "model": RERANKER}, 400, "texts",
+                 id="root-texts-and-documents"),
+    pytest.param("/", {"inputs": None}, 400, "inputs", id="root-null-inputs"),
+    pytest.param("/", {"inputs": {"sentences": ["a"]}}, 400, "inputs", id="root-similarity-without-source"),
+    pytest.param("/", {"inputs": ["a", "b", "c"], "parameters": {}}, 400, "inputs", id="root-classify-a-triple"),
+    pytest.param("/", {"inputs": "a", "parameters": {"function_to_apply": "cube"}}, 400, "function_to_apply",
+                 id="root-unknown-function"),
+    pytest.param("/", {"inputs": "a", "model": SPLADE, "max_active_dims": "five"}, 400, "max_active_dims",
+                 id="root-sparse-max-active-dims-a-string"),
+]
+
+
+@pytest.mark.parametrize(("path", "body", "status", "param"), BAD_BODIES)
+def test_bad_bodies(serve, path, body, status, param):
+    assert_refused(answer(serve, *ROUTES[path], body), status, param)
+
+
+def test_embed_asks_the_model_for_unit_vectors_unless_told_not_to(serve):
+    status, vectors, service = answer(serve, *ROUTES["/embed"], {"inputs": ["a fox", "a dog"]})
+    assert status == 200 and np.asarray(vectors).shape == (2, 384)
+    assert [row.normalize for row in service.rows] == [True, True]
+    _, _, service = answer(serve, *ROUTES["/embed"], {"inputs": "a fox", "normalize": False})
+    assert [row.normalize for row in service.rows] == [False]
+
+
+@pytest.mark.parametrize("name", [CLIP, COLPALI])
+def test_teis_default_normalize_is_no_error_for_models_that_normalize_anyway(name):
+    """Media models give unit vectors whatever is asked: TEI's default (true) asks for what they give."""
+    query = tei.embed_query(tei.TeiEmbedRequest(inputs="a", model=name))
+    check_embed(query, INFOS[name], EmbentoConfig(), None, INFOS)
+    with pytest.raises(InvalidRequest, match="normalize applies to dense text embedders"):
+        check_embed(tei.embed_query(tei.TeiEmbedRequest(inputs="a", model=name, normalize=False)), INFOS[name],
+                    EmbentoConfig(), None, INFOS)
+
+
+def test_predict_single_pair_and_batch(serve):
+    status, single, service = answer(serve, *ROUTES["/predict"], {"inputs": "a fox", "raw_scores": True})
+    length = service.rows[0].length
+    assert status == 200 and single == [{"label": label, "score": pytest.approx((i + 1) * length / 100)}
+                                        for i, label in reversed(list(enumerate(LABELS)))]
+    _, batch, service = answer(serve, *ROUTES["/predict"], {"inputs": [["q", "a fox"], ["a dog"]]})
+    assert len(batch) == 2 and service.rows[0].token_type_ids[-1] == 1 and set(service.rows[1].token_type_ids) == {0}
+    assert all(abs(sum(item["score"] for item in row) - 1) < 1e-5 for row in batch)  # softmax
+
+
+def test_similarity_is_the_cosine_of_the_embed_vectors(serve):
+    texts = ["a fox", "a dog", "a cat"]
+    _, vectors, _ = answer(serve, *ROUTES["/embed"], {"inputs": texts})
+    status, scores, _ = answer(serve, *ROUTES["/similarity"], {"inputs": {"source_sentence": texts[0],
+                                                                           "sentences": texts[1:]}})
+    unit = np.asarray(vectors) / np.linalg.norm(vectors, axis=1, keepdims=True)
+    assert status == 200 and np.allclose(scores, unit[1:] @ unit[0], atol=1e-5)
+
+
+def test_sparse_rerank_tokenize_and_decode(serve, tokenizers):
+    status, answered, _ = answer(serve, *ROUTES["/embed_sparse"], {"inputs": "a fox a", "max_active_dims": 2})
+    sparse = [[value.model_dump() for value in row] for row in answered]
+    ids = tokenizers[SPLADE].encode_texts(["a fox a"])[0]
+    assert status == 200 and len(sparse[0]) == 2 and {"index": 1037, "value": 2.0} in sparse[0]
+    assert {entry["index"] for entry in sparse[0]} <= set(ids)
+    status, ranked, _ = answer(serve, *ROUTES["/rerank"], {"query": "q", "texts": ["a", "a longer text"],
+                                                           "return_text": True})
+    assert status == 200 and [(r["index"], r["text"]) for r in ranked] == [(1, "a longer text"), (0, "a")]
+    _, tokens, _ = answer(serve, *ROUTES["/tokenize"], {"inputs": "a fox"})
+    assert [t["text"] for t in tokens[0]] == ["[CLS]", "a", "fox", "[SEP]"] and tokens[0][1]["start"] == 0
+    _, texts, _ = answer(serve, *ROUTES["/decode"], {"ids": [[t["id"] for t in tokens[0]]]})
+    assert texts == ["a fox"]
+
+
+@pytest.mark.parametrize(("body", "path", "same_as"), [
+    ({"inputs": ["a fox", "a dog"]}, "/embed", None),  # the first served model embeds
+    ({"inputs": "a fox", "model": CLASSIFIER}, "/predict", None),
+    ({"inputs": "a fox", "model": SPLADE}, "/embed_sparse", None),
+    ({"query": "q", "texts": ["a", "a longer text"], "model": RERANKER}, "/rerank", None),
+    ({"inputs": {"source_sentence": "a", "sentences": ["b", "c"]}}, "/similarity", None),
+    ({"inputs": "a fox", "parameters": {"top_k": 2, "function_to_apply": "none"}}, "/predict",
+     {"inputs": "a fox", "raw_scores": True}),
+])
+def test_the_root_answers_as_the_route_it_dispatches_to(serve, body, path, same_as):
+    status, through_root, _ = answer(serve, *ROUTES["/"], body)
+    _, direct, _ = answer(serve, *ROUTES[path], same_as or body)
+    assert status == 200
+    if same_as is None:
+        assert through_root == direct
+    else:  # the text-classification task: one list per input, the top_k best
+        assert through_root == [direct[:2]]
