@@ -41,8 +41,9 @@ SIMILARITY_SHAPES: frozenset[Shape] = frozenset({"dense"})  # a cosine needs one
 M = TypeVar("M", bound=BaseModel)
 
 
-# POST /embed
 class TeiEmbedRequest(TruncationControls):
+    """POST /embed."""
+
     inputs: EmbeddingInput
     # TEI's default. Models without a normalize control (media models) give unit vectors anyway, which
     # asking for is no error (gateway.validation).
@@ -66,9 +67,8 @@ def embed_answer(embeddings: Embeddings) -> list:
     return embeddings.vectors().tolist()
 
 
-# POST /embed_sparse
 class SparseEmbeddingRequest(TruncationControls):
-    """With Embento's `model`, `instruction` and `max_active_dims`."""
+    """POST /embed_sparse, with Embento's `model`, `instruction` and `max_active_dims`."""
 
     inputs: StrictStr | list[StrictStr]
     model: str | None = Field(None, description="Served model name; defaults to the first sparse model.")
@@ -96,9 +96,8 @@ def sparse_answer(embeddings: Embeddings) -> list[list[SparseValue]]:
             for entries in embeddings.sparse_entries()]
 
 
-# POST /rerank, shared with infinity
 class RerankBody(RerankRequest):
-    """infinity's body (`documents`) or TEI's (`texts`, `return_text`), told apart by `is_tei_rerank`."""
+    """POST /rerank: infinity's body (`documents`) or TEI's (`texts`, `return_text`), told apart by the body."""
 
     documents: list[StrictStr | DocumentObject] | None = None  # type: ignore[assignment]
     texts: list[StrictStr] | None = Field(None, description="TEI's documents; the answer is then TEI's.")
@@ -128,9 +127,8 @@ def rerank_answer(ranking: Ranking, return_text: bool) -> list[dict]:
             for i in ranking.order]
 
 
-# POST /predict
 class TeiPredictRequest(TruncationControls):
-    """A text, a [text, text] pair, or a batch of [text] and [text, text]."""
+    """POST /predict: a text, a [text, text] pair, or a batch of [text] and [text, text]."""
 
     inputs: StrictStr | list[StrictStr] | list[list[StrictStr]]
     raw_scores: StrictBool = False
@@ -160,7 +158,7 @@ def label_scores(classified: Classified, top_k: int | None = None) -> list[list[
 
 
 class TextClassificationParameters(BaseModel):
-    """The parameters `InferenceClient.text_classification` sends (to the root)."""
+    """The parameters `InferenceClient.text_classification` sends."""
 
     function_to_apply: Literal["sigmoid", "softmax", "none"] | None = None
     top_k: StrictInt | None = None
@@ -170,7 +168,6 @@ class TextClassificationParameters(BaseModel):
         return {"none": "identity", "sigmoid": "sigmoid", "softmax": "softmax", None: None}[self.function_to_apply]
 
 
-# POST /similarity (the Hugging Face sentence-similarity task)
 class SimilarityInputs(BaseModel):
     source_sentence: StrictStr
     sentences: list[StrictStr]
@@ -181,6 +178,8 @@ class SimilarityParameters(TruncationControls):
 
 
 class TeiSimilarityRequest(BaseModel):
+    """POST /similarity (the Hugging Face sentence-similarity task)."""
+
     inputs: SimilarityInputs
     parameters: SimilarityParameters | None = None
     model: str | None = None
@@ -203,8 +202,9 @@ def similarity_answer(embeddings: Embeddings) -> list[float]:
     return (vectors[1:] @ vectors[0]).tolist()
 
 
-# POST /tokenize and /decode
 class TeiTokenizeRequest(BaseModel):
+    """POST /tokenize."""
+
     inputs: StrictStr | list[StrictStr]
     add_special_tokens: StrictBool = True
     prompt_name: str | None = None
@@ -222,6 +222,8 @@ def tokens_answer(tokens: Tokens) -> list[list[dict]]:
 
 
 class TeiDecodeRequest(BaseModel):
+    """POST /decode."""
+
     ids: TokenIds | list[TokenIds]
     skip_special_tokens: StrictBool = True
     model: str | None = None
@@ -266,8 +268,10 @@ async def decode(engine: Engine, body: TeiDecodeRequest) -> list[str]:
     return await engine.decode(decode_query(body))
 
 
-# POST /: what `huggingface_hub.InferenceClient(base_url)` sends, or any TEI body
+# The root
 class TeiRootRequest(BaseModel):
+    """POST /: what `huggingface_hub.InferenceClient(base_url)` sends, or any TEI body."""
+
     model_config = ConfigDict(extra="allow")
     inputs: Any = None
     parameters: dict[str, Any] | None = None
