@@ -40,7 +40,7 @@ test: setup
 # The CPU image built with buildah from a base made with mmdebstrap, run with podman with no network
 # (installs those from Debian's packages when missing; about 2 minutes and 8 GB of disk at the peak here).
 test-container: setup
-	BENTOML_DO_NOT_TRACK=True $(VENV)/bin/python -m pytest -m container -s tests/test_container.py
+	BENTOML_DO_NOT_TRACK=True $(VENV)/bin/python -m pytest -m container -s tests/packaging/test_container.py
 
 # embento:<version>-cpu and embento:<version>-cuda, serving the models embento.yaml names.
 bento: setup

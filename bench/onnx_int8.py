@@ -227,7 +227,7 @@ def main() -> None:
     float32 = load(exported)
     fp32 = throughput(encode_with(float32), sentences)
     lengths = [len(ids) for ids in float32.tokenizer(sentences)["input_ids"]]
-    one_pass = DOCUMENTS + make_sentences(20, seed=23)  # tests/test_backends.py's case before: one padded pass
+    one_pass = DOCUMENTS + make_sentences(20, seed=23)  # tests/unit/models/test_backends.py's case before: one padded pass
     one_pass_reference = reference_model.encode(one_pass, batch_size=len(one_pass))
     reference_queries, reference_corpus = (reference_model.encode(texts, batch_size=BATCH)
                                            for texts in (CORPUS_QUERIES, CORPUS))

@@ -10,7 +10,7 @@ is a reranker when sentence-transformers' CrossEncoder files or its model card s
 with SPLADE pooling). Anything else is served as a text embedder.
 
 This is the one module that names kinds: `KIND_SPECS` says what each one means everywhere else
-(tests/test_kind_names.py keeps it so).
+(tests/architecture/test_kind_names.py keeps it so).
 """
 
 from __future__ import annotations

@@ -34,7 +34,7 @@ QUERIES = [
 ]
 CORPUS = DOCUMENTS + CALIBRATION_TEXTS + make_sentences(60, seed=23)  # 166 documents, 1 to 700 words
 CORPUS_QUERIES = QUERIES + [" ".join(s.split()[:6]) for s in make_sentences(40, seed=31)[5:33]]  # 40 queries
-# The quantized-codes set (tests/test_quantized_retrieval.py): 500 documents of 3 to 20 words and 60 queries of
+# The quantized-codes set (tests/unit/models/test_quantized_retrieval.py): 500 documents of 3 to 20 words and 60 queries of
 # 2 to 10 over the 30-word vocabulary, so that near neighbours differ by little: the hard case for a ranking.
 SHORT_DOCUMENTS = short_sentences(500, seed=1, shortest=3, longest=20)
 SHORT_QUERIES = short_sentences(60, seed=101, shortest=2, longest=10)

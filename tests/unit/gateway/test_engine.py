@@ -20,7 +20,7 @@ from tests.unit.gateway.fake_engine import (
 )
 
 
-# OpenAI: every bad body the server's tests sent (test_server_errors.py), answered by the engine alone
+# OpenAI: every bad body the server's tests sent (tests/server/test_errors.py), answered by the engine alone
 BAD_EMBEDDINGS = [
     pytest.param({"input": [], "model": EMBEDDER}, 400, "input", id="empty-list"),
     pytest.param({"input": "", "model": EMBEDDER}, 400, "input", id="empty-string"),

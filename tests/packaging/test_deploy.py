@@ -249,8 +249,8 @@ def test_probe_paths_and_port_are_bentomls(client):
 
 
 def test_deploy_folder_has_nothing_unchecked():
-    # image/base-image.sh: tests/test_container.py builds its base with it; grafana/ and prometheus/:
-    # tests/test_observability.py.
+    # image/base-image.sh: tests/packaging/test_container.py builds its base with it; grafana/ and prometheus/:
+    # tests/server/test_observability.py.
     assert sorted(p.relative_to(DEPLOY).as_posix() for p in DEPLOY.rglob("*") if p.is_file()) == [
         "bentocloud.yaml", "embento.yaml", "grafana/embento.json", "image/base-image.sh",
         "kubernetes/clip-embedder.yaml", "kubernetes/gateway.yaml",

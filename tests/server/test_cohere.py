@@ -136,7 +136,7 @@ def test_v2_output_dimension_truncates_and_renormalizes_before_quantizing(co2, m
 def test_served_codes_are_the_offline_ones(co, co2, client, minilm_st):
     """The codes a vector database would store, from the server (Cohere v2 and v1), against the same codes made
     offline: sentence-transformers' vectors for the calibration texts and for part of the retrieval set of
-    tests/test_quantized_retrieval.py, through models/quantization.py with the default scheme."""
+    tests/unit/models/test_quantized_retrieval.py, through models/quantization.py with the default scheme."""
     texts = SHORT_QUERIES[:20] + SHORT_DOCUMENTS[:100]
     offline = Quantizer(calibration=minilm_st.encode(CALIBRATION_TEXTS))
     scale = _scale(client, MINILM)

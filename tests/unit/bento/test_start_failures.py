@@ -1,5 +1,5 @@
 """How a failure escaping `bentoml serve`'s own process is printed (bento/start_failures.py); the servers
-that fail to start are in test_server_faults.py and test_bento.py."""
+that fail to start are in tests/server/test_faults.py and tests/packaging/test_bento.py."""
 
 from __future__ import annotations
 

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import base64
 import random
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -19,7 +17,7 @@ from models.resolve import resolve_model
 from models.text_encoder import TextEncoder
 from models.text_tokenizer import TextTokenizer
 from tests.checkpoints import WORDS
-from tests.conftest import MINILM, ROOT
+from tests.conftest import MINILM
 from tests.sentences import make_sentences
 from tests.tolerance import assert_same_vectors
 
@@ -35,13 +33,6 @@ def st_model(minilm_path):
 def minilm(minilm_path) -> tuple[TextTokenizer, TextEncoder]:
     cfg = ModelConfig(model_id=MINILM, device="cpu")
     return TextTokenizer(minilm_path, cfg), TextEncoder(minilm_path, cfg)
-
-
-def test_models_package_has_no_bentoml_import():
-    code = "import sys, config.settings, models.kinds, models.scores, models.text_encoder, models.text_scorer, " \
-           "models.text_tokenizer, models.batching; print('bentoml' in sys.modules)"
-    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
-    assert result.stdout.strip() == "False"
 
 
 def test_packaged_default_resolves_offline(minilm_path, monkeypatch):

@@ -1,6 +1,6 @@
 """The warm-up policy on its own: a permanent failure is a load failure (stop, or with allow_partial report it
 and serve the others); a transient one is retried, and logged at WARNING once it has lasted 30 s, once a
-minute. The real path through a server is in test_server_faults.py."""
+minute. The real path through a server is in tests/server/test_faults.py."""
 
 from __future__ import annotations
 

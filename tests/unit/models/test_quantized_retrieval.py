@@ -4,7 +4,7 @@ ten nearest documents of each query by code · code (int8), cosine on the codes 
 
 The codes are the served ones, offline: each model's calibration texts embedded by sentence-transformers, then
 the default scheme of config/settings.py (symmetric, one scale) through models/quantization.py, as the engine
-builds it at warm-up. tests/test_server_cohere.py checks that the server answers these same codes.
+builds it at warm-up. tests/server/test_cohere.py checks that the server answers these same codes.
 
 The retrieval set (SHORT_DOCUMENTS and SHORT_QUERIES of tests/retrieval.py): short sentences over a 30-word
 vocabulary, 500 documents of 3 to 20 words and 60 queries of 2 to 10, so that near neighbours differ by little:

@@ -5,6 +5,8 @@ import inside a function counts as much as one at the top of a file."""
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -51,6 +53,13 @@ def test_imports_point_one_way(folder):
 def test_config_settings_holds_no_bentoml():
     """The gateway and models/ read it."""
     assert [m for m in imported_modules(ROOT / "config" / "settings.py") if names(m, ("bentoml",))] == []
+
+
+def test_models_package_has_no_bentoml_import():
+    code = "import sys, config.settings, models.kinds, models.scores, models.text_encoder, models.text_scorer, " \
+           "models.text_tokenizer, models.batching; print('bentoml' in sys.modules)"
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "False"
 
 
 def test_shared_metrics_import_none_of_the_packages():

@@ -1,0 +1,77 @@
+"""`embento serve` through a real server: the configured model services and no others, and the ready banner
+(the flags and variables themselves: tests/unit/commands/test_cli.py)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from commands.flags import PROJECT_ROOT
+
+
+def _service_names(cmdline: list[str]) -> list[str]:
+    return [cmdline[i + 1] for i, arg in enumerate(cmdline[:-1]) if arg == "--service-name"]
+
+
+@pytest.mark.server
+def test_embento_serve_runs_the_configured_models(tiny_bert_path, tmp_path):
+    import os
+    import signal
+    import time
+
+    import httpx
+    import psutil
+
+    from tests.conftest import free_port
+
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("EMBENTO_")}
+    env.update(HF_HUB_OFFLINE="1", BENTOML_HOME=str(tmp_path / "bentoml"), EMBENTO_BATCH_SIZE="999999")
+    command = [sys.executable, "-m", "commands", "serve", "--model-id", str(tiny_bert_path), "--served-model-name",
+               "flagged", "--pooling-method", "cls", "--batch-size", "4", "--host", "127.0.0.1", "--port", str(port)]
+    log = tmp_path / "serve.log"
+    process = subprocess.Popen(command, cwd=tmp_path, env={**env, "PYTHONPATH": str(PROJECT_ROOT)},
+                               stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline and process.poll() is None:
+            try:
+                models = httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=5)
+                if models.status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            time.sleep(1)
+        assert models.status_code == 200
+        assert [(m["id"], m["dimension"]) for m in models.json()["data"]] == [("flagged", 32)]
+        response = httpx.post(f"http://127.0.0.1:{port}/v1/embeddings", json={"input": ["a", "b"], "model": "flagged"})
+        assert response.status_code == 200 and len(response.json()["data"]) == 2
+        services = {arg for child in psutil.Process(process.pid).children(recursive=True)
+                    for arg in _service_names(child.cmdline())}
+        assert services == {"Embento", "TextEmbedder"}  # no Reranker process for an embedder-only config
+        while "embento: ready on" not in log.read_text() and time.monotonic() < deadline:
+            time.sleep(0.5)  # the banner follows /readyz by one poll
+        output = log.read_text()
+        assert f"embento: ready on http://127.0.0.1:{port}" in output
+        assert "flagged (text): POST /v1/embeddings" in output and "try: curl -s" in output
+        assert "None of PyTorch" not in output  # the gateway runs without torch on purpose: no alarm
+    finally:
+        os.killpg(process.pid, signal.SIGTERM)
+        process.wait(timeout=30)
+
+
+@pytest.mark.server
+def test_the_ready_banner_lists_routes_that_exist_and_a_curl_that_works(server, client):
+    from commands.serve import ready_banner
+
+    banner = ready_banner(server, client.get("/v1/models").json(), needs_key=False)
+    paths = set(client.get("/docs.json").json()["paths"])
+    listed = {path for line in banner.splitlines() if ": POST " in line
+              for path in line.split(": POST ")[1].replace(";", ",").split(", ")}
+    assert listed and listed <= paths, listed - paths
+    command = banner.splitlines()[-1].removeprefix("  try: ")
+    result = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=60, check=True)
+    assert len(json.loads(result.stdout)["data"][0]["embedding"]) > 0
