@@ -13,7 +13,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from models.base import Truncation
+from models.cross_pairs import Encoded
 from models.errors import InvalidRequest, ModelLoadError
+from models.fast_tokenizer import FastTokenizer
 
 _DOCUMENT_MARK = "\x00document\x00"
 _QUERY_MARK = "\x00query\x00"
@@ -21,14 +23,15 @@ _INSTRUCTION_MARK = "\x00instruction\x00"
 
 
 class ChatPairs:
-    def __init__(self, tokenizer: Any, template: str | None, max_tokens: int, model_id: str) -> None:
+    def __init__(self, tokenizer: FastTokenizer, template: str | None, model_id: str) -> None:
+        self._tokenizer = tokenizer
         self._template = template  # None: the tokenizer's own
-        self._max_tokens = max_tokens
-        if template is None and tokenizer.chat_template is None:
+        self._max_tokens = tokenizer.max_input_tokens
+        if template is None and tokenizer.template.chat_template is None:
             raise ModelLoadError(f"'{model_id}' is a causal-LM reranker without a chat template; set chat_template")
         try:
-            probe = self._render(tokenizer, _QUERY_MARK, _DOCUMENT_MARK, None)
-            instructed = self._render(tokenizer, _QUERY_MARK, _DOCUMENT_MARK, _INSTRUCTION_MARK)
+            probe = self._render(tokenizer.template, _QUERY_MARK, _DOCUMENT_MARK, None)
+            instructed = self._render(tokenizer.template, _QUERY_MARK, _DOCUMENT_MARK, _INSTRUCTION_MARK)
         except Exception as exc:  # Jinja raises many types
             raise ModelLoadError(f"the chat template of '{model_id}' cannot render a pair: {exc}") from exc
         if probe.count(_DOCUMENT_MARK) != 1 or probe.count(_QUERY_MARK) != 1:
@@ -42,9 +45,14 @@ class ChatPairs:
             messages.insert(0, {"role": "system", "content": instruction})
         return tokenizer.apply_chat_template(messages, chat_template=self._template, tokenize=False)
 
-    def encode(self, tokenizer: Any, query: str, documents: Sequence[str], instruction: str | None,
-               truncation: Truncation) -> list[list[int]]:
-        """One row of token ids per document."""
+    def encode(self, query: str, documents: Sequence[str], instruction: str | None = None,
+               truncation: Truncation = Truncation()) -> Encoded:
+        """One row of token ids per document (and no segment ids)."""
+        if instruction is not None and not self.takes_instruction:
+            raise InvalidRequest("this model's chat template has no place for an instruction", param="instruction")
+        if self._tokenizer.lower_case:
+            query, documents = query.lower(), [document.lower() for document in documents]
+        tokenizer = self._tokenizer.get()  # this thread's copy
         head, tail = self._render(tokenizer, query, _DOCUMENT_MARK, instruction).split(_DOCUMENT_MARK)
         backend = tokenizer.backend_tokenizer
         backend.no_truncation()
@@ -70,7 +78,7 @@ class ChatPairs:
                 rows.append(ids[:start] + ids[len(ids) - len(suffix) - (keep - start):])
             else:
                 rows.append(ids[:keep] + suffix)
-        return rows
+        return rows, None
 
     @staticmethod
     def _closing_tokens(backend: Any, head: str, tail: str) -> list[int]:
