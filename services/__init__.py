@@ -16,9 +16,7 @@ if TYPE_CHECKING:
 def __getattr__(name: str) -> object:
     if name != "MODEL_SERVICES":
         raise AttributeError(f"module 'services' has no attribute {name!r}")
-    from services.media import ClapEmbedder, ClipEmbedder, ColPaliEmbedder
-    from services.scorer import Reranker
-    from services.text import TextEmbedder
+    from services.model_services import ClapEmbedder, ClipEmbedder, ColPaliEmbedder, Reranker, TextEmbedder
 
     services: dict[str, bentoml.Service] = {
         cls.name: cls for cls in (TextEmbedder, Reranker, ClipEmbedder, ClapEmbedder, ColPaliEmbedder)

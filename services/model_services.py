@@ -1,0 +1,62 @@
+"""The model services, each built by `model_service`: one batchable API that takes rows from all requests and
+all the service's models and answers one array per row (batching, ordering and failure isolation are
+`ModelPool`'s), beside the APIs every model service has (`PooledService`).
+
+The text services take token ids (`TokenizedText`). The multimodal ones take `ModelInput` rows, the gateway
+having decoded and processed images and audio; there is one per family, so each can get its own device and
+scale on its own.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import bentoml
+import numpy as np
+
+from bento.patches import make_work_conserving
+from bento.store import pin_store_models
+from models.base import ModelInput, TokenizedText
+from services.pool import PooledService, pool_for
+from services.service_config import (
+    DISPATCH_MAX_LATENCY_MS,
+    dispatch_max_rows,
+    model_service_config,
+    models_of_service,
+)
+
+make_work_conserving()
+
+
+def model_service(name: str, api: str, row: type, description: str) -> Any:
+    """The BentoML service `name` (its kinds' `KindSpec.model_service`) whose batchable API `api` (their
+    `KindSpec.service_api`) takes a list of `row`: its own processes, device and scaling."""
+
+    async def run(self: PooledService, rows: list) -> list[np.ndarray]:
+        return await self.pool.run(rows)
+
+    # BentoML names the API and its route after the function, and builds its IO descriptors from the
+    # annotations, which must be types: this module's own annotations are strings.
+    run.__name__, run.__qualname__ = api, f"{name}.{api}"
+    run.__annotations__ = {"rows": list[row], "return": list[np.ndarray]}
+    run.__doc__ = "Rows in, one array per row out (an empty array where the model failed on that row)."
+
+    def __init__(self: PooledService) -> None:
+        self.pool = pool_for(name)
+
+    batchable = bentoml.api(batchable=True, max_batch_size=dispatch_max_rows(), max_latency_ms=DISPATCH_MAX_LATENCY_MS)
+    # `type` rather than a class statement: BentoML lists a service's APIs by attribute name, here `api`.
+    service = type(name, (PooledService,), {"__init__": __init__, "__doc__": description, api: batchable(run)})
+    pinned = pin_store_models(models_of_service(name))(service)
+    return bentoml.service(name=name, **model_service_config(name))(pinned)
+
+
+TextEmbedder = model_service("TextEmbedder", "embed", TokenizedText,
+                             "Every configured text-embedding model, dense or sparse: one embedding per row.")
+Reranker = model_service("Reranker", "score", TokenizedText,
+                         "Every configured reranker and text classifier, both sequence-classification heads over "
+                         "tokens ((query, document) pairs, or single texts): one row of logits per row.")
+ClipEmbedder = model_service("ClipEmbedder", "encode", ModelInput, "CLIP, SigLIP and kin: texts and images.")
+ClapEmbedder = model_service("ClapEmbedder", "encode", ModelInput, "CLAP: texts and audio.")
+ColPaliEmbedder = model_service("ColPaliEmbedder", "encode", ModelInput,
+                                "ColPali and ColQwen2: page images and queries.")
