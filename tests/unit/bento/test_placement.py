@@ -61,7 +61,7 @@ def test_each_worker_takes_its_own_gpu():
 
 
 def test_model_services_get_one_worker_per_gpu_each_on_its_own_index(monkeypatch):
-    """Through the model service's own settings, as `services/text.py` and `pool_for` read them."""
+    """Through the model service's own settings, as `services/model_services.py` and `pool_for` read them."""
     from bentoml._internal.context import server_context
 
     import services.service_config as settings
