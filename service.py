@@ -34,7 +34,7 @@ from gateway.engine import Engine
 from gateway.lifecycle import Lifecycle, ModelRegistry
 from gateway.model_calls import ModelCalls
 from gateway.preprocessors import load_preprocessors
-from gateway.wire import cohere, infinity, openai, tei
+from gateway.wire import cohere, infinity, openai, shared_rerank, tei
 from gateway.wire.common import RerankRequest
 from models.kinds import model_kind, spec
 from services import MODEL_SERVICES
@@ -125,10 +125,10 @@ class Gateway:
         return await answered(cohere.rerank_v2, self.engine, request)
 
     @bentoml.api(route="/rerank")
-    async def rerank(self, request: tei.RerankBody, /) -> infinity.InfinityRerankResponse:
+    async def rerank(self, request: shared_rerank.RerankBody, /) -> infinity.InfinityRerankResponse:
         """infinity's rerank (`documents`: documents come back as plain strings), or TEI's (`texts`: TEI's bare
         list, and TEI's error shape)."""
-        return await answered(infinity.rerank, self.engine, request)
+        return await answered(shared_rerank.rerank, self.engine, request)
 
     @bentoml.api(route="/v1/classify")
     async def classify(self, request: infinity.ClassifyRequest, /) -> infinity.ClassifyResponse:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from gateway.errors import ErrorShape, error_response
 from gateway.metrics import TRACE, RequestTrace
-from gateway.wire import tei
+from gateway.wire import shared_rerank, tei
 from models import errors
 
 if TYPE_CHECKING:
@@ -25,7 +25,7 @@ T = TypeVar("T")
 ERROR_SHAPES: dict[str, ErrorShape] = {path: "tei" for path in tei.TEI_PATHS}  # every other path: "openai"
 TEI_PATHS = frozenset(path for path, shape in ERROR_SHAPES.items() if shape == "tei")
 # Paths both families share: TEI's shape when the JSON body is TEI's by the rule.
-TEI_BODIES: Mapping[str, Callable[[Mapping[str, Any]], bool]] = {"/rerank": tei.is_tei_rerank}
+TEI_BODIES: Mapping[str, Callable[[Mapping[str, Any]], bool]] = {"/rerank": shared_rerank.is_tei_rerank}
 
 
 async def answered(adapter: Callable[[Engine, B], Awaitable[T]], engine: Engine, body: B) -> T:

@@ -1,6 +1,7 @@
 """infinity's API: its legacy media routes (`/embeddings_image`, `/embeddings_audio`, answered in OpenAI's
-shape as infinity does), `/rerank` with `documents` (a body with TEI's `texts` goes to TEI's adapter) and
-`/classify` (also at `/v1/classify`), with `raw_scores` honoured. infinity's `/embeddings` is OpenAI's."""
+shape as infinity does), `/rerank` with `documents` (the route is shared with TEI: `gateway.wire.shared_rerank`
+hands infinity's fields here) and `/classify` (also at `/v1/classify`), with `raw_scores` honoured. infinity's
+`/embeddings` is OpenAI's."""
 
 from __future__ import annotations
 
@@ -8,13 +9,12 @@ import time
 from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, Field, StrictBool, StrictStr
-from starlette.responses import JSONResponse
 
 from gateway.queries import ClassifyQuery, EmbedQuery
 from gateway.results import Classified, Ranking
-from gateway.wire import tei
 from gateway.wire.common import (
     LabelScore,
+    RerankRequest,
     TruncationControls,
     Usage,
     as_list,
@@ -23,6 +23,7 @@ from gateway.wire.common import (
     ranked_labels,
     response_id,
 )
+# infinity's embedding answers are OpenAI's shape, so its media routes answer with OpenAI's response.
 from gateway.wire.openai import EmbeddingResponse, embedding_response
 from models.base import Modality
 
@@ -53,7 +54,7 @@ async def embed_audio(engine: Engine, body: LegacyMediaRequest) -> EmbeddingResp
     return embedding_response(await engine.embed(media_query(body, "audio")))
 
 
-# POST /rerank with `documents`
+# POST /rerank with `documents` (infinity's body is the shared RerankRequest)
 class InfinityRerankResult(BaseModel):
     relevance_score: float
     index: int
@@ -77,12 +78,8 @@ def rerank_response(ranking: Ranking, return_documents: bool) -> InfinityRerankR
                                   id=response_id(), created=int(time.time()))
 
 
-async def rerank(engine: Engine, body: tei.RerankBody) -> InfinityRerankResponse | JSONResponse:
-    """The one place a /rerank body is told apart, by the rule `ErrorBodies` shapes its errors with."""
-    if tei.is_tei_rerank(vars(body)):
-        return await tei.rerank(engine, body)
-    ranking = await engine.rank(rank_query(body.as_rerank_request()))
-    return rerank_response(ranking, body.return_documents)
+async def rerank(engine: Engine, body: RerankRequest) -> InfinityRerankResponse:
+    return rerank_response(await engine.rank(rank_query(body)), body.return_documents)
 
 
 # POST /classify and /v1/classify

@@ -1,28 +1,26 @@
 """text-embeddings-inference's API: TEI's bodies become internal queries, and the results TEI's bare answers.
 `model` is an Embento extension: without it each route takes the first served model of the kind it needs.
-Errors on these routes leave in TEI's shape (`TEI_PATHS`; on `/rerank`, when `is_tei_rerank` says the body is
-TEI's). The root (`/`) re-dispatches to these same route functions, as TEI's own does to its handlers."""
+Errors on these routes leave in TEI's shape (`TEI_PATHS`; on `/rerank`, shared with infinity, when
+`gateway.wire.shared_rerank.is_tei_rerank` says the body is TEI's). The root (`/`) re-dispatches to these same
+route functions, as TEI's own does to its handlers."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, ValidationError
 from starlette.responses import JSONResponse
 
-from gateway.queries import ClassifyQuery, DecodeQuery, EmbedQuery, InputItem, Shape, TokenizeQuery
+from gateway.queries import ClassifyQuery, DecodeQuery, EmbedQuery, InputItem, RankQuery, Shape, TokenizeQuery
 from gateway.results import Classified, Embeddings, Ranking, Tokens
 from gateway.wire.common import (
-    DocumentObject,
     EmbeddingInput,
-    RerankRequest,
     TokenIds,
     TruncationControls,
     as_list,
     input_items,
-    rank_query,
     ranked_labels,
     reworded_union,
 )
@@ -33,7 +31,7 @@ from models.kinds import KindSpec
 if TYPE_CHECKING:
     from gateway.engine import Engine
 
-# The routes answering in TEI's error shape. `/rerank` is shared with infinity: TEI's when `is_tei_rerank`.
+# The routes answering in TEI's error shape. `/rerank` is shared with infinity: `gateway.wire.shared_rerank`.
 TEI_PATHS = frozenset({"/", "/embed", "/embed_sparse", "/predict", "/similarity", "/tokenize", "/decode"})
 # What /embed answers: vectors, or per-token vectors; sparse models answer /embed_sparse.
 EMBED_SHAPES: frozenset[Shape] = frozenset({"dense", "multi-vector"})
@@ -96,29 +94,23 @@ def sparse_answer(embeddings: Embeddings) -> list[list[SparseValue]]:
             for entries in embeddings.sparse_entries()]
 
 
-class RerankBody(RerankRequest):
-    """POST /rerank: infinity's body (`documents`) or TEI's (`texts`, `return_text`), told apart by the body."""
+class TeiRerankRequest(TruncationControls):
+    """POST /rerank with `texts` (the shared route hands TEI's fields over: `gateway.wire.shared_rerank`), and the
+    root's rerank task. `model`, `top_n` and `instruction` are Embento's."""
 
-    documents: list[StrictStr | DocumentObject] | None = None  # type: ignore[assignment]
-    texts: list[StrictStr] | None = Field(None, description="TEI's documents; the answer is then TEI's.")
-    return_text: StrictBool = Field(False, description="TEI's: each result carries its text.")
-
-    def as_rerank_request(self) -> RerankRequest:
-        """The documents, from TEI's `texts` or infinity's `documents`, in the body every rerank route shares;
-        neither or both is a 400."""
-        if self.texts is not None and self.documents is not None:
-            raise InvalidRequest("give documents (infinity, Cohere) or texts (TEI), not both", param="texts")
-        if self.texts is None and self.documents is None:
-            raise InvalidRequest("documents is required", param="documents")
-        fields = self.model_dump(exclude={"texts", "return_text", "documents"})
-        documents = self.texts if self.texts is not None else self.documents
-        return RerankRequest.model_validate({**fields, "documents": documents})
+    query: StrictStr
+    texts: list[StrictStr]
+    raw_scores: StrictBool = False
+    return_text: StrictBool = False
+    model: str | None = None
+    top_n: StrictInt | None = None
+    instruction: StrictStr | None = None
 
 
-def is_tei_rerank(body: Mapping[str, Any]) -> bool:
-    """Whether a /rerank body is TEI's (`texts`, not infinity's `documents`): it is then answered, errors too, in
-    TEI's shapes. The one test, for the route and for errors the framework raises before it (`gateway.errors`)."""
-    return body.get("texts") is not None and body.get("documents") is None
+def rerank_query(body: TeiRerankRequest) -> RankQuery:
+    return RankQuery(query=body.query, documents=tuple(body.texts), model=body.model, top_n=body.top_n,
+                     activation="identity" if body.raw_scores else None, instruction=body.instruction,
+                     truncation=body.truncation())
 
 
 def rerank_answer(ranking: Ranking, return_text: bool) -> list[dict]:
@@ -245,10 +237,9 @@ async def embed_sparse(engine: Engine, body: SparseEmbeddingRequest) -> list[lis
     return sparse_answer(await engine.embed(sparse_query(body)))
 
 
-async def rerank(engine: Engine, body: RerankBody) -> JSONResponse:
-    """As is: the route also answers infinity's body, and declares infinity's answer."""
-    ranking = await engine.rank(rank_query(body.as_rerank_request()))
-    return JSONResponse(rerank_answer(ranking, body.return_text))
+async def rerank(engine: Engine, body: TeiRerankRequest) -> JSONResponse:
+    """As is: the shared /rerank route declares infinity's answer."""
+    return JSONResponse(rerank_answer(await engine.rank(rerank_query(body)), body.return_text))
 
 
 async def predict(engine: Engine, body: TeiPredictRequest) -> list:
@@ -310,7 +301,7 @@ def _route(body_model: type[M], route: Callable[[Engine, M], Awaitable[Any]]
 
 
 ROOT_ROUTES: dict[RootTask, Callable[[Engine, dict[str, Any]], Awaitable[Any]]] = {
-    "rerank": _route(RerankBody, rerank), "similarity": _route(TeiSimilarityRequest, similarity),
+    "rerank": _route(TeiRerankRequest, rerank), "similarity": _route(TeiSimilarityRequest, similarity),
     "text-classification": text_classification, "predict": _route(TeiPredictRequest, predict),
     "embed_sparse": _route(SparseEmbeddingRequest, embed_sparse), "embed": _route(TeiEmbedRequest, embed),
 }

@@ -12,7 +12,7 @@ from hypothesis.errors import Unsatisfiable
 from schemathesis import GenerationMode
 
 from gateway.answer import TEI_PATHS
-from gateway.wire.tei import is_tei_rerank
+from gateway.wire.shared_rerank import is_tei_rerank
 from tests.asserts import assert_openai_error, assert_tei_error
 
 pytestmark = pytest.mark.server

@@ -220,7 +220,7 @@ def test_info_carries_teis_fields(client):
 @pytest.mark.parametrize(("path", "body"), [
     ("/embed", {"inputs": 5}),
     ("/similarity", {"inputs": {"source_sentence": "a", "sentences": ["b"]}, "model": TINY_COLPALI}),
-    ("/", {"query": "q", "texts": ["a"], "documents": ["b"], "model": MINILM_RERANKER}),
+    ("/", {"query": "q", "model": MINILM_RERANKER}),
 ])
 def test_bad_tei_requests_get_teis_error_shape(client, path, body):
     assert_tei_error(client.post(path, json=body), 400)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from gateway.queries import DecodeQuery, EmbedQuery, InputItem, RankQuery, TokenizeQuery
-from gateway.wire import infinity, openai, tei
+from gateway.wire import infinity, openai, shared_rerank
 from tests.unit.gateway.fake_engine import (
     CLASSIFIER,
     CLIP,
@@ -148,17 +148,18 @@ BAD_RERANKS = [
 
 @pytest.mark.parametrize(("body", "status", "param"), BAD_RERANKS)
 def test_bad_rerank_bodies(serve, body, status, param):
-    message = assert_refused(answer(serve, infinity.rerank, tei.RerankBody, body), status, param)
+    message = assert_refused(answer(serve, shared_rerank.rerank, shared_rerank.RerankBody, body), status, param)
     if param == "model" and status == 400 and "model" in body:
         assert RERANKER in message  # says which models can
 
 
 def test_rerank_answers_infinitys_shape_or_teis_by_the_body(serve):
-    status, body, service = answer(serve, infinity.rerank, tei.RerankBody,
+    status, body, service = answer(serve, shared_rerank.rerank, shared_rerank.RerankBody,
                                    {"query": "q", "documents": ["a", "a longer one"], "return_documents": True})
     assert status == 200 and body["model"] == RERANKER and len(service.rows) == 2
     assert [r["index"] for r in body["results"]] == [1, 0] and body["results"][0]["document"] == "a longer one"
-    status, body, _ = answer(serve, infinity.rerank, tei.RerankBody, {"query": "q", "texts": ["a", "a longer one"]})
+    status, body, _ = answer(serve, shared_rerank.rerank, shared_rerank.RerankBody,
+                             {"query": "q", "texts": ["a", "a longer one"]})
     assert status == 200 and [r["index"] for r in body] == [1, 0] and set(body[0]) == {"index", "score"}
 
 

@@ -1,7 +1,7 @@
-"""TEI's adapter without a server: each body's query, the root's dispatch, the one test of a TEI /rerank body,
-each answer written from a hand-built result; and through the real engine over a fake model service
-(`tests/unit/gateway/fake_engine.py`) every bad body the server's tests sent, refused with its status and the
-field it names before any row reaches a model service, and the root answering as the route it dispatches to."""
+"""TEI's adapter without a server: each body's query, the root's dispatch, each answer written from a hand-built
+result; and through the real engine over a fake model service (`tests/unit/gateway/fake_engine.py`) every bad body
+the server's tests sent, refused with its status and the field it names before any row reaches a model service,
+and the root answering as the route it dispatches to."""
 
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ from pydantic import ValidationError
 from gateway.queries import ClassifyQuery, DecodeQuery, EmbedQuery, InputItem, RankQuery, TokenizeQuery
 from gateway.results import Classified, Embeddings, Ranking, Tokens
 from gateway.wire import tei
-from gateway.wire.common import rank_query
 from config.settings import EmbentoConfig
 from gateway.validation import check_embed
 from models.base import ModelInfo, Truncation
@@ -62,26 +61,12 @@ def test_sparse_query_asks_for_the_sparse_capability():
                                instruction="find", truncation=Truncation(True, None))
 
 
-def test_rerank_body_is_teis_by_texts_and_ranks_them():
-    body = tei.RerankBody(query="q", texts=["a", "b"], top_n=1, raw_scores=True, return_text=True)
-    assert tei.is_tei_rerank(vars(body)) and tei.is_tei_rerank({"texts": ["a"]})
-    assert not tei.is_tei_rerank({"documents": ["a"]}) and not tei.is_tei_rerank({"texts": ["a"], "documents": []})
-    assert not tei.is_tei_rerank({"texts": None, "documents": None})
-    assert rank_query(body.as_rerank_request()) == RankQuery(query="q", documents=("a", "b"), top_n=1,
-                                                             activation="identity", truncation=Truncation(True, None))
-    infinity = tei.RerankBody(query="q", documents=["a", {"text": "b", "id": 3}], return_documents=True)
-    assert rank_query(infinity.as_rerank_request()).documents == ("a", "b")
-
-
-@pytest.mark.parametrize(("body", "param", "message"), [
-    ({"query": "q", "texts": ["a"], "documents": ["b"]}, "texts", "give documents (infinity, Cohere) or texts (TEI), "
-     "not both"),
-    ({"query": "q"}, "documents", "documents is required"),
-])
-def test_rerank_body_needs_texts_or_documents(body, param, message):
-    with pytest.raises(InvalidRequest) as caught:
-        tei.RerankBody.model_validate(body).as_rerank_request()
-    assert (caught.value.param, caught.value.message) == (param, message)
+def test_rerank_query_ranks_the_texts_under_teis_controls():
+    body = tei.TeiRerankRequest(query="q", texts=["a", "b"], top_n=1, raw_scores=True, return_text=True,
+                                truncation_direction="Left", model="r", instruction="find")
+    assert tei.rerank_query(body) == RankQuery(query="q", documents=("a", "b"), model="r", top_n=1,
+                                               activation="identity", instruction="find",
+                                               truncation=Truncation(True, "left"))
 
 
 @pytest.mark.parametrize(("inputs", "texts", "pairs", "batch"), [
@@ -224,7 +209,7 @@ def test_tokens_answer():
 # Through the engine
 ROUTES = {"/embed": (tei.embed, tei.TeiEmbedRequest),
           "/embed_sparse": (tei.embed_sparse, tei.SparseEmbeddingRequest),
-          "/rerank": (tei.rerank, tei.RerankBody),
+          "/rerank": (tei.rerank, tei.TeiRerankRequest),
           "/predict": (tei.predict, tei.TeiPredictRequest),
           "/similarity": (tei.similarity, tei.TeiSimilarityRequest),
           "/tokenize": (tei.tokenize, tei.TeiTokenizeRequest),
@@ -259,11 +244,11 @@ BAD_BODIES = [
     pytest.param("/", {"inputs": "a", "parameters": {"top_k": "two"}}, 400, "top_k", id="root-top-k-not-a-number"),
     pytest.param("/", {"inputs": {"source_sentence": 3}}, 400, "inputs", id="root-source-not-a-string"),
     # the root's odd bodies
-    pytest.param("/", {"query": "q", "model": RERANKER}, 400, "documents", id="root-query-alone"),
+    pytest.param("/", {"query": "q", "model": RERANKER}, 400, "texts", id="root-query-alone"),
     pytest.param("/", {"texts": ["a"], "model": RERANKER}, 400, "query", id="root-texts-alone"),
     pytest.param("/", {"query": "q", "texts": "not a list", "model": RERANKER}, 400, "texts", id="root-texts-a-string"),
-    pytest.param("/", {"query": "q", "texts": ["a"], "documents": ["b"], "model": RERANKER}, 400, "texts",
-                 id="root-texts-and-documents"),
+    # the root is TEI's: infinity's `documents` is no field of its rerank body
+    pytest.param("/", {"query": "q", "documents": ["b"], "model": RERANKER}, 400, "texts", id="root-documents"),
     pytest.param("/", {"inputs": None}, 400, "inputs", id="root-null-inputs"),
     pytest.param("/", {"inputs": {"sentences": ["a"]}}, 400, "inputs", id="root-similarity-without-source"),
     pytest.param("/", {"inputs": ["a", "b", "c"], "parameters": {}}, 400, "inputs", id="root-classify-a-triple"),
