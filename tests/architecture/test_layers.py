@@ -1,6 +1,7 @@
 """Dependencies point one way: service.py -> gateway/ and services/ -> models/, with config/ under all of
-them and bento/ (packaging and operations) beside services/. Read from the source with `ast`, so a lazy
-import inside a function counts as much as one at the top of a file."""
+them and bento/ (packaging and operations) beside services/; commands/ (the CLI) beside the servers, and the
+installed `embento` package outside the bundle. Read from the source with `ast`, so a lazy import inside a
+function counts as much as one at the top of a file."""
 
 from __future__ import annotations
 
@@ -21,7 +22,20 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     "services": ("gateway", "commands"),
     "bento": ("gateway", "services", "commands"),
     "config": ("gateway", "services", "bento", "commands"),
+    # The CLI builds (bento/), serves through a `bentoml serve` subprocess and stores models: it reads config/,
+    # models/ (the kind registry, errors) and bento/, never the servers' code.
+    "commands": ("gateway", "services"),
+    # The installed package (client and entry point) is not the bundle: it reaches the bundle's `commands` only
+    # by `importlib.import_module` once it has found the bundle (test_embento_reaches_the_bundle_by_commands_only).
+    "embento": ("gateway", "services", "bento", "commands", "config", "models", "shared_metrics", "service"),
 }
+# Every module of the bundle and the installed package; none imports the composition root, service.py (tests and
+# bench/, which run or inspect it, may).
+CODE = (*FORBIDDEN, "shared_metrics.py")
+# One adapter per client family; none reads another's fields, so none imports another (`gateway/wire/common.py`
+# holds what they share). infinity's embedding answers ARE OpenAI's shape: that import is the one allowed.
+FAMILIES = ("openai", "infinity", "cohere", "tei")
+SHARED_FAMILY_MODULES = {"infinity": ("openai",)}
 
 
 def imported_modules(path: Path) -> set[str]:
@@ -39,15 +53,52 @@ def names(module: str, forbidden: tuple[str, ...]) -> bool:
     return any(module == name or module.startswith(name + ".") for name in forbidden)
 
 
-def breaches(folder: str, forbidden: tuple[str, ...]) -> list[str]:
+def python_files(place: str) -> list[Path]:
+    path = ROOT / place
+    return [path] if path.is_file() else sorted(path.rglob("*.py"))
+
+
+def breaches(place: str, forbidden: tuple[str, ...]) -> list[str]:
     return [f"{path.relative_to(ROOT)} imports {module}"
-            for path in sorted((ROOT / folder).rglob("*.py"))
+            for path in python_files(place)
             for module in sorted(imported_modules(path)) if names(module, forbidden)]
 
 
 @pytest.mark.parametrize("folder", FORBIDDEN)
 def test_imports_point_one_way(folder):
     assert breaches(folder, FORBIDDEN[folder]) == []
+
+
+@pytest.mark.parametrize("place", CODE)
+def test_nothing_imports_the_composition_root(place):
+    assert breaches(place, ("service",)) == []
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_a_client_familys_adapter_imports_no_other_familys(family):
+    others = tuple(f"gateway.wire.{other}" for other in FAMILIES
+                   if other != family and other not in SHARED_FAMILY_MODULES.get(family, ()))
+    assert breaches(f"gateway/wire/{family}.py", others) == []
+
+
+def import_module_calls(path: Path) -> list[tuple[str, bool]]:
+    """Each `import_module(name)` call in `path`: the name, and whether it runs only inside a function."""
+    tree = ast.parse(path.read_text())
+    in_functions = {id(node) for function in ast.walk(tree)
+                    if isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)) for node in ast.walk(function)}
+    return [(ast.literal_eval(node.args[0]), id(node) in in_functions) for node in ast.walk(tree)
+            if isinstance(node, ast.Call) and called_name(node) == "import_module"]
+
+
+def called_name(call: ast.Call) -> str:
+    """`f` of `f(...)` or of `module.f(...)`."""
+    return getattr(call.func, "attr", getattr(call.func, "id", ""))
+
+
+def test_embento_reaches_the_bundle_by_commands_only():
+    """`embento` imports no module of the bundle (FORBIDDEN); the one way in is `import_module("commands")`,
+    called inside a function once the bundle is found and on the path."""
+    assert [call for path in python_files("embento") for call in import_module_calls(path)] == [("commands", True)]
 
 
 def test_config_settings_holds_no_bentoml():
