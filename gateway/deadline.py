@@ -1,7 +1,7 @@
 """When a request stops being worth computing: its deadline passed, or its client disconnected.
 
-Either way the gateway stops waiting at once, and the caller (gateway/engine.py) tells the model service to
-drop the request's queued rows, so abandoned work does not delay the requests behind it.
+Either way the gateway stops waiting at once, and the caller (`ModelCalls._abandon` in gateway/model_calls.py)
+tells the model service to drop the request's queued rows, so abandoned work does not delay the requests behind it.
 """
 
 from __future__ import annotations

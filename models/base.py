@@ -115,7 +115,7 @@ class Row(Protocol):
 
 
 class TokenModel(Protocol):
-    """Runs one checkpoint (runner side): one float32 output per input row, in order: a vector for
+    """Runs one checkpoint (model-service side): one float32 output per input row, in order: a vector for
     embedders, logits (one per label) for scorers, a (tokens, dim) matrix for multi-vector models, and for
     sparse models a (2, active) matrix: the active vocabulary indices (ascending) over their weights.
 

@@ -1,4 +1,4 @@
-"""Cutting a runner's batch into forward passes, and keeping one bad input from failing its neighbours."""
+"""Cutting a model service's batch into forward passes, and keeping one bad input from failing its neighbours."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The one error hierarchy. Each class names what went wrong; `service.py` maps them to HTTP."""
+"""The one error hierarchy. Each class names what went wrong; `gateway/errors.py` maps them to HTTP."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Multimodal checkpoints on the torch backend (runner side): the CLIP family and CLAP (two towers, one
+"""Multimodal checkpoints on the torch backend (model-service side): the CLIP family and CLAP (two towers, one
 vector per input, L2-normalized as the family compares them) and ColPali / ColQwen2 (one vector per token
 or patch: late interaction)."""
 

@@ -2,7 +2,7 @@
 
 One class serves rerankers (a one-label head over a (query, document) pair, or a causal LM whose logits at
 the last position score it, as `LogitScore` defines) and classifiers (a head with one logit per label over a
-single text). The runner returns logits; activations are applied per request (`models.scores.activate`),
+single text). The model service returns logits; activations are applied per request (`models.scores.activate`),
 so `raw_scores` costs nothing.
 """
 

@@ -1,6 +1,6 @@
-"""The model-running core every runner shares.
+"""The model-running core every model service shares.
 
-A runner's batch holds rows from many requests and several models. `ModelPool` groups them by model,
+A model service's batch holds rows from many requests and several models. `ModelPool` groups them by model,
 sorts by length, cuts passes by count and token budget (on CPU, a big batch as one pass per core at the same
 time), and answers in request order. A pass that fails is bisected, so one bad input never fails the rows it
 shared a batch with. Rows of requests the gateway has given up on (deadline, disconnect) are dropped before
@@ -142,7 +142,7 @@ class ModelPool:
         """One model's rows: passes cut by count and token budget, each bisected if it fails."""
         model = self.models.get(name)
         if model is None:
-            logger.error("rows for unknown model '%s' reached the runner", name)
+            logger.error("rows for unknown model '%s' reached the model service", name)
             return [LookupError(name)] * len(rows)
         outputs: list[np.ndarray | Exception] = [FAILED] * len(rows)
         live = self._live(name, rows, range(len(rows)))

@@ -68,7 +68,7 @@ def _placement(service: str, models: list[ModelConfig], gpus: int) -> Placement:
 
 
 def dispatch_max_rows() -> int:
-    """Rows one runner call may gather: enough for several passes of the largest model batch (on a GPU,
+    """Rows one call of a model service may gather: enough for several passes of the largest model batch (on a GPU,
     the largest pass the device-sized defaults allow, since the gateway cannot know the device's memory)."""
     gpus = visible_gpus()
     return max(64, 4 * max(m.batch_size or default_batch_size(runs_on_gpu(m, gpus)) for m in served_config().models))
