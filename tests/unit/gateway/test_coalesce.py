@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import numpy as np
 import pytest
@@ -34,6 +35,24 @@ class FakeModelService:
 async def settle() -> None:
     for _ in range(5):
         await asyncio.sleep(0)
+
+
+async def one_call_in_flight(service: FakeModelService, max_rows: int = 64, **options: Any
+                             ) -> tuple[Coalescer, asyncio.Task[list[np.ndarray]]]:
+    """A coalescer over `service` whose first request ("1", one row) has left in a call."""
+    coalescer = Coalescer(service.send, max_rows=max_rows, **options)
+    first = asyncio.create_task(coalescer.run(rows("1", 1)))
+    await settle()
+    return coalescer, first
+
+
+async def one_waiting_behind_it(service: FakeModelService, **options: Any
+                                ) -> tuple[Coalescer, asyncio.Task[list[np.ndarray]], asyncio.Task[list[np.ndarray]]]:
+    """As `one_call_in_flight`, and request "2" (one row) waiting for that call to return."""
+    coalescer, first = await one_call_in_flight(service, **options)
+    waiting = asyncio.create_task(coalescer.run(rows("2", 1)))
+    await settle()
+    return coalescer, first, waiting
 
 
 class StoppedClock:
@@ -87,9 +106,7 @@ def test_requests_arriving_during_a_call_leave_together_in_one_call():
 def test_a_call_holds_at_most_max_rows_unless_one_request_is_larger():
     async def scenario() -> None:
         service = FakeModelService()
-        coalescer = Coalescer(service.send, max_rows=5)
-        first = asyncio.create_task(coalescer.run(rows("1", 1)))
-        await settle()
+        coalescer, first = await one_call_in_flight(service, max_rows=5)
         later = [asyncio.create_task(coalescer.run(rows(str(n), count))) for n, count in ((2, 3), (3, 3), (4, 9))]
         await settle()
         service.release.set()
@@ -103,9 +120,8 @@ def test_a_request_abandoned_before_its_call_is_never_sent():
     async def scenario() -> None:
         service = FakeModelService()
         dropped: list[str] = []
-        coalescer = Coalescer(service.send, max_rows=64, dropped=lambda rs: dropped.extend(r.request_id for r in rs))
-        first = asyncio.create_task(coalescer.run(rows("1", 1)))
-        await settle()
+        coalescer, first = await one_call_in_flight(
+            service, dropped=lambda gone_rows: dropped.extend(row.request_id for row in gone_rows))
         gone = asyncio.create_task(coalescer.run(rows("2", 3)))
         kept = asyncio.create_task(coalescer.run(rows("3", 1)))
         await settle()
@@ -121,12 +137,8 @@ def test_a_request_abandoned_before_its_call_is_never_sent():
 def test_a_failed_call_fails_each_of_its_requests_and_the_next_call_still_goes():
     async def scenario() -> None:
         service = FakeModelService()
-        coalescer = Coalescer(service.send, max_rows=64)
         service.fail = True
-        first = asyncio.create_task(coalescer.run(rows("1", 1)))
-        await settle()
-        second = asyncio.create_task(coalescer.run(rows("2", 1)))
-        await settle()
+        coalescer, first, second = await one_waiting_behind_it(service)
         service.release.set()
         for task in (first, second):
             with pytest.raises(ConnectionError):
@@ -140,11 +152,7 @@ def test_a_failed_call_fails_each_of_its_requests_and_the_next_call_still_goes()
 def test_after_a_call_returns_the_next_one_waits_briefly_for_the_clients_just_answered():
     async def scenario() -> None:
         service = FakeModelService()
-        coalescer = Coalescer(service.send, max_rows=64, clock=StoppedClock())
-        first = asyncio.create_task(coalescer.run(rows("1", 1)))
-        await settle()
-        waiting = asyncio.create_task(coalescer.run(rows("2", 1)))
-        await settle()
+        coalescer, first, waiting = await one_waiting_behind_it(service, clock=StoppedClock())
         service.release.set()
         await first
         back = asyncio.create_task(coalescer.run(rows("3", 1)))  # the answered client comes straight back
@@ -158,11 +166,7 @@ def test_the_wait_for_answered_clients_ends_after_return_wait_s():
     async def scenario() -> None:
         service = FakeModelService()
         clock = StoppedClock()
-        coalescer = Coalescer(service.send, max_rows=64, clock=clock)
-        first = asyncio.create_task(coalescer.run(rows("1", 1)))
-        await settle()
-        waiting = asyncio.create_task(coalescer.run(rows("2", 1)))
-        await settle()
+        _, first, waiting = await one_waiting_behind_it(service, clock=clock)
         service.release.set()
         await first
         await settle()
@@ -181,9 +185,7 @@ def test_the_wait_for_answered_clients_is_bounded_and_skipped_when_nothing_waits
     async def scenario() -> None:
         service = FakeModelService()
         service.release.set()
-        coalescer = Coalescer(service.send, max_rows=64)
-        first = asyncio.create_task(coalescer.run(rows("1", 1)))
-        await settle()
+        coalescer, first = await one_call_in_flight(service)
         waiting = asyncio.create_task(coalescer.run(rows("2", 1)))
         await asyncio.wait_for(asyncio.gather(first, waiting), timeout=5)  # nobody came back: it left anyway
         assert service.calls == [["1"], ["2"]]
