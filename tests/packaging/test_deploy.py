@@ -11,6 +11,7 @@ import yaml
 
 from commands.build import project_version
 from config.settings import load_config
+from models.kinds import spec
 from tests.conftest import ROOT
 
 DEPLOY = ROOT / "deploy"
@@ -44,11 +45,9 @@ FIELDS = {
 @pytest.fixture(scope="module")
 def needed_services() -> set[str]:
     """The model services a Bento built with deploy/embento.yaml holds."""
-    from service import RUNNERS
-
     config = load_config({"EMBENTO_CONFIG": str(DEPLOY / "embento.yaml")})
     assert all(m.kind != "auto" for m in config.models)  # so this needs no checkpoint
-    return {RUNNERS[m.kind][1].name for m in config.models}
+    return {spec(m.kind).model_service for m in config.models}
 
 
 @pytest.fixture(scope="module")

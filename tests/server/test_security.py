@@ -112,12 +112,12 @@ def test_model_services_serve_on_unix_sockets_only(server_process):
 
     import psutil
 
-    from service import RUNNERS
+    from services import MODEL_SERVICES
 
     url, pid = server_process
     gateway_port = ("127.0.0.1", int(url.rsplit(":", 1)[1]))
     tree = [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
-    names = {runner.name for _, runner, _ in RUNNERS.values()}
+    names = set(MODEL_SERVICES)
     model_services = [p for p in tree if names & set(p.cmdline())]
     assert len(model_services) == 5  # TextEmbedder, Reranker, ClipEmbedder, ClapEmbedder, ColPaliEmbedder
 
