@@ -103,11 +103,7 @@ def read_long_buffer_lists() -> None:
     SessionManager._reads_long_headers = True  # type: ignore[attr-defined]
 
 
-# A model service stops listening once it has had no work for this long. The gap between two calls of a
-# draining gateway is milliseconds on a quiet machine, but a gateway descheduled on a loaded 2-core host took
-# over 0.5 s (the SIGTERM test then got a 503 for the last queued request); 2 s holds with margin and costs
-# an idle server 2 s more to stop.
-DRAIN_QUIET_S = 2.0
+DRAIN_QUIET_S = 0.5  # a model service stops listening once it has had no work for this long
 DRAIN_MAX_S = 20.0
 _IDLE_CLOCKS: list[Callable[[], float]] = []  # every model pool of this process
 
