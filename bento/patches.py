@@ -23,6 +23,8 @@ from typing import Any
 
 from bentoml._internal.marshal.dispatcher import Optimizer
 
+from config.server_files import gateway_workers_alive
+
 
 def make_work_conserving() -> None:
     """`CorkDispatcher` holds a request while `n * (wait_n + a) <= 0.95 * mean_wait`, where `mean_wait` is
@@ -103,7 +105,7 @@ def read_long_buffer_lists() -> None:
     SessionManager._reads_long_headers = True  # type: ignore[attr-defined]
 
 
-DRAIN_QUIET_S = 0.5  # a model service stops listening once it has had no work for this long
+DRAIN_QUIET_S = 0.5  # with no sight of the gateway, a model service stops once it has had no work this long
 DRAIN_MAX_S = 20.0
 _IDLE_CLOCKS: list[Callable[[], float]] = []  # every model pool of this process
 
@@ -111,8 +113,11 @@ _IDLE_CLOCKS: list[Callable[[], float]] = []  # every model pool of this process
 def drain_before_shutdown(idle_seconds: Callable[[], float]) -> None:
     """For a model service's process. Circus stops every service of the server together, and uvicorn stops
     listening at once; but the gateway, draining its own in-flight requests, still has some to send (the
-    coalescer holds them while a call runs). So a model service keeps serving until it has been idle for
-    `DRAIN_QUIET_S`, then shuts down as uvicorn does."""
+    coalescer holds them while a call runs). So a model service keeps serving while a gateway worker of its
+    server runs (`config.server_files.gateway_workers_alive`); started alone, until it has been idle for
+    `DRAIN_QUIET_S`. Idle time alone was not enough: on a loaded host a draining gateway once took longer than
+    that between two calls, and its last request got a 503. At most `DRAIN_MAX_S`, then it shuts down as
+    uvicorn does."""
     import uvicorn
 
     _IDLE_CLOCKS.append(idle_seconds)
@@ -120,9 +125,15 @@ def drain_before_shutdown(idle_seconds: Callable[[], float]) -> None:
         return
     shutdown = uvicorn.Server.shutdown
 
+    def still_needed() -> bool:
+        gateway_alive = gateway_workers_alive()
+        if gateway_alive is None:
+            return min(idle() for idle in _IDLE_CLOCKS) < DRAIN_QUIET_S
+        return gateway_alive
+
     async def drain_then_shutdown(self: uvicorn.Server, sockets: Any = None) -> None:
         give_up = time.monotonic() + DRAIN_MAX_S
-        while min(idle() for idle in _IDLE_CLOCKS) < DRAIN_QUIET_S and time.monotonic() < give_up:
+        while still_needed() and time.monotonic() < give_up:
             await asyncio.sleep(0.05)
         await shutdown(self, sockets=sockets)
 

@@ -21,6 +21,34 @@ def server_file(name: str) -> Path | None:
     return _server_folder() / f"embento-{_process_key(os.getppid())}-{name}"
 
 
+GATEWAY_MARK = "gateway-"
+
+
+def mark_gateway_worker() -> None:
+    """In a gateway worker: leave its pid where the server's model services look while they drain."""
+    path = server_file(f"{GATEWAY_MARK}{os.getpid()}")
+    if path is not None:
+        path.touch()
+
+
+def gateway_workers_alive() -> bool | None:
+    """Whether a gateway worker of this server still runs; None outside a server holding gateway workers (a
+    model service started alone, as in a split topology, cannot see its gateway)."""
+    marker = server_file(GATEWAY_MARK)
+    marks = list(marker.parent.glob(f"{marker.name}*")) if marker is not None else []
+    if not marks:
+        return None
+    return any(_running(int(path.name.rsplit("-", 1)[1])) for path in marks)
+
+
+def _running(pid: int) -> bool:
+    """Alive and not a zombie: an exited worker stays one until its arbiter reaps it."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
 def remove_server_files() -> None:
     """In the arbiter, at exit: the files its workers shared."""
     if server_context.worker_index is not None:

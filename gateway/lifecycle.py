@@ -15,6 +15,7 @@ from typing import Any
 
 import aiohttp
 
+from config.server_files import mark_gateway_worker
 from gateway.metrics import READY
 from gateway.warmup import Warmup
 from models import errors
@@ -52,6 +53,7 @@ class Lifecycle:
         """Warm-up in the background, the only one that tries: a probe or request that tried too would wait on
         a model service still starting for the client's whole timeout. They read `registry.done` instead."""
         self.clients = clients
+        mark_gateway_worker()  # the model services serve while it runs, when the server stops (bento/patches.py)
         warmup = self.warmup = Warmup(self.registry, lambda: self._fetch_infos(failed_here), warm_up,
                                       allow_partial, stop_server)
 
