@@ -186,17 +186,17 @@ def test_split_topology_answers_like_one_process(home, bentos, client, tmp_path)
     env = server_env(home)
     start = [sys.executable, "-m", "bentoml_cli._internal.start", "start-http-server", str(bentos["cpu"]),
              "--host", "127.0.0.1"]
-    ports: dict[str, int] = {}
+    ports = {name: free_port() for name in sorted(MODEL_SERVICES)}
+    depends = [f"--depends={name}=http://127.0.0.1:{port}" for name, port in ports.items()]
+    gateway_port = free_port()
     with contextlib.ExitStack() as stack:
-        # One at a time, each listening before the next port is chosen: a server starting meanwhile binds
-        # ports of its own (its arbiter's ZeroMQ endpoints), and once took one chosen but not yet bound.
-        for name in sorted(MODEL_SERVICES):
-            ports[name] = free_port()
-            command = [*start, "--service-name", name, "--port", str(ports[name])]
-            service = stack.enter_context(background(command, env, tmp_path / f"{name}.log", cwd=tmp_path))
+        # The model services side by side (free_port's ports lie outside the range their own endpoints come
+        # from), the gateway once they listen.
+        services = {name: stack.enter_context(background([*start, "--service-name", name, "--port", str(port)],
+                                                         env, tmp_path / f"{name}.log", cwd=tmp_path))
+                    for name, port in ports.items()}
+        for name, service in services.items():
             wait_listening(ports[name], service, tmp_path / f"{name}.log")
-        depends = [f"--depends={name}=http://127.0.0.1:{port}" for name, port in ports.items()]
-        gateway_port = free_port()
         gateway = stack.enter_context(background([*start, *depends, "--port", str(gateway_port)], env,
                                                  tmp_path / "gateway.log", cwd=tmp_path))
         url = f"http://127.0.0.1:{gateway_port}"
@@ -243,12 +243,19 @@ def test_a_bento_refuses_a_configuration_that_needs_services_it_lacks(home, bent
         "too: rebuild it with that configuration in embento.yaml\n")
 
 
-def serve_bento(home: Path, tag: str, folder: Path, **env: str) -> Iterator[str]:
-    """`bentoml serve <tag>` from `folder`, which holds no configuration, until the block ends."""
+@contextlib.contextmanager
+def started_bento(home: Path, tag: str, folder: Path, **env: str) -> Iterator[tuple[str, subprocess.Popen]]:
+    """`bentoml serve <tag>` from `folder`, which holds no configuration, until the block ends: (url, process),
+    not ready yet."""
     port = free_port()
     command = [sys.executable, "-m", "bentoml", "serve", tag, "--host", "127.0.0.1", "--port", str(port)]
     with background(command, server_env(home, **env), folder / "bento.log", cwd=folder) as process:
-        url = f"http://127.0.0.1:{port}"
+        yield f"http://127.0.0.1:{port}", process
+
+
+def serve_bento(home: Path, tag: str, folder: Path, **env: str) -> Iterator[str]:
+    """`started_bento` once it is ready: its url."""
+    with started_bento(home, tag, folder, **env) as (url, process):
         wait_ready(url, process, folder / "bento.log")
         yield url
 
@@ -260,16 +267,20 @@ def test_a_bento_serves_the_configuration_it_was_built_with(home, store_tags, tm
     built = embento(home, "build", "--accel", "cpu", "--version", "from-env",
                     EMBENTO_CONFIG=str(tmp_path / "other.yaml"), EMBENTO_MAX_CLIENT_BATCH_SIZE="16")
     assert built.returncode == 0, built.stderr
-    elsewhere = tmp_path / "elsewhere"
+    elsewhere, overridden = tmp_path / "elsewhere", tmp_path / "overridden"
     elsewhere.mkdir()
-    with contextlib.contextmanager(serve_bento)(home, "embento:from-env-cpu", elsewhere) as url:
+    overridden.mkdir()
+    with contextlib.ExitStack() as both:  # side by side, then each one ready
+        (url, process), (overridden_url, overridden_process) = [
+            both.enter_context(started_bento(home, "embento:from-env-cpu", folder, **env))
+            for folder, env in ((elsewhere, {}), (overridden, {"EMBENTO_MAX_CLIENT_BATCH_SIZE": "8"}))]
+        wait_ready(url, process, elsewhere / "bento.log")
+        wait_ready(overridden_url, overridden_process, overridden / "bento.log")
         assert [m["id"] for m in httpx.get(f"{url}/v1/models", timeout=30).json()["data"]] == [TINY_RERANKER]
         assert httpx.get(f"{url}/info", timeout=30).json()["limits"]["max_client_batch_size"] == 16
+        assert httpx.get(f"{overridden_url}/info", timeout=30).json()["limits"]["max_client_batch_size"] == 8
     assert "override the configuration" not in (elsewhere / "bento.log").read_text()
-    with contextlib.contextmanager(serve_bento)(home, "embento:from-env-cpu", elsewhere,
-                                                EMBENTO_MAX_CLIENT_BATCH_SIZE="8") as url:
-        assert httpx.get(f"{url}/info", timeout=30).json()["limits"]["max_client_batch_size"] == 8
-    log = (elsewhere / "bento.log").read_text()
+    log = (overridden / "bento.log").read_text()
     assert "EMBENTO_MAX_CLIENT_BATCH_SIZE override the configuration this Bento (from-env-cpu) was built with" in log
 
 
