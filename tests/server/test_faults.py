@@ -14,6 +14,7 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -30,10 +31,12 @@ from tests.conftest import (
     ROOT,
     background,
     free_port,
+    listening_server,
     merged_batches,
     metric,
     running_server,
     server_env,
+    wait_ready,
 )
 from tests.references import transformers_embeddings
 from tests.sentences import make_sentences
@@ -202,15 +205,72 @@ def checkpoint_without_weights(folder: Path, minilm_path: Path) -> Path:
     return folder
 
 
+@pytest.fixture(scope="module")
+def no_weights(tmp_path_factory: pytest.TempPathFactory, minilm_path: Path) -> Path:
+    return checkpoint_without_weights(tmp_path_factory.mktemp("checkpoints") / "no-weights", minilm_path)
+
+
+def tiny_mpnet(folder: Path, minilm_path: Path) -> Path:
+    """An MPNet, which CTranslate2 has no converter for."""
+    import torch
+    from transformers import MPNetConfig, MPNetModel
+
+    torch.manual_seed(2)
+    MPNetModel(MPNetConfig(vocab_size=30527, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                           intermediate_size=64)).save_pretrained(folder)
+    copy_bert_tokenizer(minilm_path, folder)
+    return folder
+
+
 def serve_until_it_stops(folder: Path, config: dict, command: list[str] | None = None, timeout_s: float = 300
                          ) -> tuple[int, str]:
     """`bentoml serve` (or `command`) with this configuration, run until it exits: (status, log)."""
+    folder.mkdir(exist_ok=True)
     (folder / "embento.yaml").write_text(yaml.safe_dump(config))
     command = command or [sys.executable, "-m", "bentoml", "serve", "service:Gateway", "--port", str(free_port())]
     env = server_env(folder / "home", EMBENTO_CONFIG=str(folder / "embento.yaml"))
     result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout_s,
                             check=False)
     return result.returncode, result.stdout + result.stderr
+
+
+def embento_serve(*args: str) -> list[str]:
+    return [sys.executable, "-m", "commands", "serve", *args, "--host", "127.0.0.1", "--port", str(free_port())]
+
+
+def refused_on_import(debug: bool) -> list[str]:
+    return [sys.executable, "-m", "bentoml", "serve", "service:Gateway", "--port", str(free_port()),
+            *(["--debug"] if debug else [])]
+
+
+REFUSED_DTYPE = "dtype 'bfloat16' with backend 'ctranslate2' needs a CUDA device, and it runs on 'cpu'"
+NO_INT8_ON_TORCH = "dtype 'int8' is not available with backend 'torch'"
+
+
+@pytest.fixture(scope="module")
+def stopped(tmp_path_factory: pytest.TempPathFactory, minilm_path: Path, tiny_bert_path: Path,
+            minilm_reranker_path: Path, no_weights: Path) -> Iterator[dict[str, Future[tuple[int, str]]]]:
+    """The servers that stop at start-up, each test's case, run three at a time as the module starts (each
+    spends seconds importing and loading before it stops): case -> its (status, log) once it has stopped.
+    Their ports come from free_port, outside the range the servers' own endpoints come from."""
+    root = tmp_path_factory.mktemp("stopped")
+    minilm = {"models": [{"model_id": MINILM}]}
+    mpnet = tiny_mpnet(root / "tiny-mpnet", minilm_path)
+    # `embento serve` probes /readyz all along, for its ready banner. A probe used to start a warm-up try of
+    # its own, which waited on the dying model service for the client's timeout (request_timeout_s + 30 s),
+    # and the stopping server waited for that probe: 150 s instead of about 6. 90 s tells the two apart.
+    cases: dict[str, tuple[dict, list[str] | None, float]] = {
+        "warm-up": ({"models": [{"model_id": MINILM}, too_short_reranker(minilm_reranker_path)]}, None, 300),
+        "no weights": ({"models": [{"model_id": MINILM}, {"model_id": str(no_weights)}]}, None, 300),
+        "no converter": (minilm, embento_serve("--model-id", str(mpnet), "--backend", "ctranslate2"), 90),
+        "debug dtype": (minilm, embento_serve("--model-id", str(tiny_bert_path), "--backend", "ctranslate2",
+                                              "--dtype", "bfloat16", "--log-level", "debug"), 120),
+        **{f"on import, debug={debug}": ({"models": [{"model_id": MINILM, "dtype": "int8"}]},
+                                         refused_on_import(debug), 120) for debug in (False, True)},
+    }
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        yield {case: pool.submit(serve_until_it_stops, root / case, config, command, timeout_s)
+               for case, (config, command, timeout_s) in cases.items()}
 
 
 def assert_said_once(log: str, reason: str) -> None:
@@ -220,61 +280,40 @@ def assert_said_once(log: str, reason: str) -> None:
     assert "Traceback" not in log and "Initializing service error" not in log, log
 
 
-def test_a_model_that_cannot_load_stops_the_server_naming_it_and_the_cause(tmp_path, minilm_path):
+def test_a_model_that_cannot_load_stops_the_server_naming_it_and_the_cause(stopped, no_weights):
     """Without weights the checkpoint fails on every try: the server stops instead of restarting it forever,
     and exits non-zero, so that systemd, a Kubernetes Job or `embento serve && ...` see a failure."""
-    broken = checkpoint_without_weights(tmp_path / "no-weights", minilm_path)
-    status, log = serve_until_it_stops(tmp_path, {"models": [{"model_id": MINILM}, {"model_id": str(broken)}]})
-    assert f"cannot load '{broken}'" in log and "no file named" in log  # the model, and the cause
-    assert_said_once(log, f"cannot load '{broken}'")
+    status, log = stopped["no weights"].result()
+    assert f"cannot load '{no_weights}'" in log and "no file named" in log  # the model, and the cause
+    assert_said_once(log, f"cannot load '{no_weights}'")
     assert status == STARTUP_FAILED_STATUS
 
 
-def test_embento_serve_exits_non_zero_when_the_backend_cannot_run_the_model(tmp_path, minilm_path):
+def test_embento_serve_exits_non_zero_when_the_backend_cannot_run_the_model(stopped):
     """CTranslate2 has no converter for MPNet: the model service fails to load, and `embento serve` passes
     BentoML's status on."""
-    import torch
-    from transformers import MPNetConfig, MPNetModel
-
-    mpnet = tmp_path / "tiny-mpnet"
-    torch.manual_seed(2)
-    MPNetModel(MPNetConfig(vocab_size=30527, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                           intermediate_size=64)).save_pretrained(mpnet)
-    copy_bert_tokenizer(minilm_path, mpnet)
-    command = [sys.executable, "-m", "commands", "serve", "--model-id", str(mpnet), "--backend", "ctranslate2",
-               "--host", "127.0.0.1", "--port", str(free_port())]
-    # `embento serve` probes /readyz all along, for its ready banner. A probe used to start a warm-up try of
-    # its own, which waited on the dying model service for the client's timeout (request_timeout_s + 30 s),
-    # and the stopping server waited for that probe: 150 s instead of about 6. 90 s tells the two apart.
-    status, log = serve_until_it_stops(tmp_path, {"models": [{"model_id": MINILM}]}, command, timeout_s=90)
+    status, log = stopped["no converter"].result()
     assert_said_once(log, "No conversion is registered for the model configuration MPNetConfig")
     assert status == STARTUP_FAILED_STATUS
 
 
-def test_at_debug_level_a_refused_dtype_shows_its_traceback(tmp_path, tiny_bert_path):
+def test_at_debug_level_a_refused_dtype_shows_its_traceback(stopped, tiny_bert_path):
     """CTranslate2 in bfloat16 on a CPU, refused as the model service loads: one line at the default level, as
     for the failures above (it used to come five times, three with a traceback: the service's own line,
     BentoML's "Initializing service error", uvicorn's lifespan failure twice, the closing line); at debug
     level, with BentoML's tracebacks too."""
-    reason = "dtype 'bfloat16' with backend 'ctranslate2' needs a CUDA device, and it runs on 'cpu'"
-    command = [sys.executable, "-m", "commands", "serve", "--model-id", str(tiny_bert_path), "--backend", "ctranslate2",
-               "--dtype", "bfloat16", "--log-level", "debug", "--host", "127.0.0.1", "--port", str(free_port())]
-    status, log = serve_until_it_stops(tmp_path, {"models": [{"model_id": MINILM}]}, command, timeout_s=120)
+    status, log = stopped["debug dtype"].result()
     assert status == STARTUP_FAILED_STATUS
-    assert f"{START_FAILED}model '{tiny_bert_path.name}': {reason}" in log
+    assert f"{START_FAILED}model '{tiny_bert_path.name}': {REFUSED_DTYPE}" in log
     assert "Traceback (most recent call last)" in log and "Initializing service error" in log
     assert "models.errors.ConfigError: model" in log
 
 
 @pytest.mark.parametrize("debug", [False, True])
-def test_a_configuration_refused_as_bentoml_serve_imports_the_service_is_one_line(tmp_path, debug):
+def test_a_configuration_refused_as_bentoml_serve_imports_the_service_is_one_line(stopped, debug):
     """Read as `bentoml serve`'s own process imports the service, before any worker starts."""
-    reason = "dtype 'int8' is not available with backend 'torch'"
-    command = [sys.executable, "-m", "bentoml", "serve", "service:Gateway", "--port", str(free_port()),
-               *(["--debug"] if debug else [])]
-    status, log = serve_until_it_stops(tmp_path, {"models": [{"model_id": MINILM, "dtype": "int8"}]}, command,
-                                       timeout_s=120)
-    assert status != 0 and log.count(reason) == (2 if debug else 1), log  # with --debug: the cause's too
+    status, log = stopped[f"on import, debug={debug}"].result()
+    assert status != 0 and log.count(NO_INT8_ON_TORCH) == (2 if debug else 1), log  # with --debug: the cause's too
     assert (f"{PREFIX}invalid configuration" in log) != debug
     assert ("Traceback" in log) == debug
 
@@ -285,81 +324,93 @@ def too_short_reranker(minilm_reranker_path: Path) -> dict:
     return {"model_id": str(minilm_reranker_path), "served_model_name": "too-short", "max_seq_length": 4}
 
 
-def test_a_warm_up_that_cannot_succeed_stops_the_server(tmp_path, minilm_reranker_path):
-    status, log = serve_until_it_stops(tmp_path, {"models": [{"model_id": MINILM},
-                                                             too_short_reranker(minilm_reranker_path)]})
+def test_a_warm_up_that_cannot_succeed_stops_the_server(stopped):
+    status, log = stopped["warm-up"].result()
     assert "model 'too-short': its warm-up failed: query is 3 tokens" in log and "4-token limit" in log
     assert_said_once(log, "model 'too-short': its warm-up failed: query is 3 tokens")
     assert status == STARTUP_FAILED_STATUS
 
 
-def test_with_allow_partial_a_failed_warm_up_is_reported_and_the_others_serve(tmp_path, minilm_reranker_path):
-    config = {"allow_partial": True, "models": [{"model_id": MINILM}, too_short_reranker(minilm_reranker_path)]}
-    with running_server(tmp_path, config) as (url, _):
-        ready = httpx.get(f"{url}/readyz", timeout=30)
-        assert ready.status_code == 200 and ready.json()["models"] == [MINILM]
-        assert list(ready.json()["failed"]) == ["too-short"]
-        assert "warm-up failed: query is 3 tokens" in ready.json()["failed"]["too-short"]
-        listed = httpx.get(f"{url}/v1/models", timeout=30).json()
-        assert [card["id"] for card in listed["data"]] == [MINILM]
-        assert [entry["id"] for entry in listed["failed"]] == ["too-short"]
-        refused = httpx.post(f"{url}/v1/rerank", json={"model": "too-short", "query": "q", "documents": ["d"]},
-                             timeout=30)
-        assert refused.status_code == 503 and refused.json()["error"]["code"] == "model_unavailable"
-        assert httpx.post(f"{url}/v1/embeddings", json={"input": "still here"}, timeout=30).status_code == 200
-    warnings = [line for line in (tmp_path / "server.log").read_text().splitlines() if "too-short" in line]
+@pytest.fixture(scope="module")
+def partial(tmp_path_factory: pytest.TempPathFactory, minilm_reranker_path: Path, no_weights: Path
+            ) -> Iterator[dict[str, tuple[str, subprocess.Popen, Path]]]:
+    """The servers with allow_partial, each test's own, started side by side (each once the one before
+    listens): case -> (url, process, log). Each test waits for what it needs of its own."""
+    configs = {
+        "failed warm-up": [{"model_id": MINILM}, too_short_reranker(minilm_reranker_path)],
+        "nothing left": [too_short_reranker(minilm_reranker_path)],
+        "no weights": [
+            {"model_id": MINILM},
+            {"model_id": str(no_weights), "served_model_name": "broken"},
+            # the Reranker service's only model: that service serves nothing, and is no reason to be unready
+            {"model_id": str(no_weights), "served_model_name": "broken-reranker", "kind": "rerank"},
+        ],
+    }
+    with contextlib.ExitStack() as stack:
+        started = {}
+        for case, models in configs.items():
+            folder = tmp_path_factory.mktemp("partial")
+            url, process = stack.enter_context(listening_server(folder, {"allow_partial": True, "models": models}))
+            started[case] = (url, process, folder / "server.log")
+        yield started
+
+
+def test_with_allow_partial_a_failed_warm_up_is_reported_and_the_others_serve(partial):
+    url, process, log = partial["failed warm-up"]
+    wait_ready(url, process, log)
+    ready = httpx.get(f"{url}/readyz", timeout=30)
+    assert ready.status_code == 200 and ready.json()["models"] == [MINILM]
+    assert list(ready.json()["failed"]) == ["too-short"]
+    assert "warm-up failed: query is 3 tokens" in ready.json()["failed"]["too-short"]
+    listed = httpx.get(f"{url}/v1/models", timeout=30).json()
+    assert [card["id"] for card in listed["data"]] == [MINILM]
+    assert [entry["id"] for entry in listed["failed"]] == ["too-short"]
+    refused = httpx.post(f"{url}/v1/rerank", json={"model": "too-short", "query": "q", "documents": ["d"]},
+                         timeout=30)
+    assert refused.status_code == 503 and refused.json()["error"]["code"] == "model_unavailable"
+    assert httpx.post(f"{url}/v1/embeddings", json={"input": "still here"}, timeout=30).status_code == 200
+    warnings = [line for line in log.read_text().splitlines() if "too-short" in line]
     assert any("WARNING" in line and "warm-up failed" in line for line in warnings), warnings
 
 
-def test_readyz_answers_its_report_when_not_ready(tmp_path, minilm_reranker_path):
+def test_readyz_answers_its_report_when_not_ready(partial):
     """No model left to serve: never ready, and the probe's body is the report itself, not an error wrapping it."""
-    (tmp_path / "embento.yaml").write_text(yaml.safe_dump(
-        {"allow_partial": True, "models": [too_short_reranker(minilm_reranker_path)]}))
-    port = free_port()
-    command = [sys.executable, "-m", "bentoml", "serve", "service:Gateway", "--host", "127.0.0.1", "--port", str(port)]
-    env = server_env(tmp_path / "home", EMBENTO_CONFIG=str(tmp_path / "embento.yaml"))
+    url, process, log = partial["nothing left"]
     probe = None
-    with background(command, env, tmp_path / "server.log") as process:
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline and process.poll() is None:
-            with contextlib.suppress(httpx.HTTPError):
-                probe = httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=5)
-                if probe.json().get("failed"):
-                    break
-            time.sleep(1)
-        assert probe is not None and process.poll() is None, (tmp_path / "server.log").read_text()[-3000:]
-        assert probe.status_code == 503
-        assert probe.json() == {"ready": False, "models": [],
-                                "failed": {"too-short": probe.json()["failed"]["too-short"]}}
-        assert "warm-up failed" in probe.json()["failed"]["too-short"]
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and process.poll() is None:
+        with contextlib.suppress(httpx.HTTPError):
+            probe = httpx.get(f"{url}/readyz", timeout=5)
+            if probe.json().get("failed"):
+                break
+        time.sleep(1)
+    assert probe is not None and process.poll() is None, log.read_text()[-3000:]
+    assert probe.status_code == 503
+    assert probe.json() == {"ready": False, "models": [],
+                            "failed": {"too-short": probe.json()["failed"]["too-short"]}}
+    assert "warm-up failed" in probe.json()["failed"]["too-short"]
 
 
-def test_with_allow_partial_the_other_models_serve_and_the_failures_are_reported(tmp_path, minilm_path):
-    broken = checkpoint_without_weights(tmp_path / "no-weights", minilm_path)
-    config = {"allow_partial": True, "models": [
-        {"model_id": MINILM},
-        {"model_id": str(broken), "served_model_name": "broken"},
-        # the Reranker service's only model: that service serves nothing, and is no reason to be unready
-        {"model_id": str(broken), "served_model_name": "broken-reranker", "kind": "rerank"},
-    ]}
-    with running_server(tmp_path, config) as (url, _):
-        ready = httpx.get(f"{url}/readyz", timeout=30)
-        assert ready.status_code == 200
-        assert ready.json()["models"] == [MINILM]
-        assert set(ready.json()["failed"]) == {"broken", "broken-reranker"}
-        assert all("no file named" in reason for reason in ready.json()["failed"].values())
+def test_with_allow_partial_the_other_models_serve_and_the_failures_are_reported(partial):
+    url, process, log = partial["no weights"]
+    wait_ready(url, process, log)
+    ready = httpx.get(f"{url}/readyz", timeout=30)
+    assert ready.status_code == 200
+    assert ready.json()["models"] == [MINILM]
+    assert set(ready.json()["failed"]) == {"broken", "broken-reranker"}
+    assert all("no file named" in reason for reason in ready.json()["failed"].values())
 
-        listed = httpx.get(f"{url}/v1/models", timeout=30).json()
-        assert [card["id"] for card in listed["data"]] == [MINILM]
-        assert {entry["id"] for entry in listed["failed"]} == {"broken", "broken-reranker"}
+    listed = httpx.get(f"{url}/v1/models", timeout=30).json()
+    assert [card["id"] for card in listed["data"]] == [MINILM]
+    assert {entry["id"] for entry in listed["failed"]} == {"broken", "broken-reranker"}
 
-        for path, body in (("/v1/embeddings", {"model": "broken", "input": "x"}),
-                           ("/v1/rerank", {"model": "broken-reranker", "query": "q", "documents": ["d"]})):
-            refused = httpx.post(f"{url}{path}", json=body, timeout=30)
-            assert refused.status_code == 503
-            error = refused.json()["error"]
-            assert error["code"] == "model_unavailable" and "failed to load" in error["message"]
-            assert error["param"] == "model"
-        served = httpx.post(f"{url}/v1/embeddings", json={"input": "still here"}, timeout=30)  # the default
-        assert served.status_code == 200 and served.json()["model"] == MINILM
-        assert httpx.get(f"{url}/health", timeout=30).status_code == 200
+    for path, body in (("/v1/embeddings", {"model": "broken", "input": "x"}),
+                       ("/v1/rerank", {"model": "broken-reranker", "query": "q", "documents": ["d"]})):
+        refused = httpx.post(f"{url}{path}", json=body, timeout=30)
+        assert refused.status_code == 503
+        error = refused.json()["error"]
+        assert error["code"] == "model_unavailable" and "failed to load" in error["message"]
+        assert error["param"] == "model"
+    served = httpx.post(f"{url}/v1/embeddings", json={"input": "still here"}, timeout=30)  # the default
+    assert served.status_code == 200 and served.json()["model"] == MINILM
+    assert httpx.get(f"{url}/health", timeout=30).status_code == 200
