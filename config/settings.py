@@ -29,11 +29,12 @@ ENV_PREFIX = "EMBENTO_"
 # A Bento's configuration, recorded at build time in its `bento.yaml` as one of the gateway's `envs` (bento/store.py).
 BENTO_CONFIG_ENV = ENV_PREFIX + "BENTO_CONFIG"
 PoolingMethod = Literal["mean", "cls", "lasttoken", "max", "mean_sqrt_len_tokens", "weightedmean"]
-Backend = Literal["torch", "onnx", "ctranslate2"]
+Backend = Literal["auto", "torch", "onnx", "ctranslate2"]
 Dtype = Literal["auto", "float32", "float16", "bfloat16", "int8", "int8_float16"]
 ModelKind = Literal["auto", "embed", "sparse", "rerank", "classify", "clip", "clap", "colpali"]
 # Which dtypes each backend can run ("int8": dynamic quantization on ONNX Runtime, int8 weights on CTranslate2).
 BACKEND_DTYPES: dict[str, tuple[str, ...]] = {
+    "auto": ("auto", "float32", "float16", "bfloat16"),
     "torch": ("auto", "float32", "float16", "bfloat16"),
     "onnx": ("auto", "float32", "int8"),
     "ctranslate2": ("auto", "float32", "float16", "bfloat16", "int8", "int8_float16"),
@@ -56,9 +57,12 @@ class ModelConfig(BaseModel):
         "What the model does. `auto` reads it from the checkpoint (models.md: how detection works); set it when "
         "the files cannot tell, e.g. `sparse` for a bare `*ForMaskedLM` SPLADE checkpoint."))
     revision: str | None = Field(None, description="Hub revision (branch, tag or commit). Unset: the latest.")
-    backend: Backend = Field("torch", description=(
-        "Inference backend: `torch`, `onnx` (ONNX Runtime through optimum; exported once into `cache_dir`) or "
-        "`ctranslate2` (converted once into `cache_dir`). models.md has what each runs."))
+    backend: Backend = Field("auto", description=(
+        "Inference backend: `auto`, `torch`, `onnx` (ONNX Runtime through optimum; exported once into `cache_dir`) "
+        "or `ctranslate2` (converted once into `cache_dir`). `auto`: on a CPU, ONNX Runtime (float32) for the kinds "
+        "it runs when the model exports and its outputs match torch's on fixed texts (checked once per export); "
+        "torch otherwise, and always on a GPU. `/v1/models` reports the backend in force and why. models.md has "
+        "what each runs."))
     device: str = Field("auto", description="`auto` (the first GPU, else the CPU), `cpu`, `cuda`, `cuda:N` or `mps`.")
     dtype: Dtype = Field("auto", description=(
         "`auto` (bfloat16 or float16 on a GPU, float32 on CPU), `float32`, `float16`, `bfloat16`, `int8` (ONNX "

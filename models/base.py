@@ -32,6 +32,7 @@ class ModelInfo:
     labels: list[str] = field(default_factory=list)
     activation: Activation = "identity"
     scorer: Scorer | None = None  # how a reranker or classifier scores (`models.kinds.model_scorer`)
+    backend_reason: str = "configured"  # why `backend` runs it (`backend: auto` decides: `models.auto_backend`)
     # The pass limits in force (configured, or sized for the device); set by the model service after loading.
     batch_size: int = 0
     max_batch_tokens: int = 0

@@ -81,6 +81,8 @@ def load_on_device(model_class: type, folder: Path, cfg: ModelConfig, task: str)
     elif cfg.backend == "ctranslate2":
         kwargs = {}
         dtype = ctranslate2_compute_type(cfg.dtype, device)
+    else:  # `auto` is decided before a model class is built (models.kinds.load_model)
+        raise ValueError(f"a model class was given backend '{cfg.backend}', which names no backend")
     try:
         model = model_class(str(folder), device=device, trust_remote_code=cfg.trust_remote_code,
                             local_files_only=True, **kwargs)

@@ -59,6 +59,8 @@ class KindSpec:
     model_service: str  # the BentoML model service that runs it (`services/`)
     service_api: str  # that service's batchable API
     loader: str  # the class that runs it on its model service, "module:Class" (imported there only: torch)
+    # optimum's export task when ONNX Runtime runs it (`backends` then holds "onnx"); `backend: auto` tries it.
+    onnx_task: str | None = None
     quantizable: bool = False  # int8/uint8 codes from a calibrated scale
     takes_token_ids: bool = False  # pre-tokenized input
     takes_instruction: bool = False  # an embedding task instruction
@@ -85,15 +87,15 @@ TEXT_SCORER = "models.text_scorer:TextScorer"
 MEDIA_ENCODER = "models.media_encoder:MediaEncoder"
 KIND_SPECS: dict[Kind, KindSpec] = {
     "embed": KindSpec(("embed",), ("text",), ("torch", "onnx", "ctranslate2"), "dense", "text", "TextEmbedder",
-                      "embed", TEXT_ENCODER, quantizable=True, takes_token_ids=True, takes_instruction=True,
+                      "embed", TEXT_ENCODER, onnx_task="feature-extraction", quantizable=True, takes_token_ids=True, takes_instruction=True,
                       normalize_control=True),
     "sparse": KindSpec(("embed_sparse", "embed"), ("text",), ("torch",), "sparse", "text", "TextEmbedder", "embed",
                        SPARSE_ENCODER, takes_token_ids=True, takes_instruction=True, tei_root_task="embed_sparse"),
     "rerank": KindSpec(("rerank",), ("text",), ("torch", "onnx"), "scores", "text", "Reranker", "score",
-                       TEXT_SCORER, scores_pairs=True, scorers=("cross-encoder", "causal-lm"),
+                       TEXT_SCORER, onnx_task="sequence-classification", scores_pairs=True, scorers=("cross-encoder", "causal-lm"),
                        tei_model_type="reranker"),
     "classify": KindSpec(("classify",), ("text",), ("torch", "onnx"), "scores", "text", "Reranker", "score",
-                         TEXT_SCORER, scorers=("cross-encoder",), tei_model_type="classifier",
+                         TEXT_SCORER, onnx_task="sequence-classification", scorers=("cross-encoder",), tei_model_type="classifier",
                          tei_root_task="predict"),
     "clip": KindSpec(("embed", "rerank"), ("text", "image"), ("torch",), "dense", "media", "ClipEmbedder", "encode",
                      MEDIA_ENCODER, quantizable=True),
@@ -154,7 +156,7 @@ def model_kind(cfg: ModelConfig) -> Kind:
 
 def check_kind(cfg: ModelConfig, kind: Kind) -> None:
     backends = spec(kind).backends
-    if cfg.backend not in backends:
+    if cfg.backend != "auto" and cfg.backend not in backends:
         raise ConfigError(
             f"model '{cfg.served_model_name}' is a {kind} model; backend '{cfg.backend}' cannot run it "
             f"(it runs on {list(backends)})"
@@ -170,4 +172,9 @@ def load_model(folder: Path, cfg: ModelConfig) -> TokenModel:
     """The checkpoint in `folder` in the class that runs its kind (`KindSpec.loader`): model-service side."""
     kind = model_kind(cfg)
     module, _, name = spec(kind).loader.partition(":")
-    return getattr(importlib.import_module(module), name)(folder, cfg, kind)
+    model_class = getattr(importlib.import_module(module), name)
+    if cfg.backend == "auto":
+        from models.auto_backend import load_auto
+
+        return load_auto(model_class, folder, cfg, kind)
+    return model_class(folder, cfg, kind)

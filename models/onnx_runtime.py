@@ -1,9 +1,5 @@
-"""ONNX Runtime for sentence-transformers checkpoints: the exported (and int8-quantized) graph, cached.
-
-The export lives in a cache folder that mirrors the checkpoint (its files linked, not copied) and adds
-`onnx/model.onnx`, so sentence-transformers loads it with `backend="onnx"` and keeps running the
-checkpoint's own Pooling / Dense / Normalize modules: one pooling implementation for every backend.
-A checkpoint that ships `onnx/model.onnx` is used as it is.
+"""ONNX Runtime: its sessions' settings, and the dynamic-int8 form of an export (`models.onnx_export`), cached
+beside it.
 """
 
 from __future__ import annotations
@@ -15,11 +11,10 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from models.backends import cache_folder
 from models.errors import ModelLoadError
+from models.onnx_export import EXPORTED, OPTIMIZATION, exported_checkpoint
 
 logger = logging.getLogger(__name__)
-EXPORTED = "onnx/model.onnx"
 # The quantized graph's folder names _quantize's settings (bump the version when they change) and the preset
 # of the CPU that made it, so a cache_dir shared across kinds of CPU never hands one the other's file.
 QUANTIZED = "onnx/qint8-v3-{preset}/model_qint8.onnx"
@@ -27,10 +22,7 @@ QUANTIZED = "onnx/qint8-v3-{preset}/model_qint8.onnx"
 
 def onnx_checkpoint(folder: Path, task: str, quantize: bool) -> tuple[Path, str]:
     """(folder to load with backend="onnx", file name inside it), exporting and quantizing at most once."""
-    mirror = cache_folder(folder, f"onnx-{task}")
-    _link_files(folder, mirror)
-    if not (mirror / EXPORTED).is_file():
-        _export(folder, task, mirror / "onnx")
+    mirror = exported_checkpoint(folder, task)
     if not quantize:
         return mirror, EXPORTED
     preset = quantization_preset()
@@ -40,6 +32,10 @@ def onnx_checkpoint(folder: Path, task: str, quantize: bool) -> tuple[Path, str]
     return mirror, quantized
 
 
+OPTIMIZATION_LEVELS = {"disable": "ORT_DISABLE_ALL", "basic": "ORT_ENABLE_BASIC", "extended": "ORT_ENABLE_EXTENDED",
+                       "all": "ORT_ENABLE_ALL"}
+
+
 def session_options(threads: int) -> Any:
     """ONNX Runtime's threads from the CPU budget torch was given, not its own default of every core."""
     import onnxruntime
@@ -47,6 +43,7 @@ def session_options(threads: int) -> Any:
     options = onnxruntime.SessionOptions()
     options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
+    options.graph_optimization_level = getattr(onnxruntime.GraphOptimizationLevel, OPTIMIZATION_LEVELS[OPTIMIZATION])
     return options
 
 
@@ -57,32 +54,6 @@ def provider(device: str) -> dict[str, Any]:
         return {"provider": "CPUExecutionProvider"}
     _, _, index = device.partition(":")
     return {"provider": "CUDAExecutionProvider", "provider_options": {"device_id": int(index or 0)}}
-
-
-def _link_files(folder: Path, mirror: Path) -> None:
-    (mirror / "onnx").mkdir(parents=True, exist_ok=True)
-    for entry in folder.iterdir():
-        if entry.name != "onnx" and not (mirror / entry.name).exists():
-            (mirror / entry.name).symlink_to(entry.resolve())
-    shipped = folder / EXPORTED
-    if shipped.is_file() and not (mirror / EXPORTED).exists():
-        (mirror / EXPORTED).symlink_to(shipped.resolve())
-
-
-def _export(folder: Path, task: str, target: Path) -> None:
-    from optimum.onnxruntime import ORTModelForFeatureExtraction, ORTModelForSequenceClassification
-
-    model_class = {"feature-extraction": ORTModelForFeatureExtraction,
-                   "sequence-classification": ORTModelForSequenceClassification}[task]
-    logger.info("exporting %s to ONNX (%s), once", folder, task)
-    scratch = target.parent / f".export-{os.getpid()}"
-    try:
-        model_class.from_pretrained(str(folder), export=True).save_pretrained(scratch)
-        _move_into(scratch, target)
-    except Exception as exc:
-        raise ModelLoadError(f"cannot export {folder} to ONNX: {exc}") from exc
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def _quantize(exported: Path, target: Path, preset: str) -> None:
@@ -145,9 +116,3 @@ def quantization_preset() -> str:
     except OSError:
         flags = ""
     return "avx512_vnni" if "vnni" in flags else "avx2"
-
-
-def _move_into(scratch: Path, target: Path) -> None:
-    """The export's files into place; model.onnx last, as it marks the export complete."""
-    for entry in sorted(scratch.iterdir(), key=lambda p: p.name == "model.onnx"):
-        os.replace(entry, target / entry.name)

@@ -42,6 +42,35 @@ def build_tiny_bert(folder: Path, minilm: Path, seed: int = 0, **overrides) -> P
     return folder
 
 
+def build_tiny_ernie(folder: Path, minilm: Path) -> Path:
+    """A random-weight ERNIE encoder (Baidu's `ernie-3.0` checkpoints: BERT's layout and vocabulary files) as a
+    plain transformers checkpoint. optimum has no ONNX export for `model_type: ernie`: the export fails."""
+    import torch
+    from transformers import ErnieConfig, ErnieModel
+
+    torch.manual_seed(0)
+    fields = tiny_bert_config().to_dict()
+    config = ErnieConfig(**{name: fields[name] for name in ("vocab_size", "hidden_size", "num_hidden_layers",
+                                                            "num_attention_heads", "intermediate_size",
+                                                            "max_position_embeddings")})
+    ErnieModel(config).save_pretrained(folder)
+    copy_bert_tokenizer(minilm, folder)
+    return folder
+
+
+def build_stale_export(folder: Path, minilm: Path) -> Path:
+    """A tiny BERT whose shipped `onnx/model.onnx` was exported from an earlier revision of its weights, as a
+    Hub repository looks when its weights were updated and its ONNX folder was not: the export loads and runs,
+    and answers other vectors."""
+    from optimum.onnxruntime import ORTModelForFeatureExtraction
+
+    earlier = build_tiny_bert(folder / "earlier", minilm, seed=1)
+    current = build_tiny_bert(folder / "current", minilm, seed=2)
+    ORTModelForFeatureExtraction.from_pretrained(str(earlier), export=True).save_pretrained(current / "onnx")
+    shutil.rmtree(earlier)
+    return current
+
+
 def build_sequence_classifier(folder: Path, minilm: Path, labels: list[str]) -> Path:
     """A random-weight BertForSequenceClassification, saved as a plain transformers checkpoint: one label is a
     cross-encoder (reranker), more a text classifier. Weights are drawn wide (initializer_range 0.5, not

@@ -75,9 +75,28 @@ def metric(metrics: str, name: str, **labels: str) -> float:
     )
 
 
+@pytest.fixture(scope="session", autouse=True)
+def session_cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The export cache (ONNX exports and their parity verdicts, CTranslate2 conversions) of this session's
+    in-process loads and of every server it starts that names none: each checkpoint is exported once a session,
+    and never read from or left in the user's cache."""
+    from config import settings as config
+
+    folder = tmp_path_factory.getbasetemp() / "embento-session-cache"
+    previous = os.environ.get("EMBENTO_CACHE_DIR")
+    os.environ["EMBENTO_CACHE_DIR"] = str(folder)
+    config.get_config.cache_clear()
+    yield folder
+    if previous is None:
+        os.environ.pop("EMBENTO_CACHE_DIR", None)
+    else:
+        os.environ["EMBENTO_CACHE_DIR"] = previous
+    config.get_config.cache_clear()
+
+
 @pytest.fixture
 def cache_dir(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    """One export cache (ONNX, CTranslate2) for the whole session, away from the user's."""
+    """An export cache of the tests that use it alone, away from the session's (they count its files)."""
     from config import settings as config
 
     folder = tmp_path_factory.getbasetemp() / "embento-cache"
@@ -251,6 +270,7 @@ def running_server(folder: Path, config: dict) -> Iterator[tuple[str, int]]:
 def listening_server(folder: Path, config: dict) -> Iterator[tuple[str, subprocess.Popen]]:
     """`running_server` once its port is bound, before it is ready: a server started after this one may
     choose its port then (this one's arbiter has bound its own ports by then; see wait_listening)."""
+    config = {"cache_dir": os.environ["EMBENTO_CACHE_DIR"], **config}  # the session's (session_cache_dir)
     (folder / "embento.yaml").write_text(yaml.safe_dump(config))
     port = free_port()
     env = server_env(folder / "bentoml", EMBENTO_CONFIG=str(folder / "embento.yaml"))

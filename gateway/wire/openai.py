@@ -133,6 +133,8 @@ class ModelCard(BaseModel):
     modalities: list[str]
     capabilities: list[str]
     backend: str
+    backend_reason: str = Field("", description="Why the model runs on `backend`: configured, or what `backend: "
+                                "auto` found (the model's kind, its device, its export's parity with torch).")
     dimension: int
     max_input_tokens: int
     multi_vector: bool = False
@@ -166,7 +168,8 @@ def model_list(registry: ModelRegistry, created: int) -> ModelList:
 def _model_card(info: ModelInfo, registry: ModelRegistry, created: int) -> ModelCard:
     quantizer = registry.quantizers.get(info.served_model_name)
     return ModelCard(id=info.served_model_name, created=created, modalities=info.modalities,
-                     capabilities=info.capabilities, backend=info.backend, dimension=info.dimension,
+                     capabilities=info.capabilities, backend=info.backend,
+                     backend_reason=info.backend_reason, dimension=info.dimension,
                      max_input_tokens=info.max_input_tokens, multi_vector=info.multi_vector, sparse=info.sparse,
                      labels=info.labels if _is_classifier(info) else None,
                      quantization=quantizer.report(info.dimension, info.normalized) if quantizer else None)

@@ -120,7 +120,7 @@ def ready_alone(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPat
         checkpoint = CASES[case][0]
         model_id = str(request.getfixturevalue(checkpoint)) if checkpoint.endswith("_path") else checkpoint
         folder = tmp_path_factory.mktemp(case)
-        config = {"models": [{"model_id": model_id, "served_model_name": NAME}], "cache_dir": str(folder / "cache")}
+        config = {"models": [{"model_id": model_id, "served_model_name": NAME}]}
         stacks[case] = contextlib.ExitStack()
         url, process = stacks[case].enter_context(listening_server(folder, config))
         servers[case] = (url, process, folder / "server.log")

@@ -40,7 +40,7 @@ EMBEDDERS = {  # name -> ModelConfig fields besides model_id
 def test_embedders_match_torch(minilm_path, tiny_bert_path, name, backend, threshold):
     path = minilm_path if name == "minilm" else tiny_bert_path
     texts = make_sentences(30, seed=17)  # up to 700 words: past every model's limit
-    reference = _embed(path, ModelConfig(model_id=str(path), **EMBEDDERS[name]), texts)
+    reference = _embed(path, ModelConfig(backend="torch", model_id=str(path), **EMBEDDERS[name]), texts)
     ours = _embed(path, ModelConfig(model_id=str(path), backend=backend, **EMBEDDERS[name]), texts)
     assert cosines(ours, reference).min() >= threshold
     np.testing.assert_allclose(np.linalg.norm(ours, axis=1), np.linalg.norm(reference, axis=1), rtol=1e-3)
@@ -67,7 +67,7 @@ MIN_TOP10_AGREEMENT = 0.85
 
 @pytest.mark.parametrize("backend", ["onnx", "ctranslate2"])
 def test_int8_keeps_retrieval(minilm_path, backend):
-    full = ModelConfig(model_id=MINILM)
+    full = ModelConfig(backend="torch", model_id=MINILM)
     int8 = ModelConfig(model_id=MINILM, backend=backend, dtype="int8")
     reference, ours = ({"queries": _embed_as_served(minilm_path, cfg, CORPUS_QUERIES),
                         "documents": _embed_as_served(minilm_path, cfg, CORPUS)} for cfg in (full, int8))
@@ -100,13 +100,13 @@ def test_int8_keeps_down_projections_float(minilm_path, cache_dir):
 def test_onnx_scorers_match_torch(request, fixture):
     path = request.getfixturevalue(fixture)
     kind = "rerank" if fixture == "tiny_reranker_path" else "classify"
-    tokenizer = TextTokenizer(path, ModelConfig(model_id=str(path)))
+    tokenizer = TextTokenizer(path, ModelConfig(backend="torch", model_id=str(path)))
     documents = make_sentences(12, seed=29)
     if kind == "rerank":
         rows = TokenizedText.rows("m", *tokenizer.encode_pairs("how do teams keep data private", documents))
     else:
         rows = TokenizedText.rows("m", tokenizer.encode_texts(documents))
-    torch_logits = np.stack(TextScorer(path, ModelConfig(model_id=str(path)), kind).forward(rows))
+    torch_logits = np.stack(TextScorer(path, ModelConfig(backend="torch", model_id=str(path)), kind).forward(rows))
     onnx_logits = np.stack(TextScorer(path, ModelConfig(model_id=str(path), backend="onnx"), kind).forward(rows))
     assert_close(onnx_logits, torch_logits)
     assert cosines(onnx_logits.T, torch_logits.T).min() >= 0.99999
@@ -115,7 +115,7 @@ def test_onnx_scorers_match_torch(request, fixture):
 def test_the_second_load_reuses_the_export_and_conversion(tiny_bert_path, cache_dir, monkeypatch):
     import ctranslate2.converters
 
-    from models import onnx_runtime
+    from models import onnx_export, onnx_runtime
 
     for backend, dtype in (("onnx", "int8"), ("ctranslate2", "auto")):
         TextEncoder(tiny_bert_path, ModelConfig(model_id=str(tiny_bert_path), backend=backend, dtype=dtype))
@@ -126,7 +126,7 @@ def test_the_second_load_reuses_the_export_and_conversion(tiny_bert_path, cache_
     def no_more_work(*args, **kwargs):
         raise AssertionError("the cache should have been used")
 
-    monkeypatch.setattr(onnx_runtime, "_export", no_more_work)
+    monkeypatch.setattr(onnx_export, "_export", no_more_work)
     monkeypatch.setattr(onnx_runtime, "_quantize", no_more_work)
     monkeypatch.setattr(ctranslate2.converters, "TransformersConverter", no_more_work)
     for backend, dtype in (("onnx", "int8"), ("ctranslate2", "auto")):
@@ -135,7 +135,8 @@ def test_the_second_load_reuses_the_export_and_conversion(tiny_bert_path, cache_
 
 
 @pytest.mark.parametrize(("env", "fragment"), [
-    ({"EMBENTO_DTYPE": "int8"}, "not available with backend 'torch'"),
+    ({"EMBENTO_DTYPE": "int8"}, "not available with backend 'auto'"),
+    ({"EMBENTO_BACKEND": "torch", "EMBENTO_DTYPE": "int8"}, "not available with backend 'torch'"),
     ({"EMBENTO_BACKEND": "onnx", "EMBENTO_DTYPE": "float16"}, "not available with backend 'onnx'"),
     ({"EMBENTO_BACKEND": "onnx", "EMBENTO_DTYPE": "int8_float16"}, "not available with backend 'onnx'"),
 ])
@@ -150,7 +151,7 @@ def test_impossible_kinds_and_devices_are_refused_before_loading(tiny_reranker_p
     with pytest.raises(ConfigError, match="backend 'onnx' cannot run it"):
         model_kind(ModelConfig(model_id=str(tiny_clip_path), backend="onnx"))
     with pytest.raises(ConfigError, match="needs a CUDA device"):
-        check_device(ModelConfig(model_id="m", dtype="float16"), "cpu")
+        check_device(ModelConfig(backend="torch", model_id="m", dtype="float16"), "cpu")
     with pytest.raises(ConfigError, match="needs a CUDA device"):
         check_device(ModelConfig(model_id="m", backend="ctranslate2", dtype="int8_float16"), "cpu")
     with pytest.raises(ConfigError, match="CPU-only"):
@@ -159,7 +160,7 @@ def test_impossible_kinds_and_devices_are_refused_before_loading(tiny_reranker_p
 
     if not torch.cuda.is_available():
         with pytest.raises(ConfigError, match="model 'x': device 'cuda'"):
-            TextEncoder(tiny_bert_path, ModelConfig(model_id=str(tiny_bert_path), served_model_name="x",
+            TextEncoder(tiny_bert_path, ModelConfig(backend="torch", model_id=str(tiny_bert_path), served_model_name="x",
                                                     device="cuda"))
 
 

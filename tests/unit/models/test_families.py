@@ -27,7 +27,7 @@ from tests.tolerance import assert_close, assert_same_vectors
 
 
 def _embedder(path: Path, **settings) -> tuple[TextTokenizer, TextEncoder]:
-    cfg = ModelConfig(model_id=str(path), device="cpu", **settings)
+    cfg = ModelConfig(backend="torch", model_id=str(path), device="cpu", **settings)
     return TextTokenizer(path, cfg), TextEncoder(path, cfg)
 
 
@@ -88,13 +88,13 @@ def test_an_embedder_saved_for_chat_messages_is_refused(tmp_path, qwen3_embedder
         "message": {"method": "forward", "method_output_name": "last_hidden_state", "format": "flat"}}}
     (folder / "sentence_bert_config.json").write_text(json.dumps(declared))
     with pytest.raises(ModelLoadError, match="declares chat-message input"):
-        TextTokenizer(folder, ModelConfig(model_id=str(folder)))
+        TextTokenizer(folder, ModelConfig(backend="torch", model_id=str(folder)))
 
 
 def test_an_instruction_is_prepended_when_the_model_has_no_template(minilm_path):
-    tokenizer = TextTokenizer(minilm_path, ModelConfig(model_id=str(minilm_path)))
+    tokenizer = TextTokenizer(minilm_path, ModelConfig(backend="torch", model_id=str(minilm_path)))
     assert tokenizer.prompt(None, "Represent this: ") == "Represent this: "
-    templated = TextTokenizer(minilm_path, ModelConfig(model_id=str(minilm_path),
+    templated = TextTokenizer(minilm_path, ModelConfig(backend="torch", model_id=str(minilm_path),
                                                        instruction_template="task: {instruction} | "))
     assert templated.prompt(None, "sort") == "task: sort | "
 
@@ -150,7 +150,7 @@ def test_normalize_false_returns_the_raw_pooled_vector(minilm_path):
 
 
 def test_truncation_controls(minilm_path):
-    tokenizer = TextTokenizer(minilm_path, ModelConfig(model_id=str(minilm_path)))
+    tokenizer = TextTokenizer(minilm_path, ModelConfig(backend="torch", model_id=str(minilm_path)))
     long_text = " ".join(f"w{i}" for i in range(400))
     right, left = (tokenizer.encode_texts([long_text], truncation=Truncation(side=side))[0]
                    for side in ("right", "left"))
@@ -162,7 +162,7 @@ def test_truncation_controls(minilm_path):
 
 @pytest.fixture(scope="module")
 def qwen3_reranker(qwen3_reranker_path) -> tuple[TextTokenizer, TextScorer]:
-    cfg = ModelConfig(model_id=str(qwen3_reranker_path), device="cpu")
+    cfg = ModelConfig(backend="torch", model_id=str(qwen3_reranker_path), device="cpu")
     return TextTokenizer(qwen3_reranker_path, cfg, "rerank"), TextScorer(qwen3_reranker_path, cfg, "rerank")
 
 
@@ -189,7 +189,7 @@ def test_plain_qwen3_reranker_follows_its_card(plain_qwen3_reranker_path):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     limit = 160
-    cfg = ModelConfig(model_id=str(plain_qwen3_reranker_path), max_seq_length=limit)
+    cfg = ModelConfig(backend="torch", model_id=str(plain_qwen3_reranker_path), max_seq_length=limit)
     tokenizer = TextTokenizer(plain_qwen3_reranker_path, cfg, "rerank")
     scorer = TextScorer(plain_qwen3_reranker_path, cfg, "rerank")
     ours = 1 / (1 + np.exp(-pair_logits(tokenizer, scorer, TEXTS, INSTRUCTION)))
@@ -220,7 +220,7 @@ def test_reranker_truncation_and_instruction_errors(qwen3_reranker, tiny_reranke
     left = tokenizer.encode_pairs(QUERY, [long_document], truncation=Truncation(side="left"))[0][0]
     right = tokenizer.encode_pairs(QUERY, [long_document])[0][0]
     assert len(left) == len(right) == 160 and left[-8:] == right[-8:] and left != right  # the template's end kept
-    bert = TextTokenizer(tiny_reranker_path, ModelConfig(model_id=str(tiny_reranker_path)), "rerank")
+    bert = TextTokenizer(tiny_reranker_path, ModelConfig(backend="torch", model_id=str(tiny_reranker_path)), "rerank")
     with pytest.raises(InvalidRequest, match="takes no instruction"):
         bert.encode_pairs(QUERY, ["a"], instruction=INSTRUCTION)
 
@@ -233,12 +233,12 @@ def test_a_bare_causal_lm_needs_a_template_and_a_true_token(tmp_path, plain_qwen
     (bare / "README.md").write_text("# a causal LM\n")
     assert detect_kind(bare) == "embed"
     with pytest.raises(ModelLoadError, match="set chat_template and true_token"):
-        TextTokenizer(bare, ModelConfig(model_id=str(bare), kind="rerank"), "rerank")
+        TextTokenizer(bare, ModelConfig(backend="torch", model_id=str(bare), kind="rerank"), "rerank")
     (tmp_path / "template.jinja").write_text(QWEN3_RERANKER_CHAT_TEMPLATE)
-    cfg = ModelConfig(model_id=str(bare), kind="rerank", chat_template=str(tmp_path / "template.jinja"),
+    cfg = ModelConfig(backend="torch", model_id=str(bare), kind="rerank", chat_template=str(tmp_path / "template.jinja"),
                       true_token="yes", max_seq_length=160)
     configured = pair_logits(TextTokenizer(bare, cfg, "rerank"), TextScorer(bare, cfg, "rerank"), TEXTS[:5])
-    card = ModelConfig(model_id=str(plain_qwen3_reranker_path), max_seq_length=160)
+    card = ModelConfig(backend="torch", model_id=str(plain_qwen3_reranker_path), max_seq_length=160)
     with_card = TextScorer(plain_qwen3_reranker_path, card, "rerank")
     ids = TextTokenizer(plain_qwen3_reranker_path, card, "rerank").encode_pairs(QUERY, TEXTS[:5])[0]
     yes_minus_no = with_card.forward(TokenizedText.rows("m", ids))[:, 0]
@@ -250,7 +250,7 @@ def test_a_bare_causal_lm_needs_a_template_and_a_true_token(tmp_path, plain_qwen
 
 @pytest.fixture(scope="module")
 def splade(splade_path) -> tuple[TextTokenizer, SparseTextEncoder]:
-    cfg = ModelConfig(model_id=str(splade_path), device="cpu")
+    cfg = ModelConfig(backend="torch", model_id=str(splade_path), device="cpu")
     return TextTokenizer(splade_path, cfg), SparseTextEncoder(splade_path, cfg)
 
 
@@ -285,7 +285,7 @@ def test_a_bare_masked_lm_is_sparse_only_when_configured(tmp_path, minilm_path):
     BertForMaskedLM(tiny_bert_config(num_hidden_layers=1)).save_pretrained(tmp_path)
     copy_bert_tokenizer(minilm_path, tmp_path)
     assert detect_kind(tmp_path) == "embed"
-    cfg = ModelConfig(model_id=str(tmp_path), kind="sparse", max_seq_length=64)
+    cfg = ModelConfig(backend="torch", model_id=str(tmp_path), kind="sparse", max_seq_length=64)
     assert model_kind(cfg) == "sparse"
     outputs = SparseTextEncoder(tmp_path, cfg).forward(
         TokenizedText.rows("m", TextTokenizer(tmp_path, cfg).encode_texts(TEXTS[:8])))

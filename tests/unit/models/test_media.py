@@ -36,7 +36,7 @@ def cosine(a: np.ndarray, b: np.ndarray) -> float:
 
 
 def _encoder(path, kind) -> MediaEncoder:
-    return MediaEncoder(path, ModelConfig(model_id=str(path), served_model_name=kind, device="cpu"), kind)
+    return MediaEncoder(path, ModelConfig(backend="torch", model_id=str(path), served_model_name=kind, device="cpu"), kind)
 
 
 @pytest.fixture(scope="module")
@@ -226,7 +226,7 @@ def test_a_row_that_fails_inside_the_model_fails_alone(tiny_clip_path, clip):
     """Rows of several requests share a pass; one with broken pixels fails, the others are exact."""
     from services.pool import ModelPool
 
-    pool = ModelPool(lambda folder, cfg: clip, [ModelConfig(model_id=str(tiny_clip_path), served_model_name="m")])
+    pool = ModelPool(lambda folder, cfg: clip, [ModelConfig(backend="torch", model_id=str(tiny_clip_path), served_model_name="m")])
     good = _rows(clip, [("image", IMAGES["png"][0]), ("text", "a fox"), ("image", IMAGES["jpeg"][0])])
     broken = good[0].model_copy(update={"arrays": {"pixel_values": np.zeros((3, 7, 7), dtype=np.float32)}})
     outputs = asyncio.run(pool.run([good[0], broken, good[1], good[2]]))
@@ -244,7 +244,7 @@ from models.media_processor import MediaProcessor
 from models.text_tokenizer import TextTokenizer
 outcomes = []
 for kind, folder in json.loads(sys.argv[1]):
-    cfg = ModelConfig(model_id=folder)
+    cfg = ModelConfig(backend="torch", model_id=folder)
     try:
         if kind in ("clip", "clap", "colpali"):
             MediaProcessor(Path(folder), cfg, kind).warmup_rows("m")

@@ -27,13 +27,13 @@ QUERY = "how do engineers keep their data private"
 
 @pytest.fixture(scope="module")
 def reranker(tiny_reranker_path) -> tuple[TextTokenizer, TextScorer]:
-    cfg = ModelConfig(model_id=str(tiny_reranker_path), device="cpu")
+    cfg = ModelConfig(backend="torch", model_id=str(tiny_reranker_path), device="cpu")
     return TextTokenizer(tiny_reranker_path, cfg), TextScorer(tiny_reranker_path, cfg, "rerank")
 
 
 @pytest.fixture(scope="module")
 def classifier(tiny_classifier_path) -> tuple[TextTokenizer, TextScorer]:
-    cfg = ModelConfig(model_id=str(tiny_classifier_path), device="cpu")
+    cfg = ModelConfig(backend="torch", model_id=str(tiny_classifier_path), device="cpu")
     return TextTokenizer(tiny_classifier_path, cfg), TextScorer(tiny_classifier_path, cfg, "classify")
 
 
@@ -51,8 +51,8 @@ def test_kind_is_read_from_the_checkpoint(minilm_path, tiny_bert_path, tiny_rera
 
 
 def test_configured_kind_wins_and_causal_cross_encoders_rerank(tiny_classifier_path, tmp_path):
-    assert model_kind(ModelConfig(model_id=str(tiny_classifier_path), kind="embed")) == "embed"
-    assert model_kind(ModelConfig(model_id=str(tiny_classifier_path))) == "classify"
+    assert model_kind(ModelConfig(backend="torch", model_id=str(tiny_classifier_path), kind="embed")) == "embed"
+    assert model_kind(ModelConfig(backend="torch", model_id=str(tiny_classifier_path))) == "classify"
     causal = tmp_path / "causal"
     causal.mkdir()
     (causal / "config.json").write_text(json.dumps({"architectures": ["Qwen3ForCausalLM"]}))
@@ -127,17 +127,17 @@ def test_multi_label_classifiers_use_sigmoid(tiny_classifier_path, tmp_path):
     folder = Path(shutil.copytree(tiny_classifier_path, tmp_path / "multi"))
     config = json.loads((folder / "config.json").read_text())
     (folder / "config.json").write_text(json.dumps({**config, "problem_type": "multi_label_classification"}))
-    assert TextScorer(folder, ModelConfig(model_id=str(folder)), "classify").info.activation == "sigmoid"
+    assert TextScorer(folder, ModelConfig(backend="torch", model_id=str(folder)), "classify").info.activation == "sigmoid"
 
 
 def test_a_multi_label_head_cannot_rerank(tiny_classifier_path):
     with pytest.raises(ModelLoadError, match="a reranker needs one"):
-        TextScorer(tiny_classifier_path, ModelConfig(model_id=str(tiny_classifier_path)), "rerank")
+        TextScorer(tiny_classifier_path, ModelConfig(backend="torch", model_id=str(tiny_classifier_path)), "rerank")
 
 
 def test_an_encoder_without_a_head_cannot_score(tiny_bert_path):
     with pytest.raises(ModelLoadError, match="no trained classification head"):
-        TextScorer(tiny_bert_path, ModelConfig(model_id=str(tiny_bert_path), kind="rerank"), "rerank")
+        TextScorer(tiny_bert_path, ModelConfig(backend="torch", model_id=str(tiny_bert_path), kind="rerank"), "rerank")
 
 
 def test_activations_and_ranking():

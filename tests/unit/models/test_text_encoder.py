@@ -31,7 +31,7 @@ def st_model(minilm_path):
 
 @pytest.fixture(scope="module")
 def minilm(minilm_path) -> tuple[TextTokenizer, TextEncoder]:
-    cfg = ModelConfig(model_id=MINILM, device="cpu")
+    cfg = ModelConfig(backend="torch", model_id=MINILM, device="cpu")
     return TextTokenizer(minilm_path, cfg), TextEncoder(minilm_path, cfg)
 
 
@@ -77,7 +77,7 @@ def test_text_is_tokenized_as_transformers_tokenizes_it(checkpoint, side, reques
     AutoTokenizer.from_pretrained(str(request.getfixturevalue(checkpoint)), truncation_side=side).save_pretrained(
         tmp_path)
     reference = AutoTokenizer.from_pretrained(str(tmp_path))
-    tokenizer = TextTokenizer(tmp_path, ModelConfig(model_id=str(tmp_path), max_seq_length=12))
+    tokenizer = TextTokenizer(tmp_path, ModelConfig(backend="torch", model_id=str(tmp_path), max_seq_length=12))
     texts = ["hello", "Hello World, again!", " leading space", " ".join(WORDS), "<unk> stays text", "é ü 漢字"]
     expected = reference(texts, truncation=True, max_length=12)["input_ids"]
     assert tokenizer.encode_texts(texts) == expected
@@ -97,7 +97,7 @@ def test_token_ids_are_framed_and_checked(minilm):
 
 
 def test_prompts_are_prefixed(minilm_path, st_model):
-    cfg = ModelConfig(model_id=MINILM, prompts={"query": "query: "}, default_prompt_name="query")
+    cfg = ModelConfig(backend="torch", model_id=MINILM, prompts={"query": "query: "}, default_prompt_name="query")
     tokenizer = TextTokenizer(minilm_path, cfg)
     assert tokenizer.prompt(None) == "query: "
     expected = st_model.tokenize(["query: hello"])["input_ids"][0].tolist()
@@ -105,13 +105,13 @@ def test_prompts_are_prefixed(minilm_path, st_model):
     with pytest.raises(InvalidRequest, match="unknown prompt_name"):
         tokenizer.prompt("passage")
     with pytest.raises(ConfigError, match="default_prompt_name"):
-        TextTokenizer(minilm_path, ModelConfig(model_id=MINILM, default_prompt_name="missing"))
+        TextTokenizer(minilm_path, ModelConfig(backend="torch", model_id=MINILM, default_prompt_name="missing"))
 
 
 def test_pooling_and_normalize_overrides(minilm_path, minilm, st_model):
     tokenizer, _ = minilm
     ids = tokenizer.encode_texts(["one sentence", "and another, rather longer sentence"])
-    cls_raw = TextEncoder(minilm_path, ModelConfig(model_id=MINILM, pooling="cls", normalize=False))
+    cls_raw = TextEncoder(minilm_path, ModelConfig(backend="torch", model_id=MINILM, pooling="cls", normalize=False))
     assert not cls_raw.info.normalized
     token_states = st_model.encode(["one sentence", "and another, rather longer sentence"],
                                    output_value="token_embeddings")
@@ -195,7 +195,7 @@ def test_plain_transformers_checkpoint_with_pooling_setting(tiny_bert_path, pool
     import torch
     from transformers import AutoModel
 
-    cfg = ModelConfig(model_id=str(tiny_bert_path), pooling=pooling, normalize=False)
+    cfg = ModelConfig(backend="torch", model_id=str(tiny_bert_path), pooling=pooling, normalize=False)
     tokenizer, encoder = TextTokenizer(tiny_bert_path, cfg), TextEncoder(tiny_bert_path, cfg)
     texts = ["short", "a somewhat longer input sentence for padding"]
     ids = tokenizer.encode_texts(texts)

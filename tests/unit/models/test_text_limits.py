@@ -37,7 +37,7 @@ def siglip_path(tmp_path_factory: pytest.TempPathFactory, minilm_path):
 
 
 def _config(path, **extra) -> ModelConfig:
-    return ModelConfig(model_id=str(path), served_model_name="m", device="cpu", **extra)
+    return ModelConfig(backend="torch", model_id=str(path), served_model_name="m", device="cpu", **extra)
 
 
 def test_the_tokenizers_name_no_limit(silent_clap_path, silent_colpali_path, roberta_path, siglip_path):

@@ -1,0 +1,166 @@
+"""A checkpoint exported to ONNX once, into a cache entry named by everything the exported graph depends on.
+
+The entry mirrors the checkpoint (its files linked, not copied) and adds `onnx/model.onnx`, so
+sentence-transformers loads it with `backend="onnx"` and keeps running the checkpoint's own Pooling / Dense /
+Normalize modules: one pooling implementation for every backend. A checkpoint that ships `onnx/model.onnx` is
+used as it is. An export made elsewhere (a Bento carries one from its build) is adopted, not made again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import re
+import shutil
+from dataclasses import asdict, dataclass
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+
+from config.settings import get_config
+from models.errors import ModelLoadError
+
+logger = logging.getLogger(__name__)
+EXPORTED = "onnx/model.onnx"
+KEY_FILE = "export-key.json"
+# The graph optimizations ONNX Runtime applies when it opens a session (`onnx_runtime.session_options`); every
+# level was measured at the same speed and the same outputs on all-MiniLM-L6-v2 (bench/onnx_cpu.py), so the
+# export is kept unoptimized and the level only names the entry its parity verdict was taken at.
+OPTIMIZATION = "all"
+# Checkpoint files this large are sampled, not read whole, for the revision digest (a 2 GB model would take
+# seconds per start): their size, first and last MiB and evenly spaced blocks between.
+SAMPLED_FILE_BYTES = 8 << 20
+SAMPLE_BYTES = 1 << 20
+SAMPLE_BLOCKS = 16
+
+
+@dataclass(frozen=True)
+class ExportKey:
+    """Everything an exported graph and its parity verdict depend on; a change of any part is a new entry."""
+
+    revision: str  # the checkpoint's content (`checkpoint_revision`)
+    task: str  # optimum's task: "feature-extraction" or "sequence-classification"
+    optimum: str
+    onnxruntime: str
+    torch: str  # the exporter traces torch, and the parity verdict compares with it
+    optimization: str = OPTIMIZATION
+
+    @property
+    def digest(self) -> str:
+        return hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:20]
+
+
+def export_key(folder: Path, task: str) -> ExportKey:
+    return ExportKey(checkpoint_revision(folder), task, _version("optimum"), _version("onnxruntime"),
+                     _version("torch"))
+
+
+def onnx_entry(folder: Path, task: str) -> Path:
+    """The cache entry of this checkpoint's export for `task` (it may not exist yet)."""
+    name = re.sub(r"[^A-Za-z0-9_.-]+", "-", folder.name)[:40]
+    return Path(get_config().cache_dir).expanduser() / "onnx" / f"{name}-{export_key(folder, task).digest}"
+
+
+def exported_checkpoint(folder: Path, task: str) -> Path:
+    """The entry, with the checkpoint's files and its export, exporting at most once."""
+    entry = onnx_entry(folder, task)
+    _link_files(folder, entry)
+    if not (entry / EXPORTED).is_file():
+        _export(folder, task, entry / "onnx")
+    key_file = entry / KEY_FILE
+    if not key_file.is_file():
+        key_file.write_text(json.dumps(asdict(export_key(folder, task)), indent=1))
+    return entry
+
+
+def adopt_export(source: Path, folder: Path, task: str) -> Path:
+    """A finished export made elsewhere (by a Bento's build: `source` holds its `onnx/` folder and verdict)
+    becomes this checkpoint's entry, its files linked. The caller matched the key."""
+    entry = onnx_entry(folder, task)
+    if (entry / EXPORTED).is_file():
+        return entry
+    for path in sorted(source.rglob("*"), key=lambda p: p.as_posix() == EXPORTED):  # model.onnx last
+        if path.is_file():
+            target = entry / path.relative_to(source)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            _link(target, path)
+    return entry
+
+
+def export_files(entry: Path) -> list[Path]:
+    """What an entry adds to its checkpoint (the export, its key, its verdict): what a Bento carries."""
+    return [path for path in entry.rglob("*") if path.is_file() and not _is_link_to_checkpoint(entry, path)]
+
+
+def checkpoint_revision(folder: Path) -> str:
+    """The checkpoint's identity: a Hub snapshot's commit, else a digest of its files' names, sizes and
+    contents (sampled for large files). Content, not paths or times, so the same checkpoint copied into a
+    model store, a container or a pip-installed package names the same entry."""
+    folder = folder.resolve()
+    if folder.parent.name == "snapshots":
+        return f"hub-{folder.name}"
+    digest = hashlib.sha256()
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        size = path.stat().st_size
+        digest.update(f"{path.relative_to(folder).as_posix()}\0{size}\0".encode())
+        with path.open("rb") as file:
+            if size <= SAMPLED_FILE_BYTES:
+                digest.update(file.read())
+                continue
+            step = size // SAMPLE_BLOCKS
+            for offset, length in [(0, SAMPLE_BYTES), *((n * step, 1 << 16) for n in range(1, SAMPLE_BLOCKS)),
+                                   (size - SAMPLE_BYTES, SAMPLE_BYTES)]:
+                file.seek(offset)
+                digest.update(file.read(length))
+    return f"files-{digest.hexdigest()[:24]}"
+
+
+def _version(package: str) -> str:
+    try:
+        return version(package)
+    except PackageNotFoundError:
+        return "absent"
+
+
+def _is_link_to_checkpoint(entry: Path, path: Path) -> bool:
+    return path.is_symlink() and path.relative_to(entry).parts[0] != "onnx"
+
+
+def _link_files(folder: Path, mirror: Path) -> None:
+    (mirror / "onnx").mkdir(parents=True, exist_ok=True)
+    for entry in folder.iterdir():
+        if entry.name != "onnx":
+            _link(mirror / entry.name, entry)
+    shipped = folder / EXPORTED
+    if shipped.is_file():
+        _link(mirror / EXPORTED, shipped)
+
+
+def _link(link: Path, target: Path) -> None:
+    """`link` -> `target` unless it exists: another process starting the same model may have made it."""
+    with contextlib.suppress(FileExistsError):
+        link.symlink_to(target.resolve())
+
+
+def _export(folder: Path, task: str, target: Path) -> None:
+    from optimum.onnxruntime import ORTModelForFeatureExtraction, ORTModelForSequenceClassification
+
+    model_class = {"feature-extraction": ORTModelForFeatureExtraction,
+                   "sequence-classification": ORTModelForSequenceClassification}[task]
+    logger.info("exporting %s to ONNX (%s), once", folder, task)
+    scratch = target.parent / f".export-{os.getpid()}"
+    try:
+        model_class.from_pretrained(str(folder), export=True).save_pretrained(scratch)
+        _move_into(scratch, target)
+    except Exception as exc:
+        raise ModelLoadError(f"cannot export {folder} to ONNX: {exc}") from exc
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _move_into(scratch: Path, target: Path) -> None:
+    """The export's files into place; model.onnx last, as it marks the export complete."""
+    for entry in sorted(scratch.iterdir(), key=lambda p: p.name == "model.onnx"):
+        os.replace(entry, target / entry.name)
