@@ -22,7 +22,7 @@ import numpy as np
 from config.settings import ModelConfig
 from models.base import TokenizedText, TokenModel
 from models.errors import ModelLoadError
-from models.kinds import Kind, model_scorer, spec
+from models.kinds import Kind, model_class, model_scorer, spec
 from models.quantization import CALIBRATION_TEXTS
 
 logger = logging.getLogger(__name__)
@@ -43,7 +43,7 @@ class Verdict:
 
 def load_auto(model_class: ModelClass, folder: Path, cfg: ModelConfig, kind: Kind) -> TokenModel:
     """The model on ONNX Runtime when it qualifies and matches, else on torch; its `info` says which and why."""
-    unfit = onnx_unfit(folder, cfg, kind)
+    unfit = onnx_unfit(folder, cfg, kind) or _off_cpu(cfg)
     if unfit is not None:
         return _chosen(model_class(folder, _on(cfg, "torch"), kind), unfit)
     verdict, loaded = _verdict(model_class, folder, cfg, kind)
@@ -55,25 +55,27 @@ def load_auto(model_class: ModelClass, folder: Path, cfg: ModelConfig, kind: Kin
     return _chosen(model, f"{backend}: {how} ({verdict.detail})")
 
 
-def check_export(model_class: ModelClass, folder: Path, cfg: ModelConfig, kind: Kind) -> Verdict:
-    """Export and compare now (a build does, so that its Bento starts with neither)."""
-    return _verdict(model_class, folder, cfg, kind)[0]
+def check_export(folder: Path, cfg: ModelConfig, kind: Kind) -> Verdict:
+    """Export and compare on the CPU now, recording both (a build does, so that its Bento starts with neither)."""
+    return _verdict(model_class(kind), folder, cfg.model_copy(update={"device": "cpu"}), kind)[0]
 
 
 def onnx_unfit(folder: Path, cfg: ModelConfig, kind: Kind) -> str | None:
-    """Why ONNX Runtime is not even tried for this model (None: it is)."""
-    from models.device import pick_device
-
+    """Why ONNX Runtime is not even tried for this model wherever it runs (None: it is, on a CPU)."""
     if spec(kind).onnx_task is None:
         return f"torch: ONNX Runtime does not run {kind} models here"
     if model_scorer(folder, kind) == "causal-lm":
         return "torch: a causal-LM reranker runs on torch only"
     if cfg.dtype not in ("auto", "float32"):
         return f"torch: dtype {cfg.dtype} runs on torch"
-    device = pick_device(cfg.device)
-    if device != "cpu":
-        return f"torch: on {device}, torch runs it in half precision"
     return None
+
+
+def _off_cpu(cfg: ModelConfig) -> str | None:
+    from models.device import pick_device
+
+    device = pick_device(cfg.device)
+    return None if device == "cpu" else f"torch: on {device}, torch runs it in half precision"
 
 
 def _verdict(model_class: ModelClass, folder: Path, cfg: ModelConfig, kind: Kind
@@ -88,15 +90,18 @@ def _verdict(model_class: ModelClass, folder: Path, cfg: ModelConfig, kind: Kind
     if recorded.is_file():
         return Verdict(**json.loads(recorded.read_text())), {}
     loaded: dict[str, TokenModel] = {}
+    rows = parity_rows(folder, cfg, kind)
     try:
         exported_checkpoint(folder, task)
         loaded["onnx"] = model_class(folder, _on(cfg, "onnx"), kind)
-    except ModelLoadError as exc:
-        verdict = Verdict(False, f"ONNX Runtime cannot run it: {exc.message}")
+        candidate = loaded["onnx"].forward(rows)
+    except Exception as exc:  # any failure of the export, its session or its inputs: torch serves it
+        loaded.clear()
+        why = exc.message if isinstance(exc, ModelLoadError) else f"{type(exc).__name__}: {exc}"
+        verdict = Verdict(False, f"ONNX Runtime cannot run it: {why}")
     else:
         loaded["torch"] = model_class(folder, _on(cfg, "torch"), kind)
-        rows = parity_rows(folder, cfg, kind)
-        verdict = compare(loaded["onnx"].forward(rows), loaded["torch"].forward(rows), spec(kind).output == "scores")
+        verdict = compare(candidate, loaded["torch"].forward(rows), spec(kind).output == "scores")
     try:
         recorded.write_text(json.dumps(asdict(verdict)))
     except OSError as exc:  # a read-only cache: the verdict holds for this start only

@@ -171,10 +171,14 @@ def _detected_kind(model_id: str, revision: str | None) -> Kind:
 def load_model(folder: Path, cfg: ModelConfig) -> TokenModel:
     """The checkpoint in `folder` in the class that runs its kind (`KindSpec.loader`): model-service side."""
     kind = model_kind(cfg)
-    module, _, name = spec(kind).loader.partition(":")
-    model_class = getattr(importlib.import_module(module), name)
     if cfg.backend == "auto":
         from models.auto_backend import load_auto
 
-        return load_auto(model_class, folder, cfg, kind)
-    return model_class(folder, cfg, kind)
+        return load_auto(model_class(kind), folder, cfg, kind)
+    return model_class(kind)(folder, cfg, kind)
+
+
+def model_class(kind: Kind) -> type:
+    """The class that runs this kind (`KindSpec.loader`); importing it imports torch."""
+    module, _, name = spec(kind).loader.partition(":")
+    return getattr(importlib.import_module(module), name)

@@ -14,6 +14,7 @@ from typing import Any
 import bentoml
 import numpy as np
 
+from bento.exports import carry_exports
 from bento.patches import make_work_conserving
 from bento.store import pin_store_models
 from models.base import ModelInput, TokenizedText
@@ -47,7 +48,7 @@ def model_service(name: str, api: str, row: type, description: str) -> Any:
     batchable = bentoml.api(batchable=True, max_batch_size=dispatch_max_rows(), max_latency_ms=DISPATCH_MAX_LATENCY_MS)
     # `type` rather than a class statement: BentoML lists a service's APIs by attribute name, here `api`.
     service = type(name, (PooledService,), {"__init__": __init__, "__doc__": description, api: batchable(run)})
-    pinned = pin_store_models(models_of_service(name))(service)
+    pinned = carry_exports(models_of_service(name))(pin_store_models(models_of_service(name))(service))
     return bentoml.service(name=name, **model_service_config(name))(pinned)
 
 

@@ -22,6 +22,7 @@ from pathlib import Path
 import bentoml
 import numpy as np
 
+from bento.exports import adopt_carried_export
 from bento.patches import drain_before_shutdown
 from bento.process_memory import report_process_memory
 from config.settings import ModelConfig
@@ -232,6 +233,7 @@ def pool_for(service: str) -> ModelPool:
 def _load_one(load: Loader, cfg: ModelConfig) -> TokenModel:
     logger.info("loading %s as '%s'", cfg.model_id, cfg.served_model_name)
     folder = resolve_model(cfg.model_id, cfg.revision)
+    adopt_carried_export(cfg, folder)
     model = load(folder, cfg)
     model.info = replace(model.info, **asdict(pass_limits(cfg, folder, model.info)))
     logger.info("model '%s' is warm: %s", cfg.served_model_name, model.info)

@@ -253,7 +253,7 @@ def server_process(
         {"model_id": str(plain_qwen3_reranker_path), "served_model_name": QWEN3_RERANKER_PLAIN,
          "max_seq_length": PLAIN_RERANKER_MAX_TOKENS},
         {"model_id": str(splade_path), "served_model_name": TINY_SPLADE},
-    ], "max_audio_seconds": MAX_AUDIO_SECONDS, "cache_dir": str(folder / "cache")}
+    ], "max_audio_seconds": MAX_AUDIO_SECONDS}
     with running_server(folder, config) as running:
         yield running
 
@@ -270,14 +270,19 @@ def running_server(folder: Path, config: dict) -> Iterator[tuple[str, int]]:
 def listening_server(folder: Path, config: dict) -> Iterator[tuple[str, subprocess.Popen]]:
     """`running_server` once its port is bound, before it is ready: a server started after this one may
     choose its port then (this one's arbiter has bound its own ports by then; see wait_listening)."""
-    config = {"cache_dir": os.environ["EMBENTO_CACHE_DIR"], **config}  # the session's (session_cache_dir)
-    (folder / "embento.yaml").write_text(yaml.safe_dump(config))
+    (folder / "embento.yaml").write_text(yaml.safe_dump(in_session_cache(config)))
     port = free_port()
     env = server_env(folder / "bentoml", EMBENTO_CONFIG=str(folder / "embento.yaml"))
     command = [sys.executable, "-m", "bentoml", "serve", "service:Gateway", "--host", "127.0.0.1", "--port", str(port)]
     with background(command, env, folder / "server.log") as process:
         wait_listening(port, process, folder / "server.log")
         yield f"http://127.0.0.1:{port}", process
+
+
+def in_session_cache(config: dict) -> dict:
+    """A server's configuration with the session's export cache (`session_cache_dir`) unless it names one:
+    servers strip EMBENTO_* from their environment, and a Bento's carried configuration takes no overrides."""
+    return {"cache_dir": os.environ["EMBENTO_CACHE_DIR"], **config}
 
 
 def server_env(bentoml_home: Path, **extra: str) -> dict[str, str]:

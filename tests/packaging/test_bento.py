@@ -27,6 +27,7 @@ from tests.conftest import (
     TINY_RERANKER,
     background,
     free_port,
+    in_session_cache,
     server_env,
     wait_listening,
     wait_ready,
@@ -41,11 +42,11 @@ PROJECT_FILES = ("service.py", "gateway", "services", "bento", "config", "shared
                  "bentofile.yaml", "pyproject.toml", "requirements.txt", "requirements-cpu.txt", "requirements-cuda.txt")
 VERSION = project_version(ROOT)
 # The Bento's own configuration: three store models, so it holds three model services.
-STORE_CONFIG = yaml.safe_dump({"models": [
+STORE_MODELS = [
     {"model_id": "bentoml://minilm", "served_model_name": MINILM},
     {"model_id": f"bentoml://{TINY_RERANKER}"},
     {"model_id": f"bentoml://{TINY_CLIP}"},
-]})
+]
 MODEL_SERVICES = {"TextEmbedder", "Reranker", "ClipEmbedder"}
 
 
@@ -90,7 +91,7 @@ def bentos(home: Path, store_tags: dict[str, str], tmp_path_factory: pytest.Temp
             shutil.copytree(source, project / name, ignore=shutil.ignore_patterns("__pycache__"))
         else:
             shutil.copy(source, project / name)
-    (project / "embento.yaml").write_text(STORE_CONFIG)
+    (project / "embento.yaml").write_text(yaml.safe_dump(in_session_cache({"models": STORE_MODELS})))
     result = embento(home, "build", "--project-dir", str(project))
     assert result.returncode == 0, result.stderr
     assert re.findall(r"built (embento:\S+)", result.stdout) == [f"embento:{VERSION}-{a}" for a in ACCELERATORS]
@@ -106,16 +107,22 @@ def test_bento_records_its_variant_models_and_pins(bentos, store_tags, accel):
     assert info["args"] == {"accel": accel}
     # `bentoml://<name>` (no version) is pinned to the exact version in the store at build time; each
     # model service declares the models it loads, the gateway every one (it reads their tokenizers).
+    # The text services carry the ONNX exports of their models too (`backend: auto`), made by the build; CLIP
+    # has none.
     pins = {service["name"]: [m["tag"] for m in service["models"]] for service in info["services"]}
+    exports = {name: [tag.split(":")[0] for tag in tags if tag.startswith("onnx-")] for name, tags in pins.items()}
+    pins = {name: [tag for tag in tags if not tag.startswith("onnx-")] for name, tags in pins.items()}
     assert pins == {"Embento": [store_tags["minilm"], store_tags[TINY_RERANKER], store_tags[TINY_CLIP]],
                     "TextEmbedder": [store_tags["minilm"]], "Reranker": [store_tags[TINY_RERANKER]],
                     "ClipEmbedder": [store_tags[TINY_CLIP]]}
+    assert exports == {"Embento": [], "TextEmbedder": ["onnx-all-minilm-l6-v2"],
+                       "Reranker": [f"onnx-{TINY_RERANKER}"], "ClipEmbedder": []}
     gateway = next(service for service in info["services"] if service["name"] == "Embento")
     assert {d["service"] for d in gateway["dependencies"]} == MODEL_SERVICES
     carried = yaml.safe_load((bentos[accel] / "src" / "embento.yaml").read_text())
     assert [(m["model_id"], m["served_model_name"]) for m in carried["models"]] == [
         (m["model_id"], m.get("served_model_name", m["model_id"].removeprefix("bentoml://")))
-        for m in yaml.safe_load(STORE_CONFIG)["models"]]
+        for m in STORE_MODELS]
 
 
 def test_variant_images_differ_only_in_their_accelerator_packages(bentos):
@@ -150,12 +157,20 @@ def test_built_cpu_bento_serves_offline_with_its_pinned_store_model(home, bentos
     port = free_port()
     command = [sys.executable, "-m", "bentoml", "serve", f"embento:{VERSION}-cpu", "--host", "127.0.0.1",
                "--port", str(port)]
-    with background(command, server_env(home), tmp_path / "bento.log", cwd=tmp_path) as process:
+    # An empty export cache, as in a container: the exports come from the Bento, made at its build.
+    fresh_cache = tmp_path / "fresh-cache"
+    env = server_env(home, EMBENTO_CACHE_DIR=str(fresh_cache))
+    with background(command, env, tmp_path / "bento.log", cwd=tmp_path) as process:
         url = f"http://127.0.0.1:{port}"
         wait_ready(url, process, tmp_path / "bento.log")
         models = httpx.get(f"{url}/v1/models", timeout=30).json()["data"]
         assert [m["id"] for m in models] == [MINILM, TINY_RERANKER, TINY_CLIP]
         assert models[0]["dimension"] == 384
+        assert [m["backend"] for m in models] == ["onnx", "onnx", "torch"], [m["backend_reason"] for m in models]
+        assert all(m["backend_reason"].startswith("onnx: its export matches torch") for m in models[:2])
+        exports = sorted(fresh_cache.glob("onnx/*/onnx/model.onnx"))
+        assert len(exports) == 2 and all(p.is_symlink() and p.resolve().is_relative_to(home / "models")
+                                         for p in exports), exports
         sentences = make_sentences(8)
         response = httpx.post(f"{url}/v1/embeddings", json={"input": sentences, "model": MINILM}, timeout=60)
     assert response.status_code == 200, response.text
@@ -228,8 +243,8 @@ def _assert_same_answers(split: httpx.Client, single: httpx.Client) -> None:
 
 
 def test_a_bento_refuses_a_configuration_that_needs_services_it_lacks(home, bentos, tiny_clap_path, tmp_path):
-    config = yaml.safe_load(STORE_CONFIG)
-    config["models"].append({"model_id": str(tiny_clap_path), "served_model_name": "added"})
+    config = in_session_cache({"models": [*STORE_MODELS, {"model_id": str(tiny_clap_path),
+                                                           "served_model_name": "added"}]})
     (tmp_path / "more.yaml").write_text(yaml.safe_dump(config))
     # By tag, as users serve it: BentoML first imports `embento` as a module (the installed client package),
     # then loads the Bento of that name. The refusal is one line, without that first try's traceback.
@@ -263,7 +278,8 @@ def serve_bento(home: Path, tag: str, folder: Path, **env: str) -> Iterator[str]
 def test_a_bento_serves_the_configuration_it_was_built_with(home, store_tags, tmp_path):
     """Built under EMBENTO_CONFIG (a file outside the project) and a variable, served from elsewhere with no
     configuration: it serves what it was built with, not the default model."""
-    (tmp_path / "other.yaml").write_text(yaml.safe_dump({"models": [{"model_id": f"bentoml://{TINY_RERANKER}"}]}))
+    (tmp_path / "other.yaml").write_text(yaml.safe_dump(in_session_cache(
+        {"models": [{"model_id": f"bentoml://{TINY_RERANKER}"}]})))
     built = embento(home, "build", "--accel", "cpu", "--version", "from-env",
                     EMBENTO_CONFIG=str(tmp_path / "other.yaml"), EMBENTO_MAX_CLIENT_BATCH_SIZE="16")
     assert built.returncode == 0, built.stderr
@@ -289,8 +305,8 @@ def test_a_plain_bentoml_build_under_embento_config_serves_that_configuration(ho
     variable: the Bento carries that configuration in its bento.yaml, API keys left out, and serves it from
     another folder with no configuration in the environment (it used to carry the project's instead, and be
     refused at start)."""
-    (tmp_path / "other.yaml").write_text(yaml.safe_dump({"api_key": ["not-in-the-bento"], "models": [
-        {"model_id": f"bentoml://{store_tags['minilm']}", "served_model_name": "carried"}]}))  # newer ones come
+    (tmp_path / "other.yaml").write_text(yaml.safe_dump(in_session_cache({"api_key": ["not-in-the-bento"], "models": [
+        {"model_id": f"bentoml://{store_tags['minilm']}", "served_model_name": "carried"}]})))  # newer ones come
     command = [sys.executable, "-m", "bentoml", "build", str(ROOT), "--version", "plain-build", "--output", "tag"]
     built = subprocess.run(command, cwd=ROOT, env=server_env(home, EMBENTO_CONFIG=str(tmp_path / "other.yaml"),
                                                              EMBENTO_MAX_CLIENT_BATCH_SIZE="16"),

@@ -31,6 +31,7 @@ from tests.conftest import (
     ROOT,
     background,
     free_port,
+    in_session_cache,
     listening_server,
     merged_batches,
     metric,
@@ -226,7 +227,7 @@ def serve_until_it_stops(folder: Path, config: dict, command: list[str] | None =
                          ) -> tuple[int, str]:
     """`bentoml serve` (or `command`) with this configuration, run until it exits: (status, log)."""
     folder.mkdir(exist_ok=True)
-    (folder / "embento.yaml").write_text(yaml.safe_dump(config))
+    (folder / "embento.yaml").write_text(yaml.safe_dump(in_session_cache(config)))
     command = command or [sys.executable, "-m", "bentoml", "serve", "service:Gateway", "--port", str(free_port())]
     env = server_env(folder / "home", EMBENTO_CONFIG=str(folder / "embento.yaml"))
     result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout_s,

@@ -76,6 +76,14 @@ def test_a_failed_export_falls_back_to_torch_once(tmp_path, minilm_path, monkeyp
     assert again.info.backend == "torch" and again.info.backend_reason == model.info.backend_reason
 
 
+def test_an_export_that_cannot_run_falls_back_to_torch(qwen3_embedder_path):
+    """A Qwen3 embedder exports, and its graph asks for `position_ids`, which sentence-transformers' ONNX path
+    does not feed: the first pass fails, and torch serves it."""
+    model = load_model(qwen3_embedder_path, ModelConfig(model_id=str(qwen3_embedder_path), device="cpu"))
+    assert model.info.backend == "torch"
+    assert "ONNX Runtime cannot run it" in model.info.backend_reason and "position_ids" in model.info.backend_reason
+
+
 def test_an_export_that_does_not_match_falls_back_to_torch(tmp_path, minilm_path, monkeypatch):
     stale = build_stale_export(tmp_path / "stale", minilm_path)
     cfg = ModelConfig(model_id=str(stale), device="cpu")
