@@ -229,7 +229,8 @@ def server_process(
     minilm_reranker_path: Path, minilm_classifier_path: Path, qwen3_embedder_path: Path, qwen3_reranker_path: Path,
     plain_qwen3_reranker_path: Path, splade_path: Path,
 ) -> Iterator[tuple[str, int]]:
-    """One production-mode `bentoml serve` on loopback, (url, pid), serving MiniLM, one tiny BERT under four
+    """One production-mode `bentoml serve` on loopback, (url, pid), serving MiniLM (`backend: auto`, so on ONNX
+    Runtime), one tiny BERT under four
     names (torch mean and CLS pooling, ONNX Runtime, CTranslate2), a tiny reranker (on ONNX Runtime), a tiny
     classifier, tiny CLIP, CLAP and ColPali models, a reranker and a classifier saved as ones fine-tuned
     from MiniLM are, and today's families in tiny: a Qwen3 embedder, a Qwen3 reranker in sentence-transformers'
@@ -237,8 +238,9 @@ def server_process(
     folder = tmp_path_factory.mktemp("server")
     config: dict = {"models": [
         {"model_id": MINILM},
-        {"model_id": str(tiny_bert_path), "served_model_name": TINY_MEAN},
-        {"model_id": str(tiny_bert_path), "served_model_name": TINY_CLS, "pooling": "cls", "normalize": False},
+        {"model_id": str(tiny_bert_path), "served_model_name": TINY_MEAN, "backend": "torch"},
+        {"model_id": str(tiny_bert_path), "served_model_name": TINY_CLS, "pooling": "cls", "normalize": False,
+         "backend": "torch"},
         {"model_id": str(tiny_bert_path), "served_model_name": TINY_MEAN_ONNX, "backend": "onnx"},
         {"model_id": str(tiny_bert_path), "served_model_name": TINY_MEAN_CT2, "backend": "ctranslate2"},
         {"model_id": str(tiny_reranker_path), "served_model_name": TINY_RERANKER, "backend": "onnx"},

@@ -29,7 +29,8 @@ def test_embento_serve_runs_the_configured_models(tiny_bert_path, tmp_path):
 
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("EMBENTO_")}
-    env.update(HF_HUB_OFFLINE="1", BENTOML_HOME=str(tmp_path / "bentoml"), EMBENTO_BATCH_SIZE="999999")
+    env.update(HF_HUB_OFFLINE="1", BENTOML_HOME=str(tmp_path / "bentoml"), EMBENTO_BATCH_SIZE="999999",
+               EMBENTO_CACHE_DIR=os.environ["EMBENTO_CACHE_DIR"])
     command = [sys.executable, "-m", "commands", "serve", "--model-id", str(tiny_bert_path), "--served-model-name",
                "flagged", "--pooling-method", "cls", "--batch-size", "4", "--host", "127.0.0.1", "--port", str(port)]
     log = tmp_path / "serve.log"

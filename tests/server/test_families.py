@@ -78,7 +78,7 @@ def test_causal_rerankers_score_as_in_process(client, served, qwen3_reranker_pat
     """The server's scores equal the in-process ones, which `test_models_families` checks against
     CrossEncoder.predict and the card's formula; documents past the limit included."""
     path = qwen3_reranker_path if served == QWEN3_RERANKER else plain_qwen3_reranker_path
-    cfg = ModelConfig(model_id=str(path), max_seq_length=PLAIN_RERANKER_MAX_TOKENS)
+    cfg = ModelConfig(backend="torch", model_id=str(path), max_seq_length=PLAIN_RERANKER_MAX_TOKENS)
     expected = pair_logits(TextTokenizer(path, cfg, "rerank"), TextScorer(path, cfg, "rerank"), TEXTS, INSTRUCTION)
     response = client.post("/v1/rerank", json={"model": served, "query": QUERY, "documents": TEXTS,
                                                "instruction": INSTRUCTION, "raw_scores": True})

@@ -266,7 +266,7 @@ def stopped(tmp_path_factory: pytest.TempPathFactory, minilm_path: Path, tiny_be
         "no converter": (minilm, embento_serve("--model-id", str(mpnet), "--backend", "ctranslate2"), 90),
         "debug dtype": (minilm, embento_serve("--model-id", str(tiny_bert_path), "--backend", "ctranslate2",
                                               "--dtype", "bfloat16", "--log-level", "debug"), 120),
-        **{f"on import, debug={debug}": ({"models": [{"model_id": MINILM, "dtype": "int8"}]},
+        **{f"on import, debug={debug}": ({"models": [{"model_id": MINILM, "backend": "torch", "dtype": "int8"}]},
                                          refused_on_import(debug), 120) for debug in (False, True)},
     }
     with ThreadPoolExecutor(max_workers=3) as pool:

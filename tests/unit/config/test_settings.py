@@ -22,7 +22,7 @@ def test_defaults_serve_the_packaged_minilm(tmp_path):
     assert len(config.models) == 1
     model = config.models[0]
     assert model.model_id == DEFAULT_MODEL_ID and model.served_model_name == DEFAULT_MODEL_ID
-    assert (model.backend, model.device, model.dtype, model.trust_remote_code) == ("torch", "auto", "auto", False)
+    assert (model.backend, model.device, model.dtype, model.trust_remote_code) == ("auto", "auto", "auto", False)
     assert config.max_client_batch_size == 2048 and config.api_keys() == ()
 
 
