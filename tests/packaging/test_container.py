@@ -218,7 +218,8 @@ def image(engine: dict[str, str], tmp_path_factory: pytest.TempPathFactory, tiny
     embento = [sys.executable, "-m", "commands"]
     run([*embento, "models", "import", str(tiny_reranker_path), "--name", TINY_RERANKER], env, cwd=ROOT)
     config = folder / "embento.yaml"
-    # The reranker on ONNX Runtime: exported at each start into cache_dir, which must be writable.
+    # MiniLM on `backend: auto` and the reranker on `onnx`: both run on ONNX Runtime from exports the build made
+    # and the Bento carries; each start links them into cache_dir, which must be writable.
     config.write_text(json.dumps({"models": [{"model_id": MINILM},
                                              {"model_id": f"bentoml://{TINY_RERANKER}", "backend": "onnx"}]}))
     run([*embento, "build", "--accel", "cpu", "--project-dir", str(ROOT), "--base-image", BASE_IMAGE,
@@ -317,10 +318,11 @@ def test_it_serves_under_an_arbitrary_uid_in_group_0(engine, image, host_results
         assert ids.split() == [ARBITRARY_UID, "0", ARBITRARY_UID]
         environ = run(["podman", "exec", container, "cat", "/proc/1/environ"], engine).stdout.split("\0")
         assert f"BENTOML_HOME={IMAGE_HOME}/bentoml" in environ  # the server's, not BentoML's template's
-        exports = run(["podman", "exec", container, "find", IMAGE_HOME, "-name", "model.onnx", "-printf", "%u:%g %p\n"],
-                      engine).stdout.splitlines()
-        (export,) = exports
-        assert export.startswith(f"{ARBITRARY_UID}:root {IMAGE_HOME}/.cache/embento/onnx-"), export
+        exports = run(["podman", "exec", container, "find", IMAGE_HOME, "-name", "model.onnx", "-printf",
+                       "%u:%g %p -> %l\n"], engine).stdout.splitlines()
+        assert len(exports) == 2, exports  # links to the exports the Bento carries: none was made at start
+        assert all(line.startswith(f"{ARBITRARY_UID}:root {IMAGE_HOME}/.cache/embento/onnx/")
+                   and "/models/onnx-" in line.split(" -> ")[1] for line in exports), exports
         assert run(["podman", "exec", container, "python", "-c", DECODE_AUDIO], engine).stdout.split() == ["48001"]
         if "--read-only" in RUN_AS[case]:
             write = subprocess.run(["podman", "exec", container, "touch", "/home/bentoml/bento/written"], env=engine,
