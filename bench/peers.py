@@ -1,7 +1,7 @@
 """Embento against its peers, in one run: same models, same load, same cores, each server alone in turn.
 
     python bench/peers.py [--only SERVER ...] [--models minilm bert-base] [--duration 10] [--rounds 3]
-                          [--markdown FILE]
+                          [--markdown FILE] [--benchmarks]
 
 Servers (each on loopback, one at a time, with its defaults but for the flags named here):
   embento-auto, embento-torch, embento-onnx  `bentoml serve service:Gateway` with EMBENTO_BACKEND set
@@ -96,7 +96,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import base_checkpoint  # noqa: E402
 import load  # noqa: E402
-from run_all import IDLE_SETTLE_S, LoadWatch, spread  # noqa: E402
+from run_all import IDLE_SETTLE_S, OUT, PEERS_MARKER, LoadWatch, spread  # noqa: E402
 from server import free_port, start_server, stop_server, wait_until_ready  # noqa: E402
 
 from models.resolve import packaged_model_path  # noqa: E402
@@ -418,6 +418,8 @@ def main() -> None:
     parser.add_argument("--duration", type=float, default=10.0, help="seconds per scenario and server start")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--markdown", type=Path, help="also write the tables to this file")
+    parser.add_argument("--benchmarks", action="store_true",
+                        help="also write them as the closing section of docs/benchmarks.md (bench/run_all.py keeps it)")
     parser.add_argument("--infinity", type=Path, default=PEERS / "infinity", help="infinity's venv")
     parser.add_argument("--vllm", type=Path, default=PEERS / "vllm", help="vLLM CPU's venv")
     parser.add_argument("--naive", type=Path, default=PEERS / "naive", help="the naive server's venv")
@@ -465,6 +467,10 @@ def main() -> None:
     if args.markdown:
         args.markdown.write_text(text + "\n")
         print(f"wrote {args.markdown}")
+    if args.benchmarks:
+        before = OUT.read_text().partition(PEERS_MARKER)[0].rstrip()
+        OUT.write_text(f"{before}\n\n{PEERS_MARKER}\n\n{text}\n")
+        print(f"wrote the closing section of {OUT}")
 
 
 if __name__ == "__main__":
