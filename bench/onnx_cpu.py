@@ -111,7 +111,8 @@ def main() -> None:
                     return model(**inputs).last_hidden_state.numpy()
 
             def split(run: Callable[[dict], object]) -> Callable[[], object]:
-                return lambda: [f.result() for f in [lanes.submit(run, half) for half in halves if len(half["input_ids"])]]
+                parts = [half for half in halves if len(half["input_ids"])]
+                return lambda: [f.result() for f in [lanes.submit(run, part) for part in parts]]
 
             torch_halves = [{key: value[part] for key, value in tensors.items()}
                             for part in (slice(0, max(1, batch // 2)), slice(max(1, batch // 2), batch))]

@@ -67,7 +67,8 @@ def carry_exports(configs: Iterable[ModelConfig]) -> Callable[[T], T]:
 
     def declare(cls: T) -> T:
         for index, (cfg, tag) in enumerate(exports):
-            setattr(cls, f"onnx_export_{index}", CarriedExport(tag, make=lambda cfg=cfg, tag=tag: make_export(cfg, tag)))
+            carried = CarriedExport(tag, make=lambda cfg=cfg, tag=tag: make_export(cfg, tag))
+            setattr(cls, f"onnx_export_{index}", carried)
         return cls
 
     return declare
