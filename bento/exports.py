@@ -51,7 +51,7 @@ def carried_tag(cfg: ModelConfig) -> str | None:
     """`onnx-<served name>:<export key digest>` for a model that may run on ONNX Runtime; None otherwise."""
     from models.auto_backend import onnx_unfit  # numpy and the kind registry, no torch
 
-    if cfg.backend not in ("auto", "onnx"):
+    if cfg.backend not in ("auto", "onnx") or (cfg.backend == "auto" and _for_gpus()):
         return None
     folder = resolve_model(cfg.model_id, cfg.revision)
     kind = model_kind(cfg)
@@ -59,6 +59,13 @@ def carried_tag(cfg: ModelConfig) -> str | None:
     if task is None or (cfg.backend == "auto" and onnx_unfit(folder, cfg, kind) is not None):
         return None
     return f"onnx-{store_name(cfg.served_model_name)}:{export_key(folder, task).digest}"
+
+
+def _for_gpus() -> bool:
+    """A Bento built for CUDA (`--arg accel=cuda`): `auto` serves torch there, so it carries no export."""
+    from bento.container_image import ARGS
+
+    return ARGS.accel == "cuda"
 
 
 def carry_exports(configs: Iterable[ModelConfig]) -> Callable[[T], T]:

@@ -29,6 +29,7 @@ logger = logging.getLogger(__name__)
 MIN_COSINE = 0.99999
 MAX_RELATIVE_ERROR = 1e-4
 PARITY_TEXTS = 12
+MAX_WEIGHT_BYTES = 2 << 30  # protobuf's limit on one ONNX file; larger models are decoders meant for GPUs
 VERDICT_FILE = "parity.json"
 ModelClass = Callable[[Path, ModelConfig, Kind], TokenModel]
 
@@ -39,6 +40,15 @@ class Verdict:
 
     matches: bool
     detail: str
+    ran: bool = True  # False: the export failed, or its session or first pass did
+
+    @property
+    def reason(self) -> str:
+        if self.matches:
+            return f"onnx: its export matches torch ({self.detail})"
+        if not self.ran:
+            return f"torch: {self.detail}"
+        return f"torch: the ONNX export does not match torch ({self.detail})"
 
 
 def load_auto(model_class: ModelClass, folder: Path, cfg: ModelConfig, kind: Kind) -> TokenModel:
@@ -51,8 +61,7 @@ def load_auto(model_class: ModelClass, folder: Path, cfg: ModelConfig, kind: Kin
     model = loaded.get(backend) or model_class(folder, _on(cfg, backend), kind)
     loaded.clear()  # the other one goes now, not at the next collection
     gc.collect()
-    how = "its export matches torch" if verdict.matches else "the ONNX export does not match torch"
-    return _chosen(model, f"{backend}: {how} ({verdict.detail})")
+    return _chosen(model, verdict.reason)
 
 
 def check_export(folder: Path, cfg: ModelConfig, kind: Kind) -> Verdict:
@@ -68,7 +77,13 @@ def onnx_unfit(folder: Path, cfg: ModelConfig, kind: Kind) -> str | None:
         return "torch: a causal-LM reranker runs on torch only"
     if cfg.dtype not in ("auto", "float32"):
         return f"torch: dtype {cfg.dtype} runs on torch"
+    if weight_bytes(folder) > MAX_WEIGHT_BYTES:
+        return "torch: its weights pass 2 GiB, a single ONNX file's limit (and minutes of export on a CPU)"
     return None
+
+
+def weight_bytes(folder: Path) -> int:
+    return sum(path.stat().st_size for pattern in ("*.safetensors", "*.bin") for path in folder.glob(pattern))
 
 
 def _off_cpu(cfg: ModelConfig) -> str | None:
@@ -98,7 +113,7 @@ def _verdict(model_class: ModelClass, folder: Path, cfg: ModelConfig, kind: Kind
     except Exception as exc:  # any failure of the export, its session or its inputs: torch serves it
         loaded.clear()
         why = exc.message if isinstance(exc, ModelLoadError) else f"{type(exc).__name__}: {exc}"
-        verdict = Verdict(False, f"ONNX Runtime cannot run it: {why}")
+        verdict = Verdict(False, f"ONNX Runtime cannot run it: {why}", ran=False)
     else:
         loaded["torch"] = model_class(folder, _on(cfg, "torch"), kind)
         verdict = compare(candidate, loaded["torch"].forward(rows), spec(kind).output == "scores")

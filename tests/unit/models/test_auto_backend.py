@@ -61,6 +61,12 @@ def test_auto_keeps_torch_for_half_precision(tiny_bert_path):
     assert "dtype bfloat16" in model.info.backend_reason
 
 
+def test_auto_keeps_torch_for_weights_past_one_onnx_files_limit(tiny_bert_path, monkeypatch):
+    monkeypatch.setattr(auto_backend, "MAX_WEIGHT_BYTES", 1000)  # the tiny BERT passes it, as 7B weights pass 2 GiB
+    model = load_model(tiny_bert_path, ModelConfig(model_id=str(tiny_bert_path), device="cpu"))
+    assert model.info.backend == "torch" and "weights pass 2 GiB" in model.info.backend_reason
+
+
 def test_a_failed_export_falls_back_to_torch_once(tmp_path, minilm_path, monkeypatch):
     ernie = build_tiny_ernie(tmp_path / "ernie", minilm_path)
     cfg = ModelConfig(model_id=str(ernie), device="cpu")
