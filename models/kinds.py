@@ -88,8 +88,7 @@ MEDIA_ENCODER = "models.media_encoder:MediaEncoder"
 KIND_SPECS: dict[Kind, KindSpec] = {
     "embed": KindSpec(("embed",), ("text",), ("torch", "onnx", "ctranslate2"), "dense", "text", "TextEmbedder",
                       "embed", TEXT_ENCODER, onnx_task="feature-extraction", quantizable=True, takes_token_ids=True,
-                      takes_instruction=True,
-                      normalize_control=True),
+                      takes_instruction=True, normalize_control=True),
     "sparse": KindSpec(("embed_sparse", "embed"), ("text",), ("torch",), "sparse", "text", "TextEmbedder", "embed",
                        SPARSE_ENCODER, takes_token_ids=True, takes_instruction=True, tei_root_task="embed_sparse"),
     "rerank": KindSpec(("rerank",), ("text",), ("torch", "onnx"), "scores", "text", "Reranker", "score",
