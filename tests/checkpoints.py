@@ -457,3 +457,82 @@ def build_splade(folder: Path, minilm: Path) -> Path:
     model.save_pretrained(str(saved))
     shutil.rmtree(plain)
     return saved
+
+
+def _sentence_transformer_folder(plain: Path, saved: Path, max_seq_length: int, pooling: str,
+                                 prompts: dict[str, str]) -> Path:
+    """`plain` (a transformers checkpoint) under Pooling and Normalize, saved by sentence-transformers as a Hub
+    embedder is; `plain` is removed."""
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.sentence_transformer.modules import Normalize, Pooling, Transformer
+
+    transformer = Transformer(str(plain), max_seq_length=max_seq_length)
+    width = transformer.get_embedding_dimension()
+    model = SentenceTransformer(modules=[transformer, Pooling(width, pooling_mode=pooling), Normalize()],
+                                prompts=prompts, device="cpu")
+    model.save_pretrained(str(saved))
+    shutil.rmtree(plain)
+    return saved
+
+
+def build_windowed_bert(folder: Path, minilm: Path, max_seq_length: int = 32) -> Path:
+    """An e5-style BERT embedder (mean pooling, unit vectors, `query: ` / `passage: ` prompts) whose limit is
+    small (32 tokens), so a text that needs several windows, or a document several slices, stays cheap.
+    Weights are drawn wide (initializer_range 0.2) so vectors differ clearly from text to text."""
+    build_tiny_bert(folder / "bert", minilm, seed=31, initializer_range=0.2)
+    return _sentence_transformer_folder(folder / "bert", folder / "windowed-bert", max_seq_length, "mean",
+                                        {"query": "query: ", "document": "passage: "})
+
+
+MODERNBERT_SPECIALS = ["[UNK]", "[CLS]", "[SEP]", "[PAD]", "[MASK]"]
+
+
+def modernbert_tokenizer(model_max_length: int = 8192):  # -> PreTrainedTokenizerFast
+    """ModernBERT's kind of tokenizer: a byte-level BPE (no normalizer, `Ġ`-prefixed words whose offsets start
+    at the space) trained here on a small corpus, `[CLS] $A [SEP]` around every text, no token types."""
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    bpe = Tokenizer(models.BPE())
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.decoder = decoders.ByteLevel()
+    corpus = [" ".join(WORDS), "search_query: search_document: classification: clustering:"] * 3
+    bpe.train_from_iterator(corpus, trainers.BpeTrainer(
+        vocab_size=600, special_tokens=MODERNBERT_SPECIALS, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    cls, sep = bpe.token_to_id("[CLS]"), bpe.token_to_id("[SEP]")
+    bpe.post_processor = processors.TemplateProcessing(
+        single="[CLS]:0 $A:0 [SEP]:0", pair="[CLS]:0 $A:0 [SEP]:0 $B:1 [SEP]:1",
+        special_tokens=[("[CLS]", cls), ("[SEP]", sep)])
+    return PreTrainedTokenizerFast(tokenizer_object=bpe, unk_token="[UNK]", cls_token="[CLS]", sep_token="[SEP]",
+                                   pad_token="[PAD]", mask_token=AddedToken("[MASK]", lstrip=True),
+                                   model_input_names=["input_ids", "attention_mask"],
+                                   model_max_length=model_max_length, clean_up_tokenization_spaces=True)
+
+
+def build_modernbert_embedder(folder: Path, max_seq_length: int = 128, local_attention: int = 16) -> Path:
+    """As nomic's modernbert-embed is published: a ModernBERT encoder (8192 positions, global attention every
+    other layer, the others over a `local_attention`-token sliding window) in a sentence-transformers folder with
+    mean pooling, unit vectors and `search_query: ` / `search_document: ` prompts. Its limit is small (128
+    tokens: more than the windowed BERT's 32, and four local windows) so the tests stay cheap. Torch runs it with
+    SDPA (no flash-attn here); `reference_compile` is off so a GPU run does not compile it first."""
+    import torch
+    from transformers import ModernBertConfig, ModernBertModel
+
+    plain = folder / "modernbert"
+    tokenizer = modernbert_tokenizer()
+    ids = {token: tokenizer.convert_tokens_to_ids(token) for token in MODERNBERT_SPECIALS}
+    config = ModernBertConfig(
+        vocab_size=len(tokenizer), hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=2,
+        max_position_embeddings=8192, global_attn_every_n_layers=2, local_attention=local_attention,
+        pad_token_id=ids["[PAD]"], bos_token_id=ids["[CLS]"], eos_token_id=ids["[SEP]"], cls_token_id=ids["[CLS]"],
+        sep_token_id=ids["[SEP]"], initializer_range=0.2, reference_compile=False)
+    torch.manual_seed(32)
+    ModernBertModel(config).save_pretrained(plain)
+    tokenizer.save_pretrained(plain)
+    saved = _sentence_transformer_folder(plain, folder / "modernbert-embed", max_seq_length, "mean",
+                                         {"query": "search_query: ", "document": "search_document: "})
+    # As published (saved by sentence-transformers 3): the limit in `sentence_bert_config.json`, where version 5
+    # keeps it as the tokenizer's model_max_length only (as the windowed BERT's folder has it).
+    (saved / "sentence_bert_config.json").write_text(
+        json.dumps({"max_seq_length": max_seq_length, "do_lower_case": False}))
+    return saved

@@ -24,12 +24,14 @@ from tests.checkpoints import (
     build_colpali,
     build_colqwen2,
     build_minilm_cross_encoder,
+    build_modernbert_embedder,
     build_plain_qwen3_reranker,
     build_qwen3_embedder,
     build_qwen3_reranker,
     build_sequence_classifier,
     build_splade,
     build_tiny_bert,
+    build_windowed_bert,
 )
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -173,6 +175,18 @@ def tiny_colqwen2_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def qwen3_embedder_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_qwen3_embedder(tmp_path_factory.mktemp("qwen3-embedder"))
+
+
+@pytest.fixture(scope="session")
+def windowed_bert_path(tmp_path_factory: pytest.TempPathFactory, minilm_path: Path) -> Path:
+    """An e5-style BERT embedder with a 32-token limit: long inputs need windows, long documents slices."""
+    return build_windowed_bert(tmp_path_factory.mktemp("windowed-bert"), minilm_path)
+
+
+@pytest.fixture(scope="session")
+def modernbert_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A nomic modernbert-embed-style ModernBERT embedder (byte-level BPE, 8192 positions, a 128-token limit)."""
+    return build_modernbert_embedder(tmp_path_factory.mktemp("modernbert"))
 
 
 @pytest.fixture(scope="session")
