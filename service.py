@@ -34,7 +34,7 @@ from gateway.engine import Engine
 from gateway.lifecycle import Lifecycle, ModelRegistry
 from gateway.model_calls import ModelCalls
 from gateway.preprocessors import load_preprocessors
-from gateway.wire import cohere, infinity, openai, shared_rerank, tei
+from gateway.wire import cohere, infinity, openai, shared_rerank, tei, voyage
 from gateway.wire.common import RerankRequest
 from models.kinds import model_kind, spec
 from services import MODEL_SERVICES
@@ -139,6 +139,13 @@ class Gateway:
     async def classify_unversioned(self, request: infinity.ClassifyRequest, /) -> infinity.ClassifyResponse:
         """The same, at infinity's path."""
         return await answered(infinity.classify, self.engine, request)
+
+    # Voyage
+    @bentoml.api(route=voyage.VOYAGE_PATH)
+    async def contextualized_embeddings(self, request: voyage.ContextualizedRequest, /
+                                        ) -> voyage.ContextualizedResponse:
+        """Voyage's contextualized embeddings: each document's chunks embedded in the context of the whole."""
+        return await answered(voyage.contextualized, self.engine, request)
 
     # Cohere
     @bentoml.api(route="/v1/embed")

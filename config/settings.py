@@ -116,6 +116,15 @@ class ModelConfig(BaseModel):
         "Accept token ids as `input`. False refuses them with a 400: LangChain's OpenAIEmbeddings sends tiktoken "
         "ids by default, which no self-hosted vocabulary shares."))
     trust_remote_code: bool = Field(False, description="Run Python code shipped with the checkpoint.")
+    chunk_overlap: int = Field(0, ge=0, description=(
+        "`long_input: mean`: tokens each window shares with the one before it. Must leave a window room for "
+        "new tokens (less than the window's content, its limit less special tokens and prompt)."))
+    late_chunking_overlap: int | None = Field(None, ge=0, description=(
+        "Late chunking of a document longer than the model's limit L: tokens each slice of L shares with the "
+        "one before it. Unset: L / 4. Less than L."))
+    max_embed_len: int = Field(131_072, ge=1, description=(
+        "Most tokens of one input (`long_input: mean`) or one document (late chunking, contextualized "
+        "embeddings), special tokens and prompt included; past it, a 400 naming this limit."))
 
     @field_validator("device")
     @classmethod

@@ -1,7 +1,8 @@
 """Every POST route's answer: the adapter's, or its error as a response; either way traced in the metrics.
 
 The error shape is a property of the path, declared once here: TEI's client libraries read TEI's
-`{"error", "error_type"}` on TEI's paths (and on `/rerank` when the body is TEI's), every other client OpenAI's.
+`{"error", "error_type"}` on TEI's paths (and on `/rerank` when the body is TEI's), Voyage's SDK `{"detail"}` on
+Voyage's, every other client OpenAI's.
 `answered` writes OpenAI's; `ErrorBodies` (the outermost error middleware) rewrites it on the paths below, as it
 does the framework's own errors, so both leave in the same shape.
 """
@@ -13,7 +14,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from gateway.errors import ErrorShape, error_response
 from gateway.metrics import TRACE, RequestTrace
-from gateway.wire import shared_rerank, tei
+from gateway.wire import shared_rerank, tei, voyage
 from models import errors
 
 if TYPE_CHECKING:
@@ -22,8 +23,9 @@ if TYPE_CHECKING:
 B = TypeVar("B")
 T = TypeVar("T")
 
-ERROR_SHAPES: dict[str, ErrorShape] = {path: "tei" for path in tei.TEI_PATHS}  # every other path: "openai"
-TEI_PATHS = frozenset(path for path, shape in ERROR_SHAPES.items() if shape == "tei")
+# Every other path: "openai".
+ERROR_SHAPES: dict[str, ErrorShape] = {**{path: "tei" for path in tei.TEI_PATHS},
+                                       voyage.VOYAGE_PATH: "voyage"}
 # Paths both families share: TEI's shape when the JSON body is TEI's by the rule.
 TEI_BODIES: Mapping[str, Callable[[Mapping[str, Any]], bool]] = {"/rerank": shared_rerank.is_tei_rerank}
 

@@ -13,7 +13,7 @@ from starlette.applications import Starlette
 
 from config.settings import EmbentoConfig
 from gateway.admission import admission_counters
-from gateway.answer import TEI_BODIES, TEI_PATHS
+from gateway.answer import ERROR_SHAPES, TEI_BODIES
 from gateway.deadline import WatchDisconnect
 from gateway.errors import ErrorBodies
 from gateway.fetch import UrlFetcher, UrlPolicy
@@ -32,7 +32,7 @@ def install(gateway: Any, routes: Starlette, config: EmbentoConfig, lifecycle: L
     below, ours or the framework's, leaves in its route's shape."""
     routes.router.routes.extend(get_routes(config, lifecycle))
     gateway.add_asgi_middleware(ReadinessReport, lifecycle=lifecycle)
-    gateway.add_asgi_middleware(ErrorBodies, tei_paths=TEI_PATHS, tei_bodies=TEI_BODIES)
+    gateway.add_asgi_middleware(ErrorBodies, shapes=ERROR_SHAPES, tei_bodies=TEI_BODIES)
     gateway.add_asgi_middleware(
         RequestGuard, api_keys=config.api_keys(), max_request_bytes=config.max_request_bytes,
         open_paths=PROBE_PATHS | ({"/metrics"} if config.public_metrics else set()),

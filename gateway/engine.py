@@ -15,11 +15,27 @@ from gateway.lifecycle import ModelRegistry
 from gateway.metrics import current_trace
 from gateway.model_calls import ModelCalls
 from gateway.preprocessors import Preprocessors
-from gateway.queries import ClassifyQuery, DecodeQuery, EmbedQuery, InputItem, RankQuery, TokenizeQuery
-from gateway.results import Classified, Embeddings, Ranking, Tokens
+from gateway.long_rows import Plan
+from gateway.queries import (
+    ClassifyQuery,
+    ContextQuery,
+    DecodeQuery,
+    EmbedQuery,
+    InputItem,
+    RankQuery,
+    TokenizeQuery,
+)
+from gateway.results import Classified, ContextEmbeddings, Embeddings, Ranking, Tokens
 from gateway.routing import choose_model
 from gateway.rows import Rows
-from gateway.validation import check_classify, check_decode, check_embed, check_rank, check_tokenize
+from gateway.validation import (
+    check_classify,
+    check_context,
+    check_decode,
+    check_embed,
+    check_rank,
+    check_tokenize,
+)
 from models import errors
 from models.base import ModelInfo
 from models.kinds import KindSpec, spec
@@ -53,12 +69,27 @@ class Engine:
         return info
 
     async def embed(self, query: EmbedQuery) -> Embeddings:
+        if query.late_chunking:
+            return (await self.embed_in_context(ContextQuery(query, (len(query.items),)))).embeddings
         info = await self.require_model(query.model, query.capability)
         quantizer = self.registry.quantizers.get(info.served_model_name)
         check_embed(query, info, self.config, quantizer, self.registry.infos)
-        rows = await self.rows.embed(info, query)
-        outputs = await self.calls.run(info, rows)
-        return Embeddings(query, info, outputs, sum(row.length for row in rows), quantizer)
+        plan = await self.rows.embed(info, query)
+        outputs = plan.join(await self.calls.run(info, plan.rows))
+        return Embeddings(query, info, outputs, plan.tokens, quantizer)
+
+    async def embed_in_context(self, query: ContextQuery) -> ContextEmbeddings:
+        """Late chunking: each document's chunks embedded in the context of the whole document."""
+        info = await self.require_model(query.embed.model, query.embed.capability)
+        quantizer = self.registry.quantizers.get(info.served_model_name)
+        check_embed(query.embed, info, self.config, quantizer, self.registry.infos)
+        check_context(query, info)
+        documents = await self.rows.in_context(info, query)
+        plan = Plan.joined(documents)
+        outputs = plan.join(await self.calls.run(info, plan.rows))
+        counts = [size if document.texts is None else len(document.texts)
+                  for document, size in zip(documents, query.document_sizes)]
+        return ContextEmbeddings(Embeddings(query.embed, info, outputs, plan.tokens, quantizer), counts, plan.texts)
 
     async def rank(self, query: RankQuery) -> Ranking:
         """Score every (query, document) pair, best first: a cross-encoder's (or causal-LM scorer's) activated

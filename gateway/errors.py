@@ -1,7 +1,8 @@
 """Errors on the wire: the one mapping from the error hierarchy to HTTP, in the shape of the route's client.
 
 OpenAI's `{"error": {"message", "type", "param", "code"}}` on the OpenAI, Cohere and infinity routes; TEI's
-`{"error": "...", "error_type": "Validation"}` on TEI's routes; the status is the same either way. Every
+`{"error": "...", "error_type": "Validation"}` on TEI's routes; Voyage's `{"detail": "..."}` on Voyage's (its SDK
+reads `detail`); the status is the same in each. Every
 failure leaves in one of them: ours, BentoML's (validation, overload, timeout) and Starlette's (404, 405).
 """
 
@@ -18,7 +19,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from models import errors
 
 logger = logging.getLogger(__name__)
-ErrorShape = Literal["openai", "tei"]
+ErrorShape = Literal["openai", "tei", "voyage"]
 
 # (status, code) per error class; the most specific class wins (checked in MRO order).
 STATUS: dict[type[errors.EmbentoError], tuple[int, str | None]] = {
@@ -58,6 +59,8 @@ def error_body(status: int, message: str, param: str | None = None, code: str | 
                shape: ErrorShape = "openai") -> dict[str, Any]:
     if shape == "tei":
         return {"error": message, "error_type": tei_error_type(status)}
+    if shape == "voyage":
+        return {"detail": message}
     return {"error": {"message": message, "type": error_type(status), "param": param, "code": code}}
 
 
@@ -70,7 +73,7 @@ def error_response(exc: errors.EmbentoError, shape: ErrorShape = "openai") -> JS
 
 
 def _shape_of(body: bytes) -> tuple[ErrorShape | None, str | None]:
-    """Which of the two shapes an error body has, and its message."""
+    """Which of the shapes an error body has, and its message."""
     try:
         parsed = json.loads(body)
     except ValueError:
@@ -82,6 +85,8 @@ def _shape_of(body: bytes) -> tuple[ErrorShape | None, str | None]:
         return "openai", error["message"]
     if isinstance(error, str) and isinstance(parsed.get("error_type"), str):
         return "tei", error
+    if set(parsed) == {"detail"} and isinstance(parsed["detail"], str):
+        return "voyage", parsed["detail"]
     return None, None
 
 
@@ -118,14 +123,14 @@ def _describe_framework_error(status: int, body: bytes) -> tuple[str, str | None
 
 
 class ErrorBodies:
-    """Rewrites every error response into its route's shape, keeping its status: TEI's on `tei_paths`, and on
-    `tei_bodies` paths when the request's JSON body is TEI's by that path's rule; else OpenAI's. A body
-    already in either shape stays."""
+    """Rewrites every error response into its route's shape, keeping its status: the shape `shapes` gives its
+    path, and on `tei_bodies` paths TEI's when the request's JSON body is TEI's by that path's rule; else
+    OpenAI's. An OpenAI-shaped body (ours) takes the route's shape; one already in another shape stays."""
 
-    def __init__(self, app: ASGIApp, tei_paths: frozenset[str] = frozenset(),
+    def __init__(self, app: ASGIApp, shapes: Mapping[str, ErrorShape] | None = None,
                  tei_bodies: Mapping[str, Callable[[Mapping[str, Any]], bool]] | None = None) -> None:
         self.app = app
-        self.tei_paths = tei_paths
+        self.shapes = shapes or {}
         self.tei_bodies = tei_bodies or {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -134,7 +139,7 @@ class ErrorBodies:
         post = scope["method"] == "POST"  # GET / is BentoML's docs page, not TEI's
         is_tei = self.tei_bodies.get(scope["path"]) if post else None
         if is_tei is None:
-            fixed: ErrorShape = "tei" if post and scope["path"] in self.tei_paths else "openai"
+            fixed: ErrorShape = self.shapes.get(scope["path"], "openai") if post else "openai"
             return await self._rewrite(scope, receive, send, lambda: fixed)
         request_chunks: list[bytes] = []
 
@@ -175,8 +180,8 @@ class ErrorBodies:
         if found is None:
             message, param = _describe_framework_error(status, body)
             body = json.dumps(error_body(status, message, param, shape=shape)).encode()
-        elif found == "openai" and shape == "tei":  # the guard's errors (401, 413, 429) on a TEI route
-            body = json.dumps(error_body(status, message or "", shape="tei")).encode()
+        elif found == "openai" and shape != "openai":  # ours, and the guard's (401, 413, 429)
+            body = json.dumps(error_body(status, message or "", shape=shape)).encode()
         headers = [(k, v) for k, v in start.get("headers", []) if k.lower() not in (b"content-length", b"content-type")]
         headers += [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
         if status in RETRY_STATUSES and not any(k.lower() == b"retry-after" for k, _ in headers):

@@ -66,12 +66,34 @@ class ModelCalls:
         service = info.spec.model_service
         try:
             with self.admission[service].admit(len(rows), tokens):
-                outputs = await until_done(self.coalescers[service].run(list(rows)), self.config.request_timeout_s)
+                outputs = await until_done(self._in_parts(service, passes(rows, info)), self.config.request_timeout_s)
         except (errors.RequestTimeout, errors.ClientGone) as exc:
             self._abandon(service, request_id, "deadline" if isinstance(exc, errors.RequestTimeout) else "disconnect")
             raise
         trace.answered = time.perf_counter()
         return checked(outputs)
+
+    async def _in_parts(self, service: str, parts: list[list[Row]]) -> list[np.ndarray]:
+        """A request's rows in pass-sized parts, each queued once the one before it is under way (as many at
+        once as the service takes calls): other requests' rows join the queue between a long request's parts
+        instead of waiting behind all of it."""
+        coalescer = self.coalescers[service]
+        if len(parts) == 1:
+            return await coalescer.run(parts[0])
+        in_flight = asyncio.Semaphore(coalescer.max_calls)
+
+        async def run(part: list[Row]) -> list[np.ndarray]:
+            async with in_flight:
+                return await coalescer.run(part)
+
+        tasks = [asyncio.ensure_future(run(part)) for part in parts]
+        try:
+            answered = await asyncio.gather(*tasks)
+        except BaseException:  # the first failure is the request's; its other parts need not run
+            for task in tasks:
+                task.cancel()
+            raise
+        return [output for outputs in answered for output in outputs]
 
     async def send(self, info: ModelInfo, rows: list[Any]) -> list[np.ndarray]:
         """Rows straight to the service (warm-up and calibration): no admission, no deadline."""
@@ -115,6 +137,24 @@ class ModelCalls:
             raise errors.InferenceError(f"the model service failed: {exc}") from exc
         except aiohttp.ClientError as exc:
             raise errors.NotReady(f"the model service is unavailable ({type(exc).__name__}); retry shortly") from exc
+
+
+def passes(rows: Sequence[Row], info: ModelInfo) -> list[list[Row]]:
+    """Consecutive rows cut where one of the model's passes would be full (its rows, or its padded tokens); one
+    part for a model whose limits are unknown."""
+    if not info.batch_size or not info.max_batch_tokens:
+        return [list(rows)]
+    parts: list[list[Row]] = [[]]
+    longest = 0
+    for row in rows:
+        longest_with = max(longest, row.length)
+        part = parts[-1]
+        if part and (len(part) == info.batch_size or longest_with * (len(part) + 1) > info.max_batch_tokens):
+            parts.append([])
+            longest_with = row.length
+        parts[-1].append(row)
+        longest = longest_with
+    return parts
 
 
 def checked(outputs: list[np.ndarray]) -> list[np.ndarray]:

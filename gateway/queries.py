@@ -42,6 +42,38 @@ class EmbedQuery:
     input_type: InputType | None = None
     truncation: Truncation = field(default_factory=Truncation)
     items_param: str = "input"  # the wire field holding the items, named in errors
+    # `long_input: mean`: a text past the model's window is embedded in windows and their vectors averaged.
+    windowed: bool = False
+    # Late chunking: the items are the chunks of one document, each embedded in the context of all
+    # (`ContextQuery` with this one document).
+    late_chunking: bool = False
+
+
+@dataclass(frozen=True)
+class AutoChunking:
+    """Cut each document into chunks of `size` tokens on the server, `overlap` tokens shared by neighbours."""
+
+    size: int | None = None  # None: the model's window less its special tokens
+    overlap: int = 0
+    size_param: str = "chunk_size"
+    overlap_param: str = "chunk_overlap"
+
+
+@dataclass(frozen=True)
+class ContextQuery:
+    """Embed every chunk of each document in the context of the whole document (late chunking). `embed`
+    holds the model and output controls, and its items are the documents' chunks in order, `document_sizes`
+    of them per document; with `auto_chunking`, one text per document, cut by the server."""
+
+    embed: EmbedQuery
+    document_sizes: tuple[int, ...]
+    auto_chunking: AutoChunking | None = None
+
+    def documents(self) -> list[list[str]]:
+        """Each document's chunks (or its one text, to be cut)."""
+        texts = [item.value for item in self.embed.items]
+        starts = [sum(self.document_sizes[:i]) for i in range(len(self.document_sizes))]
+        return [texts[start:start + size] for start, size in zip(starts, self.document_sizes)]  # type: ignore[misc]
 
 
 @dataclass(frozen=True)

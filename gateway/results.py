@@ -54,6 +54,21 @@ class Embeddings:
 
 
 @dataclass(frozen=True)
+class ContextEmbeddings:
+    """Every chunk's vector, documents in order (`embeddings`, one output per chunk), how many chunks each
+    document has, and with auto-chunking each chunk's text."""
+
+    embeddings: Embeddings
+    chunk_counts: list[int]
+    texts: list[str] | None = None
+
+    def by_document(self) -> list[range]:
+        """Each document's chunks as positions in `embeddings`."""
+        starts = [sum(self.chunk_counts[:i]) for i in range(len(self.chunk_counts))]
+        return [range(start, start + count) for start, count in zip(starts, self.chunk_counts)]
+
+
+@dataclass(frozen=True)
 class Ranking:
     """Scores by document (in the query's order), the order best first (cut to `top_n`), and the tokens spent."""
 

@@ -11,8 +11,10 @@ from typing import TypeVar
 from gateway.fetch import UrlFetcher
 from gateway.media_inputs import load_item
 from gateway.preprocessors import Preprocessors
-from gateway.queries import ClassifyQuery, EmbedQuery, InputItem, RankQuery
-from models.base import ModelInfo, ModelInput, Row, TokenizedText
+from gateway.long_rows import LongTexts, Plan
+from gateway.queries import ClassifyQuery, ContextQuery, EmbedQuery, InputItem, RankQuery
+from models.base import ModelInfo, ModelInput, TokenizedText
+from models.text_tokenizer import TextTokenizer
 from models.media import MediaLimits
 
 T = TypeVar("T")
@@ -27,20 +29,39 @@ class Rows:
         self.fetcher = fetcher
         self.limits = limits
 
-    async def embed(self, info: ModelInfo, query: EmbedQuery) -> Sequence[Row]:
+    async def embed(self, info: ModelInfo, query: EmbedQuery) -> Plan:
         if info.spec.preprocessor == "media":
-            return await self.media(info, query.items)
+            return Plan.direct(await self.media(info, query.items))  # type: ignore[arg-type]
         tokenizer, values = self.preprocessors.tokenizer(info), [item.value for item in query.items]
-        prompt_length = 0
-        if isinstance(values[0], str):
-            prompt = tokenizer.prompt(query.prompt_name, query.instruction, query.input_type)
-            prompt_length = tokenizer.prompt_length(prompt) if prompt else 0
-            work = functools.partial(tokenizer.encode_texts, values, prompt, query.truncation)
-        else:
+        if not isinstance(values[0], str):
             work = functools.partial(tokenizer.encode_ids, values, query.truncation)
-        token_ids = await off_loop_if_large(work, sum(len(value) for value in values))
-        return TokenizedText.rows(info.served_model_name, token_ids, prompt_length=prompt_length,
-                                  normalize=query.normalize)
+            token_ids = await off_loop_if_large(work, sum(len(value) for value in values))
+            return Plan.direct(TokenizedText.rows(info.served_model_name, token_ids, normalize=query.normalize))
+        prompt = tokenizer.prompt(query.prompt_name, query.instruction, query.input_type)
+        prompt_length = tokenizer.prompt_length(prompt) if prompt else 0
+        size = sum(len(value) for value in values)
+        if query.windowed:
+            texts = long_texts(info, tokenizer, query)
+            return await off_loop_if_large(lambda: Plan.joined(
+                [texts.windowed(i, text, prompt, prompt_length) for i, text in enumerate(values)]), size)
+        work = functools.partial(tokenizer.encode_texts, values, prompt, query.truncation)
+        token_ids = await off_loop_if_large(work, size)
+        return Plan.direct(TokenizedText.rows(info.served_model_name, token_ids, prompt_length=prompt_length,
+                                              normalize=query.normalize))
+
+    async def in_context(self, info: ModelInfo, query: ContextQuery) -> list[Plan]:
+        """Late chunking: a plan per document for its chunks, the document encoded whole (in slices past the
+        limit)."""
+        tokenizer, embed = self.preprocessors.tokenizer(info), query.embed
+        prompt = tokenizer.prompt(embed.prompt_name, embed.instruction, embed.input_type)
+        texts = long_texts(info, tokenizer, embed)
+        chunking = query.auto_chunking
+
+        def plans() -> list[Plan]:
+            return [texts.in_context(i, chunks, prompt) if chunking is None else
+                    texts.auto_chunked(i, chunks[0], prompt, chunking) for i, chunks in enumerate(query.documents())]
+
+        return await off_loop_if_large(plans, sum(len(item.value) for item in embed.items))
 
     async def pairs(self, info: ModelInfo, query: RankQuery) -> list[TokenizedText]:
         """(query, document) pairs for a cross-encoder (or a causal-LM scorer's chat template)."""
@@ -75,6 +96,13 @@ class Rows:
         work = [(item.modality, value) for item, value in zip(items, payloads)]
         return await asyncio.to_thread(self.preprocessors.processor(info).encode, info.served_model_name, work,
                                        self.limits)
+
+
+def long_texts(info: ModelInfo, tokenizer: TextTokenizer, query: EmbedQuery) -> LongTexts:
+    """The long-text plans of this model under this query's limit and normalization."""
+    normalize = info.normalized if query.normalize is None else query.normalize
+    return LongTexts(info.served_model_name, tokenizer, tokenizer.limit(query.truncation), normalize,
+                     query.items_param)
 
 
 async def off_loop_if_large(work: Callable[[], T], size: int) -> T:

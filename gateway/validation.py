@@ -7,9 +7,10 @@ field names (`input`, `inputs`, `texts`, `embedding_types`) reach the client.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 
 from config.settings import EmbentoConfig
-from gateway.queries import ClassifyQuery, DecodeQuery, EmbedQuery, RankQuery, Shape, TokenizeQuery
+from gateway.queries import ClassifyQuery, ContextQuery, DecodeQuery, EmbedQuery, RankQuery, Shape, TokenizeQuery
 from gateway.routing import check_modalities
 from models.base import ModelInfo
 from models.errors import InvalidRequest
@@ -73,6 +74,40 @@ def check_embed(query: EmbedQuery, info: ModelInfo, limits: EmbentoConfig, quant
     _check_dimensions(query.dimensions, info)
     _check_text_controls(query, info)
     check_modalities(served, info, {item.modality for item in items})
+    if query.windowed or query.late_chunking:
+        _check_long_input(query, info)
+
+
+def _check_long_input(query: EmbedQuery, info: ModelInfo) -> None:
+    """`long_input: mean` and late chunking pool a text embedder's token states: text only, and not sparse or
+    multi-vector models, whose outputs have no such mean."""
+    field = "late_chunking" if query.late_chunking else "long_input"
+    asked = "late_chunking" if query.late_chunking else "long_input 'mean'"
+    if not info.spec.long_inputs:
+        raise InvalidRequest(
+            f"model '{info.served_model_name}' is a {info.kind} model; {asked} applies to dense text embedders. "
+            "It accepts long_input 'truncate' (the default) or 'error'", param=field)
+    if any(not isinstance(item.value, str) for item in query.items):
+        raise InvalidRequest(f"{asked} takes text, not token ids", param=query.items_param)
+
+
+def check_context(query: ContextQuery, info: ModelInfo) -> None:
+    """Documents of chunks, or with auto-chunking one text each, cut into chunks of fewer than `size` shared
+    tokens."""
+    _check_long_input(replace(query.embed, late_chunking=True), info)
+    chunking = query.auto_chunking
+    if chunking is None:
+        return
+    if chunking.size is not None and chunking.size < 1:
+        raise InvalidRequest(f"{chunking.size_param} must be at least 1, got {chunking.size}",
+                             param=chunking.size_param)
+    if chunking.overlap < 0 or (chunking.size is not None and chunking.overlap >= chunking.size):
+        raise InvalidRequest(f"{chunking.overlap_param} must be at least 0 and less than {chunking.size_param} "
+                             f"({chunking.size}), got {chunking.overlap}", param=chunking.overlap_param)
+    several = next((i for i, size in enumerate(query.document_sizes) if size != 1), None)
+    if several is not None:
+        raise InvalidRequest(f"with auto-chunking each document is one string; {query.embed.items_param}[{several}] "
+                             f"holds {query.document_sizes[several]}", param=query.embed.items_param)
 
 
 def check_output_types(query: EmbedQuery, info: ModelInfo, quantizer: Quantizer | None) -> None:

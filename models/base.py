@@ -69,6 +69,9 @@ class TokenizedText(BaseModel):
     # Leading tokens (special tokens and the prompt) that a pooling with `include_prompt: false` leaves out.
     prompt_length: int = 0
     normalize: bool | None = None  # unit length, or the raw pooled vector; None: as the model does
+    # Late chunking: instead of the pooled vector, the sums of the final token states over these [start, stop)
+    # positions of `input_ids`, one row of a (spans, features) output each; None: the pooled vector.
+    spans: list[tuple[int, int]] | None = None
     request_id: str = ""  # rows of an abandoned request are dropped by this id
 
     @property

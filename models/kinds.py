@@ -65,6 +65,8 @@ class KindSpec:
     takes_token_ids: bool = False  # pre-tokenized input
     takes_instruction: bool = False  # an embedding task instruction
     normalize_control: bool = False  # a request may turn normalization off
+    # Text past its window may be averaged over windows (`long_input: mean`) or chunked late (token states).
+    long_inputs: bool = False
     scores_pairs: bool = False  # rows are (query, document) pairs, each scored by one logit
     # How its checkpoints may score, the first unless the files say otherwise (`model_scorer`); () if it does not.
     scorers: tuple[Scorer, ...] = ()
@@ -88,7 +90,7 @@ MEDIA_ENCODER = "models.media_encoder:MediaEncoder"
 KIND_SPECS: dict[Kind, KindSpec] = {
     "embed": KindSpec(("embed",), ("text",), ("torch", "onnx", "ctranslate2"), "dense", "text", "TextEmbedder",
                       "embed", TEXT_ENCODER, onnx_task="feature-extraction", quantizable=True, takes_token_ids=True,
-                      takes_instruction=True, normalize_control=True),
+                      takes_instruction=True, normalize_control=True, long_inputs=True),
     "sparse": KindSpec(("embed_sparse", "embed"), ("text",), ("torch",), "sparse", "text", "TextEmbedder", "embed",
                        SPARSE_ENCODER, takes_token_ids=True, takes_instruction=True, tei_root_task="embed_sparse"),
     "rerank": KindSpec(("rerank",), ("text",), ("torch", "onnx"), "scores", "text", "Reranker", "score",

@@ -14,6 +14,16 @@ TIKTOKEN_HINT = ("Token ids must come from this model's own tokenizer. LangChain
 
 
 @dataclass(frozen=True)
+class DocumentTokens:
+    """A text's token ids, each token's character span in `text`, and which tokens are special."""
+
+    text: str
+    ids: list[int]
+    offsets: list[tuple[int, int]]
+    special: list[bool]
+
+
+@dataclass(frozen=True)
 class Token:
     id: int
     text: str
@@ -30,12 +40,40 @@ class SingleTexts:
         self._prefix, self._suffix = self._special_token_frame()
 
     def _special_token_frame(self) -> tuple[list[int], list[int]]:
-        """The special tokens the tokenizer puts before and after a single sequence."""
-        tokenizer = self._tokenizer.get()
-        marker = next(i for i in range(self._vocab_size) if i not in tokenizer.all_special_ids)
-        framed = tokenizer.build_inputs_with_special_tokens([marker])
-        at = framed.index(marker)
-        return framed[:at], framed[at + 1 :]
+        """The special tokens the tokenizer's post-processor puts before and after a single sequence (read
+        from an encoding: `build_inputs_with_special_tokens` of some fast tokenizers, Qwen2's among them,
+        leaves out the EOS their post-processor appends)."""
+        backend = self._tokenizer.get().backend_tokenizer
+        backend.no_truncation()
+        encoding = backend.encode("a", add_special_tokens=True)
+        content = [i for i, special in enumerate(encoding.special_tokens_mask) if not special]
+        ids = encoding.ids
+        if not content:
+            return [], []
+        return ids[: content[0]], ids[content[-1] + 1 :]
+
+    @property
+    def frame(self) -> tuple[list[int], list[int]]:
+        """The special tokens before and after a single sequence."""
+        return self._prefix, self._suffix
+
+    def content(self, text: str) -> list[int]:
+        """A text's token ids without special tokens, untruncated."""
+        backend = self._tokenizer.get().backend_tokenizer
+        backend.no_truncation()
+        return backend.encode(self._cased(text), add_special_tokens=False).ids
+
+    def document(self, text: str, add_special_tokens: bool = True) -> DocumentTokens:
+        """A whole document's tokens, untruncated, with their character offsets in the text as the model sees
+        it (lower-cased, for a model that lower-cases)."""
+        text = self._cased(text)
+        backend = self._tokenizer.get().backend_tokenizer
+        backend.no_truncation()
+        encoding = backend.encode(text, add_special_tokens=add_special_tokens)
+        return DocumentTokens(text, encoding.ids, encoding.offsets, [bool(s) for s in encoding.special_tokens_mask])
+
+    def _cased(self, text: str) -> str:
+        return text.lower() if self._tokenizer.lower_case else text
 
     def encode(self, texts: list[str], prompt: str = "", truncation: Truncation = Truncation()) -> list[list[int]]:
         if prompt:

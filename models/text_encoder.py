@@ -62,17 +62,58 @@ class TextEncoder:
 
         staged = pad_rows(rows, self._tokenizer, self._device, non_blocking=self.info.backend == "torch")
         features = {**staged, "modality": "text"}
+        left_padded = self._tokenizer.padding_side == "left"
+        spanned = [row.spans is not None for row in rows]
         with torch.inference_mode():
-            if self._excludes_prompt:
+            if self._excludes_prompt or any(spanned):
                 features = self._model[0](features)
-                features["attention_mask"] = _without_prompts(features["attention_mask"], rows,
-                                                              self._tokenizer.padding_side == "left")
-                for module in list(self._model)[1:]:
+                sums = _span_sums(features["token_embeddings"], rows, left_padded) if any(spanned) else None
+                if self._excludes_prompt:
+                    features["attention_mask"] = _without_prompts(features["attention_mask"], rows, left_padded)
+                for module in list(self._model)[1:] if not all(spanned) else ():
                     features = module(features)
             else:
-                features = self._model(features)
-            output = _normalize_rows(features["sentence_embedding"], rows, self.info.normalized)
-        return to_host(output.float())
+                features, sums = self._model(features), None
+            if sums is None:
+                return to_host(_normalize_rows(features["sentence_embedding"], rows, self.info.normalized).float())
+            pooled = features["sentence_embedding"] if not all(spanned) else sums[:0]
+            pooled = _normalize_rows(pooled, rows, self.info.normalized) if not all(spanned) else pooled
+            return SpannedOutputs(to_host(torch.cat([pooled.float(), sums])), rows)
+
+
+class SpannedOutputs:
+    """A pass's outputs when some rows ask for span sums (late chunking): the pooled vectors of the other rows
+    come first in one host copy, then each spanned row's sums; `wait` gives each row its own."""
+
+    def __init__(self, pending: PendingOutputs, rows: Sequence[TokenizedText]) -> None:
+        self._pending = pending
+        self._rows = rows
+
+    def wait(self) -> list[np.ndarray]:
+        host = np.asarray(self._pending.wait())
+        pooled = sum(row.spans is None for row in self._rows)
+        outputs, vector, at = [], 0, pooled
+        for row in self._rows:
+            if row.spans is None:
+                outputs.append(host[vector])
+                vector += 1
+            else:
+                outputs.append(host[at:at + len(row.spans)])
+                at += len(row.spans)
+        return outputs
+
+
+def _span_sums(states: Any, rows: Sequence[TokenizedText], left_padded: bool) -> Any:
+    """Each spanned row's sums of its final token states over its spans, stacked in row order, float32."""
+    import torch
+
+    width = states.shape[1]
+    sums = []
+    for index, row in enumerate(rows):
+        offset = width - row.length if left_padded else 0
+        for start, stop in row.spans or ():
+            sums.append(states[index, offset + start:offset + stop].float().sum(dim=0))
+    return torch.stack(sums)
 
 
 def _without_prompts(attention_mask: Any, rows: Sequence[TokenizedText], left_padded: bool) -> Any:

@@ -14,11 +14,12 @@ from config.settings import ModelConfig
 from models.base import Kind, Truncation
 from models.chat_pairs import ChatPairs
 from models.cross_pairs import CrossEncoderPairs, Encoded
-from models.errors import InvalidRequest, ModelLoadError
+from models.errors import ConfigError, InvalidRequest, ModelLoadError
 from models.fast_tokenizer import FastTokenizer, load_fast_tokenizer
 from models.kinds import model_scorer, spec
 from models.llm_reranker import causal_rerank_format
-from models.single_texts import SingleTexts, Token
+from models.long_inputs import LongInputSettings
+from models.single_texts import DocumentTokens, SingleTexts, Token
 from models.text_settings import TextSettings, declares_chat_input, read_text_settings
 
 PROMPT_LENGTHS_KEPT = 1024
@@ -36,6 +37,7 @@ class TextTokenizer:
         self._texts = SingleTexts(self._tokenizer, cfg.allow_token_ids)
         self._cross_pairs = CrossEncoderPairs(self._tokenizer)
         self._prompt_lengths: dict[str, int] = {}
+        self.long_inputs = _long_input_settings(cfg, self.max_input_tokens, sum(map(len, self._texts.frame)))
         if "embed" in spec(kind).capabilities and declares_chat_input(folder):
             raise ModelLoadError(
                 f"'{cfg.model_id}' declares chat-message input (modality_config in sentence_bert_config.json), "
@@ -92,6 +94,23 @@ class TextTokenizer:
         """Texts and text pairs for a cross-encoding classifier (TEI's /predict)."""
         return self._cross_pairs.encode_list(firsts, seconds, truncation)
 
+    def limit(self, truncation: Truncation) -> int:
+        """The most tokens an input keeps: the model's limit, or the request's lower `max_tokens`."""
+        return self._tokenizer.limit(truncation)
+
+    @property
+    def frame(self) -> tuple[list[int], list[int]]:
+        """The special tokens before and after a single text."""
+        return self._texts.frame
+
+    def content(self, text: str) -> list[int]:
+        """A text's token ids without special tokens, untruncated (the windows of `long_input: mean`)."""
+        return self._texts.content(text)
+
+    def document(self, text: str) -> DocumentTokens:
+        """A whole document's tokens with their character offsets, untruncated (late chunking)."""
+        return self._texts.document(text)
+
     def count_tokens(self, text: str) -> int:
         """Untruncated length without special tokens."""
         return self._tokenizer.count_tokens(text)
@@ -102,3 +121,14 @@ class TextTokenizer:
 
     def decode(self, ids: list[list[int]], skip_special_tokens: bool = True) -> list[str]:
         return self._texts.decode(ids, skip_special_tokens)
+
+
+def _long_input_settings(cfg: ModelConfig, limit: int, specials: int) -> LongInputSettings:
+    """The model's settings for over-long input, checked against its limit: each window must hold new tokens."""
+    if cfg.chunk_overlap >= limit - specials:
+        raise ConfigError(f"chunk_overlap of model '{cfg.served_model_name}' is {cfg.chunk_overlap}; its windows "
+                          f"hold {limit - specials} tokens besides special tokens, so it must be less")
+    if cfg.late_chunking_overlap is not None and cfg.late_chunking_overlap >= limit:
+        raise ConfigError(f"late_chunking_overlap of model '{cfg.served_model_name}' is {cfg.late_chunking_overlap}; "
+                          f"it must be less than its limit of {limit} tokens")
+    return LongInputSettings(cfg.chunk_overlap, cfg.late_chunking_overlap, cfg.max_embed_len)

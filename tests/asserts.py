@@ -20,6 +20,14 @@ def assert_tei_error(response: httpx.Response, status: int) -> str:
     return body["error"]
 
 
+def assert_voyage_error(response: httpx.Response, status: int) -> str:
+    """Voyage's error shape (its SDK reads `detail`), with this status: the message."""
+    assert response.status_code == status, response.text
+    body = response.json()
+    assert set(body) == {"detail"} and isinstance(body["detail"], str) and body["detail"], body
+    return body["detail"]
+
+
 def assert_openai_error(response: httpx.Response, status: int, param: str | None = None) -> dict:
     """OpenAI's error shape, with this status (and this `param` when given): the error object."""
     assert response.status_code == status, response.text

@@ -23,6 +23,9 @@ if TYPE_CHECKING:
     from gateway.engine import Engine
 
 
+LongInput = Literal["truncate", "error", "mean"]
+
+
 class EmbeddingRequest(TruncationControls):
     """POST /v1/embeddings. Unknown fields are ignored, as OpenAI SDK extras may add some."""
 
@@ -48,16 +51,29 @@ class EmbeddingRequest(TruncationControls):
     max_active_dims: StrictInt | None = Field(None, description="Sparse models: keep the N largest weights.")
     max_tokens: StrictInt | None = Field(None, description="Cohere's: cut text to at most N tokens (the model's "
                                          "own limit when that is lower).")
+    long_input: LongInput | None = Field(None, description=(
+        "Text past the model's window: `truncate` (the default) cuts it, `error` refuses it with a 400 (as "
+        "`truncate: false`), `mean` embeds it in windows of the model's limit and returns their mean, weighted "
+        "by tokens (docs/api.md: Long inputs). Dense text embedders."))
+    late_chunking: StrictBool = Field(False, description=(
+        "Jina's: the inputs are the chunks of one document, in order; each chunk's vector is the mean of its "
+        "tokens' states in the encoding of the whole document (joined with spaces). Dense text embedders."))
 
     _input_message = reworded_union("input")
 
 
 def embed_query(body: EmbeddingRequest) -> EmbedQuery:
+    if body.truncate is False and body.long_input not in (None, "error"):
+        raise errors.InvalidRequest(f"truncate: false refuses long input; long_input '{body.long_input}' "
+                                    "contradicts it", param="long_input")
+    truncation = replace(body.truncation(), max_tokens=body.max_tokens)
+    if body.long_input == "error":
+        truncation = replace(truncation, enabled=False)
     return EmbedQuery(
         items=input_items(body.input, body.modality), model=body.model, output_types=(body.encoding_format,),
         dimensions=body.dimensions, normalize=body.normalize, max_active_dims=body.max_active_dims,
         prompt_name=body.prompt_name, instruction=body.instruction, input_type=body.input_type,
-        truncation=replace(body.truncation(), max_tokens=body.max_tokens),
+        truncation=truncation, windowed=body.long_input == "mean", late_chunking=body.late_chunking,
     )
 
 

@@ -11,21 +11,23 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis.errors import Unsatisfiable
 from schemathesis import GenerationMode
 
-from gateway.answer import TEI_PATHS
+from gateway.answer import ERROR_SHAPES
 from gateway.wire.shared_rerank import is_tei_rerank
-from tests.asserts import assert_openai_error, assert_tei_error
+from tests.asserts import assert_openai_error, assert_tei_error, assert_voyage_error
 
 pytestmark = pytest.mark.server
 EXAMPLES = 20  # per operation and mode: about 500 requests in all
 PROBES = ("/livez", "/healthz", "/readyz")
+ERROR_CHECKS = {"openai": assert_openai_error, "tei": assert_tei_error, "voyage": assert_voyage_error}
 
 
-def _tei_answers(case: schemathesis.Case) -> bool:
-    """TEI's routes answer in TEI's shape, and /rerank does for TEI's body."""
+def _error_shape(case: schemathesis.Case) -> str:
+    """Each POST route's declared shape (TEI's, Voyage's), and TEI's on /rerank for TEI's body; else OpenAI's."""
     if case.method.upper() != "POST":
-        return False
-    return case.path in TEI_PATHS or (case.path == "/rerank" and isinstance(case.body, dict)
-                                      and is_tei_rerank(case.body))
+        return "openai"
+    if case.path == "/rerank" and isinstance(case.body, dict) and is_tei_rerank(case.body):
+        return "tei"
+    return ERROR_SHAPES.get(case.path, "openai")
 
 
 def test_no_generated_request_gets_a_5xx(server, client):
@@ -45,10 +47,8 @@ def test_no_generated_request_gets_a_5xx(server, client):
                 label = f"{case.method} {case.path}"
                 seen.append((label, response.status_code))
                 assert response.status_code < 500, f"{label} {case.body!r}: {response.text[:500]}"
-                if response.status_code >= 400 and _tei_answers(case):
-                    assert_tei_error(response, response.status_code)
-                elif response.status_code >= 400 and case.path not in PROBES:
-                    assert_openai_error(response, response.status_code)
+                if response.status_code >= 400 and case.path not in PROBES:
+                    ERROR_CHECKS[_error_shape(case)](response, response.status_code)
                 assert client.get("/livez").status_code == 200
 
             try:

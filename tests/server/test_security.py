@@ -9,8 +9,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from gateway.answer import TEI_PATHS
-from tests.asserts import assert_openai_error, assert_tei_error
+from gateway.answer import ERROR_SHAPES
+from tests.asserts import assert_openai_error, assert_tei_error, assert_voyage_error
 from tests.conftest import MINILM, running_server
 
 pytestmark = pytest.mark.server
@@ -28,6 +28,7 @@ GUARDED = [
     ("POST", "/embed", {"inputs": "hi"}),
     ("POST", "/", {"inputs": "hi"}),
     ("POST", "/tokenize", {"inputs": "hi"}),
+    ("POST", "/v1/contextualizedembeddings", {"inputs": [["hi", "there"]]}),
     ("GET", "/v1/models", None),
     ("GET", "/models", None),
     ("GET", "/docs.json", None),
@@ -56,8 +57,11 @@ def test_every_route_but_the_probes_needs_a_current_key(secured):
             for headers in ({}, {"Authorization": f"Bearer {WRONG}"}, {"Authorization": f"Bearer {RETIRED}"},
                             {"Authorization": KEY}, {"Authorization": f"Basic {KEY}"}):
                 response = http.request(method, path, json=body, headers=headers)
-                if method == "POST" and path in TEI_PATHS:
+                shape = ERROR_SHAPES.get(path, "openai") if method == "POST" else "openai"
+                if shape == "tei":
                     assert "API key" in assert_tei_error(response, 401)
+                elif shape == "voyage":
+                    assert "API key" in assert_voyage_error(response, 401)
                 else:
                     assert_openai_error(response, 401)
                     assert response.json()["error"]["code"] == "invalid_api_key"

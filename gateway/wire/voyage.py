@@ -1,0 +1,133 @@
+"""Voyage's contextualized embeddings (`POST /v1/contextualizedembeddings`), as `voyageai.Client(base_url=…)
+.contextualized_embed` calls it: each inner list of `inputs` is one document's chunks, embedded in the context
+of the whole document (late chunking); with `enable_auto_chunking`, one string per document, cut by the server,
+each chunk's `text` returned. `input_type: "query"` embeds one-element lists as plain queries. Errors leave in
+Voyage's `{"detail": ...}` (`gateway.answer.ERROR_SHAPES`)."""
+
+from __future__ import annotations
+
+import base64
+from typing import TYPE_CHECKING, Literal
+
+from pydantic import BaseModel, Field, StrictBool, StrictInt, StrictStr
+
+from gateway.queries import AutoChunking, ContextQuery, EmbedQuery, InputItem
+from gateway.results import ContextEmbeddings, Embeddings
+from models.errors import InvalidRequest
+from models.postprocess import to_base64
+
+if TYPE_CHECKING:
+    from gateway.engine import Engine
+
+VOYAGE_PATH = "/v1/contextualizedembeddings"
+VoyageDtype = Literal["float", "int8", "uint8", "binary", "ubinary"]
+# Voyage's input types and the Cohere-style ones our models name their prompts by.
+INPUT_TYPES = {"query": "search_query", "document": "search_document"}
+
+
+class ContextualizedRequest(BaseModel):
+    """POST /v1/contextualizedembeddings. Unknown fields are ignored, as the SDK may add some."""
+
+    inputs: list[list[StrictStr]] | list[StrictStr] = Field(description=(
+        "Each document's chunks, in order; with enable_auto_chunking one string per document. A flat list of "
+        "strings is one-element lists (queries, or documents to cut)."))
+    model: str | None = Field(None, description="Served model name; defaults to the first text embedder.")
+    input_type: Literal["query", "document"] | None = Field(None, description=(
+        "query: one-element lists embedded as plain queries (the model's query prompt); document: the model's "
+        "document prompt, if any, before each document."))
+    output_dimension: StrictInt | None = Field(None, description="Matryoshka: the first N features.")
+    output_dtype: VoyageDtype | None = Field(None, description="float (the default), or Embento's int8/uint8 "
+                                             "codes (scale fixed per model), binary/ubinary packed sign bits.")
+    encoding_format: Literal["base64"] | None = Field(None, description=(
+        "base64 (the SDK's default): each embedding as the little-endian bytes of its dtype (float32, int8 or "
+        "uint8), base64-encoded; unset: JSON numbers."))
+    enable_auto_chunking: StrictBool = Field(False, description="Cut each document (one string) into chunks of "
+                                             "chunk_size tokens at whitespace; each chunk's text comes back.")
+    chunk_size: StrictInt | None = Field(None, description="Auto-chunking: tokens per chunk. Unset: the model's "
+                                         "window less its special tokens.")
+    chunk_overlap: StrictInt | None = Field(None, description="Auto-chunking: tokens neighbours share; 0 unset.")
+
+
+class ChunkEmbedding(BaseModel):
+    object: Literal["embedding"] = "embedding"
+    embedding: str | list[float] | list[int]  # str: base64
+    index: int
+    text: str | None = None
+
+
+class DocumentEmbeddings(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[ChunkEmbedding]
+    index: int
+
+
+class VoyageUsage(BaseModel):
+    total_tokens: int
+
+
+class ContextualizedResponse(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[DocumentEmbeddings]
+    model: str
+    usage: VoyageUsage
+
+
+def _embed_query(body: ContextualizedRequest, items: tuple[InputItem, ...]) -> EmbedQuery:
+    input_type = INPUT_TYPES[body.input_type] if body.input_type else None
+    return EmbedQuery(items=items, model=body.model, output_types=(body.output_dtype or "float",),
+                      output_param="output_dtype",
+                      shapes=frozenset({"dense"}), dimensions=body.output_dimension, input_type=input_type,
+                      items_param="inputs")
+
+
+def _documents(body: ContextualizedRequest) -> list[list[str]]:
+    return [[document] if isinstance(document, str) else document for document in body.inputs]
+
+
+def context_query(body: ContextualizedRequest) -> ContextQuery:
+    documents = _documents(body)
+    items = tuple(InputItem("text", chunk) for document in documents for chunk in document)
+    chunking = None
+    if body.enable_auto_chunking:
+        chunking = AutoChunking(body.chunk_size, body.chunk_overlap or 0)
+    elif body.chunk_size is not None or body.chunk_overlap is not None:
+        raise InvalidRequest("chunk_size and chunk_overlap apply with enable_auto_chunking", param="chunk_size")
+    return ContextQuery(_embed_query(body, items), tuple(len(document) for document in documents), chunking)
+
+
+def _encoded(embeddings: Embeddings, in_base64: bool) -> list:
+    """Each vector in the query's dtype: JSON numbers, or base64 of its little-endian bytes."""
+    dtype, vectors = embeddings.query.output_types[0], embeddings.vectors()
+    if not in_base64:
+        return embeddings.encoded(dtype, vectors)
+    if dtype == "float":
+        return [to_base64(vector) for vector in vectors]
+    return [base64.b64encode(codes.tobytes()).decode("ascii") for codes in embeddings.codes(dtype, vectors)]
+
+
+def _answer(embeddings: Embeddings, documents: list[range], texts: list[str] | None,
+            in_base64: bool) -> ContextualizedResponse:
+    encoded = _encoded(embeddings, in_base64)
+    data = [DocumentEmbeddings.model_construct(object="list", index=i, data=[
+        ChunkEmbedding.model_construct(object="embedding", embedding=encoded[at], index=j,
+                                       text=texts[at] if texts is not None else None)
+        for j, at in enumerate(positions)]) for i, positions in enumerate(documents)]
+    return ContextualizedResponse.model_construct(object="list", data=data, model=embeddings.info.served_model_name,
+                                                  usage=VoyageUsage(total_tokens=embeddings.tokens))
+
+
+async def contextualized(engine: Engine, body: ContextualizedRequest) -> ContextualizedResponse:
+    if not body.inputs:
+        raise InvalidRequest("inputs must not be empty", param="inputs")
+    in_base64 = body.encoding_format == "base64"
+    if body.input_type == "query" and not body.enable_auto_chunking:
+        documents = _documents(body)
+        several = next((i for i, document in enumerate(documents) if len(document) != 1), None)
+        if several is not None:
+            raise InvalidRequest(f"with input_type query each inner list is one query; inputs[{several}] holds "
+                                 f"{len(documents[several])}", param="inputs")
+        items = tuple(InputItem("text", document[0]) for document in documents)
+        embeddings = await engine.embed(_embed_query(body, items))
+        return _answer(embeddings, [range(i, i + 1) for i in range(len(items))], None, in_base64)
+    result: ContextEmbeddings = await engine.embed_in_context(context_query(body))
+    return _answer(result.embeddings, result.by_document(), result.texts, in_base64)
