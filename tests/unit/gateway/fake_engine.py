@@ -52,9 +52,7 @@ class FakeModelService:
 
     async def embed(self, rows: list[TokenizedText]) -> list[np.ndarray]:
         self.rows += rows
-        return [_sparse(row) if INFOS[row.model].sparse else
-                np.random.default_rng(sum(row.input_ids)).standard_normal(DIMENSION).astype(np.float32)
-                for row in rows]
+        return [fake_output(row) for row in rows]
 
     async def score(self, rows: list[TokenizedText]) -> list[np.ndarray]:
         self.rows += rows
@@ -62,6 +60,16 @@ class FakeModelService:
 
     async def cancel(self, request_ids: list[str]) -> None:
         pass
+
+
+def fake_output(row: TokenizedText) -> np.ndarray:
+    """An embedder's output for a row: its vector (seeded by its tokens), a sparse model's entries, or for a
+    row with spans (late chunking) one vector per span."""
+    if INFOS[row.model].sparse:
+        return _sparse(row)
+    generator = np.random.default_rng(sum(row.input_ids))
+    shape = DIMENSION if row.spans is None else (len(row.spans), DIMENSION)
+    return generator.standard_normal(shape).astype(np.float32)
 
 
 def _sparse(row: TokenizedText) -> np.ndarray:
