@@ -238,8 +238,9 @@ class EmbentoConfig(BaseModel):
         "OpenTelemetry spans, exported as BentoML's `tracing` configuration and the OTEL_* variables say. False "
         "sets OTEL_SDK_DISABLED=true."))
     max_client_batch_size: int = Field(2048, ge=1, description="Most inputs in one request.")
-    # Before tokenizing: a huge text costs tokenizer time even though the model truncates it.
-    max_item_chars: int = Field(200_000, ge=1, description=(
+    # Before tokenizing: a huge text costs tokenizer time even though the model truncates it. A million
+    # characters hold a document of `max_embed_len` tokens (131,072: about 600,000 characters of English).
+    max_item_chars: int = Field(1_000_000, ge=1, description=(
         "Most characters in one text (input, query, document), refused before tokenizing."))
     max_request_tokens: int = Field(1_000_000, ge=1, description=(
         "Most tokens in one request after truncation; images and audio count their positions."))

@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 
-from config.settings import ModelConfig
+from config.settings import EmbentoConfig, ModelConfig
 from models.text_scorer import TextScorer
 from models.text_tokenizer import TextTokenizer
 from tests.conftest import (
@@ -153,7 +153,7 @@ def test_instruction_refusals(client):
                   prompt_name="query")["param"] == "instruction"
     assert _error(client, "/v1/rerank", model=TINY_RERANKER, query="q", documents=["a"],
                   instruction="x")["param"] == "instruction"
-    too_long = "x" * 200_001  # max_item_chars: the instruction is tokenized on the event loop
+    too_long = "x" * (EmbentoConfig().max_item_chars + 1)  # the instruction is tokenized on the event loop
     assert _error(client, "/v1/embeddings", model=QWEN3_EMBEDDER, input="a", instruction=too_long)["param"] == \
         "instruction"
     assert _error(client, "/v1/rerank", model=QWEN3_RERANKER, query="q", documents=["a"],

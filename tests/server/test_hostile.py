@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from config.settings import EmbentoConfig
 from tests.asserts import assert_healthy, assert_openai_error
 from tests.conftest import MINILM, TINY_CLAP, TINY_CLASSIFIER, TINY_CLIP, TINY_RERANKER
 from tests.media import IMAGES, data_uri
@@ -14,6 +15,7 @@ from tests.media import IMAGES, data_uri
 pytestmark = pytest.mark.server
 
 RERANK = {"model": TINY_RERANKER, "query": "q", "documents": ["a", "b"]}
+TOO_MANY_CHARS = EmbentoConfig().max_item_chars + 1
 PNG = data_uri(*IMAGES["png"])
 
 
@@ -72,11 +74,12 @@ CASES = [
     case("/v1/embeddings", {"model": "m" * 10_000, "input": "x"}, 404, case_id="huge-model-name"),
     case("/v1/embeddings", {"input": "x", "model": MINILM, "extra": {"deep": [1] * 1000}}, 200,
          case_id="unknown-fields-ignored"),
-    # Beyond the configured limits (max_item_chars: 200,000 by default)
-    case("/v1/embeddings", {"model": MINILM, "input": ["a", "x" * 200_001]}, case_id="input-too-long"),
-    case("/v1/rerank", {**RERANK, "query": "q" * 200_001}, case_id="query-too-long"),
-    case("/rerank", {**RERANK, "documents": ["a", "d" * 200_001]}, case_id="document-too-long"),
-    case("/v1/classify", {"model": TINY_CLASSIFIER, "input": "c" * 200_001}, case_id="classify-input-too-long"),
+    # Beyond the configured limits (max_item_chars)
+    case("/v1/embeddings", {"model": MINILM, "input": ["a", "x" * TOO_MANY_CHARS]}, case_id="input-too-long"),
+    case("/v1/rerank", {**RERANK, "query": "q" * TOO_MANY_CHARS}, case_id="query-too-long"),
+    case("/rerank", {**RERANK, "documents": ["a", "d" * TOO_MANY_CHARS]}, case_id="document-too-long"),
+    case("/v1/classify", {"model": TINY_CLASSIFIER, "input": "c" * TOO_MANY_CHARS},
+         case_id="classify-input-too-long"),
     # Methods and routes
     case("/v1/embeddings", None, 405, "DELETE", case_id="delete-embeddings"),
     case("/v1/rerank", None, 405, "GET", case_id="get-rerank"),
