@@ -80,19 +80,19 @@ class LongTexts:
         self.settings = tokenizer.long_inputs
 
     # long_input: mean
-    def windowed(self, index: int, text: str, prompt: str, prompt_length: int) -> Plan:
+    def windowed(self, where: str, text: str, prompt: str, prompt_length: int) -> Plan:
         """One vector for a text: as today within the limit, else the mean of its windows' pooled vectors
         weighted by their content tokens, then normalized if the model normalizes."""
         whole = self.tokenizer.document(prompt + text).ids
         if len(whole) <= self.limit:
             return Plan.direct([self._row(whole, prompt_length, None)])
-        self._check_length(index, len(whole), "input")
+        self._check_length(where, len(whole), "input")
         prefix, suffix = self.tokenizer.frame
         prompt_ids = self.tokenizer.content(prompt) if prompt else []
         width = self.limit - len(prefix) - len(suffix) - len(prompt_ids)
         if width <= self.settings.chunk_overlap:
             raise InvalidRequest(
-                f"{self.param}[{index}]: a window of {self.limit} tokens holds {max(width, 0)} after special tokens "
+                f"{where}: a window of {self.limit} tokens holds {max(width, 0)} after special tokens "
                 f"and the prompt, not more than chunk_overlap ({self.settings.chunk_overlap})", param=self.param)
         content = self.tokenizer.content(text)
         windows = [content[start:start + width]
@@ -112,13 +112,13 @@ class LongTexts:
                              normalize=normalize if normalize is not None else self.normalize)
 
     # Late chunking
-    def in_context(self, index: int, chunks: Sequence[str], prompt: str) -> Plan:
+    def in_context(self, where: str, chunks: Sequence[str], prompt: str) -> Plan:
         """Each chunk's vector: the mean of its tokens' final states in the encoding of the whole document
         (the chunks joined by spaces)."""
         text, spans = joined_spans(chunks, len(prompt))
-        return self._document_plan(index, prompt + text, spans)
+        return self._document_plan(where, prompt + text, spans)
 
-    def auto_chunked(self, index: int, document: str, prompt: str, chunking: AutoChunking) -> Plan:
+    def auto_chunked(self, where: str, document: str, prompt: str, chunking: AutoChunking) -> Plan:
         """The document cut into chunks of `chunking.size` tokens at whitespace, each embedded in context;
         the plan's `texts` are the chunks."""
         size = chunking.size or self.limit - sum(map(len, self.tokenizer.frame))
@@ -128,17 +128,17 @@ class LongTexts:
         tokens = self.tokenizer.document(document)
         starts = [start for (start, _), special in zip(tokens.offsets, tokens.special) if not special]
         cuts = auto_chunk_spans(tokens.text, starts, size, chunking.overlap)
-        plan = self._document_plan(index, prompt + document, [(len(prompt) + a, len(prompt) + b) for a, b in cuts])
+        plan = self._document_plan(where, prompt + document, [(len(prompt) + a, len(prompt) + b) for a, b in cuts])
         return Plan(plan.rows, plan.join, [document[a:b] for a, b in cuts])
 
-    def _document_plan(self, index: int, text: str, spans: list[tuple[int, int]]) -> Plan:
+    def _document_plan(self, where: str, text: str, spans: list[tuple[int, int]]) -> Plan:
         document = self.tokenizer.document(text)
         total = len(document.ids)
-        self._check_length(index, total, "document")
+        self._check_length(where, total, "document")
         segments = chunk_segments(document.text, document.offsets, document.special, spans)
         empty = sorted(set(range(len(spans))) - {segment.chunk for segment in segments})
         if empty:
-            raise InvalidRequest(f"{self.param}[{index}]: chunk {empty[0]} has no tokens (only whitespace?)",
+            raise InvalidRequest(f"{where}: chunk {empty[0]} has no tokens (only whitespace?)",
                                  param=self.param)
         if total <= self.limit:
             rows = [self._spanned(document.ids, segments, 0)]
@@ -176,10 +176,10 @@ class LongTexts:
 
         return join
 
-    def _check_length(self, index: int, tokens: int, what: str) -> None:
+    def _check_length(self, where: str, tokens: int, what: str) -> None:
         limit = self.settings.max_embed_len
         if tokens > limit:
-            raise InvalidRequest(f"{self.param}[{index}]: the {what} is {tokens} tokens; max_embed_len is {limit}",
+            raise InvalidRequest(f"{where}: the {what} is {tokens} tokens; max_embed_len is {limit}",
                                  param=self.param)
 
 

@@ -43,7 +43,8 @@ class Rows:
         if query.windowed:
             texts = long_texts(info, tokenizer, query)
             return await off_loop_if_large(lambda: Plan.joined(
-                [texts.windowed(i, text, prompt, prompt_length) for i, text in enumerate(values)]), size)
+                [texts.windowed(f"{query.items_param}[{i}]", text, prompt, prompt_length)
+                 for i, text in enumerate(values)]), size)
         work = functools.partial(tokenizer.encode_texts, values, prompt, query.truncation)
         token_ids = await off_loop_if_large(work, size)
         return Plan.direct(TokenizedText.rows(info.served_model_name, token_ids, prompt_length=prompt_length,
@@ -57,9 +58,13 @@ class Rows:
         texts = long_texts(info, tokenizer, embed)
         chunking = query.auto_chunking
 
+        def where(index: int) -> str:  # OpenAI's late chunking: the inputs are one document's chunks
+            return f"{embed.items_param} (one document)" if embed.late_chunking else f"{embed.items_param}[{index}]"
+
         def plans() -> list[Plan]:
-            return [texts.in_context(i, chunks, prompt) if chunking is None else
-                    texts.auto_chunked(i, chunks[0], prompt, chunking) for i, chunks in enumerate(query.documents())]
+            return [texts.in_context(where(i), chunks, prompt) if chunking is None else
+                    texts.auto_chunked(where(i), chunks[0], prompt, chunking)
+                    for i, chunks in enumerate(query.documents())]
 
         return await off_loop_if_large(plans, sum(len(item.value) for item in embed.items))
 
