@@ -34,7 +34,7 @@ import numpy as np
 from models.base import Row
 
 Send = Callable[[list[Row]], Awaitable[list[np.ndarray]]]
-Waiting = tuple[list[Row], "asyncio.Future[list[np.ndarray]]"]
+Waiting = tuple[list[Row], "asyncio.Future[list[np.ndarray]]", bool]  # rows, their answer, whether they go alone
 RETURN_WAIT_S = 0.005
 
 
@@ -77,10 +77,12 @@ class Coalescer:
         self._senders: set[asyncio.Task[None]] = set()
         self.max_calls = 1  # calls in flight at once
 
-    async def run(self, rows: list[Row]) -> list[np.ndarray]:
-        """One output per row, as the model service answered. Cancelling this before the rows left drops them."""
+    async def run(self, rows: list[Row], alone: bool = False) -> list[np.ndarray]:
+        """One output per row, as the model service answered. Cancelling this before the rows left drops them.
+        `alone`: a full pass of a long request (`gateway.model_calls.passes`), sent in a call of its own, so
+        that a short request waiting with it is not held for its pass."""
         future: asyncio.Future[list[np.ndarray]] = asyncio.get_running_loop().create_future()
-        self._waiting.append((rows, future))
+        self._waiting.append((rows, future, alone))
         self._arrived.set()
         if len(self._senders) < self.max_calls:
             self._senders.add(asyncio.create_task(self._send_while_waiting()))
@@ -90,7 +92,7 @@ class Coalescer:
         try:
             while batch := self._take():
                 await self._send_together(batch)
-                await self._wait_for_returning(sum(len(rows) for rows, _ in batch))
+                await self._wait_for_returning(sum(len(rows) for rows, _, _ in batch))
         finally:  # at once, not in a done callback: a request arriving meanwhile would find no sender
             self._senders.discard(asyncio.current_task())  # type: ignore[arg-type]
 
@@ -110,37 +112,38 @@ class Coalescer:
                 return
 
     def _waiting_rows(self) -> int:
-        return sum(len(rows) for rows, future in self._waiting if not future.done())
+        return sum(len(rows) for rows, future, _ in self._waiting if not future.done())
 
     def _take(self) -> list[Waiting]:
-        """The waiting requests, oldest first, up to `max_rows` rows (at least one request); those whose
-        caller gave up (deadline, disconnect) are dropped here, before they cost anything."""
+        """The waiting requests, oldest first, up to `max_rows` rows (at least one request), a request that goes
+        alone by itself; those whose caller gave up (deadline, disconnect) are dropped here, before they cost
+        anything."""
         taken: list[Waiting] = []
         count = 0
         while self._waiting:
-            rows, future = self._waiting[0]
-            if not future.done() and taken and count + len(rows) > self._max_rows:
+            rows, future, alone = self._waiting[0]
+            if not future.done() and taken and (alone or taken[0][2] or count + len(rows) > self._max_rows):
                 break
             self._waiting.popleft()
             if future.done():
                 self._dropped(rows)
             else:
-                taken.append((rows, future))
+                taken.append((rows, future, alone))
                 count += len(rows)
         return taken
 
     async def _send_together(self, batch: list[Waiting]) -> None:
         try:
-            outputs = await self._send([row for rows, _ in batch for row in rows])
+            outputs = await self._send([row for rows, _, _ in batch for row in rows])
         except BaseException as exc:  # every request of the call gets the call's error
-            for _, future in batch:
+            for _, future, _ in batch:
                 if not future.done():
                     future.set_exception(exc) if isinstance(exc, Exception) else future.cancel()
             if not isinstance(exc, Exception):
                 raise
             return
         start = 0
-        for rows, future in batch:
+        for rows, future, _ in batch:
             if not future.done():
                 future.set_result(outputs[start : start + len(rows)])
             start += len(rows)

@@ -84,7 +84,7 @@ class ModelCalls:
 
         async def run(part: list[Row]) -> list[np.ndarray]:
             async with in_flight:
-                return await coalescer.run(part)
+                return await coalescer.run(part, alone=True)
 
         tasks = [asyncio.ensure_future(run(part)) for part in parts]
         try:

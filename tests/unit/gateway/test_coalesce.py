@@ -116,6 +116,22 @@ def test_a_call_holds_at_most_max_rows_unless_one_request_is_larger():
     asyncio.run(scenario())
 
 
+def test_a_pass_of_a_long_request_goes_in_a_call_of_its_own():
+    async def scenario() -> None:
+        service = FakeModelService()
+        coalescer, first = await one_call_in_flight(service)
+        later = [asyncio.create_task(coalescer.run(rows("2", 1))),
+                 asyncio.create_task(coalescer.run(rows("3", 4), alone=True)),
+                 asyncio.create_task(coalescer.run(rows("4", 1))),
+                 asyncio.create_task(coalescer.run(rows("5", 1)))]
+        await settle()
+        service.release.set()
+        await asyncio.gather(first, *later)
+        assert service.calls[1:] == [["2"], ["3"] * 4, ["4", "5"]]  # the short ones are not held for the pass
+
+    asyncio.run(scenario())
+
+
 def test_a_request_abandoned_before_its_call_is_never_sent():
     async def scenario() -> None:
         service = FakeModelService()

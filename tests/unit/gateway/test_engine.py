@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from config.settings import EmbentoConfig
 from gateway.queries import DecodeQuery, EmbedQuery, InputItem, RankQuery, TokenizeQuery
 from gateway.wire import infinity, openai, shared_rerank
 from tests.unit.gateway.fake_engine import (
@@ -73,9 +74,10 @@ def test_unknown_model_lists_served_names(serve):
 
 
 def test_a_too_long_text_names_its_index(serve):
-    body = {"input": ["fine", "a" * 200_001], "model": EMBEDDER}
+    too_many = EmbentoConfig().max_item_chars + 1
+    body = {"input": ["fine", "a" * too_many], "model": EMBEDDER}
     message = assert_refused(answer(serve, openai.embed, openai.EmbeddingRequest, body), 400, "input")
-    assert message.startswith("input[1] has 200001 characters")
+    assert message.startswith(f"input[1] has {too_many} characters")
 
 
 def test_embeddings_answer_from_the_service_outputs(serve, tokenizers):
