@@ -65,38 +65,44 @@ class TextEncoder:
         left_padded = self._tokenizer.padding_side == "left"
         spanned = [row.spans is not None for row in rows]
         with torch.inference_mode():
-            if self._excludes_prompt or any(spanned):
-                features = self._model[0](features)
-                sums = _span_sums(features["token_embeddings"], rows, left_padded) if any(spanned) else None
-                if self._excludes_prompt:
-                    features["attention_mask"] = _without_prompts(features["attention_mask"], rows, left_padded)
-                for module in list(self._model)[1:] if not all(spanned) else ():
-                    features = module(features)
-            else:
-                features, sums = self._model(features), None
-            if sums is None:
-                return to_host(_normalize_rows(features["sentence_embedding"], rows, self.info.normalized).float())
-            pooled = features["sentence_embedding"] if not all(spanned) else sums[:0]
-            pooled = _normalize_rows(pooled, rows, self.info.normalized) if not all(spanned) else pooled
-            return SpannedOutputs(to_host(torch.cat([pooled.float(), sums])), rows)
+            if not (self._excludes_prompt or any(spanned)):
+                return to_host(self._normalized(self._model(features)["sentence_embedding"], rows))
+            features = self._model[0](features)  # the token states
+            if not any(spanned):
+                return to_host(self._normalized(self._pooled(features, rows, left_padded), rows))
+            sums = _span_sums(features["token_embeddings"], rows, left_padded)
+            if all(spanned):
+                return SpannedOutputs(to_host(sums), rows, pooled=False)
+            vectors = self._normalized(self._pooled(features, rows, left_padded), rows)
+            return SpannedOutputs(to_host(torch.cat([vectors, sums])), rows, pooled=True)
+
+    def _pooled(self, features: dict[str, Any], rows: Sequence[TokenizedText], left_padded: bool) -> Any:
+        """The modules after the transformer (pooling, dense layers) over its token states."""
+        if self._excludes_prompt:
+            features["attention_mask"] = _without_prompts(features["attention_mask"], rows, left_padded)
+        for module in list(self._model)[1:]:
+            features = module(features)
+        return features["sentence_embedding"]
+
+    def _normalized(self, vectors: Any, rows: Sequence[TokenizedText]) -> Any:
+        return _normalize_rows(vectors, rows, self.info.normalized).float()
 
 
 class SpannedOutputs:
-    """A pass's outputs when some rows ask for span sums (late chunking): the pooled vectors of the other rows
-    come first in one host copy, then each spanned row's sums; `wait` gives each row its own."""
+    """A pass's outputs when some rows ask for span sums (late chunking), in one host copy: every row's pooled
+    vector first (when any row wants one), then each spanned row's sums; `wait` gives each row its own."""
 
-    def __init__(self, pending: PendingOutputs, rows: Sequence[TokenizedText]) -> None:
+    def __init__(self, pending: PendingOutputs, rows: Sequence[TokenizedText], pooled: bool) -> None:
         self._pending = pending
         self._rows = rows
+        self._pooled = pooled
 
     def wait(self) -> list[np.ndarray]:
         host = np.asarray(self._pending.wait())
-        pooled = sum(row.spans is None for row in self._rows)
-        outputs, vector, at = [], 0, pooled
-        for row in self._rows:
+        outputs, at = [], len(self._rows) if self._pooled else 0
+        for index, row in enumerate(self._rows):
             if row.spans is None:
-                outputs.append(host[vector])
-                vector += 1
+                outputs.append(host[index])
             else:
                 outputs.append(host[at:at + len(row.spans)])
                 at += len(row.spans)

@@ -63,6 +63,10 @@ class EmbeddingRequest(TruncationControls):
 
 
 def embed_query(body: EmbeddingRequest) -> EmbedQuery:
+    if body.late_chunking and (body.long_input is not None or body.truncate is False):
+        raise errors.InvalidRequest("late_chunking embeds the whole document, in slices past the model's window; "
+                                    "long_input and truncate do not apply to it",
+                                    param="long_input" if body.long_input is not None else "truncate")
     if body.truncate is False and body.long_input not in (None, "error"):
         raise errors.InvalidRequest(f"truncate: false refuses long input; long_input '{body.long_input}' "
                                     "contradicts it", param="long_input")

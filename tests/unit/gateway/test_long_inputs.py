@@ -112,7 +112,10 @@ def test_voyage_documents_and_auto_chunks(serve):
     ({"input": [[101, 2000, 102]], "model": EMBEDDER, "long_input": "mean"}, "input"),
     ({"input": "x", "model": EMBEDDER, "long_input": "mean", "truncate": False}, "long_input"),
     ({"input": ["ok", " "], "model": EMBEDDER, "late_chunking": True}, "input"),
-], ids=["sparse-mean", "sparse-late", "multi-vector-mean", "token-ids", "truncate-false", "chunk-without-tokens"])
+    ({"input": ["a", "b"], "model": EMBEDDER, "late_chunking": True, "long_input": "error"}, "long_input"),
+    ({"input": ["a", "b"], "model": EMBEDDER, "late_chunking": True, "truncate": False}, "truncate"),
+], ids=["sparse-mean", "sparse-late", "multi-vector-mean", "token-ids", "truncate-false", "chunk-without-tokens",
+        "late-with-long-input", "late-with-truncate-false"])
 def test_refusals_on_the_openai_route(serve, body, param):
     message = assert_refused(answer(serve, openai.embed, openai.EmbeddingRequest, body), 400, param)
     if body["model"] in (SPLADE, COLPALI):

@@ -207,3 +207,26 @@ def test_plain_transformers_checkpoint_with_pooling_setting(tiny_bert_path, pool
             expected.append({"lasttoken": hidden[-1], "mean": hidden.mean(0), "cls": hidden[0]}[pooling].numpy())
     assert_same_vectors(encoder.forward(TokenizedText.rows("test", ids)), np.stack(expected))
     assert encoder.info.max_input_tokens == 512 and not encoder.info.normalized
+
+
+@pytest.mark.parametrize("checkpoint", ["minilm_path", "qwen3_embedder_path"])  # right and left padding
+def test_span_rows_share_a_pass_with_pooled_rows(checkpoint, request):
+    """Late chunking's rows (sums of token states over spans) and plain rows in one padded pass each get what
+    they get alone."""
+    folder = request.getfixturevalue(checkpoint)
+    cfg = ModelConfig(backend="torch", model_id=str(folder), device="cpu")
+    tokenizer, encoder = TextTokenizer(folder, cfg), TextEncoder(folder, cfg)
+    short, long = tokenizer.encode_texts([" ".join(WORDS[:5]), " ".join(WORDS[:30])])
+    rows = [TokenizedText(model="m", input_ids=short),
+            TokenizedText(model="m", input_ids=long, spans=[(1, 4), (4, len(long) - 1)]),
+            TokenizedText(model="m", input_ids=long, normalize=False),
+            TokenizedText(model="m", input_ids=short, spans=[(0, 2)])]
+    together = encoder.forward(rows)
+    alone = [encoder.forward([row])[0] for row in rows]
+    assert [np.shape(output) for output in together] == [(encoder.info.dimension,), (2, encoder.info.dimension),
+                                                         (encoder.info.dimension,), (1, encoder.info.dimension)]
+    for got, expected in zip(together, alone):
+        assert_same_vectors(got, expected)
+    assert abs(np.linalg.norm(together[2]) - 1) > 1e-3, "normalize: false kept the raw pooled vector"
+    spans_only = encoder.forward([rows[1], rows[3]])
+    assert_same_vectors(spans_only[0], alone[1])
