@@ -230,3 +230,13 @@ def test_span_rows_share_a_pass_with_pooled_rows(checkpoint, request):
     assert abs(np.linalg.norm(together[2]) - 1) > 1e-3, "normalize: false kept the raw pooled vector"
     spans_only = encoder.forward([rows[1], rows[3]])
     assert_same_vectors(spans_only[0], alone[1])
+
+
+@pytest.mark.parametrize("backend", ["onnx", "ctranslate2"])
+def test_span_sums_agree_across_backends(backend, minilm, minilm_path):
+    """Late chunking reads the transformer's token states, which every text backend gives."""
+    tokenizer, torch_encoder = minilm
+    ids = tokenizer.encode_texts([" ".join(WORDS[:20])])[0]
+    rows = [TokenizedText(model="m", input_ids=ids, spans=[(1, 6), (6, len(ids) - 1)])]
+    encoder = TextEncoder(minilm_path, ModelConfig(backend=backend, model_id=MINILM, device="cpu"))
+    assert_same_vectors(encoder.forward(rows)[0], torch_encoder.forward(rows)[0])
