@@ -243,7 +243,8 @@ class EmbentoConfig(BaseModel):
     max_item_chars: int = Field(1_000_000, ge=1, description=(
         "Most characters in one text (input, query, document), refused before tokenizing."))
     max_request_tokens: int = Field(1_000_000, ge=1, description=(
-        "Most tokens in one request after truncation; images and audio count their positions."))
+        "Most tokens in one request after truncation, each window or slice of a long input counted whole "
+        "(overlaps included); images and audio count their positions."))
     max_request_bytes: int = Field(32 * 1024 * 1024, ge=1024, description="Largest request body, in bytes (32 MiB).")
     request_timeout_s: float = Field(120.0, gt=0, description=(
         "Past it a request gets a 504, and its inputs not yet run are dropped."))
