@@ -13,16 +13,21 @@ if TYPE_CHECKING:
 
 def pad_rows(rows: Sequence[TokenizedText], tokenizer: PreTrainedTokenizerBase, device: Any,
              non_blocking: bool = False) -> dict[str, Any]:
-    """`input_ids`, `attention_mask` and `token_type_ids`, padded on the tokenizer's side with its pad id.
-    Rows without segment ids (single texts) get zeros, as the tokenizer itself would give them.
+    """`input_ids`, `attention_mask` and, where the tokenizer gives them, `token_type_ids`, padded on the
+    tokenizer's side with its pad id. Rows without segment ids (single texts) get zeros, as the tokenizer itself
+    would give them; a model whose tokenizer has none gets none (ModernBERT's forward refuses them).
     `non_blocking` (torch models only, see `models.transfer.to_device`): copied to a GPU without waiting."""
     import numpy as np
 
+    segmented = "token_type_ids" in tokenizer.model_input_names or any(r.token_type_ids is not None for r in rows)
     items = []
     for row in rows:
         ids = np.asarray(row.input_ids, dtype=np.int64)
-        segments = np.zeros_like(ids) if row.token_type_ids is None else np.asarray(row.token_type_ids, np.int64)
-        items.append({"input_ids": ids, "attention_mask": np.ones_like(ids), "token_type_ids": segments})
+        item = {"input_ids": ids, "attention_mask": np.ones_like(ids)}
+        if segmented:
+            item["token_type_ids"] = np.zeros_like(ids) if row.token_type_ids is None else \
+                np.asarray(row.token_type_ids, np.int64)
+        items.append(item)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     return collate(items, pad_id, tokenizer.padding_side == "left", device, non_blocking=non_blocking)
 
