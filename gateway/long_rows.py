@@ -85,7 +85,7 @@ class LongTexts:
         weighted by their content tokens, then normalized if the model normalizes."""
         whole = self.tokenizer.document(prompt + text).ids
         if len(whole) <= self.limit:
-            return Plan.direct([self._row(whole, prompt_length, None)])
+            return Plan.direct([self._row(whole, prompt_length, self.normalize)])
         self._check_length(where, len(whole), "input")
         prefix, suffix = self.tokenizer.frame
         prompt_ids = self.tokenizer.content(prompt) if prompt else []
@@ -107,9 +107,8 @@ class LongTexts:
 
         return Plan(rows, join)
 
-    def _row(self, ids: list[int], prompt_length: int, normalize: bool | None) -> TokenizedText:
-        return TokenizedText(model=self.model, input_ids=ids, prompt_length=prompt_length,
-                             normalize=normalize if normalize is not None else self.normalize)
+    def _row(self, ids: list[int], prompt_length: int, normalize: bool) -> TokenizedText:
+        return TokenizedText(model=self.model, input_ids=ids, prompt_length=prompt_length, normalize=normalize)
 
     # Late chunking
     def in_context(self, where: str, chunks: Sequence[str], prompt: str) -> Plan:
