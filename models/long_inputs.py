@@ -79,19 +79,22 @@ class Segment:
 def chunk_segments(text: str, offsets: Sequence[tuple[int, int]], special: Sequence[bool],
                    spans: Sequence[tuple[int, int]]) -> list[Segment]:
     """The runs of tokens of each chunk of `text`: a token belongs to every chunk whose characters
-    [start, stop) hold its first non-whitespace character; special tokens to none."""
+    [start, stop) hold its first non-whitespace character; special tokens to none. Tokens' first characters
+    rise with their positions, so each chunk's tokens are found by bisection (400 chunks of a 100,000-token
+    document: milliseconds, where a scan per chunk took seconds)."""
     firsts = [None if is_special else first_character(text, start, stop)
               for (start, stop), is_special in zip(offsets, special)]
+    positions = np.array([i for i, first in enumerate(firsts) if first is not None], dtype=np.int64)
+    characters = np.array([first for first in firsts if first is not None], dtype=np.int64)
     segments: list[Segment] = []
     for chunk, (begin, end) in enumerate(spans):
-        run_start = None
-        for position, first in enumerate([*firsts, None]):
-            inside = first is not None and begin <= first < end
-            if inside and run_start is None:
-                run_start = position
-            elif not inside and run_start is not None:
-                segments.append(Segment(chunk, run_start, position))
-                run_start = None
+        low, high = np.searchsorted(characters, [begin, end])
+        members = positions[low:high]
+        if not len(members):
+            continue
+        breaks = np.flatnonzero(np.diff(members) > 1) + 1  # a special or whitespace-only token between
+        for run in np.split(members, breaks):
+            segments.append(Segment(chunk, int(run[0]), int(run[-1]) + 1))
     return segments
 
 
