@@ -14,8 +14,8 @@ from gateway.preprocessors import Preprocessors
 from gateway.long_rows import LongTexts, Plan
 from gateway.queries import ClassifyQuery, ContextQuery, EmbedQuery, InputItem, RankQuery
 from models.base import ModelInfo, ModelInput, TokenizedText
-from models.text_tokenizer import TextTokenizer
 from models.media import MediaLimits
+from models.text_tokenizer import TextTokenizer
 
 T = TypeVar("T")
 INLINE_TOKENIZE_LIMIT = 2048  # characters (or token ids) per request
