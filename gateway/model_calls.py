@@ -81,17 +81,21 @@ class ModelCalls:
         if len(parts) == 1:
             return await coalescer.run(parts[0])
         in_flight = asyncio.Semaphore(coalescer.max_calls)
+        queued: set[int] = set()
 
-        async def run(part: list[Row]) -> list[np.ndarray]:
+        async def run(index: int) -> list[np.ndarray]:
             async with in_flight:
-                return await coalescer.run(part, alone=True)
+                queued.add(index)
+                return await coalescer.run(parts[index], alone=True)
 
-        tasks = [asyncio.ensure_future(run(part)) for part in parts]
+        tasks = [asyncio.ensure_future(run(index)) for index in range(len(parts))]
         try:
             answered = await asyncio.gather(*tasks)
         except BaseException:  # the first failure is the request's; its other parts need not run
             for task in tasks:
                 task.cancel()
+            for index in set(range(len(parts))) - queued:  # the coalescer counts the queued ones it drops
+                _count_dropped(parts[index])
             raise
         return [output for outputs in answered for output in outputs]
 

@@ -90,6 +90,7 @@ ENDPOINT_BODIES = {
     "tei_tokenize": {"inputs": ["a sentence"]},
     "tei_decode": {"ids": [[101, 1037, 102]]},
     "tei_root": {"inputs": "a sentence", "parameters": {"top_k": 1}},
+    "contextualized_embeddings": {"inputs": [["a sentence", "and its neighbour"]], "model": MINILM},
 }
 ID_FIELDS = ("id", "created")  # differ from call to call
 
