@@ -92,8 +92,8 @@ def _check_long_input(query: EmbedQuery, info: ModelInfo) -> None:
 
 
 def check_context(query: ContextQuery, info: ModelInfo) -> None:
-    """Documents of chunks, or with auto-chunking one text each, cut into chunks of fewer than `size` shared
-    tokens."""
+    """Documents of chunks, or with auto-chunking one text each. That the overlap is less than the chunk size
+    is checked where the size is known (`LongTexts.auto_chunked`: it defaults to the model's window)."""
     _check_long_input(replace(query.embed, late_chunking=True), info)
     chunking = query.auto_chunking
     if chunking is None:
@@ -101,9 +101,9 @@ def check_context(query: ContextQuery, info: ModelInfo) -> None:
     if chunking.size is not None and chunking.size < 1:
         raise InvalidRequest(f"{chunking.size_param} must be at least 1, got {chunking.size}",
                              param=chunking.size_param)
-    if chunking.overlap < 0 or (chunking.size is not None and chunking.overlap >= chunking.size):
-        raise InvalidRequest(f"{chunking.overlap_param} must be at least 0 and less than {chunking.size_param} "
-                             f"({chunking.size}), got {chunking.overlap}", param=chunking.overlap_param)
+    if chunking.overlap < 0:
+        raise InvalidRequest(f"{chunking.overlap_param} must be at least 0, got {chunking.overlap}",
+                             param=chunking.overlap_param)
     several = next((i for i, size in enumerate(query.document_sizes) if size != 1), None)
     if several is not None:
         raise InvalidRequest(f"with auto-chunking each document is one string; {query.embed.items_param}[{several}] "
