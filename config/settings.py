@@ -31,7 +31,7 @@ BENTO_CONFIG_ENV = ENV_PREFIX + "BENTO_CONFIG"
 PoolingMethod = Literal["mean", "cls", "lasttoken", "max", "mean_sqrt_len_tokens", "weightedmean"]
 Backend = Literal["auto", "torch", "onnx", "ctranslate2"]
 Dtype = Literal["auto", "float32", "float16", "bfloat16", "int8", "int8_float16"]
-ModelKind = Literal["auto", "embed", "sparse", "rerank", "classify", "clip", "clap", "colpali"]
+ModelKind = Literal["auto", "embed", "sparse", "rerank", "classify", "clip", "clap", "colpali", "colbert", "hybrid"]
 # Which dtypes each backend can run ("int8": dynamic quantization on ONNX Runtime, int8 weights on CTranslate2).
 BACKEND_DTYPES: dict[str, tuple[str, ...]] = {
     "auto": ("auto", "float32", "float16", "bfloat16"),
@@ -246,6 +246,9 @@ class EmbentoConfig(BaseModel):
         "Most tokens in one request after truncation, each window or slice of a long input counted whole "
         "(overlaps included); images and audio count their positions."))
     max_request_bytes: int = Field(32 * 1024 * 1024, ge=1024, description="Largest request body, in bytes (32 MiB).")
+    max_response_bytes: int = Field(256 * 1024 * 1024, ge=1024, description=(
+        "Largest embeddings answer, in bytes (256 MiB), estimated from the token counts before any work: a "
+        "request whose vectors (one per token for multi-vector output) would pass it is a 400."))
     request_timeout_s: float = Field(120.0, gt=0, description=(
         "Past it a request gets a 504, and its inputs not yet run are dropped."))
     max_concurrent_requests: int = Field(512, ge=1, description=(

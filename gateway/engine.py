@@ -27,20 +27,24 @@ from gateway.queries import (
 )
 from gateway.results import Classified, ContextEmbeddings, Embeddings, Ranking, Tokens
 from gateway.routing import choose_model
+from gateway.representations import asked_parts, representations_for
 from gateway.rows import Rows
 from gateway.validation import (
+    HYBRID_WEIGHTS,
     check_classify,
     check_context,
     check_decode,
     check_embed,
     check_rank,
+    check_response_size,
     check_tokenize,
 )
 from models import errors
 from models.base import ModelInfo
 from models.kinds import KindSpec, spec
 from models.media import MediaLimits
-from models.scores import activate, late_interaction, rank
+from models.packing import unpack_arrays
+from models.scores import activate, late_interaction, mode_scores, rank, weighted_mean
 from models.text_tokenizer import TextTokenizer
 
 
@@ -75,8 +79,9 @@ class Engine:
         quantizer = self.registry.quantizers.get(info.served_model_name)
         check_embed(query, info, self.config, quantizer, self.registry.infos)
         plan = await self.rows.embed(info, query)
+        check_response_size(query, info, plan.rows, self.config.max_response_bytes)
         outputs = plan.join(await self.calls.run(info, plan.rows))
-        return Embeddings(query, info, outputs, plan.tokens, quantizer)
+        return Embeddings(query, info, outputs, plan.tokens, quantizer, asked_parts(query, info, outputs))
 
     async def embed_in_context(self, query: ContextQuery) -> ContextEmbeddings:
         """Late chunking: each document's chunks embedded in the context of the whole document."""
@@ -96,13 +101,39 @@ class Engine:
         logits, or for image documents the similarity of their embeddings with the query's."""
         info = await self.require_model(query.model, "rerank")
         check_rank(query, info, self.config)
+        by_mode = None
         if info.spec.preprocessor == "media":
             scores, tokens = await self._rank_images(info, query)
+        elif not info.spec.scores_pairs:
+            scores, tokens, by_mode = await self._rank_by_representations(info, query)
         else:
             rows = await self.rows.pairs(info, query)
             logits = np.stack(await self.calls.run(info, rows))
             scores, tokens = activate(logits, query.activation or info.activation)[:, 0], sum(r.length for r in rows)
-        return Ranking(query, info, rank(scores, query.top_n), scores.tolist(), tokens)
+        return Ranking(query, info, rank(scores, query.top_n), scores.tolist(), tokens,
+                       by_mode if query.return_scores else None)
+
+    async def _rank_by_representations(self, info: ModelInfo, query: RankQuery
+                                       ) -> tuple[np.ndarray, int, dict[str, list[float]]]:
+        """Text embedders that rank by their own outputs: a ColBERT model by MaxSim (the sum over the query's
+        vectors), a model with several representations by the query's score mode (FlagEmbedding's scores)."""
+        modes = info.spec.score_modes
+        mode = query.score_mode or (modes[0] if modes else None)
+        rows = await self.rows.ranked(info, query, representations_for(mode, info))
+        query_output, *documents = await self.calls.run(info, rows)
+        tokens = sum(row.length for row in rows)
+        if mode is None:  # one representation: late interaction
+            scores = [late_interaction(query_output, document) for document in documents]
+            return np.array(scores, dtype=np.float32), tokens, {info.spec.representations[0]: scores}
+        asked = representations_for(mode, info) or ()
+        query_parts = dict(zip(asked, unpack_arrays(query_output)))
+        pairs = [mode_scores(query_parts, dict(zip(asked, unpack_arrays(document)))) for document in documents]
+        weights = dict(zip(info.spec.representations, query.weights or HYBRID_WEIGHTS))
+        for pair in pairs:
+            if mode == "hybrid":
+                pair["hybrid"] = weighted_mean(pair, weights)
+        by_mode = {name: [pair[name] for pair in pairs] for name in pairs[0]} if pairs else {}
+        return np.array([pair[mode] for pair in pairs], dtype=np.float32), tokens, by_mode
 
     async def _rank_images(self, info: ModelInfo, query: RankQuery) -> tuple[np.ndarray, int]:
         """Documents are images (data URIs or URLs): MaxSim late interaction for multi-vector models, else the

@@ -26,9 +26,9 @@ except PackageNotFoundError:  # a Bento carries the sources, not the installed p
 STARTED = int(time.time())  # each model's `created` in the model list
 # Request limits a client may want to know before it sends: GET /info, as TEI's.
 LIMIT_FIELDS = ("max_client_batch_size", "max_item_chars", "max_request_tokens", "max_request_bytes",
-                "request_timeout_s", "max_concurrent_requests", "max_queued_items", "max_queued_tokens",
-                "max_media_items", "max_item_bytes", "max_image_pixels", "max_audio_seconds", "allow_url_inputs",
-                "url_timeout_s")
+                "max_response_bytes", "request_timeout_s", "max_concurrent_requests", "max_queued_items",
+                "max_queued_tokens", "max_media_items", "max_item_bytes", "max_image_pixels", "max_audio_seconds",
+                "allow_url_inputs", "url_timeout_s")
 
 
 class ReadinessReport:

@@ -10,7 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from models.base import Activation, Modality, Truncation
+from models.base import Activation, Modality, Representation, Truncation
+from models.kinds import ScoreMode
 
 OutputType = Literal["float", "base64", "int8", "uint8", "binary", "ubinary"]
 Shape = Literal["dense", "sparse", "multi-vector"]
@@ -47,6 +48,9 @@ class EmbedQuery:
     # Late chunking: the items are the chunks of one document, each embedded in the context of all
     # (`ContextQuery` with this one document).
     late_chunking: bool = False
+    # The representations to answer, each under its own key (`output_types`); None: the model's own.
+    representations: tuple[Representation, ...] | None = None
+    representations_param: str = "output_types"
 
 
 @dataclass(frozen=True)
@@ -88,6 +92,11 @@ class RankQuery:
     instruction: str | None = None
     truncation: Truncation = field(default_factory=Truncation)
     documents_param: str = "documents"
+    # Models with several representations (BGE-M3): rank by one, or by their weighted mean (None: the model's
+    # default, hybrid), with (dense, sparse, colbert) weights; each result may carry every mode's score.
+    score_mode: ScoreMode | None = None
+    weights: tuple[float, ...] | None = None
+    return_scores: bool = False
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gateway.queries import ClassifyQuery, EmbedQuery, OutputType, RankQuery, TokenizeQuery
-from models.base import ModelInfo
+from models.base import ModelInfo, Representation
 from models.postprocess import keep_largest, to_base64, truncate_dimensions
 from models.quantization import Precision, Quantizer, quantize
 from models.text_tokenizer import Token
@@ -23,6 +23,14 @@ class Embeddings:
     outputs: list[np.ndarray]
     tokens: int
     quantizer: Quantizer | None = None
+    # With `output_types`: each input's asked representations by name (`outputs` are then their packed form).
+    parts: list[dict[Representation, np.ndarray]] | None = None
+
+    def of(self, representation: Representation) -> list[np.ndarray]:
+        """Each input's output of one representation: an asked one, else (no `output_types`) the model's own."""
+        if self.parts is None:
+            return self.outputs
+        return [part[representation] for part in self.parts]
 
     @property
     def renormalized(self) -> bool:
@@ -31,7 +39,7 @@ class Embeddings:
 
     def vectors(self) -> np.ndarray:
         """Dense single vectors, (inputs, features), cut to `dimensions` and re-normalized."""
-        return truncate_dimensions(np.stack(self.outputs), self.query.dimensions, renormalize=self.renormalized)
+        return truncate_dimensions(np.stack(self.of("dense")), self.query.dimensions, renormalize=self.renormalized)
 
     def encoded(self, output_type: OutputType, vectors: np.ndarray) -> list:
         """`vectors` (from `vectors()`) in one output type, one entry per input."""
@@ -50,7 +58,7 @@ class Embeddings:
 
     def sparse_entries(self) -> list[np.ndarray]:
         """Per input of a sparse model, its (2, active) [indices; weights], the largest `max_active_dims`."""
-        return [keep_largest(output, self.query.max_active_dims) for output in self.outputs]
+        return [keep_largest(output, self.query.max_active_dims) for output in self.of("sparse")]
 
 
 @dataclass(frozen=True)
@@ -77,6 +85,13 @@ class Ranking:
     order: list[int]
     scores: list[float]
     tokens: int
+    mode_scores: dict[str, list[float]] | None = None  # every score mode's, by document (`return_scores`)
+
+    def scores_of(self, document: int) -> dict[str, float] | None:
+        """One document's score by every mode, when the query asked for them."""
+        if self.mode_scores is None:
+            return None
+        return {mode: scores[document] for mode, scores in self.mode_scores.items()}
 
     @property
     def documents(self) -> tuple[str, ...]:

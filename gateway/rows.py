@@ -13,7 +13,8 @@ from gateway.media_inputs import load_item
 from gateway.preprocessors import Preprocessors
 from gateway.long_rows import LongTexts, Plan
 from gateway.queries import ClassifyQuery, ContextQuery, EmbedQuery, InputItem, RankQuery
-from models.base import ModelInfo, ModelInput, TokenizedText
+from gateway.representations import row_representations
+from models.base import ModelInfo, ModelInput, Representation, TokenizedText
 from models.media import MediaLimits
 from models.text_tokenizer import TextTokenizer
 
@@ -38,8 +39,11 @@ class Rows:
             token_ids = await off_loop_if_large(work, sum(len(value) for value in values))
             return Plan.direct(TokenizedText.rows(info.served_model_name, token_ids, normalize=query.normalize))
         prompt = tokenizer.prompt(query.prompt_name, query.instruction, query.input_type)
-        prompt_length = tokenizer.prompt_length(prompt) if prompt else 0
         size = sum(len(value) for value in values)
+        if info.spec.encodes_roles:
+            is_query = query.input_type == "search_query"
+            return Plan.direct(await self.with_roles(info, values, is_query, prompt, query))  # type: ignore[arg-type]
+        prompt_length = tokenizer.prompt_length(prompt) if prompt else 0
         if query.windowed:
             texts = long_texts(info, tokenizer, query)
             return await off_loop_if_large(lambda: Plan.joined(
@@ -48,7 +52,30 @@ class Rows:
         work = functools.partial(tokenizer.encode_texts, values, prompt, query.truncation)
         token_ids = await off_loop_if_large(work, size)
         return Plan.direct(TokenizedText.rows(info.served_model_name, token_ids, prompt_length=prompt_length,
-                                              normalize=query.normalize))
+                                              normalize=query.normalize,
+                                              representations=row_representations(query.representations, info)))
+
+    async def with_roles(self, info: ModelInfo, texts: list[str], is_query: bool, prompt: str,
+                         query: EmbedQuery | RankQuery) -> list[TokenizedText]:
+        """A model that encodes queries and documents apart (ColBERT): each text framed for its role."""
+        work = functools.partial(self.preprocessors.tokenizer(info).encode_roles, texts, is_query, prompt,
+                                 query.truncation)
+        token_ids, expansions = await off_loop_if_large(work, sum(map(len, texts)))
+        return [TokenizedText(model=info.served_model_name, input_ids=ids, is_query=is_query, expansion=expansion)
+                for ids, expansion in zip(token_ids, expansions)]
+
+    async def ranked(self, info: ModelInfo, query: RankQuery, representations: tuple[Representation, ...] | None
+                     ) -> list[TokenizedText]:
+        """The query, then each document, for a model that ranks by its own outputs (ColBERT, BGE-M3)."""
+        documents = list(query.documents)
+        if info.spec.encodes_roles:
+            return [*await self.with_roles(info, [query.query], True, "", query),
+                    *await self.with_roles(info, documents, False, "", query)]
+        work = functools.partial(self.preprocessors.tokenizer(info).encode_texts, [query.query, *documents], "",
+                                 query.truncation)
+        token_ids = await off_loop_if_large(work, len(query.query) + sum(map(len, documents)))
+        return TokenizedText.rows(info.served_model_name, token_ids,
+                                  representations=row_representations(representations, info))
 
     async def in_context(self, info: ModelInfo, query: ContextQuery) -> list[Plan]:
         """Late chunking: a plan per document for its chunks, the document encoded whole (in slices past the

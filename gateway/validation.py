@@ -12,10 +12,16 @@ from dataclasses import replace
 from config.settings import EmbentoConfig
 from gateway.queries import ClassifyQuery, ContextQuery, DecodeQuery, EmbedQuery, RankQuery, Shape, TokenizeQuery
 from gateway.routing import check_modalities
-from models.base import ModelInfo
+from models.base import ModelInfo, Row
 from models.errors import InvalidRequest
 from models.quantization import PRECISIONS, Quantizer
 
+# FlagEmbedding's weights for BGE-M3's hybrid score, (dense, sparse, colbert): the ones its model card uses.
+HYBRID_WEIGHTS = (0.4, 0.2, 0.4)
+# A JSON float as Python writes a float32's value (up to 17 significant digits, sign, point, exponent) and a
+# separator; base64 spends 16/3 bytes on one.
+JSON_FLOAT_BYTES = 22
+BASE64_FLOAT_BYTES = 16 / 3
 EMPTY_ITEM = "{param}[{index}] is empty"
 EMPTY_INPUT = EMPTY_ITEM + "; every input needs at least one character or token"
 # Where a model of each output shape is answered, for the error of a route that has no room for it.
@@ -61,6 +67,7 @@ def check_embed(query: EmbedQuery, info: ModelInfo, limits: EmbentoConfig, quant
                 served: Mapping[str, ModelInfo]) -> None:
     """The output the query asks for, its inputs, and the controls that apply to some kinds of model only."""
     check_output_types(query, info, quantizer)
+    _check_representations(query, info)
     items, param = query.items, query.items_param
     check_texts([item.value for item in items], param, limits.max_client_batch_size, None, EMPTY_INPUT)
     media = sum(item.modality != "text" for item in items)
@@ -71,7 +78,7 @@ def check_embed(query: EmbedQuery, info: ModelInfo, limits: EmbentoConfig, quant
     check_length(query.instruction, "instruction", limits.max_item_chars)
     if not info.spec.takes_token_ids and any(isinstance(item.value, list) for item in items):
         raise InvalidRequest(f"model '{info.served_model_name}' takes text, not token ids", param=param)
-    _check_dimensions(query.dimensions, info)
+    _check_dimensions(query, info)
     _check_text_controls(query, info)
     check_modalities(served, info, {item.modality for item in items})
     if query.windowed or query.late_chunking:
@@ -130,18 +137,61 @@ def check_output_types(query: EmbedQuery, info: ModelInfo, quantizer: Quantizer 
                              param=param)
 
 
-def _check_dimensions(dimensions: int | None, info: ModelInfo) -> None:
+def _check_dimensions(query: EmbedQuery, info: ModelInfo) -> None:
+    """Matryoshka truncation applies to dense vectors only."""
+    dimensions, asked, name = query.dimensions, query.representations, info.served_model_name
     if dimensions is None:
         return
-    if info.sparse:
-        raise InvalidRequest(f"model '{info.served_model_name}' is sparse: dimensions does not apply (use "
-                             "max_active_dims)", param="dimensions")
-    if info.multi_vector:
-        raise InvalidRequest(f"model '{info.served_model_name}' returns one vector per token; dimensions does not "
-                             "apply", param="dimensions")
+    if asked is not None and "dense" not in asked:
+        raise InvalidRequest(f"dimensions applies to dense output; {query.representations_param} {list(asked)} "
+                             "asks for none", param="dimensions")
+    if asked is None and info.sparse:
+        raise InvalidRequest(f"model '{name}' is sparse: dimensions does not apply (use max_active_dims)",
+                             param="dimensions")
+    if asked is None and info.multi_vector:
+        raise InvalidRequest(f"model '{name}' returns one vector per token; dimensions does not apply",
+                             param="dimensions")
     if not 1 <= dimensions <= info.dimension:
-        raise InvalidRequest(f"dimensions must be between 1 and {info.dimension} for model "
-                             f"'{info.served_model_name}', got {dimensions}", param="dimensions")
+        raise InvalidRequest(f"dimensions must be between 1 and {info.dimension} for model '{name}', got "
+                             f"{dimensions}", param="dimensions")
+
+
+def _check_representations(query: EmbedQuery, info: ModelInfo) -> None:
+    """`output_types`: some of the model's representations, and encodings that apply to them."""
+    asked, param = query.representations, query.representations_param
+    if asked is None:
+        return
+    served = list(info.spec.representations)
+    if not asked:
+        raise InvalidRequest(f"{param} must not be empty; model '{info.served_model_name}' answers {served}",
+                             param=param)
+    unknown = next((name for name in asked if name not in served), None)
+    if unknown is not None:
+        raise InvalidRequest(f"model '{info.served_model_name}' answers {param} {served}; it has no '{unknown}' "
+                             "output", param=param)
+    quantized = [t for t in query.output_types if t in PRECISIONS]
+    if quantized and "colbert" in asked:
+        raise InvalidRequest(f"{quantized[0]} output applies to dense vectors; multi-vector (colbert) output is "
+                             "float or base64", param=query.output_param)
+
+
+def check_response_size(query: EmbedQuery, info: ModelInfo, rows: Sequence[Row], max_bytes: int) -> None:
+    """Refuses, before any work, an answer whose vectors would pass `max_response_bytes`: one vector per token
+    (multi-vector output) adds up fast. Counted as the JSON (or base64) the vectors become, one per input for
+    dense output and one per token for multi-vector output."""
+    asked = query.representations or info.spec.representations[:1]
+    per_float = BASE64_FLOAT_BYTES if "base64" in query.output_types else JSON_FLOAT_BYTES
+    floats = 0
+    if "dense" in asked:
+        floats += len(query.items) * (query.dimensions or info.dimension)
+    if "colbert" in asked:
+        floats += sum(row.length for row in rows) * info.dimension
+    size = int(floats * per_float)
+    if size > max_bytes:
+        raise InvalidRequest(f"the answer would hold about {size / 1e6:.0f} MB of vectors, over max_response_bytes "
+                             f"({max_bytes / 1e6:.0f} MB); send fewer or shorter inputs per request"
+                             f"{', or ask for base64' if per_float == JSON_FLOAT_BYTES else ''}",
+                             param=query.items_param)
 
 
 def _check_text_controls(query: EmbedQuery, info: ModelInfo) -> None:
@@ -154,8 +204,10 @@ def _check_text_controls(query: EmbedQuery, info: ModelInfo) -> None:
     max_tokens = query.truncation.max_tokens
     if max_tokens is not None and max_tokens < 1:
         raise InvalidRequest(f"max_tokens must be at least 1, got {max_tokens}", param="max_tokens")
-    if query.max_active_dims is not None and not info.sparse:
-        raise InvalidRequest(f"max_active_dims applies to sparse models; model '{name}' is dense",
+    sparse = info.sparse if query.representations is None else "sparse" in query.representations
+    if query.max_active_dims is not None and not sparse:
+        raise InvalidRequest(f"max_active_dims applies to sparse output; model '{name}' answers "
+                             f"{'dense' if query.representations is None else list(query.representations)} here",
                              param="max_active_dims")
     if query.max_active_dims is not None and query.max_active_dims < 1:
         raise InvalidRequest(f"max_active_dims must be at least 1, got {query.max_active_dims}",
@@ -180,8 +232,29 @@ def check_rank(query: RankQuery, info: ModelInfo, limits: EmbentoConfig) -> None
         raise InvalidRequest(f"top_n must be at least 1, got {query.top_n}", param="top_n")
     if not media:
         check_lengths(query.documents, query.documents_param, limits.max_item_chars)
-    if media and query.instruction is not None:
+    if not info.spec.scores_pairs and query.instruction is not None:
         raise InvalidRequest(f"model '{info.served_model_name}' takes no instruction", param="instruction")
+    _check_score_mode(query, info)
+
+
+def _check_score_mode(query: RankQuery, info: ModelInfo) -> None:
+    """`score_mode` and `weights` for models with several representations (BGE-M3)."""
+    modes, name = list(info.spec.score_modes), info.served_model_name
+    if query.score_mode is not None and query.score_mode not in modes:
+        accepted = f"it accepts score_mode {modes}" if modes else \
+            "score_mode applies to models with several representations (BGE-M3: hybrid, dense, sparse, colbert)"
+        raise InvalidRequest(f"model '{name}' ranks one way; {accepted}" if not modes else
+                             f"model '{name}' has no score_mode '{query.score_mode}'; {accepted}", param="score_mode")
+    if query.weights is None:
+        return
+    if (query.score_mode or (modes[0] if modes else None)) != "hybrid":
+        raise InvalidRequest("weights apply to score_mode 'hybrid' of models with several representations",
+                             param="weights")
+    count = len(info.spec.representations)
+    if len(query.weights) != count or min(query.weights) < 0 or sum(query.weights) <= 0:
+        raise InvalidRequest(f"weights must be {count} numbers, one per representation "
+                             f"{list(info.spec.representations)}, none negative and not all zero; got "
+                             f"{list(query.weights)}", param="weights")
 
 
 def check_classify(query: ClassifyQuery, limits: EmbentoConfig) -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import gc
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
@@ -109,14 +109,14 @@ def _verdict(model_class: ModelClass, folder: Path, cfg: ModelConfig, kind: Kind
     try:
         exported_checkpoint(folder, task)
         loaded["onnx"] = model_class(folder, _on(cfg, "onnx"), kind)
-        candidate = loaded["onnx"].forward(rows)
+        candidate = stacked(loaded["onnx"].forward(rows))
     except Exception as exc:  # any failure of the export, its session or its inputs: torch serves it
         loaded.clear()
         why = exc.message if isinstance(exc, ModelLoadError) else f"{type(exc).__name__}: {exc}"
         verdict = Verdict(False, f"ONNX Runtime cannot run it: {why}", ran=False)
     else:
         loaded["torch"] = model_class(folder, _on(cfg, "torch"), kind)
-        verdict = compare(candidate, loaded["torch"].forward(rows), spec(kind).output == "scores")
+        verdict = compare(candidate, stacked(loaded["torch"].forward(rows)), spec(kind).output == "scores")
     try:
         recorded.write_text(json.dumps(asdict(verdict)))
     except OSError as exc:  # a read-only cache: the verdict holds for this start only
@@ -136,6 +136,11 @@ def parity_rows(folder: Path, cfg: ModelConfig, kind: Kind) -> list[TokenizedTex
     seconds: list[str | None] = list(reversed(texts)) if spec(kind).scores_pairs else [None] * len(texts)
     ids, segments = tokenizer.encode_pair_list(texts, seconds)
     return TokenizedText.rows(cfg.served_model_name, ids, segments)
+
+
+def stacked(outputs: Sequence[np.ndarray]) -> np.ndarray:
+    """A pass's outputs as one (vectors, features) array: a vector per row, or a multi-vector model's per token."""
+    return np.concatenate([np.atleast_2d(output) for output in outputs])
 
 
 def compare(candidate: np.ndarray, reference: np.ndarray, scores: bool) -> Verdict:

@@ -9,7 +9,14 @@ from typing import Annotated, Any, Literal, Protocol
 import numpy as np
 from pydantic import BaseModel, ConfigDict, PlainSerializer, PlainValidator, WithJsonSchema
 
-from models.kinds import KIND_SPECS, Kind, KindSpec, Modality, Scorer  # Kind and Modality are imported from here too
+from models.kinds import (  # Kind, Modality and Representation are imported from here too
+    KIND_SPECS,
+    Kind,
+    KindSpec,
+    Modality,
+    Representation,
+    Scorer,
+)
 # How raw outputs become scores: the names `models.scores.activate` knows.
 Activation = Literal["identity", "sigmoid", "softmax", "tanh"]
 
@@ -72,6 +79,13 @@ class TokenizedText(BaseModel):
     # Late chunking: instead of the pooled vector, the sums of the final token states over these [start, stop)
     # positions of `input_ids`, one row of a (spans, features) output each; None: the pooled vector.
     spans: list[tuple[int, int]] | None = None
+    # A model with several representations (BGE-M3): the ones this row wants, packed into its one output
+    # (`models.packing`); None: its dense vector alone, as any embedder's.
+    representations: tuple[Representation, ...] | None = None
+    # ColBERT (PyLate): a query keeps a vector for every token, its trailing `expansion` mask tokens included
+    # (attended to only where the model says so); a document drops its skiplist tokens.
+    is_query: bool = False
+    expansion: int = 0
     request_id: str = ""  # rows of an abandoned request are dropped by this id
 
     @property

@@ -7,7 +7,10 @@ label scores (query, document) pairs: a reranker; with two or more labels it is 
 is a reranker when sentence-transformers' CrossEncoder files or its model card say so
 (`models.llm_reranker`). A sentence-transformers `SparseEncoder` folder (SPLADE) is `sparse`; a bare
 `*ForMaskedLM` is not, since a plain BERT checkpoint has that architecture too (`kind: sparse` serves one
-with SPLADE pooling). Anything else is served as a text embedder.
+with SPLADE pooling). A PyLate folder (`config_sentence_transformers.json` with `model_type: ColBERT`) is
+`colbert`: one vector per token, scored by MaxSim. An encoder with FlagEmbedding's `colbert_linear.pt` and
+`sparse_linear.pt` beside it (BGE-M3) is `hybrid`: dense, sparse and ColBERT outputs from one pass. Anything
+else is served as a text embedder.
 
 This is the one module that names kinds: `KIND_SPECS` says what each one means everywhere else
 (tests/architecture/test_kind_names.py keeps it so).
@@ -30,7 +33,7 @@ from models.resolve import read_json, resolve_model
 if TYPE_CHECKING:
     from models.base import TokenModel
 
-Kind = Literal["embed", "sparse", "rerank", "classify", "clip", "clap", "colpali"]
+Kind = Literal["embed", "sparse", "rerank", "classify", "clip", "clap", "colpali", "colbert", "hybrid"]
 Modality = Literal["text", "image", "audio"]
 # How a scoring model scores: a sequence-classification head (sentence-transformers' CrossEncoder), or a
 # causal LM's next-token logits at the last position (`models.llm_reranker`).
@@ -45,6 +48,13 @@ def label_count(config: dict[str, Any]) -> int:
 
 
 Output = Literal["dense", "sparse", "multi-vector", "scores"]
+# The retrieval representations a request may name (`output_types`): one vector, vocabulary weights, one vector
+# per token (late interaction).
+Representation = Literal["dense", "sparse", "colbert"]
+REPRESENTATION_OF: dict[Output, tuple[Representation, ...]] = {"dense": ("dense",), "sparse": ("sparse",),
+                                                              "multi-vector": ("colbert",), "scores": ()}
+# How a model with several representations scores a (query, document) pair: one of them, or their weighted mean.
+ScoreMode = Literal["hybrid", "dense", "sparse", "colbert"]
 
 
 @dataclass(frozen=True)
@@ -80,6 +90,21 @@ class KindSpec:
     # (ColPali's query prefix and augmentation tokens, its image prompt), not through its tokenizer and
     # image processor apart.
     processor_prompts: bool = False
+    # Several representations from one pass (BGE-M3), which a request names in `output_types`; () for the one
+    # its `output` gives.
+    extra_representations: tuple[Representation, ...] = ()
+    # Query and document texts are encoded differently (PyLate's prefixes, query expansion, skiplist).
+    encodes_roles: bool = False
+
+    @property
+    def representations(self) -> tuple[Representation, ...]:
+        """What `output_types` may name for it, its default first."""
+        return REPRESENTATION_OF[self.output] + self.extra_representations
+
+    @property
+    def score_modes(self) -> tuple[ScoreMode, ...]:
+        """How `score_mode` may rank with it, its default first; () where it ranks one way only."""
+        return ("hybrid", *self.representations) if len(self.representations) > 1 else ()
 
 
 # The model classes, by module (`KindSpec.loader`).
@@ -87,6 +112,8 @@ TEXT_ENCODER = "models.text_encoder:TextEncoder"
 SPARSE_ENCODER = "models.sparse_encoder:SparseTextEncoder"
 TEXT_SCORER = "models.text_scorer:TextScorer"
 MEDIA_ENCODER = "models.media_encoder:MediaEncoder"
+COLBERT_ENCODER = "models.colbert_encoder:ColbertEncoder"
+HYBRID_ENCODER = "models.hybrid_encoder:HybridEncoder"
 KIND_SPECS: dict[Kind, KindSpec] = {
     "embed": KindSpec(("embed",), ("text",), ("torch", "onnx", "ctranslate2"), "dense", "text", "TextEmbedder",
                       "embed", TEXT_ENCODER, onnx_task="feature-extraction", quantizable=True, takes_token_ids=True,
@@ -107,6 +134,10 @@ KIND_SPECS: dict[Kind, KindSpec] = {
                      MEDIA_ENCODER, quantizable=True, gateway_needs_torch=True),
     "colpali": KindSpec(("embed", "rerank"), ("text", "image"), ("torch",), "multi-vector", "media",
                         "ColPaliEmbedder", "encode", MEDIA_ENCODER, gateway_needs_torch=True, processor_prompts=True),
+    "colbert": KindSpec(("embed", "rerank"), ("text",), ("torch", "onnx"), "multi-vector", "text", "TextEmbedder",
+                        "embed", COLBERT_ENCODER, onnx_task="feature-extraction", encodes_roles=True),
+    "hybrid": KindSpec(("embed", "embed_sparse", "rerank"), ("text",), ("torch",), "dense", "text", "TextEmbedder",
+                       "embed", HYBRID_ENCODER, quantizable=True, extra_representations=("sparse", "colbert")),
 }
 
 
@@ -119,6 +150,7 @@ def gateway_needs_torch(kinds: Iterable[Kind]) -> bool:
     return any(KIND_SPECS[kind].gateway_needs_torch for kind in kinds)
 
 
+HYBRID_HEADS = ("colbert_linear.pt", "sparse_linear.pt")  # FlagEmbedding's head files beside the encoder (BGE-M3)
 COLPALI_TYPES = frozenset({"colpali", "colqwen2"})
 CLIP_TYPES = frozenset({"clip", "siglip", "siglip2", "chinese_clip", "altclip", "metaclip_2"})
 
@@ -137,8 +169,13 @@ def detect_kind(folder: Path) -> Kind:
         return "rerank" if label_count(config) == 1 else "classify"
     if is_causal_cross_encoder(folder) or has_qwen3_reranker_card(folder):
         return "rerank"
-    if read_json(folder / "config_sentence_transformers.json").get("model_type") == "SparseEncoder":
+    st_type = read_json(folder / "config_sentence_transformers.json").get("model_type")
+    if st_type == "SparseEncoder":
         return "sparse"
+    if st_type == "ColBERT":
+        return "colbert"
+    if all((folder / head).is_file() for head in HYBRID_HEADS):
+        return "hybrid"
     return "embed"
 
 

@@ -25,6 +25,30 @@ def late_interaction(query: np.ndarray, document: np.ndarray) -> float:
     return float((query @ document.T).max(axis=1).sum())
 
 
+def sparse_dot(query: np.ndarray, document: np.ndarray) -> float:
+    """The dot product of two (2, active) [indices; weights] sparse vectors: the weights of shared ids."""
+    _, at_query, at_document = np.intersect1d(query[0], document[0], assume_unique=True, return_indices=True)
+    return float(np.dot(query[1, at_query].astype(np.float64), document[1, at_document]))
+
+
+def mode_scores(query: dict[str, np.ndarray], document: dict[str, np.ndarray]) -> dict[str, float]:
+    """A (query, document) pair's score by each representation both have, as FlagEmbedding's BGE-M3 scores: the
+    dense dot product, the sparse one, and the ColBERT MaxSim averaged over the query's vectors."""
+    found = {}
+    if "dense" in query:
+        found["dense"] = float(np.dot(query["dense"].astype(np.float64), document["dense"]))
+    if "sparse" in query:
+        found["sparse"] = sparse_dot(query["sparse"], document["sparse"])
+    if "colbert" in query:
+        found["colbert"] = late_interaction(query["colbert"], document["colbert"]) / max(len(query["colbert"]), 1)
+    return found
+
+
+def weighted_mean(scores: dict[str, float], weights: dict[str, float]) -> float:
+    """FlagEmbedding's `compute_score` mix: (w_dense·dense + w_sparse·sparse + w_colbert·colbert) / Σw."""
+    return sum(weights[mode] * scores[mode] for mode in weights) / sum(weights.values())
+
+
 def rank(scores: np.ndarray, top_n: int | None) -> list[int]:
     """Indices by score, highest first (ties keep input order), cut to `top_n`."""
     order = np.argsort(-scores, kind="stable").tolist()

@@ -13,6 +13,7 @@ from pathlib import Path
 from config.settings import ModelConfig
 from models.base import Kind, Truncation
 from models.chat_pairs import ChatPairs
+from models.colbert_texts import ColbertSettings, ColbertTexts
 from models.cross_pairs import CrossEncoderPairs, Encoded
 from models.errors import ConfigError, InvalidRequest, ModelLoadError
 from models.fast_tokenizer import FastTokenizer, load_fast_tokenizer
@@ -32,9 +33,11 @@ class TextTokenizer:
     def __init__(self, folder: Path, cfg: ModelConfig, kind: Kind = "embed") -> None:
         template = load_fast_tokenizer(folder, cfg)
         self.settings: TextSettings = read_text_settings(folder, cfg, template.model_max_length)
-        self.max_input_tokens = self.settings.max_seq_length
+        colbert = ColbertSettings.read(folder) if spec(kind).encodes_roles else None
+        self.max_input_tokens = self.settings.max_seq_length if colbert is None else colbert.longest
         self._tokenizer = FastTokenizer(template, self.max_input_tokens, self.settings.do_lower_case)
         self._texts = SingleTexts(self._tokenizer, cfg.allow_token_ids)
+        self._roles = None if colbert is None else ColbertTexts(self._texts, template, colbert)
         self._cross_pairs = CrossEncoderPairs(self._tokenizer)
         self._prompt_lengths: dict[str, int] = {}
         self.long_inputs = _long_input_settings(cfg, self.max_input_tokens, sum(map(len, self._texts.frame)))
@@ -79,6 +82,13 @@ class TextTokenizer:
     def encode_texts(self, texts: list[str], prompt: str = "", truncation: Truncation = Truncation()
                      ) -> list[list[int]]:
         return self._texts.encode(texts, prompt, truncation)
+
+    def encode_roles(self, texts: list[str], is_query: bool, prompt: str = "", truncation: Truncation = Truncation()
+                     ) -> tuple[list[list[int]], list[int]]:
+        """A model that encodes queries and documents apart (ColBERT): each text's ids and its trailing query
+        expansion tokens."""
+        assert self._roles is not None, "only for kinds that encode roles"
+        return self._roles.encode(texts, is_query, prompt, truncation)
 
     def encode_ids(self, inputs: list[list[int]], truncation: Truncation = Truncation()) -> list[list[int]]:
         """Token-id input, with or without the special tokens; framed and truncated like text."""

@@ -5,14 +5,14 @@ same route, so it lives here too."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Literal, Union
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Union, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, field_validator
 
 from gateway.queries import EmbedQuery, InputItem, InputType, OutputType, Shape
 from gateway.results import Embeddings, Ranking
-from gateway.wire.common import RerankRequest, Usage, rank_query, response_id
-from models.base import Truncation
+from gateway.wire.common import ModeScores, RerankRequest, Usage, rank_query, response_id
+from models.base import Representation, Truncation
 from models.errors import InvalidRequest
 
 if TYPE_CHECKING:
@@ -36,6 +36,16 @@ class CohereEmbedRequest(BaseModel):
         "base64.")
     truncate: Truncate | None = Field(None, description="END (the default) cuts the end, START the start, NONE "
                                       "refuses over-long input.")
+
+    @field_validator("embedding_types", mode="before")
+    @classmethod
+    def _dense_only(cls, value: Any) -> Any:
+        """Cohere's embed answers dense vectors; sparse and ColBERT outputs have a route of their own."""
+        other = next((t for t in value if t in get_args(Representation)), None) if isinstance(value, list) else None
+        if other is not None:
+            raise ValueError(f"embedding_types answers dense vectors as {list(get_args(OutputType))}; '{other}' "
+                             "output is answered at /v1/embeddings (output_types)")
+        return value
 
     def items(self) -> tuple[InputItem, ...]:
         given = [name for name in ("texts", "images") if getattr(self, name) is not None]
@@ -163,7 +173,7 @@ class RerankDocument(BaseModel):
     text: str
 
 
-class RerankResult(BaseModel):
+class RerankResult(ModeScores):
     index: int
     relevance_score: float
 
@@ -213,9 +223,9 @@ def _meta(version: str, tokens: int, images: int | None = None) -> Meta:
 
 def rerank_v1_answer(ranking: Ranking, return_documents: bool) -> RerankResponse:
     results: list[RerankResultWithDocument | RerankResult] = [
-        RerankResultWithDocument(index=i, relevance_score=ranking.scores[i],
+        RerankResultWithDocument(index=i, relevance_score=ranking.scores[i], scores=ranking.scores_of(i),
                                  document=RerankDocument(text=ranking.documents[i]))
-        if return_documents else RerankResult(index=i, relevance_score=ranking.scores[i])
+        if return_documents else RerankResult(index=i, relevance_score=ranking.scores[i], scores=ranking.scores_of(i))
         for i in ranking.order
     ]
     return RerankResponse(id=response_id(), results=results, meta=_meta("1", ranking.tokens), model=ranking.model,
@@ -223,7 +233,8 @@ def rerank_v1_answer(ranking: Ranking, return_documents: bool) -> RerankResponse
 
 
 def rerank_v2_answer(ranking: Ranking) -> CohereV2RerankResponse:
-    results = [RerankResult(index=i, relevance_score=ranking.scores[i]) for i in ranking.order]
+    results = [RerankResult(index=i, relevance_score=ranking.scores[i], scores=ranking.scores_of(i))
+               for i in ranking.order]
     return CohereV2RerankResponse(id=response_id(), results=results, meta=_meta("2", ranking.tokens))
 
 

@@ -15,12 +15,15 @@ from pydantic import (
     StrictInt,
     StrictStr,
     ValidationError,
+    SerializerFunctionWrapHandler,
     ValidatorFunctionWrapHandler,
     field_validator,
+    model_serializer,
 )
 
 from gateway.queries import InputItem, RankQuery
 from models.base import Modality, Truncation
+from models.kinds import ScoreMode
 
 T = TypeVar("T")
 TokenIds = list[StrictInt]
@@ -122,7 +125,36 @@ class DocumentObject(BaseModel):
     text: StrictStr
 
 
-class RerankRequest(TruncationControls):
+class RankControls(BaseModel):
+    """Every rerank body's fields for models with several representations (BGE-M3)."""
+
+    score_mode: ScoreMode | None = Field(None, description=(
+        "BGE-M3: rank by `dense`, `sparse` or `colbert` (MaxSim averaged over the query's vectors), or `hybrid` "
+        "(the default): FlagEmbedding's weighted mean of the three."))
+    weights: list[float] | None = Field(None, description=(
+        "With `hybrid`: the (dense, sparse, colbert) weights; [0.4, 0.2, 0.4] when omitted."))
+    return_scores: StrictBool = Field(False, description="Each result carries every mode's score in `scores`.")
+
+    def controls(self) -> dict[str, Any]:
+        """These fields as `RankQuery` takes them."""
+        return {"score_mode": self.score_mode, "weights": None if self.weights is None else tuple(self.weights),
+                "return_scores": self.return_scores}
+
+
+class ModeScores(BaseModel):
+    """A rerank result's score by every mode (`return_scores`); absent unless asked."""
+
+    scores: dict[str, float] | None = None
+
+    @model_serializer(mode="wrap")
+    def _scores_when_asked(self, handler: SerializerFunctionWrapHandler) -> dict:
+        answer = handler(self)
+        if answer.get("scores") is None:
+            answer.pop("scores", None)
+        return answer
+
+
+class RerankRequest(TruncationControls, RankControls):
     model: str | None = Field(None, description="Served model name; defaults to the first reranker.")
     query: StrictStr
     documents: list[StrictStr | DocumentObject]
@@ -145,7 +177,7 @@ class RerankRequest(TruncationControls):
 def rank_query(body: RerankRequest) -> RankQuery:
     return RankQuery(query=body.query, documents=tuple(d if isinstance(d, str) else d.text for d in body.documents),
                      model=body.model, top_n=body.top_n, activation="identity" if body.raw_scores else None,
-                     instruction=body.instruction, truncation=body.truncation())
+                     instruction=body.instruction, truncation=body.truncation(), **body.controls())
 
 
 # Classification answers

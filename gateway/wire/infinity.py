@@ -14,6 +14,7 @@ from gateway.queries import ClassifyQuery, EmbedQuery
 from gateway.results import Classified, Ranking
 from gateway.wire.common import (
     LabelScore,
+    ModeScores,
     RerankRequest,
     TruncationControls,
     Usage,
@@ -55,7 +56,7 @@ async def embed_audio(engine: Engine, body: LegacyMediaRequest) -> EmbeddingResp
 
 
 # POST /rerank with `documents` (infinity's body is the shared RerankRequest)
-class InfinityRerankResult(BaseModel):
+class InfinityRerankResult(ModeScores):
     relevance_score: float
     index: int
     document: str | None = None
@@ -72,7 +73,8 @@ class InfinityRerankResponse(BaseModel):
 
 def rerank_response(ranking: Ranking, return_documents: bool) -> InfinityRerankResponse:
     results = [InfinityRerankResult(relevance_score=ranking.scores[i], index=i,
-                                    document=ranking.documents[i] if return_documents else None)
+                                    document=ranking.documents[i] if return_documents else None,
+                                    scores=ranking.scores_of(i))
                for i in ranking.order]
     return InfinityRerankResponse(results=results, model=ranking.model, usage=Usage.of(ranking.tokens),
                                   id=response_id(), created=int(time.time()))

@@ -9,14 +9,14 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Literal
 
 import numpy as np
-from pydantic import BaseModel, Field, StrictBool, StrictInt, StrictStr
+from pydantic import BaseModel, Field, SerializerFunctionWrapHandler, StrictBool, StrictInt, StrictStr, model_serializer
 
 from gateway.lifecycle import ModelRegistry
 from gateway.queries import EmbedQuery, InputType, OutputType
 from gateway.results import Embeddings
 from gateway.wire.common import EmbeddingInput, TruncationControls, Usage, input_items, reworded_union
 from models import errors
-from models.base import Modality, ModelInfo
+from models.base import Modality, ModelInfo, Representation
 from models.postprocess import to_base64
 
 if TYPE_CHECKING:
@@ -58,6 +58,11 @@ class EmbeddingRequest(TruncationControls):
     late_chunking: StrictBool = Field(False, description=(
         "Jina's: the inputs are the chunks of one document, in order; each chunk's vector is the mean of its "
         "tokens' states in the encoding of the whole document (joined with spaces). Dense text embedders."))
+    output_types: list[Representation] | None = Field(None, description=(
+        "The representations to answer, each under its own key of `data[i]`: `dense` in `embedding`, `sparse` in "
+        "`sparse` ({indices, values}), `colbert` in `multi_vector` (one vector per token). BGE-M3 gives any of "
+        "the three from one pass; other models their one (GET /v1/models: `outputs`). Omitted: the model's own "
+        "output, in `embedding`."))
 
     _input_message = reworded_union("input")
 
@@ -78,6 +83,7 @@ def embed_query(body: EmbeddingRequest) -> EmbedQuery:
         dimensions=body.dimensions, normalize=body.normalize, max_active_dims=body.max_active_dims,
         prompt_name=body.prompt_name, instruction=body.instruction, input_type=body.input_type,
         truncation=truncation, windowed=body.long_input == "mean", late_chunking=body.late_chunking,
+        representations=None if body.output_types is None else tuple(dict.fromkeys(body.output_types)),
     )
 
 
@@ -106,9 +112,24 @@ class MultiVectorData(EmbeddingData):
     shape: list[int]
 
 
+class RepresentationsData(BaseModel):
+    """One input's asked representations (`output_types`), each under its key; the ones not asked are absent."""
+
+    object: Literal["embedding"] = "embedding"
+    index: int
+    embedding: str | list[float] | list[int] | None = None
+    sparse: SparseEmbedding | None = None
+    multi_vector: str | list[list[float]] | None = None
+    multi_vector_shape: list[int] | None = Field(None, description="With base64: the multi-vector's [rows, dim].")
+
+    @model_serializer(mode="wrap")
+    def _asked_only(self, handler: SerializerFunctionWrapHandler) -> dict:
+        return {key: value for key, value in handler(self).items() if value is not None}
+
+
 class EmbeddingResponse(BaseModel):
     object: Literal["list"] = "list"
-    data: list[MultiVectorData | EmbeddingData]
+    data: list[MultiVectorData | EmbeddingData | RepresentationsData]
     model: str
     usage: Usage
 
@@ -117,7 +138,9 @@ def embedding_response(embeddings: Embeddings) -> EmbeddingResponse:
     """OpenAI's shape: vectors cut to `dimensions` (re-normalized) and encoded; multi-vectors keep their shape;
     sparse ones are their active entries, the largest `max_active_dims` of them."""
     info, encoding_format = embeddings.info, embeddings.query.output_types[0]
-    if info.sparse:
+    if embeddings.parts is not None:
+        data = _representations_data(embeddings, encoding_format)
+    elif info.sparse:
         data = [EmbeddingData.model_construct(object="embedding", index=i, embedding=SparseEmbedding.of(entries))
                 for i, entries in enumerate(embeddings.sparse_entries())]
     elif info.multi_vector:
@@ -128,6 +151,25 @@ def embedding_response(embeddings: Embeddings) -> EmbeddingResponse:
     return EmbeddingResponse.model_construct(
         object="list", data=data, model=info.served_model_name, usage=Usage.of(embeddings.tokens)
     )
+
+
+def _representations_data(embeddings: Embeddings, encoding_format: OutputType) -> list[RepresentationsData]:
+    """Each input's asked representations under their keys: the encoding applies to dense and multi-vector ones,
+    sparse ones are always indices and values."""
+    asked = embeddings.query.representations or ()
+    count = len(embeddings.outputs)
+    dense = embeddings.encoded(encoding_format, embeddings.vectors()) if "dense" in asked else [None] * count
+    sparse = [SparseEmbedding.of(e) for e in embeddings.sparse_entries()] if "sparse" in asked else [None] * count
+    multi = embeddings.of("colbert") if "colbert" in asked else [None] * count
+    data = []
+    for index in range(count):
+        fields: dict = {"object": "embedding", "index": index, "embedding": dense[index], "sparse": sparse[index]}
+        if multi[index] is not None and encoding_format == "base64":
+            fields |= {"multi_vector": to_base64(multi[index]), "multi_vector_shape": list(multi[index].shape)}
+        elif multi[index] is not None:
+            fields["multi_vector"] = multi[index].tolist()
+        data.append(RepresentationsData.model_construct(**fields))
+    return data
 
 
 def _multi_vector_data(index: int, matrix: np.ndarray, encoding_format: str) -> EmbeddingData:
@@ -159,6 +201,9 @@ class ModelCard(BaseModel):
     max_input_tokens: int
     multi_vector: bool = False
     sparse: bool = False  # `dimension` is then the vocabulary size
+    outputs: list[str] = Field(default_factory=list, description="What `output_types` may name for it.")
+    score_modes: list[str] = Field(default_factory=list, description=(
+        "What rerank's `score_mode` may name for it (the first is its default); empty where it ranks one way."))
     labels: list[str] | None = None
     quantization: dict | None = Field(None, description="The int8/uint8 coding: its scheme (symmetric or "
                                       "per_dimension), source, and per number of features its scale or "
@@ -191,6 +236,7 @@ def _model_card(info: ModelInfo, registry: ModelRegistry, created: int) -> Model
                      capabilities=info.capabilities, backend=info.backend,
                      backend_reason=info.backend_reason, dimension=info.dimension,
                      max_input_tokens=info.max_input_tokens, multi_vector=info.multi_vector, sparse=info.sparse,
+                     outputs=list(info.spec.representations), score_modes=list(info.spec.score_modes),
                      labels=info.labels if _is_classifier(info) else None,
                      quantization=quantizer.report(info.dimension, info.normalized) if quantizer else None)
 

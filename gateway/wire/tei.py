@@ -17,6 +17,7 @@ from gateway.queries import ClassifyQuery, DecodeQuery, EmbedQuery, InputItem, R
 from gateway.results import Classified, Embeddings, Ranking, Tokens
 from gateway.wire.common import (
     EmbeddingInput,
+    RankControls,
     TokenIds,
     TruncationControls,
     as_list,
@@ -77,7 +78,7 @@ class SparseEmbeddingRequest(TruncationControls):
 
 def sparse_query(body: SparseEmbeddingRequest) -> EmbedQuery:
     return EmbedQuery(items=tuple(InputItem("text", text) for text in as_list(body.inputs)), model=body.model,
-                      capability="embed_sparse", max_active_dims=body.max_active_dims, prompt_name=body.prompt_name,
+                      capability="embed_sparse", representations=("sparse",), max_active_dims=body.max_active_dims, prompt_name=body.prompt_name,
                       instruction=body.instruction, truncation=body.truncation())
 
 
@@ -94,7 +95,7 @@ def sparse_answer(embeddings: Embeddings) -> list[list[SparseValue]]:
             for entries in embeddings.sparse_entries()]
 
 
-class TeiRerankRequest(TruncationControls):
+class TeiRerankRequest(TruncationControls, RankControls):
     """POST /rerank with `texts` (the shared route hands TEI's fields over: `gateway.wire.shared_rerank`), and the
     root's rerank task. `model`, `top_n` and `instruction` are Embento's."""
 
@@ -110,12 +111,13 @@ class TeiRerankRequest(TruncationControls):
 def rerank_query(body: TeiRerankRequest) -> RankQuery:
     return RankQuery(query=body.query, documents=tuple(body.texts), model=body.model, top_n=body.top_n,
                      activation="identity" if body.raw_scores else None, instruction=body.instruction,
-                     truncation=body.truncation())
+                     truncation=body.truncation(), **body.controls())
 
 
 def rerank_answer(ranking: Ranking, return_text: bool) -> list[dict]:
     """TEI's bare list, best first."""
-    return [{"index": i, "score": ranking.scores[i], **({"text": ranking.documents[i]} if return_text else {})}
+    return [{"index": i, "score": ranking.scores[i], **({"text": ranking.documents[i]} if return_text else {}),
+             **({"scores": ranking.scores_of(i)} if ranking.mode_scores is not None else {})}
             for i in ranking.order]
 
 

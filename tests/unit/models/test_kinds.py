@@ -48,7 +48,7 @@ def test_each_kind_means_what_the_replaced_tables_said(kind):
 def test_output_shapes_read_from_the_spec():
     shapes = {kind: (info(kind).sparse, info(kind).multi_vector) for kind in KIND_SPECS}
     assert {kind for kind, (sparse, _) in shapes.items() if sparse} == {"sparse"}
-    assert {kind for kind, (_, multi) in shapes.items() if multi} == {"colpali"}
+    assert {kind for kind, (_, multi) in shapes.items() if multi} == {"colpali", "colbert"}
     assert "multi_vector" not in info("colpali").to_dict()  # derived, so never sent between processes
 
 

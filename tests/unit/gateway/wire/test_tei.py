@@ -57,8 +57,9 @@ def test_embed_normalizes_by_default_and_takes_every_input_form():
 
 def test_sparse_query_asks_for_the_sparse_capability():
     query = tei.sparse_query(tei.SparseEmbeddingRequest(inputs="a fox", max_active_dims=5, instruction="find"))
-    assert query == EmbedQuery(items=(InputItem("text", "a fox"),), capability="embed_sparse", max_active_dims=5,
-                               instruction="find", truncation=Truncation(True, None))
+    assert query == EmbedQuery(items=(InputItem("text", "a fox"),), capability="embed_sparse",
+                               representations=("sparse",), max_active_dims=5, instruction="find",
+                               truncation=Truncation(True, None))
 
 
 def test_rerank_query_ranks_the_texts_under_teis_controls():

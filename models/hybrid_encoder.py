@@ -1,0 +1,112 @@
+"""Token ids -> BGE-M3's three representations from one pass over the encoder (FlagEmbedding's layout: the
+encoder, with `colbert_linear.pt` and `sparse_linear.pt` beside it), as `BGEM3FlagModel.encode` computes them:
+
+- dense: the first token's final state, normalized;
+- sparse: `relu(sparse_linear(h))` per token, the largest weight of each vocabulary id, without the CLS, EOS,
+  pad and unknown ids and without zero weights;
+- colbert: `colbert_linear(h)` over every token but the first (the closing `</s>` included), each normalized.
+
+A row that names no representations gets its dense vector, as any embedder's (warm-up, calibration); one that
+names some gets them packed into its one output, in the order named (`models.packing`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from config.settings import ModelConfig
+from models.base import ModelInfo, Representation, TokenizedText
+from models.kinds import HYBRID_HEADS, Kind, spec
+from models.packing import pack_arrays
+from models.padding import pad_rows
+from models.text_settings import read_text_settings
+from models.token_states import load_transformer, row_offsets
+
+COLBERT_HEAD, SPARSE_HEAD = HYBRID_HEADS
+
+
+class HybridEncoder:
+    """The `TokenModel` of BGE-M3-style models on the torch backend."""
+
+    def __init__(self, folder: Path, cfg: ModelConfig, kind: Kind = "hybrid") -> None:
+        import torch
+
+        self._model, device, dtype = load_transformer(folder, cfg)
+        self._tokenizer = tokenizer = self._model.tokenizer
+        self._device = device
+        heads_dtype = getattr(torch, dtype)
+        self._colbert = _linear_head(folder / COLBERT_HEAD).to(device=device, dtype=heads_dtype).eval()
+        self._sparse = _linear_head(folder / SPARSE_HEAD).to(device=device, dtype=heads_dtype).eval()
+        unused = {tokenizer.cls_token_id, tokenizer.eos_token_id, tokenizer.pad_token_id, tokenizer.unk_token_id}
+        self._unused = torch.tensor(sorted(i for i in unused if i is not None), dtype=torch.long, device=device)
+        settings = read_text_settings(folder, cfg, tokenizer.model_max_length)
+        self.info = ModelInfo(
+            served_model_name=cfg.served_model_name,
+            model_id=cfg.model_id,
+            kind=kind,
+            modalities=list(spec(kind).modalities),
+            backend=cfg.backend,
+            dimension=int(self._colbert.in_features),
+            max_input_tokens=settings.max_seq_length,
+            normalized=True,
+            device=device,
+            dtype=dtype,
+        )
+
+    def forward(self, rows: Sequence[TokenizedText]) -> list[np.ndarray]:
+        import torch
+
+        features = pad_rows(rows, self._tokenizer, self._device, non_blocking=self.info.backend == "torch")
+        ids = features["input_ids"]
+        offsets = row_offsets(ids.shape[1], [row.length for row in rows], self._tokenizer.padding_side == "left")
+        wanted = {name for row in rows for name in row.representations or ("dense",)}
+        with torch.inference_mode():
+            states = self._model[0]({**features, "modality": "text"})["token_embeddings"]
+            first = states[torch.arange(len(rows), device=states.device), torch.tensor(offsets, device=states.device)]
+            dense = torch.nn.functional.normalize(first, dim=-1).float().cpu().numpy()
+            weights = torch.relu(self._sparse(states)).squeeze(-1).float() if "sparse" in wanted else None
+            colbert = torch.nn.functional.normalize(self._colbert(states), dim=-1).float() \
+                if "colbert" in wanted else None
+            outputs = []
+            for index, (row, offset) in enumerate(zip(rows, offsets)):
+                if row.representations is None:
+                    outputs.append(dense[index])
+                    continue
+                outputs.append(pack_arrays([self._representation(name, index, offset, row.length, ids, dense,
+                                                                 weights, colbert)
+                                            for name in row.representations]))
+            return outputs
+
+    def _representation(self, name: Representation, index: int, offset: int, length: int, ids: Any,
+                        dense: np.ndarray, weights: Any, colbert: Any) -> np.ndarray:
+        """One row's `name` representation out of the batch's outputs."""
+        if name == "dense":
+            return dense[index]
+        if name == "sparse":
+            return self._lexical_weights(ids[index, offset:offset + length], weights[index, offset:offset + length])
+        return colbert[index, offset + 1:offset + length].cpu().numpy()
+
+    def _lexical_weights(self, ids: Any, weights: Any) -> np.ndarray:
+        """(2, active): each vocabulary id's largest weight, ids ascending, without the unused ids and zeros."""
+        import torch
+
+        unique, position = torch.unique(ids, return_inverse=True)
+        best = torch.zeros(len(unique), dtype=weights.dtype, device=weights.device)
+        best = best.scatter_reduce(0, position, weights, reduce="amax")
+        keep = (best > 0) & ~torch.isin(unique, self._unused)
+        return torch.stack([unique[keep].float(), best[keep]]).cpu().numpy()
+
+
+def _linear_head(path: Path) -> Any:
+    """A `torch.nn.Linear` from the state dict FlagEmbedding saved (its shape read from the weights)."""
+    import torch
+
+    state = torch.load(path, map_location="cpu", weights_only=True)
+    out_features, in_features = state["weight"].shape
+    head = torch.nn.Linear(in_features, out_features, bias="bias" in state)
+    head.load_state_dict(state)
+    return head
