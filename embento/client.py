@@ -49,9 +49,18 @@ class Client:
         self._http.close()
 
     def embed(self, texts: list[str], model: str | None = None, dimensions: int | None = None,
-              prompt_name: str | None = None) -> Any:
-        """One vector per text (a (n, dim) array), or a list of (tokens, dim) arrays for multi-vector models."""
-        return self._embed({"input": texts, "model": model, "dimensions": dimensions, "prompt_name": prompt_name})
+              prompt_name: str | None = None, input_type: str | None = None,
+              output_types: list[str] | None = None) -> Any:
+        """One vector per text (a (n, dim) array), or a list of (tokens, dim) arrays for multi-vector models.
+        With `output_types` (BGE-M3: any of "dense", "sparse", "colbert"), per text a dict of those: "dense" a
+        (dim,) array, "sparse" a {token id: weight} dict, "colbert" a (tokens, dim) array. `input_type`
+        ("search_query", "search_document") picks a model's query or document encoding (ColBERT's)."""
+        body = {"input": texts, "model": model, "dimensions": dimensions, "prompt_name": prompt_name,
+                "input_type": input_type}
+        if output_types is None:
+            return self._embed(body)
+        result = self._call("/v1/embeddings", {**body, "output_types": output_types, "encoding_format": "base64"})
+        return [_representations(item) for item in result["data"]]
 
     def embed_images(self, images: list[Media], model: str | None = None) -> Any:
         return self._embed({"input": [_data_uri(image, "image/png") for image in images], "model": model,
@@ -61,10 +70,11 @@ class Client:
         return self._embed({"input": [_data_uri(clip, "audio/wav") for clip in clips], "model": model,
                             "modality": "audio"})
 
-    def rerank(self, query: str, documents: list[str], model: str | None = None,
-               top_n: int | None = None, raw_scores: bool = False) -> list[tuple[int, float]]:
-        """(document index, score) pairs, best first."""
-        body = {"query": query, "documents": documents, "model": model, "top_n": top_n, "raw_scores": raw_scores}
+    def rerank(self, query: str, documents: list[str], model: str | None = None, top_n: int | None = None,
+               raw_scores: bool = False, score_mode: str | None = None) -> list[tuple[int, float]]:
+        """(document index, score) pairs, best first; `score_mode` for BGE-M3 (hybrid, dense, sparse, colbert)."""
+        body = {"query": query, "documents": documents, "model": model, "top_n": top_n, "raw_scores": raw_scores,
+                "score_mode": score_mode}
         result = self._call("/v1/rerank", body)
         return [(item["index"], item["relevance_score"]) for item in result["results"]]
 
@@ -93,6 +103,18 @@ class Client:
 def _decode(item: dict[str, Any]) -> np.ndarray:
     flat = np.frombuffer(base64.b64decode(item["embedding"]), dtype="<f4")
     return flat.reshape(item["shape"]) if "shape" in item else flat
+
+
+def _representations(item: dict[str, Any]) -> dict[str, Any]:
+    found: dict[str, Any] = {}
+    if "embedding" in item:
+        found["dense"] = np.frombuffer(base64.b64decode(item["embedding"]), dtype="<f4")
+    if "sparse" in item:
+        found["sparse"] = dict(zip(item["sparse"]["indices"], item["sparse"]["values"]))
+    if "multi_vector" in item:
+        flat = np.frombuffer(base64.b64decode(item["multi_vector"]), dtype="<f4")
+        found["colbert"] = flat.reshape(item["multi_vector_shape"])
+    return found
 
 
 def _data_uri(media: Media, default_type: str) -> str:

@@ -99,37 +99,28 @@ class SparseEmbedding(BaseModel):
 
 
 class EmbeddingData(BaseModel):
+    """One input's embedding. Without `output_types`, the model's own output in `embedding` (with `shape` for a
+    base64 multi-vector); with it, each asked representation under its key. Keys with nothing to say are left
+    out: one class, so that BentoML's client, which reads a union's first member only, keeps every key."""
+
     object: Literal["embedding"] = "embedding"
     index: int
     # `str` (base64) first: BentoML's schema keeps only a union's first member, and its Python client
     # walks a declared array character by character when the value is a base64 string.
-    embedding: str | list[float] | list[int] | list[list[float]] | SparseEmbedding  # list[int]: quantized codes
-
-
-class MultiVectorData(EmbeddingData):
-    """A multi-vector embedding in base64: the flat little-endian float32 buffer, and its (rows, dim)."""
-
-    shape: list[int]
-
-
-class RepresentationsData(BaseModel):
-    """One input's asked representations (`output_types`), each under its key; the ones not asked are absent."""
-
-    object: Literal["embedding"] = "embedding"
-    index: int
-    embedding: str | list[float] | list[int] | None = None
-    sparse: SparseEmbedding | None = None
-    multi_vector: str | list[list[float]] | None = None
+    embedding: str | list[float] | list[int] | list[list[float]] | SparseEmbedding | None = None  # list[int]: codes
+    shape: list[int] | None = Field(None, description="A base64 multi-vector embedding's [rows, dim].")
+    sparse: SparseEmbedding | None = Field(None, description="`output_types` with `sparse`: indices and values.")
+    multi_vector: str | list[list[float]] | None = Field(None, description="`output_types` with `colbert`.")
     multi_vector_shape: list[int] | None = Field(None, description="With base64: the multi-vector's [rows, dim].")
 
     @model_serializer(mode="wrap")
-    def _asked_only(self, handler: SerializerFunctionWrapHandler) -> dict:
+    def _said_only(self, handler: SerializerFunctionWrapHandler) -> dict:
         return {key: value for key, value in handler(self).items() if value is not None}
 
 
 class EmbeddingResponse(BaseModel):
     object: Literal["list"] = "list"
-    data: list[MultiVectorData | EmbeddingData | RepresentationsData]
+    data: list[EmbeddingData]
     model: str
     usage: Usage
 
@@ -153,7 +144,7 @@ def embedding_response(embeddings: Embeddings) -> EmbeddingResponse:
     )
 
 
-def _representations_data(embeddings: Embeddings, encoding_format: OutputType) -> list[RepresentationsData]:
+def _representations_data(embeddings: Embeddings, encoding_format: OutputType) -> list[EmbeddingData]:
     """Each input's asked representations under their keys: the encoding applies to dense and multi-vector ones,
     sparse ones are always indices and values."""
     asked = embeddings.query.representations or ()
@@ -168,15 +159,15 @@ def _representations_data(embeddings: Embeddings, encoding_format: OutputType) -
             fields |= {"multi_vector": to_base64(multi[index]), "multi_vector_shape": list(multi[index].shape)}
         elif multi[index] is not None:
             fields["multi_vector"] = multi[index].tolist()
-        data.append(RepresentationsData.model_construct(**fields))
+        data.append(EmbeddingData.model_construct(**fields))
     return data
 
 
 def _multi_vector_data(index: int, matrix: np.ndarray, encoding_format: str) -> EmbeddingData:
     """One vector per token: a list of vectors, or in base64 the flat buffer and its shape."""
     if encoding_format == "base64":
-        return MultiVectorData.model_construct(object="embedding", index=index, embedding=to_base64(matrix),
-                                               shape=list(matrix.shape))
+        return EmbeddingData.model_construct(object="embedding", index=index, embedding=to_base64(matrix),
+                                             shape=list(matrix.shape))
     return EmbeddingData.model_construct(object="embedding", index=index, embedding=matrix.tolist())
 
 
