@@ -27,6 +27,8 @@ from models.kinds import ScoreMode
 
 T = TypeVar("T")
 TokenIds = list[StrictInt]
+# Voyage's input types and the Cohere-style ones our models name their prompts (and ColBERT its roles) by.
+SHORT_INPUT_TYPES = {"query": "search_query", "document": "search_document"}
 
 
 def as_list(value: T | list[T]) -> list[T]:

@@ -6,15 +6,31 @@ controls); other families' bodies have adapters of their own."""
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, Field, SerializerFunctionWrapHandler, StrictBool, StrictInt, StrictStr, model_serializer
+from pydantic import (
+    BaseModel,
+    Field,
+    SerializerFunctionWrapHandler,
+    StrictBool,
+    StrictInt,
+    StrictStr,
+    field_validator,
+    model_serializer,
+)
 
 from gateway.lifecycle import ModelRegistry
 from gateway.queries import EmbedQuery, InputType, OutputType
 from gateway.results import Embeddings
-from gateway.wire.common import EmbeddingInput, TruncationControls, Usage, input_items, reworded_union
+from gateway.wire.common import (
+    SHORT_INPUT_TYPES,
+    EmbeddingInput,
+    TruncationControls,
+    Usage,
+    input_items,
+    reworded_union,
+)
 from models import errors
 from models.base import Modality, ModelInfo, Representation
 from models.postprocess import to_base64
@@ -38,8 +54,9 @@ class EmbeddingRequest(TruncationControls):
                                         "int8, uint8 (scale fixed per model), binary, ubinary (packed sign bits).")
     dimensions: StrictInt | None = Field(None, description="Matryoshka: keep the first N features, re-normalized.")
     user: str | None = Field(None, description="Accepted and ignored.")
-    input_type: InputType | None = Field(None, description="Cohere's input kind: the model's prompt for it (e5 "
-                                         "`query: `, nomic `search_query: `...), unless prompt_name is given.")
+    input_type: InputType | None = Field(None, description=(
+        "Cohere's input kind (Voyage's `query` and `document` too): the model's prompt for it (e5 `query: `, nomic "
+        "`search_query: `...), unless prompt_name is given; a ColBERT model's query or document encoding."))
     modality: Modality = Field("text", description="infinity's field: what plain strings in `input` are; images "
                                "and audio as data URIs or http(s) URLs.")
     prompt_name: str | None = Field(None, description="A named prompt of the model (e.g. 'query').")
@@ -65,6 +82,11 @@ class EmbeddingRequest(TruncationControls):
         "output, in `embedding`."))
 
     _input_message = reworded_union("input")
+
+    @field_validator("input_type", mode="before")
+    @classmethod
+    def _voyage_names(cls, value: Any) -> Any:
+        return SHORT_INPUT_TYPES.get(value, value) if isinstance(value, str) else value
 
 
 def embed_query(body: EmbeddingRequest) -> EmbedQuery:

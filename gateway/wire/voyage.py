@@ -13,6 +13,7 @@ from pydantic import BaseModel, Field, StrictBool, StrictInt, StrictStr
 
 from gateway.queries import AutoChunking, ContextQuery, EmbedQuery, InputItem
 from gateway.results import ContextEmbeddings, Embeddings
+from gateway.wire.common import SHORT_INPUT_TYPES
 from models.errors import InvalidRequest
 from models.postprocess import to_base64
 
@@ -21,8 +22,6 @@ if TYPE_CHECKING:
 
 VOYAGE_PATH = "/v1/contextualizedembeddings"
 VoyageDtype = Literal["float", "int8", "uint8", "binary", "ubinary"]
-# Voyage's input types and the Cohere-style ones our models name their prompts by.
-INPUT_TYPES = {"query": "search_query", "document": "search_document"}
 
 
 class ContextualizedRequest(BaseModel):
@@ -73,7 +72,7 @@ class ContextualizedResponse(BaseModel):
 
 
 def _embed_query(body: ContextualizedRequest, items: tuple[InputItem, ...]) -> EmbedQuery:
-    input_type = INPUT_TYPES[body.input_type] if body.input_type else None
+    input_type = SHORT_INPUT_TYPES[body.input_type] if body.input_type else None
     return EmbedQuery(items=items, model=body.model, output_types=(body.output_dtype or "float",),
                       output_param="output_dtype",
                       shapes=frozenset({"dense"}), dimensions=body.output_dimension, input_type=input_type,
