@@ -63,5 +63,24 @@ bench-guard: setup
 docs: setup
 	$(VENV)/bin/python docs/make_configuration.py
 
+# The reference venv of issue 35's tests (.venv-reference: PyLate and FlagEmbedding, which cannot share .venv; see
+# requirements-reference.txt). The tests' session builds it with this target. Every package is pinned there, so
+# all go in with --no-deps; CPU torch first, alone, as in `setup` (from PyTorch's CPU index, or this machine's disk).
+REFERENCE_VENV := .venv-reference
+REFERENCE_STAMP := $(REFERENCE_VENV)/.installed
+REFERENCE_TORCH := $(shell grep -E '^torch==' requirements-reference.txt)
+CPU_TORCH_INDEX := $(shell sed -n 's/^--extra-index-url //p' requirements-cpu.txt)
+
+.PHONY: reference-venv
+reference-venv: $(REFERENCE_STAMP)
+
+$(REFERENCE_STAMP): requirements-reference.txt requirements-cpu.txt
+	test -x $(REFERENCE_VENV)/bin/python || $(PYTHON) -m venv $(REFERENCE_VENV)
+	rm -f $(REFERENCE_STAMP)
+	$(REFERENCE_VENV)/bin/pip install --quiet --quiet --retries 1 --no-deps --extra-index-url $(CPU_TORCH_INDEX) \
+		$(REFERENCE_TORCH)
+	$(REFERENCE_VENV)/bin/pip install --quiet --quiet --no-deps -r requirements-reference.txt
+	touch $(REFERENCE_STAMP)
+
 clean:
 	rm -rf $(VENV) .pytest_cache
