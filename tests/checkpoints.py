@@ -536,3 +536,60 @@ def build_modernbert_embedder(folder: Path, max_seq_length: int = 128, local_att
     (saved / "sentence_bert_config.json").write_text(
         json.dumps({"max_seq_length": max_seq_length, "do_lower_case": False}))
     return saved
+
+
+XLM_ROBERTA_SPECIALS = ["<s>", "<pad>", "</s>", "<unk>"]  # ids 0-3, as XLM-R has them; `<mask>` comes last
+
+
+def xlm_roberta_tokenizer(model_max_length: int):  # -> XLMRobertaTokenizerFast
+    """XLM-R's kind of tokenizer: a SentencePiece Unigram (NFKC, `▁`-prefixed pieces), `<s> $A </s>` around a text,
+    `<mask>` as the last id. Its vocabulary is written out, not trained (the `tokenizers` trainer breaks ties between
+    equal scores differently from run to run, which would move ids): every other word of WORDS is a piece, the rest
+    are spelled in letters, so ids repeat within a text. Characters outside WORDS and `.,;:!?` (digits, `&`) are
+    `<unk>`."""
+    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
+    from transformers import XLMRobertaTokenizerFast
+
+    words = sorted(set(WORDS))
+    letters = sorted(set("".join(words)))
+    vocab = ([(token, 0.0) for token in XLM_ROBERTA_SPECIALS] + [("\u2581" + word, -2.0) for word in words[::2]]
+             + [("\u2581", -3.0)] + [(symbol, -4.0) for symbol in ".,;:!?"] + [(letter, -5.0) for letter in letters]
+             + [("<mask>", 0.0)])
+    unigram = Tokenizer(models.Unigram(vocab, unk_id=XLM_ROBERTA_SPECIALS.index("<unk>")))
+    unigram.normalizer = normalizers.Sequence([normalizers.Nmt(), normalizers.NFKC(),
+                                               normalizers.Replace(Regex(" {2,}"), " ")])
+    unigram.pre_tokenizer = pre_tokenizers.Metaspace()
+    unigram.decoder = decoders.Metaspace()
+    unigram.post_processor = processors.TemplateProcessing(
+        single="<s> $A </s>", pair="<s> $A </s> </s> $B </s>", special_tokens=[("<s>", 0), ("</s>", 2)])
+    return XLMRobertaTokenizerFast(tokenizer_object=unigram, bos_token="<s>", eos_token="</s>", sep_token="</s>",
+                                   cls_token="<s>", unk_token="<unk>", pad_token="<pad>", mask_token="<mask>",
+                                   model_max_length=model_max_length)
+
+
+def build_bge_m3(folder: Path, positions: int = 130, seed: int = 35) -> Path:
+    """A tiny BGE-M3 laid out as BAAI's: an XLMRobertaModel checkpoint with its fast tokenizer (`positions - 2`
+    tokens fit, as RoBERTa's positions start at pad_token_id + 1), and FlagEmbedding's two heads saved as it saves
+    them, state dicts of `colbert_linear` (hidden -> hidden) and `sparse_linear` (hidden -> 1) by `torch.save`.
+    Weights are drawn wide (initializer_range 0.3) so outputs differ clearly between texts. This seed's sparse head
+    leans positive (raw outputs about 0.5 ± 0.33 on the tests' texts): its bias is set to -0.2 so about a fifth of
+    the tokens fall to a weight <= 0 and are dropped, while none lies within 2e-3 of 0 (ids are compared exactly)."""
+    import torch
+    from transformers import XLMRobertaConfig, XLMRobertaModel
+
+    tokenizer = xlm_roberta_tokenizer(model_max_length=positions - 2)
+    hidden = 32
+    config = XLMRobertaConfig(vocab_size=len(tokenizer), hidden_size=hidden, num_hidden_layers=2,
+                              num_attention_heads=2, intermediate_size=64, max_position_embeddings=positions,
+                              type_vocab_size=1, pad_token_id=1, bos_token_id=0, eos_token_id=2,
+                              initializer_range=0.3)
+    torch.manual_seed(seed)
+    XLMRobertaModel(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    colbert_linear = torch.nn.Linear(hidden, hidden)
+    sparse_linear = torch.nn.Linear(hidden, 1)
+    with torch.no_grad():
+        sparse_linear.bias.fill_(-0.2)
+    torch.save(colbert_linear.state_dict(), folder / "colbert_linear.pt")
+    torch.save(sparse_linear.state_dict(), folder / "sparse_linear.pt")
+    return folder
