@@ -361,3 +361,52 @@ def server(server_process: tuple[str, int]) -> str:
 def client(server: str) -> Iterator[httpx.Client]:
     with httpx.Client(base_url=server, timeout=120) as http:
         yield http
+
+
+# Issue 35: a tiny ColBERT saved by PyLate and a tiny BGE-M3, with what PyLate and FlagEmbedding answer for
+# tests/hybrid_reference.py's texts, computed in the reference venv (built here by `make reference-venv`). Nothing
+# is skipped: a reference that cannot be computed fails the tests that need it, with the reason.
+@pytest.fixture(scope="session")
+def colbert_checkpoint_and_reference(tmp_path_factory: pytest.TempPathFactory,
+                                     minilm_path: Path):  # -> tuple[Path, hybrid_reference.ColbertReference]
+    """(folder, ColbertReference): one run of PyLate builds, saves, reloads and encodes."""
+    from tests.hybrid_reference import ReferenceFailed, build_colbert_reference
+
+    folder = tmp_path_factory.mktemp("colbert")
+    # Wide weights (initializer_range 0.2) so vectors and scores differ clearly from text to text.
+    bert = build_tiny_bert(folder / "bert", minilm_path, seed=35, initializer_range=0.2)
+    try:
+        return build_colbert_reference(bert, folder)
+    except ReferenceFailed as error:
+        pytest.fail(str(error), pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def colbert_path(colbert_checkpoint_and_reference) -> Path:
+    """A tiny ColBERT in PyLate's layout, saved by `pylate.models.ColBERT(...).save` (see tests/hybrid_reference.py)."""
+    return colbert_checkpoint_and_reference[0]
+
+
+@pytest.fixture(scope="session")
+def colbert_reference(colbert_checkpoint_and_reference):  # -> tests.hybrid_reference.ColbertReference
+    """PyLate's query and document vectors and MaxSim scores for QUERIES and DOCUMENTS, from `colbert_path`."""
+    return colbert_checkpoint_and_reference[1]
+
+
+@pytest.fixture(scope="session")
+def bge_m3_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny BGE-M3 in BAAI's layout: XLM-RoBERTa with colbert_linear.pt and sparse_linear.pt."""
+    from tests.checkpoints import build_bge_m3
+
+    return build_bge_m3(tmp_path_factory.mktemp("bge-m3"))
+
+
+@pytest.fixture(scope="session")
+def m3_reference(tmp_path_factory: pytest.TempPathFactory, bge_m3_path: Path):  # -> hybrid_reference.M3Reference
+    """BGEM3FlagModel's dense, sparse and ColBERT outputs and compute_score for QUERIES + DOCUMENTS."""
+    from tests.hybrid_reference import ReferenceFailed, compute_m3_reference
+
+    try:
+        return compute_m3_reference(bge_m3_path, tmp_path_factory.mktemp("m3-reference"))
+    except ReferenceFailed as error:
+        pytest.fail(str(error), pytrace=False)
