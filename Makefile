@@ -83,4 +83,4 @@ $(REFERENCE_STAMP): requirements-reference.txt requirements-cpu.txt
 	touch $(REFERENCE_STAMP)
 
 clean:
-	rm -rf $(VENV) .pytest_cache
+	rm -rf $(VENV) .venv-reference .pytest_cache

@@ -29,7 +29,8 @@ M3_WEIGHTS = (0.4, 0.2, 0.4)  # FlagEmbedding's compute_score weights: dense, sp
 # than COLBERT_QUERY_LENGTH tokens and the last query holds punctuation (queries keep it). Documents carry
 # punctuation (PyLate's skiplist drops it), repeat words (M3's sparse weight is the max over a token's
 # occurrences), and the fifth is longer than COLBERT_DOCUMENT_LENGTH tokens. `&` and `7` are outside the M3
-# tokenizer's corpus: `<unk>`, which M3's sparse output drops and its ColBERT output keeps.
+# tokenizer's corpus: `<unk>`, which M3's sparse output drops and its ColBERT output keeps; `<mask>`, a special
+# token FlagEmbedding does not drop, stays in both.
 QUERIES = (
     "quick brown fox",
     "engineers deploy embedding servers",
@@ -40,7 +41,7 @@ DOCUMENTS = (
     "the quick brown fox jumps over a lazy dog.",
     "engineers deploy embedding servers on their own machines, to keep data private!",
     "graphics cards and processors: clusters of machines; costs fixed.",
-    "rain, bird & sound: music 7.",
+    "rain, bird & sound: music 7 <mask>.",
     "a page of the document: a chart, a table and an image; the question and the answer describe the page, "
     "while the lazy dog jumps over the quick brown fox.",
     "rain",

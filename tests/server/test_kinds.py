@@ -91,6 +91,38 @@ def check_colpali(http: httpx.Client, card: dict) -> None:
         np.testing.assert_allclose(np.linalg.norm(matrix, axis=1), 1.0, atol=UNIT)
 
 
+def check_colbert(http: httpx.Client, card: dict) -> None:
+    response = http.post("/v1/embeddings", json={"model": NAME, "input": ["what is a panda?"],
+                                                 "input_type": "search_query"})
+    assert response.status_code == 200, response.text
+    (query,) = [np.array(item["embedding"]) for item in response.json()["data"]]
+    documents = [np.array(matrix) for matrix in embeddings(http, [*DOCUMENTS, LONG_TEXT])]
+    for matrix in (query, *documents):
+        assert matrix.ndim == 2 and matrix.shape[1] == card["dimension"] and len(matrix) > 1
+        np.testing.assert_allclose(np.linalg.norm(matrix, axis=1), 1.0, atol=UNIT)
+    assert len({len(matrix) for matrix in documents}) > 1  # a vector per token: documents differ in count
+    check_ranked_by_own_vectors(http)
+
+
+def check_hybrid(http: httpx.Client, card: dict) -> None:
+    check_embed(http, card)
+    response = http.post("/v1/embeddings", json={"model": NAME, "input": DOCUMENTS,
+                                                 "output_types": ["dense", "sparse", "colbert"]})
+    assert response.status_code == 200, response.text
+    for item in response.json()["data"]:
+        assert {"embedding", "sparse", "multi_vector"} <= set(item)
+        assert len(item["sparse"]["indices"]) > 0 and np.array(item["multi_vector"]).shape[1] == card["dimension"]
+    check_ranked_by_own_vectors(http)
+
+
+def check_ranked_by_own_vectors(http: httpx.Client) -> None:
+    response = http.post("/v1/rerank", json={"model": NAME, "query": "what is a panda?", "documents": DOCUMENTS})
+    assert response.status_code == 200, response.text
+    scores = [r["relevance_score"] for r in response.json()["results"]]
+    assert sorted(r["index"] for r in response.json()["results"]) == [0, 1, 2]
+    assert scores == sorted(scores, reverse=True)
+
+
 # case -> (checkpoint fixture, or a packaged model id; the capabilities /v1/models reports; its check)
 CASES: dict[str, tuple[str, list[str], Callable[[httpx.Client, dict], None]]] = {
     "embed-encoder": (MINILM, ["embed"], check_embed),
@@ -103,6 +135,8 @@ CASES: dict[str, tuple[str, list[str], Callable[[httpx.Client, dict], None]]] = 
     # Its tokenizer names no length limit and its text tower has 80 positions (78 tokens): the long text is cut.
     "clap": ("silent_clap_path", ["embed"], check_clap),
     "colpali": ("tiny_colpali_path", ["embed", "rerank"], check_colpali),
+    "colbert": ("colbert_path", ["embed", "rerank"], check_colbert),
+    "hybrid": ("bge_m3_path", ["embed", "embed_sparse", "rerank"], check_hybrid),
 }
 
 
