@@ -78,8 +78,8 @@ class SparseEmbeddingRequest(TruncationControls):
 
 def sparse_query(body: SparseEmbeddingRequest) -> EmbedQuery:
     return EmbedQuery(items=tuple(InputItem("text", text) for text in as_list(body.inputs)), model=body.model,
-                      capability="embed_sparse", representations=("sparse",), max_active_dims=body.max_active_dims, prompt_name=body.prompt_name,
-                      instruction=body.instruction, truncation=body.truncation())
+                      capability="embed_sparse", representations=("sparse",), max_active_dims=body.max_active_dims,
+                      prompt_name=body.prompt_name, instruction=body.instruction, truncation=body.truncation())
 
 
 class SparseValue(BaseModel):

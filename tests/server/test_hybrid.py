@@ -21,7 +21,7 @@ from tests.tolerance import assert_close, assert_same_vectors
 pytestmark = pytest.mark.server
 
 MIN_COSINE = 0.9999
-COLBERT, COLBERT_ONNX, M3 = "colbert", "colbert-onnx", "bge-m3"
+COLBERT, COLBERT_ONNX, M3, SPLADE = "colbert", "colbert-onnx", "bge-m3", "splade"
 ALL_THREE = ["dense", "sparse", "colbert"]
 # Small enough that 60 ColBERT documents of 24 tokens (16 features) pass it in JSON, large enough that the
 # other requests here stay under it.
@@ -29,10 +29,11 @@ MAX_RESPONSE_BYTES = 400_000
 
 
 @pytest.fixture(scope="module")
-def hybrid_server(tmp_path_factory: pytest.TempPathFactory, colbert_path, bge_m3_path) -> Iterator[str]:
+def hybrid_server(tmp_path_factory: pytest.TempPathFactory, colbert_path, bge_m3_path, splade_path) -> Iterator[str]:
     models = [{"model_id": str(colbert_path), "served_model_name": COLBERT, "backend": "torch"},
               {"model_id": str(colbert_path), "served_model_name": COLBERT_ONNX, "backend": "onnx"},
-              {"model_id": str(bge_m3_path), "served_model_name": M3, "backend": "torch"}]
+              {"model_id": str(bge_m3_path), "served_model_name": M3, "backend": "torch"},
+              {"model_id": str(splade_path), "served_model_name": SPLADE, "backend": "torch"}]
     config = {"models": models, "max_response_bytes": MAX_RESPONSE_BYTES}
     with running_server(tmp_path_factory.mktemp("hybrid"), config) as (url, _):
         yield url
@@ -132,6 +133,24 @@ def test_m3_answers_only_what_is_asked(http, m3_reference):
         assert item["sparse"]["indices"] == [index for _, index in largest]
 
 
+def test_m3_dense_codes_beside_float_sparse_weights(http):
+    body = {"model": M3, "input": list(DOCUMENTS), "output_types": ["dense", "sparse"]}
+    floats = post(http, "/v1/embeddings", body)["data"]
+    codes = post(http, "/v1/embeddings", {**body, "encoding_format": "int8"})["data"]
+    scale = next(card for card in http.get("/v1/models").json()["data"] if card["id"] == M3)["quantization"]
+    step = scale["scales"]["32"] / 127
+    for coded, plain in zip(codes, floats):
+        assert coded["sparse"] == plain["sparse"]  # sparse weights stay floats
+        np.testing.assert_allclose(np.array(coded["embedding"]) * step, plain["embedding"], atol=step / 2 + 1e-7)
+
+
+def test_a_sparse_model_answers_its_one_output_type_under_its_key(http):
+    plain = post(http, "/v1/embeddings", {"model": SPLADE, "input": list(DOCUMENTS)})["data"]
+    typed = post(http, "/v1/embeddings", {"model": SPLADE, "input": list(DOCUMENTS), "output_types": ["sparse"]})
+    assert [item["sparse"] for item in typed["data"]] == [item["embedding"] for item in plain]
+    assert all(set(item) == {"object", "index", "sparse"} for item in typed["data"])
+
+
 def test_m3_on_tei_and_cohere_routes(http, m3_reference):
     texts = list(DOCUMENTS)
     dense = post(http, "/embed", {"model": M3, "inputs": texts})
@@ -217,6 +236,8 @@ REFUSALS = {  # case -> (path, body, param, words the message names)
                                                         "output_types": ["colbert"]}, "dimensions", ["dense"]),
     "output type not served": ("/v1/embeddings", {"model": COLBERT, "input": ["a"], "output_types": ["sparse"]},
                                "output_types", ["['colbert']"]),
+    "dense of a sparse model": ("/v1/embeddings", {"model": SPLADE, "input": ["a"], "output_types": ["dense"]},
+                                "output_types", ["['sparse']"]),
     "score_mode without one": ("/v1/rerank", {"model": COLBERT, "query": "a", "documents": ["b"],
                                               "score_mode": "sparse"}, "score_mode", ["BGE-M3"]),
     "unknown score_mode": ("/v1/rerank", {"model": M3, "query": "a", "documents": ["b"], "score_mode": "mean"},
