@@ -53,7 +53,7 @@ def model_service(name: str, api: str, row: type, description: str) -> Any:
 
 
 TextEmbedder = model_service("TextEmbedder", "embed", TokenizedText,
-                             "Every configured text-embedding model (dense, sparse, ColBERT, BGE-M3): an output per row.")
+                             "Every configured text embedder (dense, sparse, ColBERT, BGE-M3): an output per row.")
 Reranker = model_service("Reranker", "score", TokenizedText,
                          "Every configured reranker and text classifier, both sequence-classification heads over "
                          "tokens ((query, document) pairs, or single texts): one row of logits per row.")
