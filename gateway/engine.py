@@ -27,10 +27,9 @@ from gateway.queries import (
 )
 from gateway.results import Classified, ContextEmbeddings, Embeddings, Ranking, Tokens
 from gateway.routing import choose_model
-from gateway.representations import asked_parts, representations_for
+from gateway.representations import asked_parts, representations_for, score_mode
 from gateway.rows import Rows
 from gateway.validation import (
-    HYBRID_WEIGHTS,
     check_classify,
     check_context,
     check_decode,
@@ -44,7 +43,7 @@ from models.base import ModelInfo
 from models.kinds import KindSpec, spec
 from models.media import MediaLimits
 from models.packing import unpack_arrays
-from models.scores import activate, late_interaction, mode_scores, rank, weighted_mean
+from models.scores import HYBRID_WEIGHTS, activate, late_interaction, mode_scores, rank, weighted_mean
 from models.text_tokenizer import TextTokenizer
 
 
@@ -117,22 +116,21 @@ class Engine:
                                        ) -> tuple[np.ndarray, int, dict[str, list[float]]]:
         """Text embedders that rank by their own outputs: a ColBERT model by MaxSim (the sum over the query's
         vectors), a model with several representations by the query's score mode (FlagEmbedding's scores)."""
-        modes = info.spec.score_modes
-        mode = query.score_mode or (modes[0] if modes else None)
-        rows = await self.rows.ranked(info, query, representations_for(mode, info))
+        mode = score_mode(query, info)
+        asked = representations_for(mode, info)
+        rows = await self.rows.ranked(info, query, asked)
         query_output, *documents = await self.calls.run(info, rows)
         tokens = sum(row.length for row in rows)
-        if mode is None:  # one representation: late interaction
+        if asked is None:  # one representation: late interaction
             scores = [late_interaction(query_output, document) for document in documents]
             return np.array(scores, dtype=np.float32), tokens, {info.spec.representations[0]: scores}
-        asked = representations_for(mode, info) or ()
         query_parts = dict(zip(asked, unpack_arrays(query_output)))
         pairs = [mode_scores(query_parts, dict(zip(asked, unpack_arrays(document)))) for document in documents]
-        weights = dict(zip(info.spec.representations, query.weights or HYBRID_WEIGHTS))
-        for pair in pairs:
-            if mode == "hybrid":
+        if mode == "hybrid":
+            weights = dict(zip(info.spec.representations, query.weights or HYBRID_WEIGHTS))
+            for pair in pairs:
                 pair["hybrid"] = weighted_mean(pair, weights)
-        by_mode = {name: [pair[name] for pair in pairs] for name in pairs[0]} if pairs else {}
+        by_mode = {name: [pair[name] for pair in pairs] for name in pairs[0]}  # documents are never empty
         return np.array([pair[mode] for pair in pairs], dtype=np.float32), tokens, by_mode
 
     async def _rank_images(self, info: ModelInfo, query: RankQuery) -> tuple[np.ndarray, int]:

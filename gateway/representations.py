@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from gateway.queries import EmbedQuery
+from gateway.queries import EmbedQuery, RankQuery
 from models.base import ModelInfo, Representation
 from models.kinds import ScoreMode
 from models.packing import unpack_arrays
@@ -18,6 +18,12 @@ def row_representations(asked: tuple[Representation, ...] | None, info: ModelInf
                         ) -> tuple[Representation, ...] | None:
     """What a row names: the asked representations where the model has several, else nothing."""
     return asked if asked is not None and len(info.spec.representations) > 1 else None
+
+
+def score_mode(query: RankQuery, info: ModelInfo) -> ScoreMode | None:
+    """How a ranking scores: the query's mode, else the model's default; None for a model that ranks one way."""
+    modes = info.spec.score_modes
+    return query.score_mode or (modes[0] if modes else None)
 
 
 def representations_for(mode: ScoreMode | None, info: ModelInfo) -> tuple[Representation, ...] | None:

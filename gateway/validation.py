@@ -11,13 +11,12 @@ from dataclasses import replace
 
 from config.settings import EmbentoConfig
 from gateway.queries import ClassifyQuery, ContextQuery, DecodeQuery, EmbedQuery, RankQuery, Shape, TokenizeQuery
+from gateway.representations import score_mode
 from gateway.routing import check_modalities
 from models.base import ModelInfo, Row
 from models.errors import InvalidRequest
 from models.quantization import PRECISIONS, Quantizer
 
-# FlagEmbedding's weights for BGE-M3's hybrid score, (dense, sparse, colbert): the ones its model card uses.
-HYBRID_WEIGHTS = (0.4, 0.2, 0.4)
 # A JSON float as Python writes a float32's value (up to 17 significant digits, sign, point, exponent) and a
 # separator; base64 spends 16/3 bytes on one.
 JSON_FLOAT_BYTES = 22
@@ -240,14 +239,15 @@ def check_rank(query: RankQuery, info: ModelInfo, limits: EmbentoConfig) -> None
 def _check_score_mode(query: RankQuery, info: ModelInfo) -> None:
     """`score_mode` and `weights` for models with several representations (BGE-M3)."""
     modes, name = list(info.spec.score_modes), info.served_model_name
+    if query.score_mode is not None and not modes:
+        raise InvalidRequest(f"model '{name}' ranks one way; score_mode applies to models with several "
+                             "representations (BGE-M3: hybrid, dense, sparse, colbert)", param="score_mode")
     if query.score_mode is not None and query.score_mode not in modes:
-        accepted = f"it accepts score_mode {modes}" if modes else \
-            "score_mode applies to models with several representations (BGE-M3: hybrid, dense, sparse, colbert)"
-        raise InvalidRequest(f"model '{name}' ranks one way; {accepted}" if not modes else
-                             f"model '{name}' has no score_mode '{query.score_mode}'; {accepted}", param="score_mode")
+        raise InvalidRequest(f"model '{name}' has no score_mode '{query.score_mode}'; it accepts {modes}",
+                             param="score_mode")
     if query.weights is None:
         return
-    if (query.score_mode or (modes[0] if modes else None)) != "hybrid":
+    if score_mode(query, info) != "hybrid":
         raise InvalidRequest("weights apply to score_mode 'hybrid' of models with several representations",
                              param="weights")
     count = len(info.spec.representations)

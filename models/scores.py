@@ -44,6 +44,10 @@ def mode_scores(query: dict[str, np.ndarray], document: dict[str, np.ndarray]) -
     return found
 
 
+# FlagEmbedding's weights for BGE-M3's hybrid score, (dense, sparse, colbert): the ones its model card uses.
+HYBRID_WEIGHTS = (0.4, 0.2, 0.4)
+
+
 def weighted_mean(scores: dict[str, float], weights: dict[str, float]) -> float:
     """FlagEmbedding's `compute_score` mix: (w_dense·dense + w_sparse·sparse + w_colbert·colbert) / Σw."""
     return sum(weights[mode] * scores[mode] for mode in weights) / sum(weights.values())
