@@ -70,7 +70,9 @@ class ColbertEncoder:
             states = self._model[0]({**features, "modality": "text"})["token_embeddings"]
             vectors = torch.nn.functional.normalize(self._projection(states.to(self._projection.dtype)), dim=-1)
             kept = [self._kept(features["input_ids"][i], row, offsets[i]) for i, row in enumerate(rows)]
-            return [vectors[i, keep].float().cpu().numpy() for i, keep in enumerate(kept)]
+            # the kept vectors of every row in one copy to the host, then each row's
+            host = torch.cat([vectors[i, keep] for i, keep in enumerate(kept)]).float().cpu().numpy()
+        return np.split(host, np.cumsum([len(keep) for keep in kept])[:-1])
 
     def _kept(self, ids: Any, row: TokenizedText, offset: int) -> Any:
         """The positions whose vectors a row answers: all of a query's, a document's but its skiplist tokens."""

@@ -42,7 +42,7 @@ class HybridEncoder:
         self._colbert = _linear_head(folder / COLBERT_HEAD).to(device=device, dtype=heads_dtype).eval()
         self._sparse = _linear_head(folder / SPARSE_HEAD).to(device=device, dtype=heads_dtype).eval()
         unused = {tokenizer.cls_token_id, tokenizer.eos_token_id, tokenizer.pad_token_id, tokenizer.unk_token_id}
-        self._unused = torch.tensor(sorted(i for i in unused if i is not None), dtype=torch.long, device=device)
+        self._unused = np.array(sorted(i for i in unused if i is not None))
         settings = read_text_settings(folder, cfg, tokenizer.model_max_length)
         self.info = ModelInfo(
             served_model_name=cfg.served_model_name,
@@ -63,42 +63,45 @@ class HybridEncoder:
         features = pad_rows(rows, self._tokenizer, self._device, non_blocking=self.info.backend == "torch")
         ids = features["input_ids"]
         offsets = row_offsets(ids.shape[1], [row.length for row in rows], self._tokenizer.padding_side == "left")
+        spans = [slice(offset, offset + row.length) for row, offset in zip(rows, offsets)]
         wanted = {name for row in rows for name in row.representations or ("dense",)}
         with torch.inference_mode():
             states = self._model[0]({**features, "modality": "text"})["token_embeddings"]
             first = states[torch.arange(len(rows), device=states.device), torch.tensor(offsets, device=states.device)]
+            # each output in one copy to the host: the pass's dense vectors, its token weights, and the ColBERT
+            # vectors of every row's tokens but its first
             dense = torch.nn.functional.normalize(first, dim=-1).float().cpu().numpy()
-            weights = torch.relu(self._sparse(states)).squeeze(-1).float() if "sparse" in wanted else None
-            colbert = torch.nn.functional.normalize(self._colbert(states), dim=-1).float() \
-                if "colbert" in wanted else None
-            outputs = []
-            for index, (row, offset) in enumerate(zip(rows, offsets)):
-                if row.representations is None:
-                    outputs.append(dense[index])
-                    continue
-                outputs.append(pack_arrays([self._representation(name, index, offset, row.length, ids, dense,
-                                                                 weights, colbert)
-                                            for name in row.representations]))
-            return outputs
+            weights = torch.relu(self._sparse(states)).squeeze(-1).float().cpu().numpy() if "sparse" in wanted \
+                else None
+            colbert = self._colbert_vectors(states, spans) if "colbert" in wanted else None
+        outputs = []
+        for index, (row, span) in enumerate(zip(rows, spans)):
+            if row.representations is None:
+                outputs.append(dense[index])
+                continue
+            made: dict[Representation, np.ndarray] = {"dense": dense[index]}
+            if "sparse" in row.representations:
+                made["sparse"] = self._lexical_weights(np.asarray(row.input_ids), weights[index, span])
+            if "colbert" in row.representations:
+                made["colbert"] = colbert[index]
+            outputs.append(pack_arrays([made[name] for name in row.representations]))
+        return outputs
 
-    def _representation(self, name: Representation, index: int, offset: int, length: int, ids: Any,
-                        dense: np.ndarray, weights: Any, colbert: Any) -> np.ndarray:
-        """One row's `name` representation out of the batch's outputs."""
-        if name == "dense":
-            return dense[index]
-        if name == "sparse":
-            return self._lexical_weights(ids[index, offset:offset + length], weights[index, offset:offset + length])
-        return colbert[index, offset + 1:offset + length].cpu().numpy()
-
-    def _lexical_weights(self, ids: Any, weights: Any) -> np.ndarray:
-        """(2, active): each vocabulary id's largest weight, ids ascending, without the unused ids and zeros."""
+    def _colbert_vectors(self, states: Any, spans: list[slice]) -> list[np.ndarray]:
+        """Each row's normalized ColBERT vectors, over its tokens but the first."""
         import torch
 
-        unique, position = torch.unique(ids, return_inverse=True)
-        best = torch.zeros(len(unique), dtype=weights.dtype, device=weights.device)
-        best = best.scatter_reduce(0, position, weights, reduce="amax")
-        keep = (best > 0) & ~torch.isin(unique, self._unused)
-        return torch.stack([unique[keep].float(), best[keep]]).cpu().numpy()
+        tails = [states[i, span.start + 1:span.stop] for i, span in enumerate(spans)]
+        host = torch.nn.functional.normalize(self._colbert(torch.cat(tails)), dim=-1).float().cpu().numpy()
+        return np.split(host, np.cumsum([len(tail) for tail in tails])[:-1])
+
+    def _lexical_weights(self, ids: np.ndarray, weights: np.ndarray) -> np.ndarray:
+        """(2, active): each vocabulary id's largest weight, ids ascending, without the unused ids and zeros."""
+        unique, position = np.unique(ids, return_inverse=True)
+        best = np.zeros(len(unique), np.float32)
+        np.maximum.at(best, position, weights)
+        keep = (best > 0) & ~np.isin(unique, self._unused)
+        return np.stack([unique[keep].astype(np.float32), best[keep]])
 
 
 def _linear_head(path: Path) -> Any:
