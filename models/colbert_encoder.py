@@ -30,15 +30,13 @@ class ColbertEncoder:
     """The `TokenModel` of ColBERT text models (torch and ONNX Runtime)."""
 
     def __init__(self, folder: Path, cfg: ModelConfig, kind: Kind = "colbert") -> None:
-        import torch
-
         self._model, device, dtype = load_transformer(folder, cfg)
         self._tokenizer = self._model.tokenizer
         self._device = device
         self._settings = ColbertSettings.read(folder)
         self._projection = load_projection(folder).to(device=device, dtype=self._states_dtype(dtype)).eval()
         skiplist = {self._tokenizer.convert_tokens_to_ids(word) for word in self._settings.skiplist_words}
-        self._skiplist = torch.tensor(sorted(skiplist), dtype=torch.long, device=device)
+        self._skiplist = np.array(sorted(skiplist))
         self.info = ModelInfo(
             served_model_name=cfg.served_model_name,
             model_id=cfg.model_id,
@@ -69,19 +67,18 @@ class ColbertEncoder:
         with torch.inference_mode():
             states = self._model[0]({**features, "modality": "text"})["token_embeddings"]
             vectors = torch.nn.functional.normalize(self._projection(states.to(self._projection.dtype)), dim=-1)
-            kept = [self._kept(features["input_ids"][i], row, offsets[i]) for i, row in enumerate(rows)]
-            # the kept vectors of every row in one copy to the host, then each row's
-            host = torch.cat([vectors[i, keep] for i, keep in enumerate(kept)]).float().cpu().numpy()
+            kept = [offset + self._kept(row) for row, offset in zip(rows, offsets)]
+            # the kept vectors of every row gathered on the device and copied to the host at once
+            at_row = torch.tensor(np.repeat(np.arange(len(rows)), [len(keep) for keep in kept]), device=states.device)
+            at_position = torch.tensor(np.concatenate(kept), device=states.device)
+            host = vectors[at_row, at_position].float().cpu().numpy()
         return np.split(host, np.cumsum([len(keep) for keep in kept])[:-1])
 
-    def _kept(self, ids: Any, row: TokenizedText, offset: int) -> Any:
+    def _kept(self, row: TokenizedText) -> np.ndarray:
         """The positions whose vectors a row answers: all of a query's, a document's but its skiplist tokens."""
-        import torch
-
-        positions = torch.arange(offset, offset + row.length, device=ids.device)
         if row.is_query:
-            return positions
-        return positions[~torch.isin(ids[positions], self._skiplist)]
+            return np.arange(row.length)
+        return np.flatnonzero(~np.isin(row.input_ids, self._skiplist))
 
 
 def _without_expansion(mask: Any, rows: Sequence[TokenizedText], offsets: list[int]) -> Any:
