@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Annotated, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Protocol
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, PlainSerializer, PlainValidator, WithJsonSchema
@@ -17,6 +17,8 @@ from models.kinds import (  # Kind, Modality and Representation are imported fro
     Representation,
     Scorer,
 )
+if TYPE_CHECKING:
+    from config.settings import ModelConfig
 # How raw outputs become scores: the names `models.scores.activate` knows.
 Activation = Literal["identity", "sigmoid", "softmax", "tanh"]
 
@@ -43,6 +45,13 @@ class ModelInfo:
     # The pass limits in force (configured, or sized for the device); set by the model service after loading.
     batch_size: int = 0
     max_batch_tokens: int = 0
+
+    @classmethod
+    def of(cls, cfg: ModelConfig, kind: Kind, **facts: Any) -> ModelInfo:
+        """A loaded model's info: what its configuration says, and the `facts` its class found on loading
+        (its kind's modalities unless it says otherwise)."""
+        return cls(served_model_name=cfg.served_model_name, model_id=cfg.model_id, kind=kind,
+                   backend=cfg.backend, **{"modalities": list(KIND_SPECS[kind].modalities), **facts})
 
     @property
     def spec(self) -> KindSpec:

@@ -18,7 +18,7 @@ from config.settings import ModelConfig
 from models.base import ModelInfo, TokenizedText
 from models.colbert_texts import ColbertSettings
 from models.errors import ModelLoadError
-from models.kinds import Kind, spec
+from models.kinds import Kind
 from models.padding import pad_rows
 from models.token_states import load_transformer, row_offsets
 
@@ -37,12 +37,9 @@ class ColbertEncoder:
         self._projection = load_projection(folder).to(device=device, dtype=self._states_dtype(dtype)).eval()
         skiplist = {self._tokenizer.convert_tokens_to_ids(word) for word in self._settings.skiplist_words}
         self._skiplist = np.array(sorted(skiplist))
-        self.info = ModelInfo(
-            served_model_name=cfg.served_model_name,
-            model_id=cfg.model_id,
-            kind=kind,
-            modalities=list(spec(kind).modalities),
-            backend=cfg.backend,
+        self.info = ModelInfo.of(
+            cfg,
+            kind,
             dimension=int(self._projection.out_features),
             max_input_tokens=self._settings.longest,
             normalized=True,

@@ -20,7 +20,7 @@ import numpy as np
 
 from config.settings import ModelConfig
 from models.base import ModelInfo, Representation, TokenizedText
-from models.kinds import HYBRID_HEADS, Kind, spec
+from models.kinds import HYBRID_HEADS, Kind
 from models.packing import pack_arrays
 from models.padding import pad_rows
 from models.text_settings import read_text_settings
@@ -44,12 +44,9 @@ class HybridEncoder:
         unused = {tokenizer.cls_token_id, tokenizer.eos_token_id, tokenizer.pad_token_id, tokenizer.unk_token_id}
         self._unused = np.array(sorted(i for i in unused if i is not None))
         settings = read_text_settings(folder, cfg, tokenizer.model_max_length)
-        self.info = ModelInfo(
-            served_model_name=cfg.served_model_name,
-            model_id=cfg.model_id,
-            kind=kind,
-            modalities=list(spec(kind).modalities),
-            backend=cfg.backend,
+        self.info = ModelInfo.of(
+            cfg,
+            kind,
             dimension=int(self._colbert.in_features),
             max_input_tokens=settings.max_seq_length,
             normalized=True,

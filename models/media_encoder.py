@@ -34,12 +34,10 @@ class MediaEncoder:
         self._dtype = dtype
         self._multi_vector = spec(kind).output == "multi-vector"
         probe = self.forward(self.processor.rows(cfg.served_model_name, "text", ["warm-up"]))[0]
-        self.info = ModelInfo(
-            served_model_name=cfg.served_model_name,
-            model_id=cfg.model_id,
-            kind=kind,
+        self.info = ModelInfo.of(
+            cfg,
+            kind,
             modalities=list(self.processor.modalities),
-            backend=cfg.backend,
             dimension=int(probe.shape[-1]),
             max_input_tokens=self.processor.max_input_tokens,
             normalized=True,

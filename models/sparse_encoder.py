@@ -14,7 +14,7 @@ import numpy as np
 
 from config.settings import ModelConfig
 from models.base import ModelInfo, TokenizedText
-from models.kinds import Kind, spec
+from models.kinds import Kind
 from models.padding import pad_rows
 from models.text_settings import read_text_settings
 
@@ -32,12 +32,9 @@ class SparseTextEncoder:
         self._device = device
         settings = read_text_settings(folder, cfg, self._tokenizer.model_max_length)
         self._model.max_seq_length = settings.max_seq_length
-        self.info = ModelInfo(
-            served_model_name=cfg.served_model_name,
-            model_id=cfg.model_id,
-            kind=kind,
-            modalities=list(spec(kind).modalities),
-            backend=cfg.backend,
+        self.info = ModelInfo.of(
+            cfg,
+            kind,
             dimension=int(self._model.transformers_model.config.vocab_size),
             max_input_tokens=settings.max_seq_length,
             normalized=False,

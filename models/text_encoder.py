@@ -19,7 +19,7 @@ import numpy as np
 from config.settings import ModelConfig
 from models.base import ModelInfo, PendingOutputs, TokenizedText
 from models.errors import ModelLoadError
-from models.kinds import Kind, spec
+from models.kinds import Kind
 from models.padding import pad_rows
 from models.text_settings import TextSettings, is_sentence_transformers_folder, read_text_settings
 
@@ -39,12 +39,9 @@ class TextEncoder:
         self._excludes_prompt = any(getattr(m, "include_prompt", True) is False for m in self._model)
         self.settings: TextSettings = read_text_settings(folder, cfg, self._tokenizer.model_max_length)
         self._model.max_seq_length = self.settings.max_seq_length
-        self.info = ModelInfo(
-            served_model_name=cfg.served_model_name,
-            model_id=cfg.model_id,
-            kind=kind,
-            modalities=list(spec(kind).modalities),
-            backend=cfg.backend,
+        self.info = ModelInfo.of(
+            cfg,
+            kind,
             dimension=int(self._model.get_embedding_dimension()),
             max_input_tokens=self.settings.max_seq_length,
             normalized=normalized,

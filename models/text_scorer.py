@@ -49,12 +49,9 @@ class TextScorer:
                 f"'{cfg.model_id}' has {len(labels)} output labels; a reranker needs one. Serve it with kind "
                 "'classify'."
             )
-        self.info = ModelInfo(
-            served_model_name=cfg.served_model_name,
-            model_id=cfg.model_id,
-            kind=kind,
-            modalities=list(spec(kind).modalities),
-            backend=cfg.backend,
+        self.info = ModelInfo.of(
+            cfg,
+            kind,
             dimension=len(labels),
             max_input_tokens=read_text_settings(folder, cfg, self._tokenizer.model_max_length).max_seq_length,
             normalized=False,
