@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from models.base import Truncation
+from models.errors import InvalidRequest
 from models.resolve import read_json
 from models.single_texts import SingleTexts
 
@@ -72,9 +73,15 @@ class ColbertTexts:
                ) -> tuple[list[list[int]], list[int]]:
         settings, prefix = self._settings, self._prefixes[is_query]
         length = settings.query_length if is_query else settings.document_length
-        limit = length - (prefix is not None)
-        encoded = self._texts.encode(texts, prompt, replace(truncation, max_tokens=min(limit, truncation.max_tokens
-                                                                                          or limit)))
+        limit = min(length - (prefix is not None), truncation.max_tokens or length)
+        # Truncation off: refused here, where the prefix is known (a text cut one token past the limit is over it).
+        encoded = self._texts.encode(texts, prompt, replace(truncation, enabled=True,
+                                                            max_tokens=limit + (not truncation.enabled)))
+        too_long = next((i for i, ids in enumerate(encoded) if len(ids) > limit), None)
+        if too_long is not None:
+            raise InvalidRequest(f"input[{too_long}] is longer than this model takes per "
+                                 f"{'query' if is_query else 'document'}: {limit + (prefix is not None)} tokens "
+                                 "(truncation is off)", param="input")
         if prefix is not None:
             encoded = [ids[:1] + [prefix] + ids[1:] for ids in encoded]
         if not (is_query and settings.do_query_expansion):

@@ -134,3 +134,15 @@ def test_m3_sparse_keeps_the_mask_token_and_drops_unknown_ones(m3, m3_reference)
     reference = m3_reference.sparse[len(QUERIES) + DOCUMENTS.index(text)]
     assert unknown not in kept and unknown not in reference
     assert mask in kept and mask in reference  # its head weight here is 0.19: kept by both
+
+
+def test_colbert_with_truncation_off_refuses_a_document_past_its_length(colbert_path):
+    from models.base import Truncation
+    from models.errors import InvalidRequest
+
+    tokenizer = TextTokenizer(colbert_path, ModelConfig(model_id=str(colbert_path)), "colbert")
+    long_document = DOCUMENTS[4]
+    with pytest.raises(InvalidRequest, match=r"input\[1\] is longer than this model takes per document: 24 tokens"):
+        tokenizer.encode_roles(["short", long_document], False, truncation=Truncation(enabled=False))
+    ids, _ = tokenizer.encode_roles(["short", long_document], False)
+    assert len(ids[1]) == 24  # truncated, prefix included
