@@ -157,7 +157,9 @@ def embedding_response(embeddings: Embeddings) -> EmbeddingResponse:
         data = [EmbeddingData.model_construct(object="embedding", index=i, embedding=SparseEmbedding.of(entries))
                 for i, entries in enumerate(embeddings.sparse_entries())]
     elif info.multi_vector:
-        data = [_multi_vector_data(i, output, encoding_format) for i, output in enumerate(embeddings.outputs)]
+        data = [EmbeddingData.model_construct(object="embedding", index=i, **_matrix("embedding", "shape", output,
+                                                                                     encoding_format))
+                for i, output in enumerate(embeddings.outputs)]
     else:
         encoded = embeddings.encoded(encoding_format, embeddings.vectors())
         data = [EmbeddingData.model_construct(object="embedding", index=i, embedding=v) for i, v in enumerate(encoded)]
@@ -169,28 +171,20 @@ def embedding_response(embeddings: Embeddings) -> EmbeddingResponse:
 def _representations_data(embeddings: Embeddings, encoding_format: OutputType) -> list[EmbeddingData]:
     """Each input's asked representations under their keys: the encoding applies to dense and multi-vector ones,
     sparse ones are always indices and values."""
-    asked = embeddings.query.representations or ()
-    count = len(embeddings.outputs)
+    asked, count = embeddings.query.representations or (), len(embeddings.outputs)
     dense = embeddings.encoded(encoding_format, embeddings.vectors()) if "dense" in asked else [None] * count
     sparse = [SparseEmbedding.of(e) for e in embeddings.sparse_entries()] if "sparse" in asked else [None] * count
-    multi = embeddings.of("colbert") if "colbert" in asked else [None] * count
-    data = []
-    for index in range(count):
-        fields: dict = {"object": "embedding", "index": index, "embedding": dense[index], "sparse": sparse[index]}
-        if multi[index] is not None and encoding_format == "base64":
-            fields |= {"multi_vector": to_base64(multi[index]), "multi_vector_shape": list(multi[index].shape)}
-        elif multi[index] is not None:
-            fields["multi_vector"] = multi[index].tolist()
-        data.append(EmbeddingData.model_construct(**fields))
-    return data
+    multi = [_matrix("multi_vector", "multi_vector_shape", matrix, encoding_format)
+             for matrix in embeddings.of("colbert")] if "colbert" in asked else [{}] * count
+    return [EmbeddingData.model_construct(object="embedding", index=index, embedding=dense[index],
+                                          sparse=sparse[index], **multi[index]) for index in range(count)]
 
 
-def _multi_vector_data(index: int, matrix: np.ndarray, encoding_format: str) -> EmbeddingData:
-    """One vector per token: a list of vectors, or in base64 the flat buffer and its shape."""
+def _matrix(key: str, shape_key: str, matrix: np.ndarray, encoding_format: str) -> dict:
+    """One vector per token under `key`: a list of vectors, or in base64 the flat buffer and its shape."""
     if encoding_format == "base64":
-        return EmbeddingData.model_construct(object="embedding", index=index, embedding=to_base64(matrix),
-                                             shape=list(matrix.shape))
-    return EmbeddingData.model_construct(object="embedding", index=index, embedding=matrix.tolist())
+        return {key: to_base64(matrix), shape_key: list(matrix.shape)}
+    return {key: matrix.tolist()}
 
 
 async def embed(engine: Engine, body: EmbeddingRequest) -> EmbeddingResponse:
