@@ -25,7 +25,7 @@ from gateway.wire.common import (
     response_id,
 )
 # infinity's embedding answers are OpenAI's shape, so its media routes answer with OpenAI's response.
-from gateway.wire.openai import EmbeddingResponse, embedding_response
+from gateway.wire.openai import EmbeddingResponse, embedding_answer
 from models.base import Modality
 
 if TYPE_CHECKING:
@@ -48,11 +48,11 @@ def media_query(body: LegacyMediaRequest, modality: Modality) -> EmbedQuery:
 
 
 async def embed_images(engine: Engine, body: LegacyMediaRequest) -> EmbeddingResponse:
-    return embedding_response(await engine.embed(media_query(body, "image")))
+    return await embedding_answer(await engine.embed(media_query(body, "image")))
 
 
 async def embed_audio(engine: Engine, body: LegacyMediaRequest) -> EmbeddingResponse:
-    return embedding_response(await engine.embed(media_query(body, "audio")))
+    return await embedding_answer(await engine.embed(media_query(body, "audio")))
 
 
 # POST /rerank with `documents` (infinity's body is the shared RerankRequest)

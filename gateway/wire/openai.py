@@ -19,6 +19,7 @@ from pydantic import (
     field_validator,
     model_serializer,
 )
+from starlette.responses import Response
 
 from gateway.lifecycle import ModelRegistry
 from gateway.queries import EmbedQuery, InputType, OutputType
@@ -29,6 +30,7 @@ from gateway.wire.common import (
     TruncationControls,
     Usage,
     input_items,
+    json_answer,
     reworded_union,
 )
 from models import errors
@@ -147,19 +149,20 @@ class EmbeddingResponse(BaseModel):
     usage: Usage
 
 
-def embedding_response(embeddings: Embeddings) -> EmbeddingResponse:
+def embedding_response(embeddings: Embeddings) -> EmbeddingResponse | dict:
     """OpenAI's shape: vectors cut to `dimensions` (re-normalized) and encoded; multi-vectors keep their shape;
-    sparse ones are their active entries, the largest `max_active_dims` of them."""
+    sparse ones are their active entries, the largest `max_active_dims` of them. An answer with `output_types`
+    or one vector per token is a dict holding float32 arrays, for `json_answer` to write."""
     info, encoding_format = embeddings.info, embeddings.query.output_types[0]
     if embeddings.parts is not None:
-        data = _representations_data(embeddings, encoding_format)
-    elif info.sparse:
+        return _answer(embeddings, _representations_data(embeddings, encoding_format))
+    if info.multi_vector:
+        return _answer(embeddings, [{"object": "embedding", "index": i, **_matrix("embedding", "shape", output,
+                                                                                   encoding_format)}
+                                    for i, output in enumerate(embeddings.outputs)])
+    if info.sparse:
         data = [EmbeddingData.model_construct(object="embedding", index=i, embedding=SparseEmbedding.of(entries))
                 for i, entries in enumerate(embeddings.sparse_entries())]
-    elif info.multi_vector:
-        data = [EmbeddingData.model_construct(object="embedding", index=i, **_matrix("embedding", "shape", output,
-                                                                                     encoding_format))
-                for i, output in enumerate(embeddings.outputs)]
     else:
         encoded = embeddings.encoded(encoding_format, embeddings.vectors())
         data = [EmbeddingData.model_construct(object="embedding", index=i, embedding=v) for i, v in enumerate(encoded)]
@@ -168,27 +171,45 @@ def embedding_response(embeddings: Embeddings) -> EmbeddingResponse:
     )
 
 
-def _representations_data(embeddings: Embeddings, encoding_format: OutputType) -> list[EmbeddingData]:
+def _answer(embeddings: Embeddings, data: list[dict]) -> dict:
+    return {"object": "list", "data": data, "model": embeddings.info.served_model_name,
+            "usage": Usage.of(embeddings.tokens).model_dump()}
+
+
+def _representations_data(embeddings: Embeddings, encoding_format: OutputType) -> list[dict]:
     """Each input's asked representations under their keys: the encoding applies to dense and multi-vector ones,
     sparse ones are always indices and values."""
     asked, count = embeddings.query.representations or (), len(embeddings.outputs)
-    dense = embeddings.encoded(encoding_format, embeddings.vectors()) if "dense" in asked else [None] * count
-    sparse = [SparseEmbedding.of(e) for e in embeddings.sparse_entries()] if "sparse" in asked else [None] * count
-    multi = [_matrix("multi_vector", "multi_vector_shape", matrix, encoding_format)
-             for matrix in embeddings.of("colbert")] if "colbert" in asked else [{}] * count
-    return [EmbeddingData.model_construct(object="embedding", index=index, embedding=dense[index],
-                                          sparse=sparse[index], **multi[index]) for index in range(count)]
+    data: list[dict] = [{"object": "embedding", "index": index} for index in range(count)]
+    if "dense" in asked:
+        for item, vector in zip(data, embeddings.encoded(encoding_format, embeddings.vectors())):
+            item["embedding"] = vector
+    if "sparse" in asked:
+        for item, entries in zip(data, embeddings.sparse_entries()):
+            item["sparse"] = SparseEmbedding.of(entries).model_dump()
+    if "colbert" in asked:
+        for item, matrix in zip(data, embeddings.of("colbert")):
+            item |= _matrix("multi_vector", "multi_vector_shape", matrix, encoding_format)
+    return data
 
 
 def _matrix(key: str, shape_key: str, matrix: np.ndarray, encoding_format: str) -> dict:
-    """One vector per token under `key`: a list of vectors, or in base64 the flat buffer and its shape."""
+    """One vector per token under `key`: its float32 array, or in base64 the flat buffer and its shape."""
     if encoding_format == "base64":
         return {key: to_base64(matrix), shape_key: list(matrix.shape)}
-    return {key: matrix.tolist()}
+    return {key: np.ascontiguousarray(matrix, dtype=np.float32)}
 
 
-async def embed(engine: Engine, body: EmbeddingRequest) -> EmbeddingResponse:
-    return embedding_response(await engine.embed(embed_query(body)))
+async def embedding_answer(embeddings: Embeddings) -> EmbeddingResponse | Response:
+    """The answer as BentoML writes a model, or a dict of float32 arrays written by `json_answer`."""
+    answer = embedding_response(embeddings)
+    if not isinstance(answer, dict):
+        return answer
+    return await json_answer(answer, sum(output.size for output in embeddings.outputs))
+
+
+async def embed(engine: Engine, body: EmbeddingRequest) -> EmbeddingResponse | Response:
+    return await embedding_answer(await engine.embed(embed_query(body)))
 
 
 # GET /v1/models
