@@ -2,7 +2,9 @@
 through a real server: it loads, warms up through every modality, answers, and agrees with float32.
 
 `dtype: auto` is bfloat16 on an H100 or H200, so the bf16 column here is what most GPU users run. float32
-references come from the session's main server.
+references come from the session's main server, or for the kinds it does not serve (ColBERT, BGE-M3: their
+checkpoints come from the reference venv's fixtures) from this server's own float32 torch model, which other
+tests compare with PyLate and FlagEmbedding.
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ QUERY = "how do platform teams keep their embeddings private"
 TEXTS = DOCUMENTS[:8]  # sentences about different things: scores that differ by more than rounding
 IMAGE_INPUTS = [{"image": data_uri(image_bytes(seed=seed), "image/png")} for seed in (1, 2)]
 AUDIO_INPUTS = [{"audio": data_uri(audio_bytes(rate=48000, seed=seed), "audio/wav")} for seed in (1, 2)]
-# kind -> (its checkpoint fixture, the main server's float32 model of it and that model's backend)
+# kind -> (its checkpoint fixture, the main server's float32 model of it by backend; none: this server's own)
 KINDS = {
     "embed": ("tiny_bert_path", {"torch": TINY_MEAN, "onnx": TINY_MEAN_ONNX, "ctranslate2": TINY_MEAN_CT2}),
     "sparse": ("splade_path", {"torch": TINY_SPLADE}),
@@ -50,6 +52,8 @@ KINDS = {
     "clip": ("tiny_clip_path", {"torch": TINY_CLIP}),
     "clap": ("tiny_clap_path", {"torch": TINY_CLAP}),
     "colpali": ("tiny_colpali_path", {"torch": TINY_COLPALI}),
+    "colbert": ("colbert_path", {}),
+    "hybrid": ("bge_m3_path", {}),
 }
 
 
@@ -68,10 +72,13 @@ def name(kind: str, backend: str, dtype: str) -> str:
     return f"{kind}-{backend}-{dtype}"
 
 
-def float32_reference(kind: str, backend: str) -> str:
-    """The main server's float32 model of this kind: on the same backend where it has one."""
+def float32_reference(kind: str, backend: str) -> tuple[bool, str]:
+    """The float32 model of this kind to agree with: the main server's (True), on the same backend where it has
+    one; else this server's own float32 torch model (False)."""
     served = KINDS[kind][1]
-    return served.get(backend) or next(iter(served.values()))
+    if not served:
+        return False, name(kind, "torch", "float32")
+    return True, served.get(backend) or next(iter(served.values()))
 
 
 @pytest.fixture(scope="module")
@@ -114,9 +121,10 @@ def _dense(sparse: dict) -> np.ndarray:
 
 @pytest.mark.parametrize("kind, backend, dtype", VARIANTS, ids=[name(*v) for v in VARIANTS])
 def test_every_pair_and_cpu_dtype_serves_and_agrees_with_float32(client, dtype_server, kind, backend, dtype):
+    on_main_server, reference = float32_reference(kind, backend)
     with httpx.Client(base_url=dtype_server, timeout=120) as http:
         ours = outputs(http, kind, name(kind, backend, dtype))
-    expected = outputs(client, kind, float32_reference(kind, backend))
+        expected = outputs(client if on_main_server else http, kind, reference)
     assert len(ours) == len(expected)
     for got, want in zip(ours, expected):
         # rerank logits: one vector over the documents, centred so that a shared offset cannot hide a change
@@ -128,4 +136,5 @@ def test_the_matrix_covers_what_the_configuration_allows_on_a_cpu():
     assert ("onnx", "int8") in CPU_ONLY and ("torch", "float16") in GPU_ONLY
     assert {dtype for _, _, dtype in VARIANTS} == {"float32", "bfloat16", "int8"}
     assert ("clap", "torch", "bfloat16") in VARIANTS and ("embed", "ctranslate2", "int8") in VARIANTS
-    assert len(VARIANTS) == 13  # 22 pairs and dtypes, less the 9 float32 ones the main server has
+    assert ("colbert", "onnx", "int8") in VARIANTS and ("hybrid", "torch", "bfloat16") in VARIANTS
+    assert len(VARIANTS) == 19  # 28 pairs and dtypes, less the 9 float32 ones the main server has
