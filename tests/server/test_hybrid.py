@@ -15,7 +15,7 @@ import pytest
 
 from tests.asserts import assert_openai_error
 from tests.conftest import running_server
-from tests.hybrid_reference import DOCUMENTS, M3_WEIGHTS, QUERIES
+from tests.hybrid_reference import DOCUMENTS, QUERIES
 from tests.tolerance import assert_close, assert_same_vectors
 
 pytestmark = pytest.mark.server
