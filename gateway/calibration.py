@@ -16,6 +16,7 @@ from gateway.shared import agreed
 from models import errors
 from models.base import ModelInfo, TokenizedText
 from models.media import MediaLimits
+from models.packing import unpack_arrays
 from models.quantization import CALIBRATION_TEXTS, Quantizer, read_configured_ranges
 
 logger = logging.getLogger(__name__)
@@ -25,12 +26,11 @@ CALIBRATION_CHUNK = 16  # rows per call: the same batches at every start, so the
 async def warm_up(info: ModelInfo, calls: ModelCalls, preprocessors: Preprocessors, config: EmbentoConfig,
                   limits: MediaLimits) -> Quantizer | None:
     """Raises if the model fails or answers the wrong shape; returns a dense single-vector model's quantizer."""
-    outputs = await calls.send(info, warmup_rows(info, preprocessors))
+    rows = warmup_rows(info, preprocessors)
+    outputs = await calls.send(info, rows)
     calls.on_device(info)
-    if info.sparse:
-        wrong = [o.shape for o in outputs if o.shape[0] != 2 or (o.shape[1] and o[0].max() >= info.dimension)]
-    else:
-        wrong = [output.shape for output in outputs if output.shape[-1] != info.dimension]
+    wrong = [array.shape for row, output in zip(rows, outputs) for name, array in _by_representation(info, row, output)
+             if not _fits(info, name, array)]
     if wrong:
         raise errors.InferenceError(f"it answered outputs of shape {sorted(set(wrong))}; the model reports "
                                     f"{info.dimension} features")
@@ -40,13 +40,34 @@ async def warm_up(info: ModelInfo, calls: ModelCalls, preprocessors: Preprocesso
 
 
 def warmup_rows(info: ModelInfo, preprocessors: Preprocessors) -> list[Any]:
+    """A row through every modality; for a model with several representations, one more asking all of them."""
     name, spec = info.served_model_name, info.spec
     if spec.preprocessor == "media":
         return preprocessors.processor(info).warmup_rows(name)
     tokenizer = preprocessors.tokenizer(info)
     if spec.scores_pairs:
         return TokenizedText.rows(name, *tokenizer.encode_pairs("warm-up", ["warm-up"]))
-    return TokenizedText.rows(name, tokenizer.encode_texts(["warm-up"]))
+    rows = TokenizedText.rows(name, tokenizer.encode_texts(["warm-up"]))
+    if len(spec.representations) > 1:
+        rows += TokenizedText.rows(name, tokenizer.encode_texts(["warm-up"]), representations=spec.representations)
+    return rows
+
+
+def _by_representation(info: ModelInfo, row: Any, output: np.ndarray) -> list[tuple[str, np.ndarray]]:
+    """A warm-up output by representation: a packed row's parts, else the model's own output."""
+    asked = getattr(row, "representations", None)
+    if asked is None:
+        return [(info.spec.representations[0] if info.spec.representations else "scores", output)]
+    return list(zip(asked, unpack_arrays(output)))
+
+
+def _fits(info: ModelInfo, representation: str, array: np.ndarray) -> bool:
+    """Vocabulary weights as (2, active) with indices in the vocabulary (a SPLADE model's `dimension`); vectors
+    and scores with the model's `dimension` of features."""
+    if representation != "sparse":
+        return array.shape[-1] == info.dimension
+    in_vocabulary = not array.shape[1] or not info.sparse or array[0].max() < info.dimension
+    return array.ndim == 2 and array.shape[0] == 2 and in_vocabulary
 
 
 async def _quantizer(info: ModelInfo, calls: ModelCalls, preprocessors: Preprocessors, config: EmbentoConfig,

@@ -146,3 +146,48 @@ def test_colbert_with_truncation_off_refuses_a_document_past_its_length(colbert_
         tokenizer.encode_roles(["short", long_document], False, truncation=Truncation(enabled=False))
     ids, _ = tokenizer.encode_roles(["short", long_document], False)
     assert len(ids[1]) == 24  # truncated, prefix included
+
+
+class InProcessCalls:
+    """`ModelCalls` as the warm-up uses it, onto a model in this process."""
+
+    def __init__(self, model) -> None:
+        self.model = model
+
+    async def send(self, info, rows):
+        return self.model.forward(rows)
+
+    def on_device(self, info) -> None:
+        pass
+
+
+class OneTokenizer:
+    def __init__(self, tokenizer: TextTokenizer) -> None:
+        self._tokenizer = tokenizer
+
+    def tokenizer(self, info) -> TextTokenizer:
+        return self._tokenizer
+
+
+def test_m3_warm_up_runs_every_head_and_refuses_one_of_the_wrong_width(m3, bge_m3_path, tmp_path):
+    import asyncio
+    import shutil
+
+    import torch
+
+    from config.settings import EmbentoConfig
+    from gateway.calibration import warm_up
+    from models.errors import InferenceError
+    from models.media import MediaLimits
+
+    tokenizer, model = m3
+    limits = MediaLimits(1, 1, 1.0)
+    config = EmbentoConfig(models=[ModelConfig(model_id=str(bge_m3_path), backend="torch", device="cpu")])
+    quantizer = asyncio.run(warm_up(model.info, InProcessCalls(model), OneTokenizer(tokenizer), config, limits))
+    assert quantizer is not None  # its dense vectors are calibrated as any embedder's
+    broken = tmp_path / "m3-narrow-colbert"
+    shutil.copytree(bge_m3_path, broken)
+    torch.save(torch.nn.Linear(model.info.dimension, 8).state_dict(), broken / "colbert_linear.pt")
+    narrow = load_model(broken, ModelConfig(model_id=str(broken), backend="torch", device="cpu"))
+    with pytest.raises(InferenceError, match=r"\(\d+, 8\)"):
+        asyncio.run(warm_up(narrow.info, InProcessCalls(narrow), OneTokenizer(tokenizer), config, limits))
