@@ -30,6 +30,7 @@ from config.served import served_config
 from config.server_files import remove_server_files
 from gateway import edge
 from gateway.answer import answered
+from gateway.cache.tiers import EmbeddingCache
 from gateway.engine import Engine
 from gateway.lifecycle import Lifecycle, ModelRegistry
 from gateway.model_calls import ModelCalls
@@ -84,7 +85,8 @@ class Gateway:
         preprocessors, self.failed_here = load_preprocessors(CONFIG, KINDS, load_models)
         self.clients = {name: getattr(self, name) for name in MODEL_SERVICE_NAMES}
         calls = ModelCalls(CONFIG, KINDS.values(), self.clients, dispatch_max_rows(), COUNTERS)
-        self.engine = Engine(CONFIG, LIFECYCLE.registry, calls, preprocessors, edge.url_fetcher(CONFIG))
+        self.engine = Engine(CONFIG, LIFECYCLE.registry, calls, preprocessors, edge.url_fetcher(CONFIG),
+                             EmbeddingCache(CONFIG.cache))
 
     @bentoml.on_startup
     async def _start_warmup(self) -> None:

@@ -125,6 +125,9 @@ class ModelConfig(BaseModel):
     max_embed_len: int = Field(131_072, ge=1, description=(
         "Most tokens of one input (`long_input: mean`) or one document (late chunking, contextualized "
         "embeddings), special tokens and prompt included; past it, a 400 naming this limit."))
+    cache: bool = Field(False, description=(
+        "Keep this model's outputs per input in the embedding cache (the `cache` settings: memory, Redis), and "
+        "answer repeated inputs from it."))
 
     @field_validator("device")
     @classmethod
@@ -216,6 +219,32 @@ class ImageSettings(BaseModel):
                 for name, value in self.model_dump(exclude_defaults=True).items()}
 
 
+class CacheSettings(BaseModel):
+    """The embedding cache of the models with `cache: true`: per input, in each gateway worker's memory and, with
+    a `redis_url`, in a Redis that every worker and replica shares (docs/operations.md: "Embedding cache")."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    memory_bytes: int = Field(64 * 1024 * 1024, ge=0, description=(
+        "Bytes of outputs each gateway worker keeps, least recently used out first (64 MiB: about 40,000 "
+        "384-feature vectors); 0: no memory tier."))
+    redis_url: SecretStr | None = Field(None, description=(
+        "`redis://[:password@]host:port/db` (or `rediss://`) of the shared tier. Unset: memory only. A secret of "
+        "the deployment: a Bento does not carry it."))
+    ttl_s: int = Field(7 * 24 * 3600, ge=1, description="How long Redis keeps an output (7 days).")
+    redis_timeout_ms: float = Field(20.0, gt=0, description=(
+        "Longest wait for one Redis lookup; past it (or on any Redis error) the inputs are computed as if there "
+        "were no cache, and Redis is skipped for a second."))
+
+    @field_validator("redis_url", mode="before")
+    @classmethod
+    def _empty_is_none(cls, value: Any) -> Any:
+        return None if value == "" else value
+
+    def redis(self) -> str | None:
+        return self.redis_url.get_secret_value() if self.redis_url is not None else None
+
+
 class EmbentoConfig(BaseModel):
     """Everything the gateway and the model services need to know."""
 
@@ -278,6 +307,8 @@ class EmbentoConfig(BaseModel):
     gateway_workers: int | None = Field(None, ge=1, le=64, description=(
         "Gateway processes. Unset: with models on a GPU, the cores less 2 per GPU, at most 8; on CPU, 1 per 8 "
         "cores. Every limit holds for the server as a whole."))
+    cache: CacheSettings = Field(default_factory=CacheSettings, description=(
+        "The embedding cache of the models with `cache: true`: the settings below."))
     image: ImageSettings = Field(default_factory=ImageSettings, description=(
         "Where `embento build` takes the image's base and packages from: the settings below. Read at build "
         "time only."))
@@ -333,9 +364,11 @@ MODEL_ENV_FIELDS: dict[str, str] = {
     "POOLING_METHOD": "pooling",
 }
 SERVER_ENV_FIELDS: dict[str, str] = {
-    name.upper(): name for name in EmbentoConfig.model_fields if name not in ("models", "image")
+    name.upper(): name for name in EmbentoConfig.model_fields if name not in ("models", "image", "cache")
 }
 IMAGE_ENV_FIELDS: dict[str, str] = {name.upper(): name for name in ImageSettings.model_fields}
+# EMBENTO_CACHE is a model's `cache`; the cache settings are EMBENTO_CACHE_<SETTING>.
+CACHE_ENV_FIELDS: dict[str, str] = {f"CACHE_{name.upper()}": name for name in CacheSettings.model_fields}
 
 
 def env_names(env_suffix: str) -> list[str]:
@@ -411,10 +444,11 @@ def bento_config(cwd: Path) -> dict[str, Any] | None:
 
 
 def carried(config: EmbentoConfig, exclude_defaults: bool = False) -> dict[str, Any]:
-    """What a Bento carries of `config`: all but the API keys, secrets of the deployment (set where it runs),
-    and the image settings, which only the build reads (the Bento's arguments and labels record them)."""
-    return config.model_dump(mode="json", exclude={"api_key", "api_key_file", "image"},
-                             exclude_defaults=exclude_defaults)
+    """What a Bento carries of `config`: all but the API keys and the Redis URL (which may hold a password),
+    secrets of the deployment (set where it runs), and the image settings, which only the build reads (the
+    Bento's arguments and labels record them)."""
+    return config.model_dump(mode="json", exclude={"api_key": True, "api_key_file": True, "image": True,
+                                                   "cache": {"redis_url"}}, exclude_defaults=exclude_defaults)
 
 
 def carried_text(config: EmbentoConfig) -> str:
@@ -439,9 +473,10 @@ def load_config(env: Mapping[str, str] | None = None, cwd: Path | None = None) -
     for suffix, field in SERVER_ENV_FIELDS.items():
         if (value := env.get(ENV_PREFIX + suffix)) is not None:
             data[field] = value
-    for suffix, field in IMAGE_ENV_FIELDS.items():
-        if (value := env.get(ENV_PREFIX + suffix)) is not None:
-            data["image"] = {**(data.get("image") or {}), field: value}
+    for section, fields in (("image", IMAGE_ENV_FIELDS), ("cache", CACHE_ENV_FIELDS)):
+        for suffix, field in fields.items():
+            if (value := env.get(ENV_PREFIX + suffix)) is not None:
+                data[section] = {**(data.get(section) or {}), field: value}
     try:
         return EmbentoConfig.model_validate(data)
     except ValidationError as exc:

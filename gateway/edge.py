@@ -13,6 +13,7 @@ from starlette.applications import Starlette
 
 from config.settings import EmbentoConfig
 from gateway.admission import admission_counters
+from gateway.cache.policy import CacheControl
 from gateway.answer import ERROR_SHAPES, TEI_BODIES
 from gateway.deadline import WatchDisconnect
 from gateway.errors import ErrorBodies
@@ -39,6 +40,7 @@ def install(gateway: Any, routes: Starlette, config: EmbentoConfig, lifecycle: L
         max_concurrent_requests=config.max_concurrent_requests, counters=counters,
     )
     gateway.add_asgi_middleware(WatchDisconnect)
+    gateway.add_asgi_middleware(CacheControl)
 
 
 def http_settings(config: EmbentoConfig) -> dict[str, Any]:
@@ -46,7 +48,7 @@ def http_settings(config: EmbentoConfig) -> dict[str, Any]:
     return {"cors": {
         "enabled": bool(config.cors_allow_origins), "access_control_allow_origins": config.cors_allow_origins,
         "access_control_allow_methods": ["GET", "POST", "OPTIONS"],
-        "access_control_allow_headers": ["Authorization", "Content-Type"],
+        "access_control_allow_headers": ["Authorization", "Content-Type", "Cache-Control"],
     }}
 
 

@@ -6,9 +6,22 @@ adapters (`gateway/wire/`) turn their bodies into queries and the results into t
 
 from __future__ import annotations
 
+import asyncio
+from dataclasses import replace
+
 import numpy as np
 
 from config.settings import EmbentoConfig
+from gateway.cache.contexts import (
+    classify_context,
+    classify_items,
+    embed_context,
+    embed_items,
+    pairs_context,
+    pairs_items,
+)
+from gateway.cache.keys import model_identity
+from gateway.cache.tiers import Answered, Computed, EmbeddingCache
 from gateway.calibration import warm_up
 from gateway.fetch import UrlFetcher
 from gateway.lifecycle import ModelRegistry
@@ -43,6 +56,7 @@ from models.base import ModelInfo
 from models.kinds import KindSpec, spec
 from models.media import MediaLimits
 from models.packing import unpack_arrays
+from models.resolve import resolve_model
 from models.scores import HYBRID_WEIGHTS, activate, late_interaction, mode_scores, rank, weighted_mean
 from models.text_tokenizer import TextTokenizer
 
@@ -51,8 +65,9 @@ class Engine:
     """Queries through the served models (`registry`, filled at warm-up) and their services (`calls`)."""
 
     def __init__(self, config: EmbentoConfig, registry: ModelRegistry, calls: ModelCalls,
-                 preprocessors: Preprocessors, fetcher: UrlFetcher | None) -> None:
+                 preprocessors: Preprocessors, fetcher: UrlFetcher | None, cache: EmbeddingCache) -> None:
         self.config = config
+        self.cache = cache
         self.registry = registry
         self.calls = calls
         self.preprocessors = preprocessors
@@ -77,10 +92,34 @@ class Engine:
         info = await self.require_model(query.model, query.capability)
         quantizer = self.registry.quantizers.get(info.served_model_name)
         check_embed(query, info, self.config, quantizer, self.registry.infos)
+        if info.spec.preprocessor == "media":
+            answered = await self._embed_media(info, query)
+        else:
+            prompt = self.preprocessors.tokenizer(info).prompt(query.prompt_name, query.instruction, query.input_type)
+            keys = self.cache.keys(info.served_model_name, embed_context(query, prompt), embed_items(query))
+            answered = await self.cache.answer(info.served_model_name, keys, len(query.items),
+                                               lambda at: self._embed_texts(info, _picked(query, at)))
+        outputs = answered.outputs
+        return Embeddings(query, info, outputs, answered.tokens, quantizer, asked_parts(query, info, outputs),
+                          answered.cached_tokens)
+
+    async def _embed_texts(self, info: ModelInfo, query: EmbedQuery) -> Computed:
         plan = await self.rows.embed(info, query)
         check_response_size(query, info, plan.rows, self.config.max_response_bytes)
         outputs = plan.join(await self.calls.run(info, plan.rows))
-        return Embeddings(query, info, outputs, plan.tokens, quantizer, asked_parts(query, info, outputs))
+        assert plan.output_tokens is not None, "every embedding plan but late chunking's owns its rows"
+        return Computed(outputs, plan.output_tokens)
+
+    async def _embed_media(self, info: ModelInfo, query: EmbedQuery) -> Answered:
+        """Images and audio are keyed by their files' bytes: fetched (or decoded) first, processed if missed."""
+        payloads = await self.rows.payloads(query.items)
+        keys = self.cache.keys(info.served_model_name, embed_context(query, ""), embed_items(query, payloads))
+
+        async def compute(at: list[int]) -> Computed:
+            rows = await self.rows.processed(info, [query.items[i] for i in at], [payloads[i] for i in at])
+            return Computed(await self.calls.run(info, rows), [row.length for row in rows])
+
+        return await self.cache.answer(info.served_model_name, keys, len(query.items), compute)
 
     async def embed_in_context(self, query: ContextQuery) -> ContextEmbeddings:
         """Late chunking: each document's chunks embedded in the context of the whole document."""
@@ -100,17 +139,26 @@ class Engine:
         logits, or for image documents the similarity of their embeddings with the query's."""
         info = await self.require_model(query.model, "rerank")
         check_rank(query, info, self.config)
-        by_mode = None
+        by_mode, cached_tokens = None, None
         if info.spec.preprocessor == "media":
             scores, tokens = await self._rank_images(info, query)
         elif not info.spec.scores_pairs:
             scores, tokens, by_mode = await self._rank_by_representations(info, query)
         else:
-            rows = await self.rows.pairs(info, query)
-            logits = np.stack(await self.calls.run(info, rows))
-            scores, tokens = activate(logits, query.activation or info.activation)[:, 0], sum(r.length for r in rows)
+            answered = await self._score_pairs(info, query)
+            logits, tokens, cached_tokens = np.stack(answered.outputs), answered.tokens, answered.cached_tokens
+            scores = activate(logits, query.activation or info.activation)[:, 0]
         return Ranking(query, info, rank(scores, query.top_n), scores.tolist(), tokens,
-                       by_mode if query.return_scores else None)
+                       by_mode if query.return_scores else None, cached_tokens)
+
+    async def _score_pairs(self, info: ModelInfo, query: RankQuery) -> Answered:
+        """A cross-encoder's (or causal-LM scorer's) logit per (query, document) pair, each pair cached."""
+        async def compute(at: list[int]) -> Computed:
+            rows = await self.rows.pairs(info, replace(query, documents=tuple(query.documents[i] for i in at)))
+            return Computed(await self.calls.run(info, rows), [row.length for row in rows])
+
+        keys = self.cache.keys(info.served_model_name, pairs_context(query), pairs_items(query))
+        return await self.cache.answer(info.served_model_name, keys, len(query.documents), compute)
 
     async def _rank_by_representations(self, info: ModelInfo, query: RankQuery
                                        ) -> tuple[np.ndarray, int, dict[str, list[float]]]:
@@ -149,10 +197,16 @@ class Engine:
         """Every label's score per text (or pair), by the query's activation or else the model's own."""
         info = await self.require_model(query.model, "classify")
         check_classify(query, self.config)
-        rows = await self.rows.classify(info, query)
-        logits = np.stack(await self.calls.run(info, rows))
-        return Classified(query, info, activate(logits, query.activation or info.activation),
-                          sum(row.length for row in rows))
+
+        async def compute(at: list[int]) -> Computed:
+            pairs = None if query.pairs is None else tuple(query.pairs[i] for i in at)
+            rows = await self.rows.classify(info, replace(query, texts=tuple(query.texts[i] for i in at), pairs=pairs))
+            return Computed(await self.calls.run(info, rows), [row.length for row in rows])
+
+        keys = self.cache.keys(info.served_model_name, classify_context(query), classify_items(query))
+        answered = await self.cache.answer(info.served_model_name, keys, len(query.texts), compute)
+        return Classified(query, info, activate(np.stack(answered.outputs), query.activation or info.activation),
+                          answered.tokens, answered.cached_tokens)
 
     async def tokenize(self, query: TokenizeQuery) -> Tokens:
         """Each text's tokens, through the model's prompt named in the query."""
@@ -176,13 +230,25 @@ class Engine:
         return self.preprocessors.tokenizer(await self.require_model(requested, "embed" if requested is None else None))
 
     async def warm_up(self, info: ModelInfo) -> None:
-        """One real call through every modality the model serves (`Warmup`'s step); keeps its quantizer."""
+        """One real call through every modality the model serves (`Warmup`'s step); keeps its quantizer, and
+        for a model with `cache: true` its identity, the root of its cache keys."""
         quantizer = await warm_up(info, self.calls, self.preprocessors, self.config, self.limits)
         if quantizer is not None:
             self.registry.quantizers[info.served_model_name] = quantizer
+        cfg = self.config.model(info.served_model_name)
+        if cfg is not None and cfg.cache:
+            folder = resolve_model(cfg.model_id, cfg.revision)
+            self.cache.enable(info.served_model_name, await asyncio.to_thread(model_identity, cfg, info, folder))
 
     def kind_spec(self, requested: str | None) -> KindSpec | None:
         """The kind of the named model, or of the first configured one; None for a name not configured."""
         kinds = self.registry.kinds
         kind = kinds.get(requested or next(iter(kinds)))
         return spec(kind) if kind is not None else None
+
+
+def _picked(query: EmbedQuery, at: list[int]) -> EmbedQuery:
+    """The query with only the inputs at these positions (those the cache missed)."""
+    if len(at) == len(query.items):
+        return query
+    return replace(query, items=tuple(query.items[i] for i in at))

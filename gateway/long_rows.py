@@ -36,6 +36,8 @@ class Plan:
     rows: list[TokenizedText]
     join: Join
     texts: list[str] | None = None  # auto-chunking: each output's chunk text
+    # Each output's tokens, where an output has rows of its own (not late chunking's, which share theirs).
+    output_tokens: list[int] | None = None
 
     @property
     def tokens(self) -> int:
@@ -45,7 +47,7 @@ class Plan:
     @classmethod
     def direct(cls, rows: list[TokenizedText]) -> Plan:
         """One output per row, as the model answers it."""
-        return cls(rows, list)
+        return cls(rows, list, output_tokens=[row.length for row in rows])
 
     @classmethod
     def joined(cls, plans: Sequence[Plan]) -> Plan:
@@ -60,7 +62,9 @@ class Plan:
             return joined
 
         texts = [text for plan in plans for text in plan.texts or ()] if any(p.texts for p in plans) else None
-        return cls([row for plan in plans for row in plan.rows], join, texts)
+        owned = all(plan.output_tokens is not None for plan in plans)
+        output_tokens = [tokens for plan in plans for tokens in plan.output_tokens or ()] if owned else None
+        return cls([row for plan in plans for row in plan.rows], join, texts, output_tokens)
 
 
 def unit(vector: np.ndarray) -> np.ndarray:
@@ -105,7 +109,7 @@ class LongTexts:
             mean = (np.stack(outputs).astype(np.float64) * weights[:, None]).sum(axis=0) / weights.sum()
             return [(unit(mean) if self.normalize else mean).astype(np.float32)]
 
-        return Plan(rows, join)
+        return Plan(rows, join, output_tokens=[sum(row.length for row in rows)])
 
     def _row(self, ids: list[int], prompt_length: int, normalize: bool) -> TokenizedText:
         return TokenizedText(model=self.model, input_ids=ids, prompt_length=prompt_length, normalize=normalize)

@@ -74,6 +74,29 @@ ABANDONED = bentoml.metrics.Counter(
                   "rows are dropped there",
     labelnames=["model_service", "reason"],
 )
+# The embedding cache (gateway/cache/): by tier, `memory` (each worker's) or `redis` (shared).
+CACHE_HITS = bentoml.metrics.Counter(
+    name="embento_cache_hits", documentation="Inputs answered from the embedding cache, by model and tier",
+    labelnames=["model", "tier"],
+)
+CACHE_MISSES = bentoml.metrics.Counter(
+    name="embento_cache_misses", documentation="Inputs looked up in a cache tier and not found there",
+    labelnames=["model", "tier"],
+)
+CACHE_ERRORS = bentoml.metrics.Counter(
+    name="embento_cache_errors", documentation="Cache tier failures (Redis down, slow past its timeout, or a "
+                                               "value that does not read back): the inputs were computed",
+    labelnames=["model", "tier"],
+)
+CACHE_BYTES = bentoml.metrics.Gauge(
+    name="embento_cache_bytes", documentation="Bytes the memory tier holds, summed over gateway workers",
+    labelnames=["tier"], multiprocess_mode="livesum",
+)
+CACHE_LOOKUP_SECONDS = bentoml.metrics.Histogram(
+    name="embento_cache_lookup_seconds", documentation="One request's lookup in a cache tier",
+    labelnames=["tier"], buckets=(0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
+                                  float("inf")),
+)
 
 
 def start_series(model_services: list[str], max_queued_items: int, max_queued_tokens: int) -> None:

@@ -25,6 +25,7 @@ class Embeddings:
     quantizer: Quantizer | None = None
     # With `output_types`: each input's asked representations by name (`outputs` are then their packed form).
     parts: list[dict[Representation, np.ndarray]] | None = None
+    cached_tokens: int | None = None  # the tokens of the inputs the cache answered; None: it was not asked
 
     def of(self, representation: Representation) -> list[np.ndarray]:
         """Each input's output of one representation: an asked one, else (no `output_types`) the model's own."""
@@ -86,6 +87,7 @@ class Ranking:
     scores: list[float]
     tokens: int
     mode_scores: dict[str, list[float]] | None = None  # every score mode's, by document (`return_scores`)
+    cached_tokens: int | None = None  # as `Embeddings.cached_tokens`
 
     def scores_of(self, document: int) -> dict[str, float] | None:
         """One document's score by every mode, when the query asked for them."""
@@ -110,6 +112,7 @@ class Classified:
     info: ModelInfo
     scores: np.ndarray
     tokens: int
+    cached_tokens: int | None = None  # as `Embeddings.cached_tokens`
 
 
 @dataclass(frozen=True)

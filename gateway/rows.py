@@ -118,13 +118,21 @@ class Rows:
 
     async def media(self, info: ModelInfo, items: Sequence[InputItem]) -> list[ModelInput]:
         """Fetch or decode every item's bytes, then decode and process them off the event loop."""
+        return await self.processed(info, items, await self.payloads(items))
+
+    async def payloads(self, items: Sequence[InputItem]) -> list[str | bytes]:
+        """Each item's text, or its file's bytes (a data URI's decoded, a URL's fetched)."""
         async def payload(index: int, item: InputItem) -> str | bytes:
             if item.modality == "text":
                 return item.value  # type: ignore[return-value]
             where = f"input[{index}]"
             return await load_item(item.value, self.fetcher, self.limits.max_item_bytes, where)  # type: ignore[arg-type]
 
-        payloads = await asyncio.gather(*(payload(i, item) for i, item in enumerate(items)))
+        return list(await asyncio.gather(*(payload(i, item) for i, item in enumerate(items))))
+
+    async def processed(self, info: ModelInfo, items: Sequence[InputItem], payloads: Sequence[str | bytes]
+                        ) -> list[ModelInput]:
+        """The items' `payloads` decoded and through the model's processor, off the event loop."""
         work = [(item.modality, value) for item, value in zip(items, payloads)]
         return await asyncio.to_thread(self.preprocessors.processor(info).encode, info.served_model_name, work,
                                        self.limits)

@@ -229,7 +229,7 @@ def rerank_v1_answer(ranking: Ranking, return_documents: bool) -> RerankResponse
         for i in ranking.order
     ]
     return RerankResponse(id=response_id(), results=results, meta=_meta("1", ranking.tokens), model=ranking.model,
-                          usage=Usage.of(ranking.tokens))
+                          usage=Usage.of(ranking.tokens, ranking.cached_tokens))
 
 
 def rerank_v2_answer(ranking: Ranking) -> CohereV2RerankResponse:

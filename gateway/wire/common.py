@@ -128,13 +128,26 @@ def _json(answer: dict) -> Response:
     return Response(orjson.dumps(answer, option=orjson.OPT_SERIALIZE_NUMPY), media_type="application/json")
 
 
+class PromptTokensDetails(BaseModel):
+    cached_tokens: int
+
+
 class Usage(BaseModel):
+    """Every input's tokens, the cache's hits included (as OpenAI counts them), and with a cached model the hits'
+    share in `prompt_tokens_details.cached_tokens`."""
+
     prompt_tokens: int
     total_tokens: int
+    prompt_tokens_details: PromptTokensDetails | None = None
 
     @classmethod
-    def of(cls, tokens: int) -> Usage:
-        return cls(prompt_tokens=tokens, total_tokens=tokens)
+    def of(cls, tokens: int, cached_tokens: int | None = None) -> Usage:
+        details = None if cached_tokens is None else PromptTokensDetails(cached_tokens=cached_tokens)
+        return cls(prompt_tokens=tokens, total_tokens=tokens, prompt_tokens_details=details)
+
+    @model_serializer(mode="wrap")
+    def _without_details_unless_cached(self, handler: SerializerFunctionWrapHandler) -> dict:
+        return {key: value for key, value in handler(self).items() if value is not None}
 
 
 def response_id() -> str:

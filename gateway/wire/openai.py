@@ -167,13 +167,13 @@ def embedding_response(embeddings: Embeddings) -> EmbeddingResponse | dict:
         encoded = embeddings.encoded(encoding_format, embeddings.vectors())
         data = [EmbeddingData.model_construct(object="embedding", index=i, embedding=v) for i, v in enumerate(encoded)]
     return EmbeddingResponse.model_construct(
-        object="list", data=data, model=info.served_model_name, usage=Usage.of(embeddings.tokens)
+        object="list", data=data, model=info.served_model_name, usage=Usage.of(embeddings.tokens, embeddings.cached_tokens)
     )
 
 
 def _answer(embeddings: Embeddings, data: list[dict]) -> dict:
     return {"object": "list", "data": data, "model": embeddings.info.served_model_name,
-            "usage": Usage.of(embeddings.tokens).model_dump()}
+            "usage": Usage.of(embeddings.tokens, embeddings.cached_tokens).model_dump()}
 
 
 def _representations_data(embeddings: Embeddings, encoding_format: OutputType) -> list[dict]:

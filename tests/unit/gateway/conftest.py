@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from config.settings import EmbentoConfig, ModelConfig
+from gateway.cache.tiers import EmbeddingCache
 from gateway.engine import Engine
 from gateway.lifecycle import ModelRegistry
 from gateway.model_calls import ModelCalls
@@ -33,7 +34,8 @@ def serve(tokenizers: dict[str, TextTokenizer]) -> Serve:
             service = FakeModelService()
             registry = ModelRegistry({name: info.kind for name, info in INFOS.items()}, infos=dict(INFOS), done=True)
             calls = ModelCalls(config, registry.kinds.values(), {"TextEmbedder": service, "Reranker": service}, 64)
-            engine = Engine(config, registry, calls, Preprocessors(tokenizers=dict(tokenizers)), fetcher=None)
+            engine = Engine(config, registry, calls, Preprocessors(tokenizers=dict(tokenizers)), fetcher=None,
+                            cache=EmbeddingCache(config.cache))
             await engine.warm_up(INFOS[EMBEDDER])
             service.rows.clear()
             return await call(engine), service

@@ -1,0 +1,42 @@
+"""Each cached operation's request context (what of the query its outputs depend on) and its inputs' bytes: the
+two halves of its keys (`keys.CacheKeys`). What an operation leaves out here must be applied after the cache."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any
+
+from gateway.cache.keys import item_bytes, pair_bytes
+from gateway.queries import ClassifyQuery, EmbedQuery, RankQuery
+
+
+def embed_context(query: EmbedQuery, prompt: str) -> dict[str, Any]:
+    """An embedding depends on the prompt applied, the truncation, the input type (a ColBERT query is framed
+    apart from a document even without a prompt), long-input windows, the normalization and the outputs asked."""
+    return {"operation": "embed", "capability": query.capability, "prompt": prompt,
+            "truncation": asdict(query.truncation), "input_type": query.input_type, "windowed": query.windowed,
+            "normalize": query.normalize, "representations": query.representations}
+
+
+def embed_items(query: EmbedQuery, payloads: list[str | bytes] | None = None) -> list[bytes]:
+    """Texts and token ids by themselves; images and audio by their files' bytes (`payloads`), never a URL."""
+    values = payloads if payloads is not None else [item.value for item in query.items]
+    return [item_bytes(item.modality, value) for item, value in zip(query.items, values)]
+
+
+def pairs_context(query: RankQuery) -> dict[str, Any]:
+    """A cross-encoder's logit (before any activation) depends on the instruction and the truncation."""
+    return {"operation": "score_pairs", "instruction": query.instruction, "truncation": asdict(query.truncation)}
+
+
+def pairs_items(query: RankQuery) -> list[bytes]:
+    return [pair_bytes(query.query, document) for document in query.documents]
+
+
+def classify_context(query: ClassifyQuery) -> dict[str, Any]:
+    return {"operation": "classify", "truncation": asdict(query.truncation)}
+
+
+def classify_items(query: ClassifyQuery) -> list[bytes]:
+    pairs = query.pairs or (None,) * len(query.texts)
+    return [pair_bytes(text, pair) for text, pair in zip(query.texts, pairs)]

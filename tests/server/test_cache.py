@@ -1,0 +1,169 @@
+"""The embedding cache in real servers sharing a real Redis (tests/redis_server.py): MiniLM with `cache: true`,
+one server with two gateway workers and a second server of one. A hit answers the bytes the miss computed in
+every encoding; workers and servers share hits through Redis; `Cache-Control` is read from the request; Redis
+killed (and restarted) or stalled under load fails no request."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.conftest import MINILM, free_port, metric, running_server
+from tests.redis_server import RedisServer, running_redis
+
+ENCODINGS = ("float", "base64", "int8", "uint8", "binary", "ubinary")
+CLIENTS = 32
+STORE_TRAIL_S = 1.0  # a store may trail its answer by this much (the Redis write runs in the background)
+
+
+@pytest.fixture(scope="module")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    with running_redis(tmp_path_factory.mktemp("redis"), free_port()) as server:
+        yield server
+
+
+def _config(redis_server: RedisServer, workers: int) -> dict:
+    return {"models": [{"model_id": MINILM, "cache": True}], "gateway_workers": workers,
+            "cache": {"redis_url": redis_server.url, "memory_bytes": 8 * 1024 * 1024}}
+
+
+@pytest.fixture(scope="module")
+def two_servers(redis_server: RedisServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
+    """A server of two gateway workers, and a server of one, both on the same Redis."""
+    with running_server(tmp_path_factory.mktemp("cache-a"), _config(redis_server, 2)) as (first, _), \
+            running_server(tmp_path_factory.mktemp("cache-b"), _config(redis_server, 1)) as (second, _):
+        yield first, second
+
+
+def _embed(url: str, texts: list[str], cache_control: str | None = None, **fields) -> dict:
+    headers = {"Connection": "close", **({"Cache-Control": cache_control} if cache_control else {})}
+    response = httpx.post(f"{url}/v1/embeddings", json={"input": texts, "model": MINILM, **fields},
+                          headers=headers, timeout=60)
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def _new_texts(count: int = 2) -> list[str]:
+    return [f"a sentence never sent before, number {uuid.uuid4().hex[:12]}" for _ in range(count)]
+
+
+def _cached(answer: dict) -> int:
+    return answer["usage"]["prompt_tokens_details"]["cached_tokens"]
+
+
+def _stored(redis_server: RedisServer, keys_before: int, added: int) -> None:
+    """Until Redis holds `added` more keys (the background writes are done)."""
+    deadline = time.monotonic() + 10 * STORE_TRAIL_S
+    while int(redis_server.command("DBSIZE").lstrip(":")) < keys_before + added:
+        assert time.monotonic() < deadline, "the computed vectors never reached Redis"
+        time.sleep(0.05)
+
+
+def _keys(redis_server: RedisServer) -> int:
+    return int(redis_server.command("DBSIZE").lstrip(":"))
+
+
+@pytest.mark.server
+@pytest.mark.parametrize("encoding", ENCODINGS)
+@pytest.mark.parametrize("dimensions", [None, 64])
+def test_a_hit_is_the_bytes_the_miss_computed(two_servers, encoding, dimensions):
+    url, _ = two_servers
+    texts, fields = _new_texts(), {"encoding_format": encoding, "dimensions": dimensions}
+    computed = _embed(url, texts, "no-store", **fields)  # not stored: the next is a miss
+    missed = _embed(url, texts, **fields)
+    hit = _embed(url, texts, **fields)
+    assert _cached(missed) == 0 and _cached(hit) == hit["usage"]["prompt_tokens"] == missed["usage"]["prompt_tokens"]
+    assert hit["data"] == missed["data"] == computed["data"]
+    assert "prompt_tokens_details" not in computed["usage"]  # no-store: the cache was not asked
+
+
+@pytest.mark.server
+def test_no_cache_computes_and_stores(two_servers, redis_server):
+    url, other = two_servers
+    texts, before = _new_texts(1), _keys(redis_server)
+    refreshed = _embed(url, texts, "no-cache")
+    assert "prompt_tokens_details" not in refreshed["usage"]
+    _stored(redis_server, before, 1)
+    assert _cached(_embed(other, texts)) == refreshed["usage"]["prompt_tokens"]
+
+
+@pytest.mark.server
+def test_two_servers_share_hits_through_redis(two_servers, redis_server):
+    first, second = two_servers
+    texts, before = _new_texts(3), _keys(redis_server)
+    computed = _embed(first, texts)
+    _stored(redis_server, before, 3)
+    shared = _embed(second, texts)  # the second server never saw them: its memory tier is empty of them
+    assert _cached(shared) == computed["usage"]["prompt_tokens"] and shared["data"] == computed["data"]
+
+
+@pytest.mark.server
+def test_two_gateway_workers_share_hits_through_redis(two_servers, redis_server):
+    """Each fresh connection goes to either worker (the kernel's choice): a text computed by one worker and asked
+    again until the other answers is a Redis hit there, not a memory one."""
+    url, _ = two_servers
+    redis_hits = metric(httpx.get(f"{url}/metrics").text, "embento_cache_hits_total", tier="redis")
+    for _ in range(40):
+        texts, before = _new_texts(1), _keys(redis_server)
+        computed = _embed(url, texts)
+        _stored(redis_server, before, 1)
+        for _ in range(3):
+            assert _embed(url, texts)["data"] == computed["data"]
+        if metric(httpx.get(f"{url}/metrics").text, "embento_cache_hits_total", tier="redis") > redis_hits:
+            return
+    pytest.fail("no request was answered from Redis by the other worker in 40 tries")
+
+
+async def _load(url: str, seconds: float, texts: list[str]) -> list[int]:
+    """`CLIENTS` clients in a closed loop for `seconds`, each request half repeated, half new: the statuses."""
+    statuses: list[int] = []
+    stop = time.monotonic() + seconds
+
+    async def client(index: int) -> None:
+        async with httpx.AsyncClient(timeout=60) as http:
+            while time.monotonic() < stop:
+                body = {"input": [texts[index % len(texts)], *_new_texts(1)], "model": MINILM}
+                statuses.append((await http.post(f"{url}/v1/embeddings", json=body)).status_code)
+
+    await asyncio.gather(*(client(i) for i in range(CLIENTS)))
+    return statuses
+
+
+@pytest.mark.server
+def test_redis_killed_and_restarted_under_load_fails_no_request(two_servers, redis_server):
+    url, other = two_servers
+
+    async def scenario() -> list[int]:
+        load = asyncio.ensure_future(_load(url, 6.0, _new_texts(8)))
+        await asyncio.sleep(1.5)
+        redis_server.kill()
+        await asyncio.sleep(2.0)
+        redis_server.start()
+        return await load
+
+    statuses = asyncio.run(scenario())
+    assert statuses and set(statuses) == {200}, {s: statuses.count(s) for s in set(statuses)}
+    assert metric(httpx.get(f"{url}/metrics").text, "embento_cache_errors_total", tier="redis") > 0
+    texts, before = _new_texts(2), _keys(redis_server)
+    time.sleep(1.5)  # past the second Redis is left alone after a failure
+    computed = _embed(url, texts)
+    _stored(redis_server, before, 2)
+    assert _cached(_embed(other, texts)) == computed["usage"]["prompt_tokens"]  # hits resume through Redis
+
+
+@pytest.mark.server
+def test_a_stalled_redis_fails_no_request(two_servers, redis_server):
+    url, _ = two_servers
+    stall = redis_server.debug_sleep(4)
+    try:
+        time.sleep(0.2)
+        statuses = asyncio.run(_load(url, 2.0, _new_texts(8)))
+    finally:
+        stall.wait(timeout=30)
+    assert statuses and set(statuses) == {200}, {s: statuses.count(s) for s in set(statuses)}
