@@ -55,8 +55,18 @@ class EmbeddingCache:
         self._storing: set[asyncio.Task] = set()
 
     def enable(self, model: str, identity: bytes) -> None:
-        if self.memory is not None or self.redis is not None:
-            self._keys[model] = CacheKeys(identity)
+        """Cache `model`'s outputs under keys rooted in its `identity`; its series start at zero, so that a rate
+        or an alert over them reads from the start."""
+        tiers = [tier for tier, on in (("memory", self.memory), ("redis", self.redis)) if on is not None]
+        if not tiers:
+            return
+        self._keys[model] = CacheKeys(identity)
+        for tier in tiers:
+            for series in (CACHE_HITS, CACHE_MISSES, CACHE_ERRORS):
+                series.labels(model=model, tier=tier)
+            CACHE_LOOKUP_SECONDS.labels(tier=tier)
+        if self.memory is not None:
+            CACHE_BYTES.labels(tier="memory").set(self.memory.held_bytes)
 
     def enabled(self, model: str) -> bool:
         return model in self._keys

@@ -1,5 +1,5 @@
 """The embedding cache in real servers sharing a real Redis (tests/redis_server.py): MiniLM with `cache: true`,
-one server with two gateway workers and a second server of one. A hit answers the bytes the miss computed in
+one server with two gateway workers and a second server of one; and CLIP with a cross-encoder. A hit answers the bytes the miss computed in
 every encoding; workers and servers share hits through Redis; `Cache-Control` is read from the request; Redis
 killed (and restarted) or stalled under load fails no request."""
 
@@ -14,7 +14,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.conftest import MINILM, free_port, metric, running_server
+from tests.conftest import MINILM, SAMPLE, TINY_CLIP, TINY_RERANKER, free_port, metric, running_server
+from tests.media import IMAGES, data_uri
 from tests.redis_server import RedisServer, running_redis
 
 ENCODINGS = ("float", "base64", "int8", "uint8", "binary", "ubinary")
@@ -167,3 +168,46 @@ def test_a_stalled_redis_fails_no_request(two_servers, redis_server):
     finally:
         stall.wait(timeout=30)
     assert statuses and set(statuses) == {200}, {s: statuses.count(s) for s in set(statuses)}
+
+
+@pytest.fixture(scope="module")
+def media_and_reranker(tiny_clip_path: Path, tiny_reranker_path: Path,
+                       tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """CLIP and a cross-encoder with the memory tier alone."""
+    config = {"models": [{"model_id": str(tiny_clip_path), "served_model_name": TINY_CLIP, "cache": True},
+                         {"model_id": str(tiny_reranker_path), "served_model_name": TINY_RERANKER, "cache": True}]}
+    with running_server(tmp_path_factory.mktemp("cache-media"), config) as (url, _):
+        yield url
+
+
+@pytest.mark.server
+def test_images_are_cached_by_their_bytes(media_and_reranker):
+    image, _ = IMAGES["jpeg"]
+    first = {"input": [{"image": data_uri(image, "image/jpeg")}, {"text": f"a photo {uuid.uuid4().hex}"}],
+             "model": TINY_CLIP}
+    computed = httpx.post(f"{media_and_reranker}/v1/embeddings", json=first, timeout=60).json()
+    # The same bytes under another media type: the file's bytes make the key, not how they were sent.
+    again = {**first, "input": [{"image": data_uri(image, "image/png")}, first["input"][1]]}
+    hit = httpx.post(f"{media_and_reranker}/v1/embeddings", json=again, timeout=60).json()
+    assert _cached(hit) == hit["usage"]["prompt_tokens"] == computed["usage"]["prompt_tokens"]
+    assert _cached(computed) == 0 and hit["data"] == computed["data"]
+
+
+@pytest.mark.server
+def test_rerank_pairs_are_cached(media_and_reranker):
+    body = {"model": TINY_RERANKER, "query": f"which animal {uuid.uuid4().hex}", "documents": ["a fox", "a dog"]}
+    computed = httpx.post(f"{media_and_reranker}/v1/rerank", json=body, timeout=60).json()
+    hit = httpx.post(f"{media_and_reranker}/v1/rerank", json={**body, "top_n": 1}, timeout=60).json()
+    assert _cached(computed) == 0 and _cached(hit) == hit["usage"]["prompt_tokens"]
+    assert hit["results"] == computed["results"][:1]
+
+
+@pytest.mark.server
+def test_the_cache_series_the_dashboard_and_alerts_read_are_exported(two_servers):
+    from tests.server.test_observability import CACHE_SERIES, alert_expressions, dashboard_expressions, metric_names
+
+    exported = {sample["name"] for sample in SAMPLE.finditer(httpx.get(f"{two_servers[1]}/metrics").text)}
+    read = set().union(*map(metric_names, [*dashboard_expressions(), *alert_expressions().values()]))
+    cache_series = {name for name in read if name.startswith(CACHE_SERIES)}
+    assert {"embento_cache_hits_total", "embento_cache_errors_total"} <= cache_series
+    assert cache_series - exported == set()
