@@ -48,6 +48,10 @@ FLAGS = (
          repeats=True),
     Flag(("--trust-remote-code",), "TRUST_REMOTE_CODE", "run code shipped with the checkpoint (default: false)",
          repeats=True, is_switch=True),
+    Flag(("--cache",), "CACHE", "keep the model's outputs per input in the embedding cache (default: false)",
+         repeats=True, is_switch=True),
+    Flag(("--cache-memory-bytes",), "CACHE_MEMORY_BYTES", "the cache's memory tier, per gateway worker"),
+    Flag(("--cache-redis-url",), "CACHE_REDIS_URL", "redis://host:port/db of the cache's shared tier"),
     Flag(("--api-key",), "API_KEY", "require `Authorization: Bearer <key>` on every route but the probes; "
          "several keys: separate them with ';'"),
     Flag(("--gateway-workers",), "GATEWAY_WORKERS", "gateway processes (default: chosen from the cores and GPUs)"),

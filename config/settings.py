@@ -226,7 +226,7 @@ class CacheSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     memory_bytes: int = Field(64 * 1024 * 1024, ge=0, description=(
-        "Bytes of outputs each gateway worker keeps, least recently used out first (64 MiB: about 40,000 "
+        "Bytes of outputs each gateway worker keeps, least recently used out first (64 MiB: about 38,000 "
         "384-feature vectors); 0: no memory tier."))
     redis_url: SecretStr | None = Field(None, description=(
         "`redis://[:password@]host:port/db` (or `rediss://`) of the shared tier. Unset: memory only. A secret of "

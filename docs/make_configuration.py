@@ -18,11 +18,13 @@ from pydantic_core import PydanticUndefined  # noqa: E402
 from commands.flags import FLAGS, IMAGE_FLAGS, Flag  # noqa: E402
 from config.settings import (  # noqa: E402
     BENTO_CONFIG_ENV,
+    CACHE_ENV_FIELDS,
     CONFIG_FILE_NAME,
     ENV_PREFIX,
     IMAGE_ENV_FIELDS,
     MODEL_ENV_FIELDS,
     SERVER_ENV_FIELDS,
+    CacheSettings,
     EmbentoConfig,
     ImageSettings,
     ModelConfig,
@@ -122,7 +124,7 @@ def table(model: type[BaseModel], env_fields: dict[str, str], flags: tuple[Flag,
 
 
 def render() -> str:
-    config_suffixes = set(MODEL_ENV_FIELDS) | set(SERVER_ENV_FIELDS)
+    config_suffixes = set(MODEL_ENV_FIELDS) | set(SERVER_ENV_FIELDS) | set(CACHE_ENV_FIELDS)
     command_rows = "\n".join(
         f"| `{ENV_PREFIX}{flag.env}` | {', '.join(f'`{n}`' for n in flag.names)} | {flag.help.capitalize()}. |"
         for flag in FLAGS if flag.env not in config_suffixes)
@@ -134,6 +136,10 @@ def render() -> str:
         "\n## Model settings\n",
         "Each entry of `models:`. Unset, the value comes from the checkpoint where it says so.\n",
         table(ModelConfig, MODEL_ENV_FIELDS, FLAGS),
+        "\n## Cache settings\n",
+        "The `cache:` section: the embedding cache of the models with `cache: true` (operations.md: Embedding "
+        "cache).\n",
+        table(CacheSettings, CACHE_ENV_FIELDS, FLAGS),
         "\n## Image settings\n",
         "The `image:` section, read by `embento build` only (deployment.md: containers behind a private mirror). "
         "The Bento's labels record them.\n",

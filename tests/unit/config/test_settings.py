@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from config.settings import DEFAULT_MODEL_ID, load_config, split_list
+from config.settings import DEFAULT_MODEL_ID, carried, carried_text, load_config, split_list
 from models.errors import ConfigError
 
 
@@ -110,3 +110,17 @@ def test_api_keys_from_a_list_and_a_file_and_never_in_reprs_or_errors(tmp_path):
         load_config({"EMBENTO_API_KEY_FILE": str(tmp_path / "missing")}, cwd=tmp_path)
     with pytest.raises(ConfigError, match="empty key"):
         load_config({"EMBENTO_API_KEY": "a; ;b"}, cwd=tmp_path)
+
+
+def test_the_cache_from_yaml_and_environment_without_its_password_in_a_bento(tmp_path):
+    write(tmp_path, {"models": [{"model_id": "a"}, {"model_id": "b"}], "cache": {"memory_bytes": 1024}})
+    url = "redis://:s3cret@redis.internal:6379/2"
+    config = load_config({"EMBENTO_CACHE": "true;false", "EMBENTO_CACHE_REDIS_URL": url,
+                          "EMBENTO_CACHE_TTL_S": "60"}, cwd=tmp_path)
+    assert [m.cache for m in config.models] == [True, False]
+    assert (config.cache.memory_bytes, config.cache.ttl_s, config.cache.redis()) == (1024, 60, url)
+    assert "s3cret" not in repr(config) and "s3cret" not in carried_text(config)
+    assert carried(config)["cache"] == {"memory_bytes": 1024, "ttl_s": 60, "redis_timeout_ms": 20.0}
+    assert load_config({}, cwd=tmp_path / "missing").cache.redis() is None
+    with pytest.raises(ConfigError, match="redis_timeout_ms"):
+        load_config({"EMBENTO_CACHE_REDIS_TIMEOUT_MS": "0"}, cwd=tmp_path)
