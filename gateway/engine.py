@@ -95,9 +95,7 @@ class Engine:
         if info.spec.preprocessor == "media":
             answered = await self._embed_media(info, query)
         else:
-            prompt = self.preprocessors.tokenizer(info).prompt(query.prompt_name, query.instruction, query.input_type)
-            keys = self.cache.keys(info.served_model_name, embed_context(query, prompt), embed_items(query))
-            answered = await self.cache.answer(info.served_model_name, keys, len(query.items),
+            answered = await self.cache.answer(info.served_model_name, self._embed_keys(info, query), len(query.items),
                                                lambda at: self._embed_texts(info, _picked(query, at)))
         outputs = answered.outputs
         return Embeddings(query, info, outputs, answered.tokens, quantizer, asked_parts(query, info, outputs),
@@ -113,13 +111,23 @@ class Engine:
     async def _embed_media(self, info: ModelInfo, query: EmbedQuery) -> Answered:
         """Images and audio are keyed by their files' bytes: fetched (or decoded) first, processed if missed."""
         payloads = await self.rows.payloads(query.items)
-        keys = self.cache.keys(info.served_model_name, embed_context(query, ""), embed_items(query, payloads))
+        keys = self._embed_keys(info, query, payloads)
 
         async def compute(at: list[int]) -> Computed:
             rows = await self.rows.processed(info, [query.items[i] for i in at], [payloads[i] for i in at])
             return Computed(await self.calls.run(info, rows), [row.length for row in rows])
 
         return await self.cache.answer(info.served_model_name, keys, len(query.items), compute)
+
+    def _embed_keys(self, info: ModelInfo, query: EmbedQuery, payloads: list[str | bytes] | None = None
+                    ) -> list[bytes] | None:
+        """Each input's cache key; None when the request leaves the cache alone (then no prompt is worked out)."""
+        if not self.cache.enabled(info.served_model_name):
+            return None
+        applied = ""  # token ids and media items take no prompt
+        if info.spec.preprocessor == "text" and isinstance(query.items[0].value, str):
+            applied = self.preprocessors.tokenizer(info).prompt(query.prompt_name, query.instruction, query.input_type)
+        return self.cache.keys(info.served_model_name, embed_context(query, applied), embed_items(query, payloads))
 
     async def embed_in_context(self, query: ContextQuery) -> ContextEmbeddings:
         """Late chunking: each document's chunks embedded in the context of the whole document."""

@@ -7,6 +7,7 @@ import contextlib
 import shutil
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -59,23 +60,27 @@ class RedisServer:
             self.process = None
 
     def command(self, *words: str) -> str:
-        """One command through redis-cli-free RESP on a fresh connection; its first reply line."""
+        """One command on a fresh connection (no client library needed); its first reply line."""
         with socket.create_connection(("127.0.0.1", self.port), timeout=5) as sock:
-            sock.sendall(b"".join([f"*{len(words)}\r\n".encode()] +
-                                  [f"${len(word.encode())}\r\n{word}\r\n".encode() for word in words]))
+            sock.sendall(resp(*words))
             return sock.recv(65536).split(b"\r\n")[0].decode()
 
     def debug_sleep(self, seconds: float) -> subprocess.Popen:
-        """`DEBUG SLEEP seconds` sent without waiting: the server stalls with its sockets open."""
+        """`DEBUG SLEEP seconds` sent from a process of its own, not waited for: the server stalls with its
+        sockets open."""
         script = (f"import socket; s = socket.create_connection(('127.0.0.1', {self.port})); "
-                  f"s.sendall(b'*3\\r\\n$5\\r\\nDEBUG\\r\\n$5\\r\\nSLEEP\\r\\n${len(str(seconds))}\\r\\n{seconds}\\r\\n');"
-                  " s.recv(64)")
-        return subprocess.Popen(["python3", "-c", script])
+                  f"s.sendall({resp('DEBUG', 'SLEEP', str(seconds))!r}); s.recv(64)")
+        return subprocess.Popen([sys.executable, "-c", script])
 
     def _answers(self) -> bool:
         with contextlib.suppress(OSError):
             return self.command("PING") == "+PONG"
         return False
+
+
+def resp(*words: str) -> bytes:
+    """A command in Redis's wire protocol."""
+    return b"".join([f"*{len(words)}\r\n".encode(), *(f"${len(w.encode())}\r\n{w}\r\n".encode() for w in words)])
 
 
 @contextlib.contextmanager

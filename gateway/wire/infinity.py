@@ -76,8 +76,9 @@ def rerank_response(ranking: Ranking, return_documents: bool) -> InfinityRerankR
                                     document=ranking.documents[i] if return_documents else None,
                                     scores=ranking.scores_of(i))
                for i in ranking.order]
-    return InfinityRerankResponse(results=results, model=ranking.model, usage=Usage.of(ranking.tokens, ranking.cached_tokens),
-                                  id=response_id(), created=int(time.time()))
+    return InfinityRerankResponse(results=results, model=ranking.model,
+                                  usage=Usage.of(ranking.tokens, ranking.cached_tokens), id=response_id(),
+                                  created=int(time.time()))
 
 
 async def rerank(engine: Engine, body: RerankRequest) -> InfinityRerankResponse:
@@ -108,7 +109,8 @@ class ClassifyResponse(BaseModel):
 def classify_response(classified: Classified) -> ClassifyResponse:
     info = classified.info
     return ClassifyResponse(data=ranked_labels(info.labels, classified.scores.tolist()), model=info.served_model_name,
-                            usage=Usage.of(classified.tokens, classified.cached_tokens), id=response_id(), created=int(time.time()))
+                            usage=Usage.of(classified.tokens, classified.cached_tokens), id=response_id(),
+                            created=int(time.time()))
 
 
 async def classify(engine: Engine, body: ClassifyRequest) -> ClassifyResponse:

@@ -167,7 +167,8 @@ def embedding_response(embeddings: Embeddings) -> EmbeddingResponse | dict:
         encoded = embeddings.encoded(encoding_format, embeddings.vectors())
         data = [EmbeddingData.model_construct(object="embedding", index=i, embedding=v) for i, v in enumerate(encoded)]
     return EmbeddingResponse.model_construct(
-        object="list", data=data, model=info.served_model_name, usage=Usage.of(embeddings.tokens, embeddings.cached_tokens)
+        object="list", data=data, model=info.served_model_name,
+        usage=Usage.of(embeddings.tokens, embeddings.cached_tokens),
     )
 
 

@@ -1,6 +1,7 @@
 """The embedding cache in real servers sharing a real Redis (tests/redis_server.py): MiniLM with `cache: true`,
-one server with two gateway workers and a second server of one; and CLIP with a cross-encoder. A hit answers the bytes the miss computed in
-every encoding; workers and servers share hits through Redis; `Cache-Control` is read from the request; Redis
+one server with two gateway workers and a second server of one; and CLIP with a cross-encoder. A hit answers the
+bytes the miss computed in every encoding; workers and servers share hits through Redis; `Cache-Control` is read
+from the request; Redis
 killed (and restarted) or stalled under load fails no request."""
 
 from __future__ import annotations

@@ -245,3 +245,25 @@ def test_a_model_without_the_cache_answers_without_cached_tokens(serve):
             assert _rows_sent(service) == 1 and "prompt_tokens_details" not in answer["usage"]
 
     serve(scenario)
+
+
+def test_token_ids_and_windowed_long_texts_are_cached_with_all_their_tokens(serve):
+    async def scenario(engine: Engine) -> None:
+        service = engine.calls.clients["TextEmbedder"]
+        engine.cache.enable(EMBEDDER, b"m" * 32)
+        ids = await _embed(engine, [[101, 2000, 102], [101, 2001, 102]])
+        assert _rows_sent(service) == 2
+        again = await _embed(engine, [[101, 2000, 102], [101, 2001, 102]])
+        assert _rows_sent(service) == 0 and again["data"] == ids["data"]
+        assert again["usage"]["prompt_tokens_details"]["cached_tokens"] == 6
+        long = ["word " * 600, "short"]  # past MiniLM's 256 tokens: several windows, one vector
+        windowed = await _embed(engine, long, long_input="mean")
+        windows = _rows_sent(service)
+        assert windows > 2
+        hit = await _embed(engine, long, long_input="mean")
+        assert _rows_sent(service) == 0 and hit["data"] == windowed["data"]
+        assert hit["usage"]["prompt_tokens_details"]["cached_tokens"] == windowed["usage"]["prompt_tokens"]
+        truncated = await _embed(engine, long)  # the same texts cut to the window: another key
+        assert _rows_sent(service) == 2 and truncated["data"][0] != windowed["data"][0]
+
+    serve(scenario)
