@@ -7,18 +7,23 @@ adapters (`gateway/wire/`) turn their bodies into queries and the results into t
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 
 from config.settings import EmbentoConfig
 from gateway.cache.contexts import (
+    IMAGE_RANK_CONTEXT,
     classify_context,
     classify_items,
     embed_context,
-    embed_items,
+    input_items,
     pairs_context,
     pairs_items,
+    ranked_context,
+    ranked_items,
 )
 from gateway.cache.keys import model_identity
 from gateway.cache.tiers import Answered, Computed, EmbeddingCache
@@ -40,7 +45,7 @@ from gateway.queries import (
 )
 from gateway.results import Classified, ContextEmbeddings, Embeddings, Ranking, Tokens
 from gateway.routing import choose_model
-from gateway.representations import asked_parts, representations_for, score_mode
+from gateway.representations import asked_parts, representations_for, score_mode, scores_by_mode
 from gateway.rows import Rows
 from gateway.validation import (
     check_classify,
@@ -52,12 +57,11 @@ from gateway.validation import (
     check_tokenize,
 )
 from models import errors
-from models.base import ModelInfo
+from models.base import ModelInfo, Representation
 from models.kinds import KindSpec, spec
 from models.media import MediaLimits
-from models.packing import unpack_arrays
 from models.resolve import resolve_model
-from models.scores import HYBRID_WEIGHTS, activate, late_interaction, mode_scores, rank, weighted_mean
+from models.scores import activate, rank, similarities
 from models.text_tokenizer import TextTokenizer
 
 
@@ -93,9 +97,9 @@ class Engine:
         quantizer = self.registry.quantizers.get(info.served_model_name)
         check_embed(query, info, self.config, quantizer, self.registry.infos)
         if info.spec.preprocessor == "media":
-            answered = await self._embed_media(info, query)
+            answered = await self._media_outputs(info, query.items, embed_context(query, ""))
         else:
-            answered = await self.cache.answer(info.served_model_name, self._embed_keys(info, query), len(query.items),
+            answered = await self.cache.answer(info.served_model_name, self._text_keys(info, query), len(query.items),
                                                lambda at: self._embed_texts(info, _picked(query, at)))
         outputs = answered.outputs
         return Embeddings(query, info, outputs, answered.tokens, quantizer, asked_parts(query, info, outputs),
@@ -108,26 +112,28 @@ class Engine:
         assert plan.output_tokens is not None, "every embedding plan but late chunking's owns its rows"
         return Computed(outputs, plan.output_tokens)
 
-    async def _embed_media(self, info: ModelInfo, query: EmbedQuery) -> Answered:
+    async def _media_outputs(self, info: ModelInfo, items: Sequence[InputItem], context: dict[str, Any]
+                             ) -> Answered:
         """Images and audio are keyed by their files' bytes: fetched (or decoded) first, processed if missed."""
-        payloads = await self.rows.payloads(query.items)
-        keys = self._embed_keys(info, query, payloads)
+        payloads = await self.rows.payloads(items)
+        name = info.served_model_name
+        keys = self.cache.keys(name, context, input_items(items, payloads)) if self.cache.enabled(name) else None
 
         async def compute(at: list[int]) -> Computed:
-            rows = await self.rows.processed(info, [query.items[i] for i in at], [payloads[i] for i in at])
+            rows = await self.rows.processed(info, [items[i] for i in at], [payloads[i] for i in at])
             return Computed(await self.calls.run(info, rows), [row.length for row in rows])
 
-        return await self.cache.answer(info.served_model_name, keys, len(query.items), compute)
+        return await self.cache.answer(name, keys, len(items), compute)
 
-    def _embed_keys(self, info: ModelInfo, query: EmbedQuery, payloads: list[str | bytes] | None = None
-                    ) -> list[bytes] | None:
-        """Each input's cache key; None when the request leaves the cache alone (then no prompt is worked out)."""
+    def _text_keys(self, info: ModelInfo, query: EmbedQuery) -> list[bytes] | None:
+        """Each text's (or token-id input's) cache key; None when the request leaves the cache alone, and then
+        no prompt is worked out."""
         if not self.cache.enabled(info.served_model_name):
             return None
-        applied = ""  # token ids and media items take no prompt
-        if info.spec.preprocessor == "text" and isinstance(query.items[0].value, str):
+        applied = ""  # token ids take no prompt
+        if isinstance(query.items[0].value, str):
             applied = self.preprocessors.tokenizer(info).prompt(query.prompt_name, query.instruction, query.input_type)
-        return self.cache.keys(info.served_model_name, embed_context(query, applied), embed_items(query, payloads))
+        return self.cache.keys(info.served_model_name, embed_context(query, applied), input_items(query.items))
 
     async def embed_in_context(self, query: ContextQuery) -> ContextEmbeddings:
         """Late chunking: each document's chunks embedded in the context of the whole document."""
@@ -144,20 +150,24 @@ class Engine:
 
     async def rank(self, query: RankQuery) -> Ranking:
         """Score every (query, document) pair, best first: a cross-encoder's (or causal-LM scorer's) activated
-        logits, or for image documents the similarity of their embeddings with the query's."""
+        logits; for a model that ranks by its own outputs, their score mode; for image documents the
+        similarity of their embeddings with the query's."""
         info = await self.require_model(query.model, "rerank")
         check_rank(query, info, self.config)
-        by_mode, cached_tokens = None, None
+        by_mode = None
         if info.spec.preprocessor == "media":
-            scores, tokens = await self._rank_images(info, query)
+            items = [InputItem("text", query.query), *(InputItem("image", document) for document in query.documents)]
+            answered = await self._media_outputs(info, items, IMAGE_RANK_CONTEXT)
+            scores = similarities(answered.outputs[0], answered.outputs[1:], info.multi_vector)
         elif not info.spec.scores_pairs:
-            scores, tokens, by_mode = await self._rank_by_representations(info, query)
+            mode = score_mode(query, info)
+            answered = await self._ranked_outputs(info, query, representations_for(mode, info))
+            scores, by_mode = scores_by_mode(info, query, mode, answered.outputs)
         else:
             answered = await self._score_pairs(info, query)
-            logits, tokens, cached_tokens = np.stack(answered.outputs), answered.tokens, answered.cached_tokens
-            scores = activate(logits, query.activation or info.activation)[:, 0]
-        return Ranking(query, info, rank(scores, query.top_n), scores.tolist(), tokens,
-                       by_mode if query.return_scores else None, cached_tokens)
+            scores = activate(np.stack(answered.outputs), query.activation or info.activation)[:, 0]
+        return Ranking(query, info, rank(scores, query.top_n), scores.tolist(), answered.tokens,
+                       by_mode if query.return_scores else None, answered.cached_tokens)
 
     async def _score_pairs(self, info: ModelInfo, query: RankQuery) -> Answered:
         """A cross-encoder's (or causal-LM scorer's) logit per (query, document) pair, each pair cached."""
@@ -168,38 +178,19 @@ class Engine:
         keys = self.cache.keys(info.served_model_name, pairs_context(query), pairs_items(query))
         return await self.cache.answer(info.served_model_name, keys, len(query.documents), compute)
 
-    async def _rank_by_representations(self, info: ModelInfo, query: RankQuery
-                                       ) -> tuple[np.ndarray, int, dict[str, list[float]]]:
-        """Text embedders that rank by their own outputs: a ColBERT model by MaxSim (the sum over the query's
-        vectors), a model with several representations by the query's score mode (FlagEmbedding's scores)."""
-        mode = score_mode(query, info)
-        asked = representations_for(mode, info)
-        rows = await self.rows.ranked(info, query, asked)
-        query_output, *documents = await self.calls.run(info, rows)
-        tokens = sum(row.length for row in rows)
-        if asked is None:  # one representation: late interaction
-            scores = [late_interaction(query_output, document) for document in documents]
-            return np.array(scores, dtype=np.float32), tokens, {info.spec.representations[0]: scores}
-        query_parts = dict(zip(asked, unpack_arrays(query_output)))
-        pairs = [mode_scores(query_parts, dict(zip(asked, unpack_arrays(document)))) for document in documents]
-        if mode == "hybrid":
-            weights = dict(zip(info.spec.representations, query.weights or HYBRID_WEIGHTS))
-            for pair in pairs:
-                pair["hybrid"] = weighted_mean(pair, weights)
-        by_mode = {name: [pair[name] for pair in pairs] for name in pairs[0]}  # documents are never empty
-        return np.array([pair[mode] for pair in pairs], dtype=np.float32), tokens, by_mode
+    async def _ranked_outputs(self, info: ModelInfo, query: RankQuery,
+                              representations: tuple[Representation, ...] | None) -> Answered:
+        """The query's outputs, then each document's, of a model that ranks by its own (ColBERT, BGE-M3); each
+        text cached in its role."""
+        texts = [query.query, *query.documents]
 
-    async def _rank_images(self, info: ModelInfo, query: RankQuery) -> tuple[np.ndarray, int]:
-        """Documents are images (data URIs or URLs): MaxSim late interaction for multi-vector models, else the
-        dot product of unit vectors."""
-        items = [InputItem("text", query.query), *(InputItem("image", document) for document in query.documents)]
-        rows = await self.rows.media(info, items)
-        query_vectors, *pages = await self.calls.run(info, rows)  # type: ignore[arg-type]
-        if info.multi_vector:
-            scores = np.array([late_interaction(query_vectors, page) for page in pages], dtype=np.float32)
-        else:
-            scores = np.stack(pages) @ query_vectors
-        return scores, sum(row.length for row in rows)
+        async def compute(at: list[int]) -> Computed:  # `at` is ascending: the query, if asked, comes first
+            rows = [*await self.rows.ranked(info, [texts[i] for i in at if i == 0], True, query, representations),
+                    *await self.rows.ranked(info, [texts[i] for i in at if i > 0], False, query, representations)]
+            return Computed(await self.calls.run(info, rows), [row.length for row in rows])
+
+        keys = self.cache.keys(info.served_model_name, ranked_context(query, representations), ranked_items(query))
+        return await self.cache.answer(info.served_model_name, keys, len(texts), compute)
 
     async def classify(self, query: ClassifyQuery) -> Classified:
         """Every label's score per text (or pair), by the query's activation or else the model's own."""

@@ -12,6 +12,7 @@ from gateway.queries import EmbedQuery, RankQuery
 from models.base import ModelInfo, Representation
 from models.kinds import ScoreMode
 from models.packing import unpack_arrays
+from models.scores import HYBRID_WEIGHTS, late_interaction, mode_scores, weighted_mean
 
 
 def row_representations(asked: tuple[Representation, ...] | None, info: ModelInfo
@@ -43,3 +44,23 @@ def asked_parts(query: EmbedQuery, info: ModelInfo, outputs: list[np.ndarray]
     if row_representations(asked, info) is None:
         return [{asked[0]: output} for output in outputs]
     return [dict(zip(asked, unpack_arrays(output))) for output in outputs]
+
+
+def scores_by_mode(info: ModelInfo, query: RankQuery, mode: ScoreMode | None, outputs: list[np.ndarray]
+                   ) -> tuple[np.ndarray, dict[str, list[float]]]:
+    """Each document's score by a model's own outputs (the query's first, then the documents'), and by every
+    mode read: a ColBERT model's MaxSim (the sum over the query's vectors); a model with several
+    representations by FlagEmbedding's scores, `hybrid` their weighted mean."""
+    query_output, *documents = outputs
+    asked = representations_for(mode, info)
+    if asked is None:  # one representation: late interaction
+        scores = [late_interaction(query_output, document) for document in documents]
+        return np.array(scores, dtype=np.float32), {info.spec.representations[0]: scores}
+    query_parts = dict(zip(asked, unpack_arrays(query_output)))
+    pairs = [mode_scores(query_parts, dict(zip(asked, unpack_arrays(document)))) for document in documents]
+    if mode == "hybrid":
+        weights = dict(zip(info.spec.representations, query.weights or HYBRID_WEIGHTS))
+        for pair in pairs:
+            pair["hybrid"] = weighted_mean(pair, weights)
+    by_mode = {name: [pair[name] for pair in pairs] for name in pairs[0]}  # documents are never empty
+    return np.array([pair[mode] for pair in pairs], dtype=np.float32), by_mode

@@ -64,16 +64,16 @@ class Rows:
         return [TokenizedText(model=info.served_model_name, input_ids=ids, is_query=is_query, expansion=expansion)
                 for ids, expansion in zip(token_ids, expansions)]
 
-    async def ranked(self, info: ModelInfo, query: RankQuery, representations: tuple[Representation, ...] | None
-                     ) -> list[TokenizedText]:
-        """The query, then each document, for a model that ranks by its own outputs (ColBERT, BGE-M3)."""
-        documents = list(query.documents)
+    async def ranked(self, info: ModelInfo, texts: list[str], is_query: bool, query: RankQuery,
+                     representations: tuple[Representation, ...] | None) -> list[TokenizedText]:
+        """Texts of one role (the query, or documents) for a model that ranks by its own outputs (ColBERT,
+        BGE-M3)."""
+        if not texts:
+            return []
         if info.spec.encodes_roles:
-            return [*await self.with_roles(info, [query.query], True, "", query),
-                    *await self.with_roles(info, documents, False, "", query)]
-        work = functools.partial(self.preprocessors.tokenizer(info).encode_texts, [query.query, *documents], "",
-                                 query.truncation)
-        token_ids = await off_loop_if_large(work, len(query.query) + sum(map(len, documents)))
+            return await self.with_roles(info, texts, is_query, "", query)
+        work = functools.partial(self.preprocessors.tokenizer(info).encode_texts, texts, "", query.truncation)
+        token_ids = await off_loop_if_large(work, sum(map(len, texts)))
         return TokenizedText.rows(info.served_model_name, token_ids,
                                   representations=row_representations(representations, info))
 

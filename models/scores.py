@@ -25,6 +25,14 @@ def late_interaction(query: np.ndarray, document: np.ndarray) -> float:
     return float((query @ document.T).max(axis=1).sum())
 
 
+def similarities(query: np.ndarray, documents: list[np.ndarray], multi_vector: bool) -> np.ndarray:
+    """Each document's score against the query by their embeddings: MaxSim for multi-vector models (ColPali),
+    else the dot product of unit vectors (CLIP)."""
+    if multi_vector:
+        return np.array([late_interaction(query, document) for document in documents], dtype=np.float32)
+    return np.stack(documents) @ query
+
+
 def sparse_dot(query: np.ndarray, document: np.ndarray) -> float:
     """The dot product of two (2, active) [indices; weights] sparse vectors: the weights of shared ids."""
     _, at_query, at_document = np.intersect1d(query[0], document[0], assume_unique=True, return_indices=True)

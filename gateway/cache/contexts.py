@@ -3,11 +3,13 @@ two halves of its keys (`keys.CacheKeys`). What an operation leaves out here mus
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Any
 
 from gateway.cache.keys import item_bytes, pair_bytes
-from gateway.queries import ClassifyQuery, EmbedQuery, RankQuery
+from gateway.queries import ClassifyQuery, EmbedQuery, InputItem, RankQuery
+from models.base import Representation
 
 
 def embed_context(query: EmbedQuery, prompt: str) -> dict[str, Any]:
@@ -18,10 +20,10 @@ def embed_context(query: EmbedQuery, prompt: str) -> dict[str, Any]:
             "normalize": query.normalize, "representations": query.representations}
 
 
-def embed_items(query: EmbedQuery, payloads: list[str | bytes] | None = None) -> list[bytes]:
+def input_items(items: Sequence[InputItem], payloads: Sequence[str | bytes] | None = None) -> list[bytes]:
     """Texts and token ids by themselves; images and audio by their files' bytes (`payloads`), never a URL."""
-    values = payloads if payloads is not None else [item.value for item in query.items]
-    return [item_bytes(item.modality, value) for item, value in zip(query.items, values)]
+    values = payloads if payloads is not None else [item.value for item in items]
+    return [item_bytes(item.modality, value) for item, value in zip(items, values)]
 
 
 def pairs_context(query: RankQuery) -> dict[str, Any]:
@@ -31,6 +33,21 @@ def pairs_context(query: RankQuery) -> dict[str, Any]:
 
 def pairs_items(query: RankQuery) -> list[bytes]:
     return [pair_bytes(query.query, document) for document in query.documents]
+
+
+def ranked_context(query: RankQuery, representations: tuple[Representation, ...] | None) -> dict[str, Any]:
+    """A model that ranks by its own outputs (ColBERT, BGE-M3): each text's outputs depend on the truncation and
+    the representations the score mode reads; its role (query or document) is part of its bytes."""
+    return {"operation": "rank_outputs", "representations": representations,
+            "truncation": asdict(query.truncation)}
+
+
+def ranked_items(query: RankQuery) -> list[bytes]:
+    """The query, then each document: a query is framed apart from a document (ColBERT's expansion)."""
+    return [pair_bytes("query", query.query), *(pair_bytes("document", document) for document in query.documents)]
+
+
+IMAGE_RANK_CONTEXT = {"operation": "rank_images"}
 
 
 def classify_context(query: ClassifyQuery) -> dict[str, Any]:

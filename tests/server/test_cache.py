@@ -21,6 +21,7 @@ from tests.redis_server import RedisServer, running_redis
 
 ENCODINGS = ("float", "base64", "int8", "uint8", "binary", "ubinary")
 CLIENTS = 32
+M3 = "bge-m3-cached"
 STORE_TRAIL_S = 1.0  # a store may trail its answer by this much (the Redis write runs in the background)
 
 
@@ -172,11 +173,12 @@ def test_a_stalled_redis_fails_no_request(two_servers, redis_server):
 
 
 @pytest.fixture(scope="module")
-def media_and_reranker(tiny_clip_path: Path, tiny_reranker_path: Path,
+def media_and_reranker(tiny_clip_path: Path, tiny_reranker_path: Path, bge_m3_path: Path,
                        tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """CLIP and a cross-encoder with the memory tier alone."""
+    """CLIP, a cross-encoder and BGE-M3 with the memory tier alone."""
     config = {"models": [{"model_id": str(tiny_clip_path), "served_model_name": TINY_CLIP, "cache": True},
-                         {"model_id": str(tiny_reranker_path), "served_model_name": TINY_RERANKER, "cache": True}]}
+                         {"model_id": str(tiny_reranker_path), "served_model_name": TINY_RERANKER, "cache": True},
+                         {"model_id": str(bge_m3_path), "served_model_name": M3, "backend": "torch", "cache": True}]}
     with running_server(tmp_path_factory.mktemp("cache-media"), config) as (url, _):
         yield url
 
@@ -212,3 +214,33 @@ def test_the_cache_series_the_dashboard_and_alerts_read_are_exported(two_servers
     cache_series = {name for name in read if name.startswith(CACHE_SERIES)}
     assert {"embento_cache_hits_total", "embento_cache_errors_total"} <= cache_series
     assert cache_series - exported == set()
+
+
+def _rerank(url: str, body: dict, cache_control: str | None = None) -> dict:
+    headers = {"Cache-Control": cache_control} if cache_control else {}
+    response = httpx.post(f"{url}/v1/rerank", json=body, headers=headers, timeout=60)
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+@pytest.mark.server
+def test_a_model_that_ranks_by_its_own_outputs_caches_each_text_in_its_role(media_and_reranker):
+    documents = [f"document {i} {uuid.uuid4().hex}" for i in range(3)]
+    body = {"model": M3, "query": f"a query {uuid.uuid4().hex}", "documents": documents, "return_scores": True}
+    computed = _rerank(media_and_reranker, body, "no-store")
+    missed, hit = _rerank(media_and_reranker, body), _rerank(media_and_reranker, body)
+    assert _cached(missed) == 0 and _cached(hit) == hit["usage"]["prompt_tokens"]
+    assert hit["results"] == missed["results"] == computed["results"]
+    other = _rerank(media_and_reranker, {**body, "query": f"another query {uuid.uuid4().hex}"})
+    assert 0 < _cached(other) < other["usage"]["prompt_tokens"]  # the documents were cached, the query was not
+    # A document given as the query is framed as a query: not the document's entry.
+    as_query = _rerank(media_and_reranker, {**body, "query": documents[0], "documents": [f"new {uuid.uuid4().hex}"]})
+    assert _cached(as_query) == 0
+
+
+@pytest.mark.server
+def test_image_documents_are_cached_by_their_bytes(media_and_reranker):
+    documents = [data_uri(IMAGES["png"][0], "image/png"), data_uri(IMAGES["jpeg"][0], "image/jpeg")]
+    body = {"model": TINY_CLIP, "query": f"a photo {uuid.uuid4().hex}", "documents": documents}
+    computed, hit = _rerank(media_and_reranker, body), _rerank(media_and_reranker, body)
+    assert _cached(hit) == hit["usage"]["prompt_tokens"] and hit["results"] == computed["results"]

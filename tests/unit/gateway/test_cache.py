@@ -15,7 +15,7 @@ from starlette.responses import JSONResponse
 
 from config.settings import ModelConfig
 from gateway.answer import answered
-from gateway.cache.contexts import embed_context, embed_items
+from gateway.cache.contexts import embed_context, input_items
 from gateway.cache.keys import CacheKeys, model_identity, weights_identity
 from gateway.cache.memory import MemoryTier, entry_bytes
 from gateway.cache.policy import REQUEST_POLICY, policy_of
@@ -103,7 +103,7 @@ def test_the_model_identity_changes_with_what_makes_outputs_only(tmp_path: Path)
 
 
 def _key(query: EmbedQuery, prompt: str = "", identity: bytes = b"m" * 32) -> bytes:
-    return CacheKeys(identity).keys(embed_context(query, prompt), embed_items(query))[0]
+    return CacheKeys(identity).keys(embed_context(query, prompt), input_items(query.items))[0]
 
 
 def test_keys_differ_by_prompt_truncation_input_type_and_model_not_by_output_controls():
