@@ -130,6 +130,8 @@ class EmbeddingCache:
                 self.memory.put(keys[index], value)  # type: ignore[arg-type]
             found[index] = entry
         self._count(model, "redis", [found[index] for index in missing], started)
+        if self.memory is not None:
+            CACHE_BYTES.labels(tier="memory").set(self.memory.held_bytes)
         return found
 
     def store(self, model: str, entries: Mapping[bytes, Entry]) -> None:
