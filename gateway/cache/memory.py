@@ -6,9 +6,10 @@ from __future__ import annotations
 import sys
 from collections import OrderedDict
 
-# An OrderedDict entry's own memory besides its key and value: the hash table's slot and index, and the order
-# list's node. Measured with tracemalloc over a million entries (bench/cache.py --memory).
-ENTRY_OVERHEAD_BYTES = 100
+# What an entry costs besides `getsizeof` of its key and value: the hash table's slot and index and the order
+# list's node, which eviction churn keeps at about 128 bytes (tracemalloc over a million puts, bench/cache.py
+# --memory-only), and the allocators' rounding of the key and value (about 30 more, by RSS after malloc_trim).
+ENTRY_OVERHEAD_BYTES = 160
 
 
 def entry_bytes(key: bytes, value: bytes) -> int:

@@ -2,9 +2,10 @@
 pipelined write per request to store, each under its own timeout.
 
 Redis is an accelerator, never a dependency: when it is down, slow or answers what no value can be, the lookup
-is a miss, the request is computed as if there were no cache, and Redis is left alone for a second before it
-is tried again (the client reconnects by itself). A warning is logged at most once a minute; every failure is
-counted (`embento_cache_errors_total`).
+is a miss, the request is computed as if there were no cache, and Redis is left alone for a second. Then one
+request tries it again (the client reconnects by itself) while the others keep computing; its success opens
+the tier to all. A warning is logged at most once a minute; every failure is counted
+(`embento_cache_errors_total`).
 """
 
 from __future__ import annotations
@@ -12,14 +13,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
+from typing import TypeVar
 
 import redis.asyncio as redis
-from redis.backoff import NoBackoff
 from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
 
 from gateway.metrics import CACHE_ERRORS
 
+T = TypeVar("T")
 logger = logging.getLogger(__name__)
 KEY_PREFIX = b"embento:"
 RETRY_AFTER_S = 1.0  # after a failure, Redis is skipped this long: a dead one costs nothing per request
@@ -31,55 +34,93 @@ class RedisTier:
     """The shared tier at `url`: lookups wait at most `timeout_s`, values live `ttl_s`."""
 
     def __init__(self, url: str, ttl_s: int, timeout_s: float) -> None:
-        # One immediate retry, on a fresh connection: a pooled one breaks once when Redis restarts. The timeout
-        # bounds both tries together.
-        self.client = redis.Redis.from_url(url, socket_connect_timeout=timeout_s, retry=Retry(NoBackoff(), 1),
-                                           health_check_interval=0)
+        self.lookups = _client(url, timeout_s)
+        self.stores = _client(url, STORE_TIMEOUT_S)
         self.ttl_s = ttl_s
         self.timeout_s = timeout_s
         self._skip_until = 0.0
+        self._probing = False  # after a rest, one request tries Redis before the others do
+        self._healthy = True
         self._warned_at = -WARN_EVERY_S
+        self._abandoned: set[asyncio.Task] = set()
 
-    @property
-    def available(self) -> bool:
-        return time.monotonic() >= self._skip_until
+    def _may_try(self) -> bool:
+        if self._healthy:
+            return True
+        if self._probing or time.monotonic() < self._skip_until:
+            return False
+        self._probing = True
+        return True
 
     async def get(self, model: str, keys: Sequence[bytes]) -> list[bytes | None] | None:
         """Each key's value (None where absent); None when Redis could not answer in time."""
-        if not self.available:
+        if not self._may_try():
             return None
         try:
-            values = await asyncio.wait_for(self.client.mget([KEY_PREFIX + key for key in keys]), self.timeout_s)
+            values = await self._within(self.lookups.mget([KEY_PREFIX + key for key in keys]), self.timeout_s)
+            if not isinstance(values, list) or len(values) != len(keys):
+                raise ValueError(f"MGET answered {type(values).__name__}")
         except Exception as exc:  # down, slow, or a protocol error: all the same to a cache
             self._failed(model, "lookup", exc)
             return None
-        if not isinstance(values, list) or len(values) != len(keys):
-            self._failed(model, "lookup", ValueError(f"MGET answered {type(values).__name__}"))
-            return None
+        self._succeeded()
         return [value if isinstance(value, bytes) else None for value in values]
 
     async def put(self, model: str, items: Sequence[tuple[bytes, bytes]]) -> bool:
         """Store every (key, value) with the TTL, in one round trip; False if Redis did not take them."""
-        if not self.available:
+        if not self._healthy:  # a store never probes: the next lookup does
             return False
-        pipeline = self.client.pipeline(transaction=False)
+        pipeline = self.stores.pipeline(transaction=False)
         for key, value in items:
             pipeline.set(KEY_PREFIX + key, value, ex=self.ttl_s)
         try:
-            await asyncio.wait_for(pipeline.execute(), STORE_TIMEOUT_S)
+            await self._within(pipeline.execute(), STORE_TIMEOUT_S)
         except Exception as exc:
             self._failed(model, "store", exc)
             return False
         return True
 
+    async def _within(self, call: Awaitable[T], timeout_s: float) -> T:
+        """`call`'s result, or TimeoutError once `timeout_s` has passed. A late call is cancelled but not waited
+        for: redis-py may finish a cancelled connect's handshake first (bounded by the socket timeout). A busy
+        event loop gets one more turn to finish a reply that had arrived in time."""
+        task = asyncio.ensure_future(call)
+        await asyncio.wait({task}, timeout=timeout_s)
+        if not task.done():
+            await asyncio.sleep(0)
+        if not task.done():
+            task.cancel()
+            self._abandoned.add(task)  # the loop keeps only weak references to tasks
+            task.add_done_callback(_forget(self._abandoned))
+            raise TimeoutError(f"no answer within {timeout_s * 1000:.0f} ms")
+        return task.result()
+
+    def _succeeded(self) -> None:
+        self._healthy, self._probing = True, False
+
     def _failed(self, model: str, what: str, exc: BaseException) -> None:
         CACHE_ERRORS.labels(model=model, tier="redis").inc()
         now = time.monotonic()
-        self._skip_until = now + RETRY_AFTER_S
+        self._healthy, self._probing, self._skip_until = False, False, now + RETRY_AFTER_S
         if now - self._warned_at >= WARN_EVERY_S:
             self._warned_at = now
             logger.warning("the Redis cache tier failed a %s (%r); computing without it, retrying in %.0f s "
                            "(this warning repeats at most once a minute)", what, exc, RETRY_AFTER_S)
 
     async def close(self) -> None:
-        await self.client.aclose()
+        await asyncio.gather(self.lookups.aclose(), self.stores.aclose())
+
+
+def _client(url: str, timeout_s: float) -> redis.Redis:
+    """A client whose every socket wait (connect, handshake, reply) is bounded by `timeout_s`. One immediate retry,
+    on a fresh connection: a pooled one breaks once when Redis restarts."""
+    return redis.Redis.from_url(url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s,
+                                retry=Retry(NoBackoff(), 1), health_check_interval=0)
+
+
+def _forget(tasks: set[asyncio.Task]):
+    def discard(task: asyncio.Task) -> None:
+        tasks.discard(task)
+        if not task.cancelled():
+            task.exception()  # retrieved: a late failure of an abandoned call is not "never retrieved"
+    return discard

@@ -75,7 +75,7 @@ def test_a_value_redis_holds_in_another_format_is_recomputed_and_overwritten(red
     async def scenario() -> None:
         model, cache = Model(), _cache(redis_server)
         key = cache.keys(MODEL, {"operation": "test"}, ITEMS[:1])[0]
-        await cache.redis.client.set(redis_tier.KEY_PREFIX + key, b"not a value")
+        await cache.redis.stores.set(redis_tier.KEY_PREFIX + key, b"not a value")
         errors = _errors()
         await _answer(cache, model, ITEMS[:1])
         assert model.computed == [0] and _errors() == errors + 1
@@ -106,19 +106,46 @@ def test_redis_killed_then_restarted(redis_server, monkeypatch):
     asyncio.run(scenario())
 
 
-def test_a_stalled_redis_is_not_waited_for(redis_server):
+def test_a_stalled_redis_is_not_waited_for(redis_server, monkeypatch):
+    monkeypatch.setattr(redis_tier, "RETRY_AFTER_S", 0.0)  # every lookup tries the stalled Redis
+
     async def scenario() -> None:
         model, cache = Model(), _cache(redis_server)
         await _answer(cache, model)
         stall = redis_server.debug_sleep(10)
         try:
             await asyncio.sleep(0.2)
-            # Redis answers nothing for 10 s; the lookup gives up at its 20 ms timeout.
+            # Redis answers nothing for 10 s. Each lookup gives up at its 20 ms timeout, also one that has to
+            # open a connection (redis-py finishes a cancelled connect's handshake: it is not waited for).
+            fresh = _cache(redis_server)
+            lookups = [cache.lookup(MODEL, cache.keys(MODEL, {"operation": "test"}, ITEMS)) for _ in range(16)]
+            lookups += [fresh.lookup(MODEL, fresh.keys(MODEL, {"operation": "test"}, ITEMS)) for _ in range(16)]
+            found = await asyncio.wait_for(asyncio.gather(*lookups), 3)
+            assert all(entry is None for entries in found for entry in entries)
             stalled = await asyncio.wait_for(cache.answer(MODEL, cache.keys(MODEL, {"operation": "test"}, ITEMS),
-                                                          len(ITEMS), model), 5)
+                                                          len(ITEMS), model), 3)
             assert stalled.cached_tokens == 0 and model.computed == [0, 1, 2] * 2
         finally:
             stall.kill()
-        await cache.redis.close()
+
+    asyncio.run(scenario())
+
+
+def test_after_a_failure_one_lookup_tries_redis_again_while_the_others_compute(redis_server, monkeypatch):
+    monkeypatch.setattr(redis_tier, "RETRY_AFTER_S", 0.2)
+
+    async def scenario() -> None:
+        cache = _cache(redis_server)
+        redis_server.kill()
+        errors = _errors()
+        assert await cache.redis.get(MODEL, [b"k"]) is None and _errors() == errors + 1
+        assert await cache.redis.get(MODEL, [b"k"]) is None and _errors() == errors + 1  # resting: not tried
+        await asyncio.sleep(0.3)
+        answers = await asyncio.gather(*(cache.redis.get(MODEL, [b"k"]) for _ in range(10)))
+        assert answers == [None] * 10 and _errors() == errors + 2  # one probe, not ten
+        redis_server.start()
+        await asyncio.sleep(0.3)
+        assert await cache.redis.get(MODEL, [b"k"]) == [None]  # the probe succeeds: open to all
+        assert await asyncio.gather(*(cache.redis.get(MODEL, [b"k"]) for _ in range(5))) == [[None]] * 5
 
     asyncio.run(scenario())
