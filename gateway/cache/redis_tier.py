@@ -19,6 +19,7 @@ from typing import TypeVar
 import redis.asyncio as redis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
+from redis.maint_notifications import MaintNotificationsConfig
 
 from gateway.metrics import CACHE_ERRORS
 
@@ -82,12 +83,18 @@ class RedisTier:
 
     async def _within(self, call: Awaitable[T], timeout_s: float) -> T:
         """`call`'s result, or TimeoutError once `timeout_s` has passed. A late call is cancelled but not waited
-        for: redis-py may finish a cancelled connect's handshake first (bounded by the socket timeout). A busy
-        event loop gets one more turn to finish a reply that had arrived in time."""
+        for: redis-py may finish a cancelled connect's handshake first (bounded by the socket timeout).
+
+        An event loop busy with other requests wakes this wait late, and reads a reply late too: for as long as
+        it was late, once, the reply may still be read. That lag is not Redis's, and counting it as Redis's
+        timeout would rest a healthy Redis (measured: a third of the lookups at 32 clients on 2 cores)."""
+        loop = asyncio.get_running_loop()
         task = asyncio.ensure_future(call)
+        deadline = loop.time() + timeout_s
         await asyncio.wait({task}, timeout=timeout_s)
-        if not task.done():
-            await asyncio.sleep(0)
+        late = loop.time() - deadline
+        if not task.done() and late > 0:
+            await asyncio.wait({task}, timeout=late)
         if not task.done():
             task.cancel()
             self._abandoned.add(task)  # the loop keeps only weak references to tasks
@@ -113,9 +120,12 @@ class RedisTier:
 
 def _client(url: str, timeout_s: float) -> redis.Redis:
     """A client whose every socket wait (connect, handshake, reply) is bounded by `timeout_s`. One immediate retry,
-    on a fresh connection: a pooled one breaks once when Redis restarts."""
+    on a fresh connection: a pooled one breaks once when Redis restarts. A new connection says nothing but what
+    it must (no client name and version, no maintenance notifications, RESP2): 0.4 ms to open here instead of
+    4.4, which a burst of requests opening connections at once would otherwise spend against the timeout."""
     return redis.Redis.from_url(url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s,
-                                retry=Retry(NoBackoff(), 1), health_check_interval=0)
+                                retry=Retry(NoBackoff(), 1), health_check_interval=0, protocol=2, driver_info=None,
+                                maint_notifications_config=MaintNotificationsConfig(enabled=False))
 
 
 def _forget(tasks: set[asyncio.Task]):
