@@ -75,6 +75,7 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.load import LoadWatch  # noqa: E402
 from bench.server import free_port, start_server, stop_server  # noqa: E402
 from tests.redis_server import RedisServer  # noqa: E402
 from gateway.cache.memory import ENTRY_OVERHEAD_BYTES, MemoryTier  # noqa: E402
@@ -309,40 +310,6 @@ def percentile(values: list[float], p: int) -> float:
     return statistics.quantiles(values, n=100, method="inclusive")[p - 1] if len(values) > 1 else values[0]
 
 
-class OtherCores:
-    """The cores that processes other than `pids` (and their children) kept busy while the block ran."""
-
-    def __init__(self, *pids: int) -> None:
-        found: dict[int, psutil.Process] = {}
-        for pid in pids:
-            root = psutil.Process(pid)
-            found |= {process.pid: process for process in [root, *root.children(recursive=True)]}
-        self.processes = list(found.values())
-
-    def _ours(self) -> float:
-        used = 0.0
-        for process in self.processes:
-            try:
-                times = process.cpu_times()
-                used += times.user + times.system
-            except psutil.NoSuchProcess:
-                pass
-        return used
-
-    @staticmethod
-    def _busy() -> float:
-        cpu = psutil.cpu_times()
-        return cpu.user + cpu.system + cpu.nice + cpu.irq + cpu.softirq
-
-    def __enter__(self) -> OtherCores:
-        self.started = (time.monotonic(), self._busy(), self._ours())
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        seconds = time.monotonic() - self.started[0]
-        self.cores = max(0.0, (self._busy() - self.started[1]) - (self._ours() - self.started[2])) / seconds
-
-
 # ---------------------------------------------------------------------------------------------------- 1. throughput
 
 
@@ -364,12 +331,12 @@ def one_run(server: Server, workload: Workload, seconds: float, pids: tuple[int,
     """A run's requests, and the cores others used meanwhile; redone (REDOS times at most) while others used
     more than OTHER_LIMIT: on 2 cores such a figure measures them as much as the server."""
     for attempt in range(REDOS + 1):
-        with OtherCores(os.getpid(), server.process.pid, *pids) as other:
+        with LoadWatch(server.process.pid, *pids) as other:
             done = asyncio.run(timed_load(server.url, workload, CLIENTS, seconds))
-        if other.cores <= OTHER_LIMIT or attempt == REDOS:
+        if other.other_cores <= OTHER_LIMIT or attempt == REDOS:
             break
-        print(f"  {server.name}: other processes used {other.cores:.2f} cores, run redone", flush=True)
-    return done, other.cores
+        print(f"  {server.name}: other processes used {other.other_cores:.2f} cores, run redone", flush=True)
+    return done, other.other_cores
 
 
 def throughput(off: Server, on: Server, redis: RedisServer, pool: list[str], fresh: Fresh, rounds: int,

@@ -109,6 +109,38 @@ async def run_scenario(url: str, body: Body, scenario: Scenario, duration_s: flo
     return result
 
 
+class LoadWatch:
+    """CPU that processes other than the trees of `pids` and this benchmark used during a run, in cores: a run
+    beside another load means little on 2 cores."""
+
+    def __init__(self, *pids: int) -> None:
+        found = {psutil.Process().pid: psutil.Process()}
+        for pid in pids:
+            root = psutil.Process(pid)
+            found |= {process.pid: process for process in [root, *root.children(recursive=True)]}
+        self.processes = list(found.values())
+
+    def _ours(self) -> float:
+        total = 0.0
+        for process in self.processes:
+            try:
+                times = process.cpu_times()
+                total += times.user + times.system
+            except psutil.NoSuchProcess:
+                pass
+        return total
+
+    def __enter__(self) -> LoadWatch:
+        system = psutil.cpu_times()
+        self.started = (time.monotonic(), system.user + system.system + system.nice, self._ours())
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        system = psutil.cpu_times()
+        wall, busy, ours = time.monotonic(), system.user + system.system + system.nice, self._ours()
+        self.other_cores = max(0.0, (busy - self.started[1]) - (ours - self.started[2])) / (wall - self.started[0])
+
+
 def tree_rss_mb(pid: int | None) -> float:
     if pid is None:
         return float("nan")

@@ -22,10 +22,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Self
 
 import httpx
-import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -33,7 +31,7 @@ import ceiling  # noqa: E402
 import images  # noqa: E402
 import load  # noqa: E402
 import rerank  # noqa: E402
-from load import Scenario  # noqa: E402
+from load import LoadWatch, Scenario  # noqa: E402
 from server import free_port, start_server, stop_server  # noqa: E402
 
 from models.resolve import packaged_model_path  # noqa: E402
@@ -138,34 +136,6 @@ class GroupResult:
     startup_s: list[float]  # one per start
     idle_rss_mb: list[float]
     figures: dict[str, Figures]
-
-
-class LoadWatch:
-    """CPU that processes other than the server's tree and this benchmark used during a run, in cores."""
-
-    def __init__(self, server_pid: int) -> None:
-        self.processes = [psutil.Process(server_pid), *psutil.Process(server_pid).children(recursive=True),
-                          psutil.Process()]
-
-    def _ours(self) -> float:
-        total = 0.0
-        for process in self.processes:
-            try:
-                times = process.cpu_times()
-                total += times.user + times.system
-            except psutil.NoSuchProcess:
-                pass
-        return total
-
-    def __enter__(self) -> Self:
-        system = psutil.cpu_times()
-        self.started = (time.monotonic(), system.user + system.system + system.nice, self._ours())
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        system = psutil.cpu_times()
-        wall, busy, ours = time.monotonic(), system.user + system.system + system.nice, self._ours()
-        self.other_cores = max(0.0, (busy - self.started[1]) - (ours - self.started[2])) / (wall - self.started[0])
 
 
 def best_ceiling(encoders: dict[str, ceiling.Encode], scenario: Scenario, seconds: float) -> tuple[float, str]:
