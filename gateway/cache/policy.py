@@ -1,5 +1,5 @@
-"""A request's say over the cache, by HTTP's `Cache-Control` request directives: `no-cache` computes and then
-stores (a refresh), `no-store` computes and stores nothing; both leave the lookup out."""
+"""A request's say over the cache, by HTTP's `Cache-Control` request directives: `no-cache` (or `max-age=0`)
+computes and then stores (a refresh), `no-store` computes and stores nothing; both leave the lookup out."""
 
 from __future__ import annotations
 
@@ -20,8 +20,16 @@ REQUEST_POLICY: ContextVar[CachePolicy] = ContextVar("embento_cache_policy", def
 
 
 def policy_of(header: str) -> CachePolicy:
-    directives = {directive.split("=")[0].strip().lower() for directive in header.split(",")}
-    return CachePolicy(read=not directives & {"no-cache", "no-store"}, write="no-store" not in directives)
+    """`max-age=0` asks, as `no-cache` does, for nothing stored however fresh."""
+    directives = dict(_directive(part) for part in header.split(","))
+    stale = directives.get("max-age", "").isdigit() and int(directives["max-age"]) == 0
+    return CachePolicy(read=not (directives.keys() & {"no-cache", "no-store"} or stale),
+                       write="no-store" not in directives)
+
+
+def _directive(text: str) -> tuple[str, str]:
+    name, _, value = text.partition("=")
+    return name.strip().lower(), value.strip().strip('"')
 
 
 class CacheControl:

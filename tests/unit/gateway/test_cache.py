@@ -130,7 +130,8 @@ def test_keys_differ_by_prompt_truncation_input_type_and_model_not_by_output_con
 
 @pytest.mark.parametrize("header, read, write", [
     ("", True, True), ("no-cache", False, True), ("no-store", False, False), ("max-age=0, No-Store", False, False),
-    ("max-age=60", True, True),
+    ("max-age=60", True, True), ("max-age=0", False, True), ("private, max-age = 0", False, True),
+    ("max-age=00", False, True), ('max-age="30"', True, True),
 ])
 def test_cache_control_directives(header, read, write):
     policy = policy_of(header)
