@@ -101,13 +101,15 @@ class Engine:
         else:
             answered = await self.cache.answer(info.served_model_name, self._text_keys(info, query), len(query.items),
                                                lambda at: self._embed_texts(info, _picked(query, at)))
+        if answered.cached_tokens:  # the misses were checked before they ran; with the hits, the whole answer
+            check_response_size(query, info, answered.tokens, self.config.max_response_bytes)
         outputs = answered.outputs
         return Embeddings(query, info, outputs, answered.tokens, quantizer, asked_parts(query, info, outputs),
                           answered.cached_tokens)
 
     async def _embed_texts(self, info: ModelInfo, query: EmbedQuery) -> Computed:
         plan = await self.rows.embed(info, query)
-        check_response_size(query, info, plan.rows, self.config.max_response_bytes)
+        check_response_size(query, info, plan.tokens, self.config.max_response_bytes)
         outputs = plan.join(await self.calls.run(info, plan.rows))
         assert plan.output_tokens is not None, "every embedding plan but late chunking's owns its rows"
         return Computed(outputs, plan.output_tokens)

@@ -13,7 +13,7 @@ from config.settings import EmbentoConfig
 from gateway.queries import ClassifyQuery, ContextQuery, DecodeQuery, EmbedQuery, RankQuery, Shape, TokenizeQuery
 from gateway.representations import score_mode
 from gateway.routing import check_modalities
-from models.base import ModelInfo, Row
+from models.base import ModelInfo
 from models.errors import InvalidRequest
 from models.quantization import PRECISIONS, Quantizer
 
@@ -174,17 +174,17 @@ def _check_representations(query: EmbedQuery, info: ModelInfo) -> None:
                              "float or base64", param=query.output_param)
 
 
-def check_response_size(query: EmbedQuery, info: ModelInfo, rows: Sequence[Row], max_bytes: int) -> None:
+def check_response_size(query: EmbedQuery, info: ModelInfo, tokens: int, max_bytes: int) -> None:
     """Refuses, before any work, an answer whose vectors would pass `max_response_bytes`: one vector per token
     (multi-vector output) adds up fast. Counted as the JSON (or base64) the vectors become, one per input for
-    dense output and one per token for multi-vector output."""
+    dense output and one per token (of `tokens`, the inputs') for multi-vector output."""
     asked = query.representations or info.spec.representations[:1]
     per_float = BASE64_FLOAT_BYTES if "base64" in query.output_types else JSON_FLOAT_BYTES
     floats = 0
     if "dense" in asked:
         floats += len(query.items) * (query.dimensions or info.dimension)
     if "colbert" in asked:
-        floats += sum(row.length for row in rows) * info.dimension
+        floats += tokens * info.dimension
     size = int(floats * per_float)
     if size > max_bytes:
         raise InvalidRequest(f"the answer would hold about {size / 1e6:.0f} MB of vectors, over max_response_bytes "

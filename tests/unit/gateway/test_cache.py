@@ -268,3 +268,14 @@ def test_token_ids_and_windowed_long_texts_are_cached_with_all_their_tokens(serv
         assert _rows_sent(service) == 2 and truncated["data"][0] != windowed["data"][0]
 
     serve(scenario)
+
+
+def test_an_answer_with_hits_is_held_to_max_response_bytes_as_a_whole(serve):
+    async def scenario(engine: Engine) -> None:
+        engine.cache.enable(EMBEDDER, b"m" * 32)
+        engine.config.max_response_bytes = 12_000  # one 384-float vector as JSON fits, two do not
+        assert "data" in await _embed(engine, ["cached"])
+        refused = await _embed(engine, ["cached", "new"])  # the miss alone fits; the answer would not
+        assert refused["status"] == 400 and "max_response_bytes" in refused["error"]["message"]
+
+    serve(scenario)
