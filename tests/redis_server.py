@@ -59,22 +59,28 @@ class RedisServer:
             self.process.wait()
             self.process = None
 
-    def command(self, *words: str) -> str:
+    def command(self, *words: str, timeout_s: float = 5.0) -> str:
         """One command on a fresh connection (no client library needed); its first reply line."""
-        with socket.create_connection(("127.0.0.1", self.port), timeout=5) as sock:
+        with socket.create_connection(("127.0.0.1", self.port), timeout=timeout_s) as sock:
             sock.sendall(resp(*words))
             return sock.recv(65536).split(b"\r\n")[0].decode()
 
     def debug_sleep(self, seconds: float) -> subprocess.Popen:
-        """`DEBUG SLEEP seconds` sent from a process of its own, not waited for: the server stalls with its
-        sockets open."""
+        """`DEBUG SLEEP seconds` sent from a process of its own, returning once Redis has stopped answering: the
+        server stalls with its sockets open."""
         script = (f"import socket; s = socket.create_connection(('127.0.0.1', {self.port})); "
                   f"s.sendall({resp('DEBUG', 'SLEEP', str(seconds))!r}); s.recv(64)")
-        return subprocess.Popen([sys.executable, "-c", script])
+        sleeper = subprocess.Popen([sys.executable, "-c", script])
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while self._answers(timeout_s=0.2):
+            if sleeper.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("redis-server did not stall on DEBUG SLEEP")
+            time.sleep(0.02)
+        return sleeper
 
-    def _answers(self) -> bool:
-        with contextlib.suppress(OSError):
-            return self.command("PING") == "+PONG"
+    def _answers(self, timeout_s: float = 5.0) -> bool:
+        with contextlib.suppress(OSError):  # refused, or no answer in time (socket.timeout is an OSError)
+            return self.command("PING", timeout_s=timeout_s) == "+PONG"
         return False
 
 

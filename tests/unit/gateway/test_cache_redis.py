@@ -114,7 +114,6 @@ def test_a_stalled_redis_is_not_waited_for(redis_server, monkeypatch):
         await _answer(cache, model)
         stall = redis_server.debug_sleep(10)
         try:
-            await asyncio.sleep(0.2)
             # Redis answers nothing for 10 s. Each lookup gives up at its 20 ms timeout, also one that has to
             # open a connection (redis-py finishes a cancelled connect's handshake: it is not waited for).
             fresh = _cache(redis_server)
