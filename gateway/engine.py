@@ -57,7 +57,7 @@ from gateway.validation import (
     check_tokenize,
 )
 from models import errors
-from models.base import ModelInfo, Representation
+from models.base import ModelInfo, Representation, Row
 from models.kinds import KindSpec, spec
 from models.media import MediaLimits
 from models.resolve import resolve_model
@@ -118,14 +118,17 @@ class Engine:
                              ) -> Answered:
         """Images and audio are keyed by their files' bytes: fetched (or decoded) first, processed if missed."""
         payloads = await self.rows.payloads(items)
-        name = info.served_model_name
-        keys = self.cache.keys(name, context, input_items(items, payloads)) if self.cache.enabled(name) else None
+        keys = self.cache.keys(info.served_model_name, context, input_items(items, payloads))
 
         async def compute(at: list[int]) -> Computed:
-            rows = await self.rows.processed(info, [items[i] for i in at], [payloads[i] for i in at])
-            return Computed(await self.calls.run(info, rows), [row.length for row in rows])
+            return await self._run(info, await self.rows.processed(info, [items[i] for i in at],
+                                                                   [payloads[i] for i in at]))
 
-        return await self.cache.answer(name, keys, len(items), compute)
+        return await self.cache.answer(info.served_model_name, keys, len(items), compute)
+
+    async def _run(self, info: ModelInfo, rows: Sequence[Row]) -> Computed:
+        """Rows with one output each through the model, with each one's tokens."""
+        return Computed(await self.calls.run(info, rows), [row.length for row in rows])
 
     def _text_keys(self, info: ModelInfo, query: EmbedQuery) -> list[bytes] | None:
         """Each text's (or token-id input's) cache key; None when the request leaves the cache alone, and then
@@ -174,8 +177,8 @@ class Engine:
     async def _score_pairs(self, info: ModelInfo, query: RankQuery) -> Answered:
         """A cross-encoder's (or causal-LM scorer's) logit per (query, document) pair, each pair cached."""
         async def compute(at: list[int]) -> Computed:
-            rows = await self.rows.pairs(info, replace(query, documents=tuple(query.documents[i] for i in at)))
-            return Computed(await self.calls.run(info, rows), [row.length for row in rows])
+            return await self._run(info, await self.rows.pairs(
+                info, replace(query, documents=tuple(query.documents[i] for i in at))))
 
         keys = self.cache.keys(info.served_model_name, pairs_context(query), pairs_items(query))
         return await self.cache.answer(info.served_model_name, keys, len(query.documents), compute)
@@ -189,7 +192,7 @@ class Engine:
         async def compute(at: list[int]) -> Computed:  # `at` is ascending: the query, if asked, comes first
             rows = [*await self.rows.ranked(info, [texts[i] for i in at if i == 0], True, query, representations),
                     *await self.rows.ranked(info, [texts[i] for i in at if i > 0], False, query, representations)]
-            return Computed(await self.calls.run(info, rows), [row.length for row in rows])
+            return await self._run(info, rows)
 
         keys = self.cache.keys(info.served_model_name, ranked_context(query, representations), ranked_items(query))
         return await self.cache.answer(info.served_model_name, keys, len(texts), compute)
@@ -201,8 +204,8 @@ class Engine:
 
         async def compute(at: list[int]) -> Computed:
             pairs = None if query.pairs is None else tuple(query.pairs[i] for i in at)
-            rows = await self.rows.classify(info, replace(query, texts=tuple(query.texts[i] for i in at), pairs=pairs))
-            return Computed(await self.calls.run(info, rows), [row.length for row in rows])
+            return await self._run(info, await self.rows.classify(
+                info, replace(query, texts=tuple(query.texts[i] for i in at), pairs=pairs)))
 
         keys = self.cache.keys(info.served_model_name, classify_context(query), classify_items(query))
         answered = await self.cache.answer(info.served_model_name, keys, len(query.texts), compute)

@@ -1,9 +1,10 @@
 """Each cached operation's request context (what of the query its outputs depend on) and its inputs' bytes: the
-two halves of its keys (`keys.CacheKeys`). What an operation leaves out here must be applied after the cache."""
+two halves of its keys (`keys.CacheKeys`). What an operation leaves out here must be applied after the cache.
+The inputs' bytes are generators: a model without the cache never builds them."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict
 from typing import Any
 
@@ -20,10 +21,10 @@ def embed_context(query: EmbedQuery, prompt: str) -> dict[str, Any]:
             "normalize": query.normalize, "representations": query.representations}
 
 
-def input_items(items: Sequence[InputItem], payloads: Sequence[str | bytes] | None = None) -> list[bytes]:
+def input_items(items: Sequence[InputItem], payloads: Sequence[str | bytes] | None = None) -> Iterator[bytes]:
     """Texts and token ids by themselves; images and audio by their files' bytes (`payloads`), never a URL."""
     values = payloads if payloads is not None else [item.value for item in items]
-    return [item_bytes(item.modality, value) for item, value in zip(items, values)]
+    return (item_bytes(item.modality, value) for item, value in zip(items, values))
 
 
 def pairs_context(query: RankQuery) -> dict[str, Any]:
@@ -31,8 +32,8 @@ def pairs_context(query: RankQuery) -> dict[str, Any]:
     return {"operation": "score_pairs", "instruction": query.instruction, "truncation": asdict(query.truncation)}
 
 
-def pairs_items(query: RankQuery) -> list[bytes]:
-    return [pair_bytes(query.query, document) for document in query.documents]
+def pairs_items(query: RankQuery) -> Iterator[bytes]:
+    return (pair_bytes(query.query, document) for document in query.documents)
 
 
 def ranked_context(query: RankQuery, representations: tuple[Representation, ...] | None) -> dict[str, Any]:
@@ -42,9 +43,10 @@ def ranked_context(query: RankQuery, representations: tuple[Representation, ...]
             "truncation": asdict(query.truncation)}
 
 
-def ranked_items(query: RankQuery) -> list[bytes]:
+def ranked_items(query: RankQuery) -> Iterator[bytes]:
     """The query, then each document: a query is framed apart from a document (ColBERT's expansion)."""
-    return [pair_bytes("query", query.query), *(pair_bytes("document", document) for document in query.documents)]
+    yield pair_bytes("query", query.query)
+    yield from (pair_bytes("document", document) for document in query.documents)
 
 
 IMAGE_RANK_CONTEXT = {"operation": "rank_images"}
@@ -54,6 +56,6 @@ def classify_context(query: ClassifyQuery) -> dict[str, Any]:
     return {"operation": "classify", "truncation": asdict(query.truncation)}
 
 
-def classify_items(query: ClassifyQuery) -> list[bytes]:
+def classify_items(query: ClassifyQuery) -> Iterator[bytes]:
     pairs = query.pairs or (None,) * len(query.texts)
-    return [pair_bytes(text, pair) for text, pair in zip(query.texts, pairs)]
+    return (pair_bytes(text, pair) for text, pair in zip(query.texts, pairs))

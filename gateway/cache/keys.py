@@ -15,7 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import struct
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -64,7 +64,7 @@ class CacheKeys:
     def __init__(self, identity: bytes) -> None:
         self.identity = identity
 
-    def keys(self, context: Mapping[str, Any], items: Sequence[bytes]) -> list[bytes]:
+    def keys(self, context: Mapping[str, Any], items: Iterable[bytes]) -> list[bytes]:
         """Each item's key under the request's `context` (JSON-able); items come from `item_bytes`."""
         scope = _digest(json.dumps(context, sort_keys=True).encode(), key=self.identity)
         return [_digest(item, key=scope) for item in items]

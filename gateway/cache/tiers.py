@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -71,7 +71,7 @@ class EmbeddingCache:
     def enabled(self, model: str) -> bool:
         return model in self._keys
 
-    def keys(self, model: str, context: Mapping[str, Any], items: Sequence[bytes]) -> list[bytes] | None:
+    def keys(self, model: str, context: Mapping[str, Any], items: Iterable[bytes]) -> list[bytes] | None:
         """The inputs' keys; None when this request leaves the cache alone (a model without it, or a request
         that neither reads nor writes it)."""
         policy = REQUEST_POLICY.get()
