@@ -31,8 +31,7 @@ class Rows:
         self.limits = limits
 
     async def embed(self, info: ModelInfo, query: EmbedQuery) -> Plan:
-        if info.spec.preprocessor == "media":
-            return Plan.direct(await self.media(info, query.items))  # type: ignore[arg-type]
+        """A text model's rows (images and audio: `payloads`, then `processed`)."""
         tokenizer, values = self.preprocessors.tokenizer(info), [item.value for item in query.items]
         if not isinstance(values[0], str):
             work = functools.partial(tokenizer.encode_ids, values, query.truncation)
@@ -115,10 +114,6 @@ class Rows:
             work = functools.partial(tokenizer.encode_texts, texts, "", query.truncation)
             token_ids, segments = await off_loop_if_large(work, size), None
         return TokenizedText.rows(info.served_model_name, token_ids, segments)
-
-    async def media(self, info: ModelInfo, items: Sequence[InputItem]) -> list[ModelInput]:
-        """Fetch or decode every item's bytes, then decode and process them off the event loop."""
-        return await self.processed(info, items, await self.payloads(items))
 
     async def payloads(self, items: Sequence[InputItem]) -> list[str | bytes]:
         """Each item's text, or its file's bytes (a data URI's decoded, a URL's fetched)."""
