@@ -32,6 +32,8 @@ from gateway import edge
 from gateway.answer import answered
 from gateway.cache.tiers import EmbeddingCache
 from gateway.engine import Engine
+from gateway.jobs.store import open_store
+from gateway.jobs.worker import JobWorker
 from gateway.lifecycle import Lifecycle, ModelRegistry
 from gateway.model_calls import ModelCalls
 from gateway.preprocessors import load_preprocessors
@@ -48,6 +50,7 @@ KINDS = {m.served_model_name: model_kind(m) for m in CONFIG.models}
 MODEL_SERVICE_NAMES = list(dict.fromkeys(spec(kind).model_service for kind in KINDS.values()))
 COUNTERS = edge.shared_counters(MODEL_SERVICE_NAMES)
 LIFECYCLE = Lifecycle(ModelRegistry(KINDS))  # one per gateway process; the GET routes hold it from import
+JOB_STORE = open_store(CONFIG.jobs)  # the Files and Batches routes hold it from import; None with jobs off
 GATEWAY_NAME = "Embento"  # the BentoML service name of the gateway
 
 
@@ -87,10 +90,13 @@ class Gateway:
         calls = ModelCalls(CONFIG, KINDS.values(), self.clients, dispatch_max_rows(), COUNTERS)
         self.engine = Engine(CONFIG, LIFECYCLE.registry, calls, preprocessors, edge.url_fetcher(CONFIG),
                              EmbeddingCache(CONFIG.cache))
+        self.jobs = JOB_STORE and JobWorker(JOB_STORE, CONFIG.jobs, self.engine, LIFECYCLE.is_ready)
 
     @bentoml.on_startup
     async def _start_warmup(self) -> None:
         LIFECYCLE.start(self.clients, self.failed_here, self.engine.warm_up, CONFIG.allow_partial, stop_server)
+        if self.jobs:
+            self.jobs.start()  # its work waits until the models serve
 
     async def __is_ready__(self) -> bool:
         return await LIFECYCLE.is_ready()
@@ -204,4 +210,4 @@ SERVICES = [Gateway, *(dependency.on for dependency in Gateway.dependencies.valu
 check_served_bento({service.name for service in SERVICES})
 for service in SERVICES:
     fix_media_types(service)
-edge.install(Gateway, routes, CONFIG, LIFECYCLE, COUNTERS)
+edge.install(Gateway, routes, CONFIG, LIFECYCLE, COUNTERS, JOB_STORE)

@@ -245,6 +245,44 @@ class CacheSettings(BaseModel):
         return self.redis_url.get_secret_value() if self.redis_url is not None else None
 
 
+class JobSettings(BaseModel):
+    """Bulk jobs: OpenAI's Files and Batches APIs, run in the model services' idle capacity (docs/bulk-jobs.md)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = Field(True, description="Serve `/v1/files` and `/v1/batches` and run their jobs.")
+    data_dir: str | None = Field(None, description=(
+        "Where SQLite keeps the jobs' state and files keep their bytes. Unset: `embento-jobs` under BentoML's "
+        "home (a volume in a container). Not used with `database_url`."))
+    database_url: SecretStr | None = Field(None, description=(
+        "`postgresql://user:password@host:port/db`: every replica shares the jobs, their state and their files "
+        "there (no shared disk needed). Unset: SQLite in `data_dir`, for one server. A secret of the "
+        "deployment: a Bento does not carry it."))
+    lease_s: float = Field(60.0, gt=0, description=(
+        "How long a claimed chunk of lines stays a worker's without word from it; a chunk whose worker died is "
+        "taken over after this."))
+    chunk_lines: int = Field(64, ge=1, description="Lines claimed, run and stored together.")
+    lines_in_flight: int = Field(16, ge=1, description=(
+        "Lines each gateway worker has on the model services at once (their rows wait for idle capacity)."))
+    max_lines: int = Field(50_000, ge=1, description="Most lines (requests) in one batch input file (OpenAI's).")
+    max_file_bytes: int = Field(200 * 1000 * 1000, ge=1, description="Largest uploaded file (200 MB, OpenAI's).")
+    max_stored_bytes: int = Field(10 * 1000 ** 3, ge=1, description=(
+        "Most bytes of files (uploaded and output) the deployment keeps; an upload past it is a 400."))
+    retention_s: int = Field(30 * 24 * 3600, ge=1, description=(
+        "How long files (inputs and outputs) are kept, from their creation (30 days); deleted then."))
+    crash_at: str | None = Field(None, description=(
+        "Testing only: the job step (`validating`, `chunk`, `finalizing`) at which a gateway worker kills itself "
+        "with SIGKILL, for the crash-recovery tests."))
+
+    @field_validator("database_url", mode="before")
+    @classmethod
+    def _empty_is_none(cls, value: Any) -> Any:
+        return None if value == "" else value
+
+    def database(self) -> str | None:
+        return self.database_url.get_secret_value() if self.database_url is not None else None
+
+
 class EmbentoConfig(BaseModel):
     """Everything the gateway and the model services need to know."""
 
@@ -309,6 +347,8 @@ class EmbentoConfig(BaseModel):
         "cores. Every limit holds for the server as a whole."))
     cache: CacheSettings = Field(default_factory=CacheSettings, description=(
         "The embedding cache of the models with `cache: true`: the settings below."))
+    jobs: JobSettings = Field(default_factory=JobSettings, description=(
+        "Bulk jobs (`/v1/files`, `/v1/batches`): the settings below."))
     image: ImageSettings = Field(default_factory=ImageSettings, description=(
         "Where `embento build` takes the image's base and packages from: the settings below. Read at build "
         "time only."))
@@ -364,11 +404,12 @@ MODEL_ENV_FIELDS: dict[str, str] = {
     "POOLING_METHOD": "pooling",
 }
 SERVER_ENV_FIELDS: dict[str, str] = {
-    name.upper(): name for name in EmbentoConfig.model_fields if name not in ("models", "image", "cache")
+    name.upper(): name for name in EmbentoConfig.model_fields if name not in ("models", "image", "cache", "jobs")
 }
 IMAGE_ENV_FIELDS: dict[str, str] = {name.upper(): name for name in ImageSettings.model_fields}
 # EMBENTO_CACHE is a model's `cache`; the cache settings are EMBENTO_CACHE_<SETTING>.
 CACHE_ENV_FIELDS: dict[str, str] = {f"CACHE_{name.upper()}": name for name in CacheSettings.model_fields}
+JOBS_ENV_FIELDS: dict[str, str] = {f"JOBS_{name.upper()}": name for name in JobSettings.model_fields}
 
 
 def env_names(env_suffix: str) -> list[str]:
@@ -444,11 +485,12 @@ def bento_config(cwd: Path) -> dict[str, Any] | None:
 
 
 def carried(config: EmbentoConfig, exclude_defaults: bool = False) -> dict[str, Any]:
-    """What a Bento carries of `config`: all but the API keys and the Redis URL (which may hold a password),
-    secrets of the deployment (set where it runs), and the image settings, which only the build reads (the
+    """What a Bento carries of `config`: all but the API keys and the Redis and database URLs (which may hold
+    passwords), secrets of the deployment (set where it runs), and the image settings, which only the build reads (the
     Bento's arguments and labels record them)."""
     return config.model_dump(mode="json", exclude={"api_key": True, "api_key_file": True, "image": True,
-                                                   "cache": {"redis_url"}}, exclude_defaults=exclude_defaults)
+                                                   "cache": {"redis_url"},
+                                                   "jobs": {"database_url"}}, exclude_defaults=exclude_defaults)
 
 
 def carried_text(config: EmbentoConfig) -> str:
@@ -473,7 +515,8 @@ def load_config(env: Mapping[str, str] | None = None, cwd: Path | None = None) -
     for suffix, field in SERVER_ENV_FIELDS.items():
         if (value := env.get(ENV_PREFIX + suffix)) is not None:
             data[field] = value
-    for section, fields in (("image", IMAGE_ENV_FIELDS), ("cache", CACHE_ENV_FIELDS)):
+    sections = (("image", IMAGE_ENV_FIELDS), ("cache", CACHE_ENV_FIELDS), ("jobs", JOBS_ENV_FIELDS))
+    for section, fields in sections:
         for suffix, field in fields.items():
             if (value := env.get(ENV_PREFIX + suffix)) is not None:
                 data[section] = {**(data.get(section) or {}), field: value}

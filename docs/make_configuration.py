@@ -22,11 +22,13 @@ from config.settings import (  # noqa: E402
     CONFIG_FILE_NAME,
     ENV_PREFIX,
     IMAGE_ENV_FIELDS,
+    JOBS_ENV_FIELDS,
     MODEL_ENV_FIELDS,
     SERVER_ENV_FIELDS,
     CacheSettings,
     EmbentoConfig,
     ImageSettings,
+    JobSettings,
     ModelConfig,
 )
 from embento.cli import BUNDLE_ENV  # noqa: E402
@@ -124,7 +126,7 @@ def table(model: type[BaseModel], env_fields: dict[str, str], flags: tuple[Flag,
 
 
 def render() -> str:
-    config_suffixes = set(MODEL_ENV_FIELDS) | set(SERVER_ENV_FIELDS) | set(CACHE_ENV_FIELDS)
+    config_suffixes = set(MODEL_ENV_FIELDS) | set(SERVER_ENV_FIELDS) | set(CACHE_ENV_FIELDS) | set(JOBS_ENV_FIELDS)
     command_rows = "\n".join(
         f"| `{ENV_PREFIX}{flag.env}` | {', '.join(f'`{n}`' for n in flag.names)} | {flag.help.capitalize()}. |"
         for flag in FLAGS if flag.env not in config_suffixes)
@@ -140,6 +142,9 @@ def render() -> str:
         "The `cache:` section: the embedding cache of the models with `cache: true` (operations.md: Embedding "
         "cache).\n",
         table(CacheSettings, CACHE_ENV_FIELDS, FLAGS),
+        "\n## Job settings\n",
+        "The `jobs:` section: bulk jobs through OpenAI's Files and Batches APIs (bulk-jobs.md).\n",
+        table(JobSettings, JOBS_ENV_FIELDS, FLAGS),
         "\n## Image settings\n",
         "The `image:` section, read by `embento build` only (deployment.md: containers behind a private mirror). "
         "The Bento's labels record them.\n",

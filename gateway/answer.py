@@ -10,10 +10,12 @@ does the framework's own errors, so both leave in the same shape.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from gateway.errors import ErrorShape, error_response
 from gateway.metrics import TRACE, RequestTrace
+from gateway.priority import PRIORITY
 from gateway.wire import shared_rerank, tei, voyage
 from models import errors
 
@@ -32,9 +34,11 @@ TEI_BODIES: Mapping[str, Callable[[Mapping[str, Any]], bool]] = {"/rerank": shar
 
 async def answered(adapter: Callable[[Engine, B], Awaitable[T]], engine: Engine, body: B) -> T:
     """`adapter(engine, body)`, called here so that an adapter's refusal of its own body is answered like any
-    other error."""
+    other error; at the body's `priority` level, within the class of the caller (an online request's, or a
+    bulk job's)."""
     trace = RequestTrace()
     token = TRACE.set(trace)
+    priority = PRIORITY.set(replace(PRIORITY.get(), level=getattr(body, "priority", 0)))
     try:
         answer = await adapter(engine, body)
         trace.finish(200)
@@ -47,4 +51,5 @@ async def answered(adapter: Callable[[Engine, B], Awaitable[T]], engine: Engine,
         trace.finish(500)
         raise
     finally:
+        PRIORITY.reset(priority)
         TRACE.reset(token)

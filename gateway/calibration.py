@@ -28,7 +28,7 @@ async def warm_up(info: ModelInfo, calls: ModelCalls, preprocessors: Preprocesso
     """Raises if the model fails or answers the wrong shape; returns a dense single-vector model's quantizer."""
     rows = warmup_rows(info, preprocessors)
     outputs = await calls.send(info, rows)
-    calls.on_device(info)
+    calls.learn(info)
     wrong = [array.shape for row, output in zip(rows, outputs) for name, array in _by_representation(info, row, output)
              if not _fits(info, name, array)]
     if wrong:

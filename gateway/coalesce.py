@@ -20,22 +20,40 @@ first one's answers while the second runs. With one call at a time, a closed loo
 idle while the device runs a call, then the device idle while the gateway answers it (simulated small
 model, 64 clients x 32 sentences: 3,599 sent/s and the device 43 % busy with one call; see
 bench/simulated_device.py). On CPU the model service needs the gateway's cores itself: one call.
+
+Waiting requests leave in priority order (gateway/priority.py): interactive ones first, by level, then by arrival.
+Bulk-job (batch class) rows never share a call with interactive ones, leave only when no interactive request
+waits, at most one call of them at a time and at most one pass in it (`one_pass`): an interactive request
+arriving behind them waits for that pass at most.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections import deque
+import heapq
+import itertools
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
 
+from gateway.priority import INTERACTIVE, Priority
 from models.base import Row
 
 Send = Callable[[list[Row]], Awaitable[list[np.ndarray]]]
-Waiting = tuple[list[Row], "asyncio.Future[list[np.ndarray]]", bool]  # rows, their answer, whether they go alone
 RETURN_WAIT_S = 0.005
+
+
+@dataclass(order=True)
+class Waiting:
+    """A request's rows waiting to leave, ordered by priority, then arrival."""
+
+    key: tuple[int, int, int]
+    rows: list[Row] = field(compare=False)
+    future: asyncio.Future[list[np.ndarray]] = field(compare=False)
+    alone: bool = field(compare=False)  # a full pass of a long request: a call of its own
+    batch: bool = field(compare=False)  # a bulk job's rows
 
 
 class Clock(Protocol):
@@ -64,25 +82,31 @@ class LoopClock:
 
 class Coalescer:
     def __init__(self, send: Send, max_rows: int, dropped: Callable[[list[Row]], None] = lambda rows: None,
-                 clock: Clock | None = None) -> None:
+                 clock: Clock | None = None, one_pass: Callable[[list[Row]], bool] | None = None) -> None:
         """`send` runs rows on the model service; `max_rows` bounds one call (a larger request goes alone);
         `dropped` hears of each abandoned request's rows that never left; `clock` times the return wait
-        (the event loop's unless a test brings its own)."""
+        (the event loop's unless a test brings its own); `one_pass` tells whether rows fit one forward pass
+        (bulk-job calls stop there; unknown: `max_rows`)."""
         self._send = send
         self._max_rows = max_rows
         self._dropped = dropped
         self._clock = clock or LoopClock()
-        self._waiting: deque[Waiting] = deque()
+        self._one_pass = one_pass or (lambda rows: len(rows) <= max_rows)
+        self._waiting: list[Waiting] = []  # a heap: the next to leave first
+        self._arrivals = itertools.count()
         self._arrived = asyncio.Event()
         self._senders: set[asyncio.Task[None]] = set()
+        self._batch_in_flight = False
         self.max_calls = 1  # calls in flight at once
 
-    async def run(self, rows: list[Row], alone: bool = False) -> list[np.ndarray]:
+    async def run(self, rows: list[Row], alone: bool = False, priority: Priority = INTERACTIVE) -> list[np.ndarray]:
         """One output per row, as the model service answered. Cancelling this before the rows left drops them.
         `alone`: a full pass of a long request (`gateway.model_calls.passes`), sent in a call of its own, so
         that a short request waiting with it is not held for its pass."""
         future: asyncio.Future[list[np.ndarray]] = asyncio.get_running_loop().create_future()
-        self._waiting.append((rows, future, alone))
+        class_order, level = priority.sort_key()
+        heapq.heappush(self._waiting, Waiting((class_order, level, next(self._arrivals)), rows, future, alone,
+                                              priority.batch))
         self._arrived.set()
         if len(self._senders) < self.max_calls:
             self._senders.add(asyncio.create_task(self._send_while_waiting()))
@@ -91,8 +115,13 @@ class Coalescer:
     async def _send_while_waiting(self) -> None:
         try:
             while batch := self._take():
-                await self._send_together(batch)
-                await self._wait_for_returning(sum(len(rows) for rows, _, _ in batch))
+                carries_batch = batch[0].batch
+                self._batch_in_flight |= carries_batch
+                try:
+                    await self._send_together(batch)
+                finally:
+                    self._batch_in_flight &= not carries_batch
+                await self._wait_for_returning(sum(len(waiting.rows) for waiting in batch))
         finally:  # at once, not in a done callback: a request arriving meanwhile would find no sender
             self._senders.discard(asyncio.current_task())  # type: ignore[arg-type]
 
@@ -112,38 +141,46 @@ class Coalescer:
                 return
 
     def _waiting_rows(self) -> int:
-        return sum(len(rows) for rows, future, _ in self._waiting if not future.done())
+        return sum(len(waiting.rows) for waiting in self._waiting if not waiting.future.done())
 
     def _take(self) -> list[Waiting]:
-        """The waiting requests, oldest first, up to `max_rows` rows (at least one request), a request that goes
-        alone by itself; those whose caller gave up (deadline, disconnect) are dropped here, before they cost
-        anything."""
+        """The next call's requests, in priority order, up to `max_rows` rows (at least one request), a request
+        that goes alone by itself; bulk-job rows only by themselves, one pass, and while no call of them is in
+        flight. Those whose caller gave up (deadline, disconnect) are dropped here, before they cost anything."""
         taken: list[Waiting] = []
         count = 0
         while self._waiting:
-            rows, future, alone = self._waiting[0]
-            if not future.done() and taken and (alone or taken[0][2] or count + len(rows) > self._max_rows):
-                break
-            self._waiting.popleft()
-            if future.done():
-                self._dropped(rows)
+            head = self._waiting[0]
+            if not head.future.done():
+                if head.batch and (self._batch_in_flight or (taken and not taken[0].batch)):
+                    break
+                if taken and (head.alone or taken[0].alone or count + len(head.rows) > self._max_rows
+                              or (head.batch and not self._one_pass([*self._rows(taken), *head.rows]))):
+                    break
+            heapq.heappop(self._waiting)
+            if head.future.done():
+                self._dropped(head.rows)
             else:
-                taken.append((rows, future, alone))
-                count += len(rows)
+                taken.append(head)
+                count += len(head.rows)
         return taken
+
+    @staticmethod
+    def _rows(batch: list[Waiting]) -> list[Row]:
+        return [row for waiting in batch for row in waiting.rows]
 
     async def _send_together(self, batch: list[Waiting]) -> None:
         try:
-            outputs = await self._send([row for rows, _, _ in batch for row in rows])
+            outputs = await self._send(self._rows(batch))
         except BaseException as exc:  # every request of the call gets the call's error
-            for _, future, _ in batch:
-                if not future.done():
-                    future.set_exception(exc) if isinstance(exc, Exception) else future.cancel()
+            for waiting in batch:
+                if not waiting.future.done():
+                    waiting.future.set_exception(exc) if isinstance(exc, Exception) else waiting.future.cancel()
             if not isinstance(exc, Exception):
                 raise
             return
         start = 0
-        for rows, future, _ in batch:
-            if not future.done():
-                future.set_result(outputs[start : start + len(rows)])
-            start += len(rows)
+        for waiting in batch:
+            if not waiting.future.done():
+                waiting.future.set_result(outputs[start : start + len(waiting.rows)])
+            start += len(waiting.rows)

@@ -20,24 +20,29 @@ from gateway.errors import ErrorBodies
 from gateway.fetch import UrlFetcher, UrlPolicy
 from gateway.get_routes import ReadinessReport, get_routes
 from gateway.guard import IN_FLIGHT, PROBE_PATHS, RequestGuard
+from gateway.jobs.store import JobStore
 from gateway.lifecycle import Lifecycle
 from gateway.shared import SharedCounters
+from gateway.wire.batches import FILES_PATH, job_routes, upload_limit
 from models.base import Kind
 from models.kinds import gateway_needs_torch
 
 
 def install(gateway: Any, routes: Starlette, config: EmbentoConfig, lifecycle: Lifecycle,
-            counters: SharedCounters) -> None:
-    """Mount the GET routes on `routes` (the Gateway's ASGI app) and add the middleware, outermost first. The
-    readiness report is the probe's body itself, so it stands outside the error rewriting; every other error
-    below, ours or the framework's, leaves in its route's shape."""
+            counters: SharedCounters, job_store: JobStore | None) -> None:
+    """Mount the GET routes, and the Files and Batches routes with jobs on, on `routes` (the Gateway's ASGI app)
+    and add the middleware, outermost first. The readiness report is the probe's body itself, so it stands
+    outside the error rewriting; every other error below, ours or the framework's, leaves in its route's shape."""
     routes.router.routes.extend(get_routes(config, lifecycle))
+    if job_store is not None:
+        routes.router.routes.extend(job_routes(job_store, config.jobs))
+    uploads = {FILES_PATH: upload_limit(config.jobs)} if job_store is not None else {}
     gateway.add_asgi_middleware(ReadinessReport, lifecycle=lifecycle)
     gateway.add_asgi_middleware(ErrorBodies, shapes=ERROR_SHAPES, tei_bodies=TEI_BODIES)
     gateway.add_asgi_middleware(
         RequestGuard, api_keys=config.api_keys(), max_request_bytes=config.max_request_bytes,
         open_paths=PROBE_PATHS | ({"/metrics"} if config.public_metrics else set()),
-        max_concurrent_requests=config.max_concurrent_requests, counters=counters,
+        max_concurrent_requests=config.max_concurrent_requests, counters=counters, upload_paths=uploads,
     )
     gateway.add_asgi_middleware(WatchDisconnect)
     gateway.add_asgi_middleware(CacheControl)
@@ -47,7 +52,7 @@ def http_settings(config: EmbentoConfig) -> dict[str, Any]:
     """The gateway's BentoML `http` settings: CORS, for the origins configured."""
     return {"cors": {
         "enabled": bool(config.cors_allow_origins), "access_control_allow_origins": config.cors_allow_origins,
-        "access_control_allow_methods": ["GET", "POST", "OPTIONS"],
+        "access_control_allow_methods": ["GET", "POST", "DELETE", "OPTIONS"],
         "access_control_allow_headers": ["Authorization", "Content-Type", "Cache-Control"],
     }}
 

@@ -28,6 +28,7 @@ STATUS: dict[type[errors.EmbentoError], tuple[int, str | None]] = {
     errors.RequestTooLarge: (413, "request_too_large"),
     errors.UnknownModel: (404, "model_not_found"),
     errors.RouteNotFound: (404, "not_found"),
+    errors.NotFound: (404, None),
     errors.Unauthorized: (401, "invalid_api_key"),
     errors.Overloaded: (429, "overloaded"),
     errors.NotReady: (503, "model_not_ready"),
@@ -98,6 +99,15 @@ def _json_is(body: bytes, rule: Callable[[Mapping[str, Any]], bool]) -> bool:
     return isinstance(parsed, dict) and rule(parsed)
 
 
+def describe_validation(first: Mapping[str, Any]) -> tuple[str, str | None]:
+    """A body's first validation error (pydantic's `errors()` entry) as a message, and the offending field."""
+    location = [str(part) for part in first.get("loc", ()) if part not in ("body", "root")]
+    message = str(first.get("msg", "invalid request")).removeprefix("Value error, ")
+    if first.get("type") == "json_invalid":
+        return "the request body is not valid JSON", None
+    return (f"{'.'.join(location)}: {message}" if location else message), (location[0] if location else None)
+
+
 def _describe_framework_error(status: int, body: bytes) -> tuple[str, str | None]:
     """A readable message (and the offending field) from a BentoML or Starlette error body."""
     try:
@@ -107,12 +117,7 @@ def _describe_framework_error(status: int, body: bytes) -> tuple[str, str | None
     if isinstance(parsed, list) and parsed:  # BentoML wraps 4xx exception bodies in a list
         parsed = parsed[0]
     if isinstance(parsed, dict) and isinstance(parsed.get("detail"), list) and parsed["detail"]:
-        first = parsed["detail"][0]
-        location = [str(part) for part in first.get("loc", ()) if part not in ("body", "root")]
-        message = str(first.get("msg", "invalid request")).removeprefix("Value error, ")
-        if first.get("type") == "json_invalid":
-            return "the request body is not valid JSON", None
-        return (f"{'.'.join(location)}: {message}" if location else message), (location[0] if location else None)
+        return describe_validation(parsed["detail"][0])
     if isinstance(parsed, dict) and "error" in parsed:
         parsed = parsed["error"]
     defaults = {404: "no such route", 405: "method not allowed on this route", 429: "too many requests",

@@ -4,7 +4,7 @@ type, body size."""
 from __future__ import annotations
 
 import hmac
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -30,10 +30,12 @@ def key_matches(token: str, keys: Iterable[str]) -> bool:
 class RequestGuard:
     def __init__(self, app: ASGIApp, api_keys: Sequence[str], max_request_bytes: int,
                  open_paths: frozenset[str] = PROBE_PATHS, max_concurrent_requests: int = 2**31,
-                 counters: SharedCounters | None = None) -> None:
+                 counters: SharedCounters | None = None, upload_paths: Mapping[str, int] | None = None) -> None:
+        """`upload_paths`: paths that take multipart uploads instead of JSON, each with its own body limit."""
         self.app = app
         self.api_keys = tuple(api_keys)
         self.max_request_bytes = max_request_bytes
+        self.upload_paths = upload_paths or {}
         self.open_paths = open_paths
         self.max_concurrent_requests = max_concurrent_requests
         self.counters = counters or SharedCounters([IN_FLIGHT])  # POST requests being answered, server-wide
@@ -55,7 +57,7 @@ class RequestGuard:
             return await error_response(problem)(scope, receive, send)
         try:
             if "content-length" not in headers:
-                receive, problem = await self._buffer_body(receive)
+                receive, problem = await self._buffer_body(receive, self._limit(scope))
             if problem is not None:
                 return await error_response(problem)(scope, receive, send)
             await self.app(scope, receive, send)
@@ -84,26 +86,29 @@ class RequestGuard:
         if scope["method"] != "POST":
             return None
         media_type = headers.get("content-type", "application/json").split(";")[0].strip().lower()
-        if media_type != "application/json":
-            return errors.UnsupportedMediaType(
-                f"Content-Type must be application/json, not '{media_type}'", param=None
-            )
-        length = headers.get("content-length")
-        if length is not None and (not length.isdigit() or int(length) > self.max_request_bytes):
-            return self._too_large()
+        expected = "multipart/form-data" if scope["path"] in self.upload_paths else "application/json"
+        if media_type != expected:
+            return errors.UnsupportedMediaType(f"Content-Type must be {expected}, not '{media_type}'", param=None)
+        length, limit = headers.get("content-length"), self._limit(scope)
+        if length is not None and (not length.isdigit() or int(length) > limit):
+            return self._too_large(limit)
         return None
 
-    def _too_large(self) -> errors.RequestTooLarge:
-        return errors.RequestTooLarge(f"request body is larger than the limit of {self.max_request_bytes} bytes")
+    def _limit(self, scope: Scope) -> int:
+        return self.upload_paths.get(scope["path"], self.max_request_bytes)
 
-    async def _buffer_body(self, receive: Receive) -> tuple[Receive, errors.EmbentoError | None]:
+    @staticmethod
+    def _too_large(limit: int) -> errors.RequestTooLarge:
+        return errors.RequestTooLarge(f"request body is larger than the limit of {limit} bytes")
+
+    async def _buffer_body(self, receive: Receive, limit: int) -> tuple[Receive, errors.EmbentoError | None]:
         """A chunked body has no length to check up front: read it, up to the limit, and replay it."""
         body = bytearray()
         while True:
             message = await receive()
             body += message.get("body", b"")
-            if len(body) > self.max_request_bytes:
-                return receive, self._too_large()
+            if len(body) > limit:
+                return receive, self._too_large(limit)
             if not message.get("more_body", False):
                 break
         replayed = False

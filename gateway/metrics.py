@@ -45,6 +45,12 @@ QUEUED_TOKENS = bentoml.metrics.Gauge(
     documentation="Tokens (or media positions) sent to a model service and not yet answered",
     labelnames=["model_service"],
 )
+QUEUED_BY_CLASS = bentoml.metrics.Gauge(
+    name="embento_queued_items_by_class",
+    documentation="Inputs of bulk jobs (job_class=batch) sent to a model service and not yet answered; the "
+                  "interactive ones are embento_queued_items", labelnames=["model_service", "job_class"],
+    multiprocess_mode="livesum",
+)
 REJECTED = bentoml.metrics.Counter(
     name="embento_rejected_requests", documentation="Requests refused before reaching a model service",
     labelnames=["model_service", "reason"],

@@ -3,16 +3,20 @@
 Each model service (`KindSpec.model_service`) gets its admission (the queue bounds), its coalescer (concurrent
 requests leave as one call) and its client, the Gateway's BentoML dependency. A request abandoned at its
 deadline or by its client is cancelled on the service.
+
+Bulk-job lines (the batch class, gateway/priority.py) wait for idle capacity instead: no queue bound refuses
+them and no deadline cuts them (their job's window does), and they never take an interactive request's room.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import time
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import aiohttp
@@ -23,7 +27,8 @@ from config.settings import EmbentoConfig
 from gateway.admission import Admission
 from gateway.coalesce import Coalescer
 from gateway.deadline import until_done
-from gateway.metrics import ABANDONED, REQUESTS_PER_CALL, current_trace, start_series
+from gateway.metrics import ABANDONED, QUEUED_BY_CLASS, REQUESTS_PER_CALL, current_trace, start_series
+from gateway.priority import PRIORITY, Priority
 from gateway.shared import SharedCounters
 from models import errors
 from models.base import Kind, ModelInfo, Row
@@ -42,11 +47,14 @@ class ModelCalls:
                  dispatch_rows: int, counters: SharedCounters | None = None) -> None:
         self.config = config
         self.clients = clients
+        self.dispatch_rows = dispatch_rows
         self.apis = {spec(kind).model_service: spec(kind).service_api for kind in kinds}  # the batchable API
         self.admission = {name: Admission(name, config.max_queued_items, config.max_queued_tokens, counters)
                           for name in self.apis}
         start_series(list(self.apis), config.max_queued_items, config.max_queued_tokens)
-        self.coalescers = {name: Coalescer(functools.partial(self._call_service, name), dispatch_rows, _count_dropped)
+        self.pass_limits: dict[str, tuple[int, int]] = {}  # per service: the smallest pass of its models
+        self.coalescers = {name: Coalescer(functools.partial(self._call_service, name), dispatch_rows, _count_dropped,
+                                           one_pass=functools.partial(self._fits_one_pass, name))
                            for name in self.apis}
         self._cancelling: set[asyncio.Task] = set()
 
@@ -63,30 +71,46 @@ class ModelCalls:
             row.request_id = request_id
         trace = current_trace()
         trace.sending(len(rows), tokens)
-        service = info.spec.model_service
+        service, priority = info.spec.model_service, PRIORITY.get()
         try:
-            with self.admission[service].admit(len(rows), tokens):
-                outputs = await until_done(self._in_parts(service, passes(rows, info)), self.config.request_timeout_s)
+            with self._queued(service, priority, len(rows), tokens):
+                outputs = await until_done(self._in_parts(service, passes(rows, info), priority),
+                                           None if priority.batch else self.config.request_timeout_s)
         except (errors.RequestTimeout, errors.ClientGone) as exc:
             self._abandon(service, request_id, "deadline" if isinstance(exc, errors.RequestTimeout) else "disconnect")
             raise
         trace.answered = time.perf_counter()
         return checked(outputs)
 
-    async def _in_parts(self, service: str, parts: list[list[Row]]) -> list[np.ndarray]:
+    @contextlib.contextmanager
+    def _queued(self, service: str, priority: Priority, items: int, tokens: int) -> Iterator[None]:
+        """An interactive request holds its room in the admission bounds (or is refused); a bulk-job line is
+        only counted."""
+        if not priority.batch:
+            with self.admission[service].admit(items, tokens):
+                yield
+            return
+        gauge = QUEUED_BY_CLASS.labels(model_service=service, job_class="batch")
+        gauge.inc(items)
+        try:
+            yield
+        finally:
+            gauge.dec(items)
+
+    async def _in_parts(self, service: str, parts: list[list[Row]], priority: Priority) -> list[np.ndarray]:
         """A request's rows in pass-sized parts, each queued once the one before it is under way (as many at
         once as the service takes calls): other requests' rows join the queue between a long request's parts
         instead of waiting behind all of it."""
         coalescer = self.coalescers[service]
         if len(parts) == 1:
-            return await coalescer.run(parts[0])
+            return await coalescer.run(parts[0], priority=priority)
         in_flight = asyncio.Semaphore(coalescer.max_calls)
         queued: set[int] = set()
 
         async def run(index: int) -> list[np.ndarray]:
             async with in_flight:
                 queued.add(index)
-                return await coalescer.run(parts[index], alone=True)
+                return await coalescer.run(parts[index], alone=True, priority=priority)
 
         tasks = [asyncio.ensure_future(run(index)) for index in range(len(parts))]
         try:
@@ -103,10 +127,22 @@ class ModelCalls:
         """Rows straight to the service (warm-up and calibration): no admission, no deadline."""
         return checked(await self.coalescers[info.spec.model_service].run(rows))
 
-    def on_device(self, info: ModelInfo) -> None:
-        """A model on a GPU gets more calls in flight (see gateway/coalesce.py)."""
+    def learn(self, info: ModelInfo) -> None:
+        """A loaded model's facts: on a GPU its service gets more calls in flight (see gateway/coalesce.py), and
+        its pass limits bound the service's bulk-job calls."""
+        service = info.spec.model_service
         if info.device != "cpu":
-            self.coalescers[info.spec.model_service].max_calls = GPU_CALLS_IN_FLIGHT
+            self.coalescers[service].max_calls = GPU_CALLS_IN_FLIGHT
+        if info.batch_size and info.max_batch_tokens:
+            rows, tokens = self.pass_limits.get(service, (info.batch_size, info.max_batch_tokens))
+            self.pass_limits[service] = (min(rows, info.batch_size), min(tokens, info.max_batch_tokens))
+
+    def _fits_one_pass(self, service: str, rows: list[Row]) -> bool:
+        """Whether `rows` fit one pass of every model of `service` (its limits once learned; else one call's)."""
+        if service not in self.pass_limits:
+            return len(rows) <= self.dispatch_rows
+        max_rows, max_tokens = self.pass_limits[service]
+        return len(rows) <= max_rows and max(row.length for row in rows) * len(rows) <= max_tokens
 
     def _abandon(self, service: str, request_id: str, reason: str) -> None:
         """Nobody waits for this request any more: its model service drops whatever of it is still queued."""

@@ -32,6 +32,10 @@ class RouteNotFound(EmbentoError):
     """No route at this path (or not for this method)."""
 
 
+class NotFound(EmbentoError):
+    """The request names a file or batch that does not exist (or no longer does)."""
+
+
 class Unauthorized(EmbentoError):
     """Missing or wrong API key."""
 

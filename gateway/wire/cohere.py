@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, Union, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, field_validator
 
+from gateway.priority import Prioritized
 from gateway.queries import EmbedQuery, InputItem, InputType, OutputType, Shape
 from gateway.results import Embeddings, Ranking
 from gateway.wire.common import ModeScores, RerankRequest, Usage, rank_query, response_id
@@ -24,7 +25,7 @@ Truncate = Literal["NONE", "START", "END"]
 
 
 # Embed bodies
-class CohereEmbedRequest(BaseModel):
+class CohereEmbedRequest(Prioritized):
     """POST /v1/embed. Unknown fields are ignored, as Cohere's SDK adds some."""
 
     texts: list[StrictStr] | None = None

@@ -26,6 +26,7 @@ from pydantic import (
 
 from starlette.responses import Response
 
+from gateway.priority import Prioritized
 from gateway.queries import InputItem, RankQuery
 from models.base import Modality, Truncation
 from models.kinds import ScoreMode
@@ -94,7 +95,7 @@ def _item(value: str | list[int] | TextItem | ImageItem | AudioItem, modality: M
     return InputItem(modality, value)
 
 
-class TruncationControls(BaseModel):
+class TruncationControls(Prioritized):
     """TEI's per-request truncation fields, on every text route that takes them."""
 
     truncate: StrictBool | None = Field(None, description="Cut input longer than the model takes (the default); "

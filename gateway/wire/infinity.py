@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, Field, StrictBool, StrictStr
 
+from gateway.priority import Prioritized
 from gateway.queries import ClassifyQuery, EmbedQuery
 from gateway.results import Classified, Ranking
 from gateway.wire.common import (
@@ -33,7 +34,7 @@ if TYPE_CHECKING:
 
 
 # POST /embeddings_image and /embeddings_audio (deprecated by infinity)
-class LegacyMediaRequest(BaseModel):
+class LegacyMediaRequest(Prioritized):
     """`input`: data URIs or http(s) URLs."""
 
     input: StrictStr | list[StrictStr]

@@ -13,6 +13,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, ValidationError
 from starlette.responses import JSONResponse
 
+from gateway.priority import Prioritized
 from gateway.queries import ClassifyQuery, DecodeQuery, EmbedQuery, InputItem, RankQuery, Shape, TokenizeQuery
 from gateway.results import Classified, Embeddings, Ranking, Tokens
 from gateway.wire.common import (
@@ -171,7 +172,7 @@ class SimilarityParameters(TruncationControls):
     prompt_name: str | None = None
 
 
-class TeiSimilarityRequest(BaseModel):
+class TeiSimilarityRequest(Prioritized):
     """POST /similarity (the Hugging Face sentence-similarity task)."""
 
     inputs: SimilarityInputs

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, Field, StrictBool, StrictInt, StrictStr
 
+from gateway.priority import Prioritized
 from gateway.queries import AutoChunking, ContextQuery, EmbedQuery, InputItem
 from gateway.results import ContextEmbeddings, Embeddings
 from gateway.wire.common import SHORT_INPUT_TYPES
@@ -24,7 +25,7 @@ VOYAGE_PATH = "/v1/contextualizedembeddings"
 VoyageDtype = Literal["float", "int8", "uint8", "binary", "ubinary"]
 
 
-class ContextualizedRequest(BaseModel):
+class ContextualizedRequest(Prioritized):
     """POST /v1/contextualizedembeddings. Unknown fields are ignored, as the SDK may add some."""
 
     inputs: list[list[StrictStr]] | list[StrictStr] = Field(description=(

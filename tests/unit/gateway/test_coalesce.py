@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from gateway.coalesce import RETURN_WAIT_S, Coalescer
+from gateway.priority import BATCH, Priority
 from models.base import TokenizedText
 
 
@@ -241,5 +242,54 @@ def test_with_two_calls_allowed_the_next_leaves_while_one_runs():
         answers = await asyncio.gather(first, second, *later)
         assert [a[0][0] for a in answers] == [1, 2, 3, 4]
         assert ["3", "4"] in service.calls  # the waiting ones left together
+
+    asyncio.run(scenario())
+
+
+def test_interactive_requests_leave_first_by_priority_level_then_batch_rows():
+    async def scenario() -> None:
+        service = FakeModelService()
+        coalescer, first = await one_call_in_flight(service)
+        later = [asyncio.create_task(coalescer.run(rows("10", 1), priority=BATCH)),
+                 asyncio.create_task(coalescer.run(rows("11", 1), priority=BATCH)),
+                 asyncio.create_task(coalescer.run(rows("2", 1))),
+                 asyncio.create_task(coalescer.run(rows("3", 1), priority=Priority(level=-1)))]
+        await settle()
+        service.release.set()
+        await asyncio.gather(first, *later)
+        # Level -1 before the default 0, both before any batch row; batch rows never share a call with them.
+        assert service.calls == [["1"], ["3", "2"], ["10", "11"]]
+
+    asyncio.run(scenario())
+
+
+def test_batch_rows_leave_one_pass_per_call():
+    async def scenario() -> None:
+        service = FakeModelService()
+        coalescer, first = await one_call_in_flight(service, one_pass=lambda batch: len(batch) <= 2)
+        later = [asyncio.create_task(coalescer.run(rows(str(n), 1), priority=BATCH)) for n in (10, 11, 12)]
+        later.append(asyncio.create_task(coalescer.run(rows("2", 3))))  # interactive calls keep max_rows
+        await settle()
+        service.release.set()
+        await asyncio.gather(first, *later)
+        assert service.calls == [["1"], ["2"] * 3, ["10", "11"], ["12"]]
+
+    asyncio.run(scenario())
+
+
+def test_one_batch_call_at_a_time_so_an_interactive_request_waits_for_one_pass_at_most():
+    async def scenario() -> None:
+        service = FakeModelService()
+        coalescer = Coalescer(service.send, max_rows=64, one_pass=lambda batch: len(batch) <= 1)
+        coalescer.max_calls = 2  # as on a GPU
+        batch = [asyncio.create_task(coalescer.run(rows(str(n), 1), priority=BATCH)) for n in (10, 11)]
+        await settle()
+        assert service.calls == [["10"]]  # the second batch pass waits although a second call may leave
+        interactive = asyncio.create_task(coalescer.run(rows("2", 1)))
+        await settle()
+        assert service.calls == [["10"], ["2"]]  # left at once, beside the one batch pass
+        service.release.set()
+        await asyncio.gather(*batch, interactive)
+        assert service.calls[2:] == [["11"]]
 
     asyncio.run(scenario())

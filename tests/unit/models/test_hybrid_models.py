@@ -157,7 +157,7 @@ class InProcessCalls:
     async def send(self, info, rows):
         return self.model.forward(rows)
 
-    def on_device(self, info) -> None:
+    def learn(self, info) -> None:
         pass
 
 

@@ -1,0 +1,408 @@
+"""The jobs' state, through SQLAlchemy: SQLite in a data folder by default, PostgreSQL for many replicas.
+
+Every write is one transaction, committed before it is acknowledged. Work is claimed under a lease: a chunk
+(or a batch's validation or finalization) belongs to one worker until its lease runs out, and a result is
+stored only by the worker that still holds its chunk, so a chunk whose worker died is run again by another and
+each line is answered once. On PostgreSQL claims skip rows another replica has locked (`FOR UPDATE SKIP
+LOCKED`); on SQLite every write transaction begins `IMMEDIATE`, one writer at a time across processes.
+
+The methods block: callers run them in a thread (`asyncio.to_thread`).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import (
+    Connection,
+    Engine,
+    and_,
+    create_engine,
+    delete,
+    event,
+    func,
+    insert,
+    or_,
+    select,
+    text,
+    tuple_,
+    update,
+)
+from sqlalchemy.exc import IntegrityError
+
+from config.settings import JobSettings
+from gateway.jobs import schema
+from gateway.jobs.blobs import Blobs, DatabaseBlobs, FolderBlobs
+from gateway.jobs.lines import BatchLine
+from models import errors
+
+Clock = Callable[[], float]
+FINISHED = ("completed", "failed", "expired", "cancelled")
+OUTPUT_PAGE_LINES = 500  # an output file is read this many lines per query
+BATCH_WINDOW_S = {"24h": 24 * 3600}
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """Lines of one batch claimed by a worker."""
+
+    batch_id: str
+    endpoint: str
+    first_line: int
+    lines: list[BatchLine]
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}{uuid.uuid4().hex[:24]}"
+
+
+class JobStore:
+    def __init__(self, settings: JobSettings, data_dir: Path, clock: Clock = time.time) -> None:
+        self.settings = settings
+        self.clock = clock
+        url = settings.database()
+        if url:
+            self.engine = create_engine(_psycopg(url), pool_pre_ping=True)
+            self.reader = self.engine
+            self.blobs: Blobs = DatabaseBlobs()
+        else:
+            data_dir.mkdir(parents=True, exist_ok=True)
+            self.engine = _sqlite(data_dir / "jobs.db", immediate=True)
+            self.reader = _sqlite(data_dir / "jobs.db", immediate=False)
+            self.blobs = FolderBlobs(data_dir / "files")
+        self._created = False
+
+    def create_schema(self) -> None:
+        """The tables, once: replicas and workers starting together each try."""
+        if self._created:
+            return
+        with self.engine.begin() as conn:
+            if conn.dialect.name == "postgresql":  # create_all checks, then creates: one process at a time
+                conn.execute(text("SELECT pg_advisory_xact_lock(7310601)"))
+            schema.metadata.create_all(conn)
+        self._created = True
+
+    def _now(self) -> int:
+        return int(self.clock())
+
+    # Files
+    def add_file(self, filename: str, purpose: str, content: bytes) -> dict[str, Any]:
+        self.create_schema()
+        now = self._now()
+        record = {"id": new_id("file-"), "purpose": purpose, "filename": filename, "bytes": len(content),
+                  "created_at": now, "expires_at": now + self.settings.retention_s, "batch_id": None,
+                  "succeeded": None}
+        with self.engine.begin() as conn:
+            stored = conn.execute(select(func.coalesce(func.sum(schema.files.c.bytes), 0))).scalar_one()
+            if stored + len(content) > self.settings.max_stored_bytes:
+                raise errors.InvalidRequest(
+                    f"the deployment keeps at most {self.settings.max_stored_bytes} bytes of files "
+                    f"(jobs.max_stored_bytes) and holds {stored}; delete files or wait for them to expire",
+                    param="file")
+            conn.execute(insert(schema.files).values(record))
+            self.blobs.write(conn, record["id"], content)  # before the commit: no row without its bytes
+        return record
+
+    def file(self, file_id: str) -> dict[str, Any] | None:
+        self.create_schema()
+        with self.reader.connect() as conn:
+            row = conn.execute(select(schema.files).where(schema.files.c.id == file_id)).first()
+        return dict(row._mapping) if row else None
+
+    def files(self, purpose: str | None, after: str | None, limit: int, descending: bool) -> list[dict[str, Any]]:
+        self.create_schema()
+        query = select(schema.files)
+        if purpose:
+            query = query.where(schema.files.c.purpose == purpose)
+        return self._page(query, schema.files, after, limit, descending)
+
+    def _page(self, query: Any, table: Any, after: str | None, limit: int, descending: bool) -> list[dict]:
+        """Rows by creation (then id), those past the `after` id's row."""
+        order = (table.c.created_at.desc(), table.c.id.desc()) if descending else (table.c.created_at, table.c.id)
+        with self.reader.connect() as conn:
+            anchor = after and conn.execute(select(table.c.created_at).where(table.c.id == after)).scalar()
+            if anchor is not None:
+                position, cursor = tuple_(table.c.created_at, table.c.id), tuple_(anchor, after)
+                query = query.where(position < cursor if descending else position > cursor)
+            rows = conn.execute(query.order_by(*order).limit(limit)).all()
+        return [dict(row._mapping) for row in rows]
+
+    def delete_file(self, file_id: str) -> bool:
+        self.create_schema()
+        with self.engine.begin() as conn:
+            return self._delete_files(conn, [file_id]) > 0
+
+    def _delete_files(self, conn: Connection, file_ids: list[str]) -> int:
+        """Files and what they hold: an upload's bytes, an output's results."""
+        rows = conn.execute(select(schema.files).where(schema.files.c.id.in_(file_ids))).all()
+        for row in rows:
+            if row.batch_id is not None:
+                conn.execute(delete(schema.results).where(schema.results.c.batch_id == row.batch_id,
+                                                          schema.results.c.succeeded == row.succeeded))
+            else:
+                self.blobs.delete(conn, row.id)
+        conn.execute(delete(schema.files).where(schema.files.c.id.in_(file_ids)))
+        return len(rows)
+
+    def content(self, record: dict[str, Any]) -> Iterator[bytes]:
+        """A file's bytes, in pieces: an upload's as stored, an output's line by line."""
+        if record["batch_id"] is None:
+            yield from self.blobs.read(self.reader, record["id"])
+            return
+        after = 0
+        while True:
+            with self.reader.connect() as conn:
+                page = conn.execute(
+                    select(schema.results.c.line, schema.results.c.output)
+                    .where(schema.results.c.batch_id == record["batch_id"],
+                           schema.results.c.succeeded == record["succeeded"], schema.results.c.line > after)
+                    .order_by(schema.results.c.line).limit(OUTPUT_PAGE_LINES)).all()
+            if not page:
+                return
+            yield "".join(f"{row.output}\n" for row in page).encode()
+            after = page[-1].line
+
+    # Batches
+    def create_batch(self, endpoint: str, input_file_id: str, completion_window: str,
+                     metadata: dict[str, str] | None) -> dict[str, Any]:
+        self.create_schema()
+        now = self._now()
+        record = {"id": new_id("batch_"), "endpoint": endpoint, "input_file_id": input_file_id,
+                  "completion_window": completion_window, "metadata": metadata, "status": "validating",
+                  "errors": None, "total": 0, "completed": 0, "failed": 0, "created_at": now,
+                  "expires_at": now + BATCH_WINDOW_S[completion_window]}
+        with self.engine.begin() as conn:
+            source = conn.execute(select(schema.files).where(schema.files.c.id == input_file_id)).first()
+            if source is None:
+                raise errors.InvalidRequest(f"no file '{input_file_id}' (unknown, expired or deleted)",
+                                            param="input_file_id")
+            if source.purpose != "batch" or source.batch_id is not None:
+                raise errors.InvalidRequest(f"file '{input_file_id}' was not uploaded with purpose 'batch'",
+                                            param="input_file_id")
+            conn.execute(insert(schema.batches).values(record))
+        return self.batch(record["id"])  # type: ignore[return-value]
+
+    def batch(self, batch_id: str) -> dict[str, Any] | None:
+        self.create_schema()
+        with self.reader.connect() as conn:
+            row = conn.execute(select(schema.batches).where(schema.batches.c.id == batch_id)).first()
+        return dict(row._mapping) if row else None
+
+    def batches(self, after: str | None, limit: int) -> list[dict[str, Any]]:
+        self.create_schema()
+        return self._page(select(schema.batches), schema.batches, after, limit, descending=True)
+
+    def cancel(self, batch_id: str) -> dict[str, Any] | None:
+        """A batch not finished stops taking new chunks; its workers finish theirs, then it is cancelled."""
+        self.create_schema()
+        with self.engine.begin() as conn:
+            conn.execute(update(schema.batches)
+                         .where(schema.batches.c.id == batch_id,
+                                schema.batches.c.status.in_(("validating", "in_progress")))
+                         .values(status="cancelling", cancelling_at=self._now(), lease_owner=None, lease_until=None))
+        return self.batch(batch_id)
+
+    # The worker's side
+    def claim_step(self, owner: str) -> dict[str, Any] | None:
+        """A batch with a step due (its id, status and expires_at), leased to `owner`: one to validate, one whose chunks are all
+        stored (to finalize), one cancelling with no chunk running, or one whose finalizer died."""
+        self.create_schema()
+        now = self.clock()
+        c, k = schema.batches.c, schema.chunks.c
+        open_chunk = select(schema.chunks).where(k.batch_id == c.id, k.done.is_(False))
+        running_chunk = open_chunk.where(k.lease_until >= now)
+        due = or_(c.status.in_(("validating", "finalizing")),
+                  and_(c.status == "in_progress", ~open_chunk.exists()),
+                  and_(c.status == "cancelling", ~running_chunk.exists()),
+                  and_(c.status.in_(("validating", "in_progress")), c.expires_at <= int(now)))
+        query = (select(c.id, c.status, c.expires_at).where(due, or_(c.lease_until.is_(None), c.lease_until < now))
+                 .order_by(c.created_at).limit(1).with_for_update(skip_locked=True, of=schema.batches))
+        with self.engine.begin() as conn:
+            row = conn.execute(query).first()
+            if row is None:
+                return None
+            conn.execute(update(schema.batches).where(c.id == row.id)
+                         .values(lease_owner=owner, lease_until=now + self.settings.lease_s))
+        return dict(row._mapping)
+
+    def validated(self, batch_id: str, owner: str, parsed: list[BatchLine] | None,
+                  problems: list[dict[str, Any]]) -> None:
+        """A validated batch's lines and chunks, now in progress; or its problems, and it has failed."""
+        c = schema.batches.c
+        with self.engine.begin() as conn:
+            if not self._holds(conn, batch_id, owner, "validating"):
+                return
+            if problems or not parsed:
+                conn.execute(update(schema.batches).where(c.id == batch_id).values(
+                    status="failed", failed_at=self._now(), errors=problems, lease_owner=None, lease_until=None))
+                return
+            conn.execute(insert(schema.lines), [{"batch_id": batch_id, "line": line.number,
+                                                 "custom_id": line.custom_id, "body": line.body} for line in parsed])
+            size = self.settings.chunk_lines
+            conn.execute(insert(schema.chunks), [
+                {"batch_id": batch_id, "first_line": parsed[i].number, "done": False,
+                 "end_line": parsed[min(i + size, len(parsed)) - 1].number + 1} for i in range(0, len(parsed), size)])
+            conn.execute(update(schema.batches).where(c.id == batch_id).values(
+                status="in_progress", in_progress_at=self._now(), total=len(parsed), lease_owner=None,
+                lease_until=None))
+
+    def _holds(self, conn: Connection, batch_id: str, owner: str, status: str) -> bool:
+        c = schema.batches.c
+        row = conn.execute(select(c.status, c.lease_owner).where(c.id == batch_id)).first()
+        return row is not None and row.status == status and row.lease_owner == owner
+
+    def input_bytes(self, batch_id: str) -> bytes | None:
+        """A batch's input file, whole; None once deleted."""
+        record = self.batch(batch_id)
+        source = record and self.file(record["input_file_id"])
+        return b"".join(self.content(source)) if source else None
+
+    def finalizing(self, batch_id: str, owner: str) -> bool:
+        """Every chunk is stored: the batch is finalizing (its output files are made next)."""
+        with self.engine.begin() as conn:
+            if not self._holds(conn, batch_id, owner, "in_progress"):
+                return False
+            conn.execute(update(schema.batches).where(schema.batches.c.id == batch_id)
+                         .values(status="finalizing", finalizing_at=self._now()))
+        return True
+
+    def finish(self, batch_id: str, owner: str, status: str, outcome: str) -> None:
+        """The batch ends as `outcome` (completed, cancelled, expired): its output and error files made from its
+        results, its lines and chunks dropped."""
+        c = schema.batches.c
+        now = self._now()
+        with self.engine.begin() as conn:
+            if not self._holds(conn, batch_id, owner, status):
+                return
+            file_ids: dict[bool, str | None] = {}
+            for succeeded in (True, False):
+                size, count = conn.execute(
+                    select(func.coalesce(func.sum(schema.results.c.size), 0),
+                           func.count()).where(schema.results.c.batch_id == batch_id,
+                                               schema.results.c.succeeded == succeeded)).one()
+                file_ids[succeeded] = None
+                if count:
+                    file_ids[succeeded] = new_id("file-")
+                    conn.execute(insert(schema.files).values(
+                        id=file_ids[succeeded], purpose="batch_output", bytes=size, created_at=now,
+                        expires_at=now + self.settings.retention_s, batch_id=batch_id, succeeded=succeeded,
+                        filename=f"{batch_id}_{'output' if succeeded else 'error'}.jsonl"))
+            conn.execute(update(schema.batches).where(c.id == batch_id).values(
+                {"status": outcome, f"{outcome}_at": now, "output_file_id": file_ids[True],
+                 "error_file_id": file_ids[False], "lease_owner": None, "lease_until": None}))
+            conn.execute(delete(schema.lines).where(schema.lines.c.batch_id == batch_id))
+            conn.execute(delete(schema.chunks).where(schema.chunks.c.batch_id == batch_id))
+
+    def claim_chunk(self, owner: str) -> Chunk | None:
+        """The next chunk of a batch in progress that nobody holds, leased to `owner`."""
+        self.create_schema()
+        now = self.clock()
+        b, k, ln = schema.batches.c, schema.chunks.c, schema.lines.c
+        query = (select(k.batch_id, k.first_line, k.end_line, b.endpoint).join(schema.batches, b.id == k.batch_id)
+                 .where(b.status == "in_progress", b.expires_at > int(now), k.done.is_(False),
+                        or_(k.lease_until.is_(None), k.lease_until < now))
+                 .order_by(b.created_at, k.first_line).limit(1).with_for_update(skip_locked=True, of=schema.chunks))
+        with self.engine.begin() as conn:
+            row = conn.execute(query).first()
+            if row is None:
+                return None
+            conn.execute(update(schema.chunks).where(k.batch_id == row.batch_id, k.first_line == row.first_line)
+                         .values(lease_owner=owner, lease_until=now + self.settings.lease_s))
+            found = conn.execute(select(ln.line, ln.custom_id, ln.body).where(
+                ln.batch_id == row.batch_id, ln.line >= row.first_line, ln.line < row.end_line)
+                .order_by(ln.line)).all()
+        return Chunk(row.batch_id, row.endpoint, row.first_line,
+                     [BatchLine(line.line, line.custom_id, line.body) for line in found])
+
+    def renew(self, chunk: Chunk, owner: str) -> bool:
+        """The chunk's lease extended; False when another worker has taken it over."""
+        k = schema.chunks.c
+        with self.engine.begin() as conn:
+            renewed = conn.execute(update(schema.chunks).where(
+                k.batch_id == chunk.batch_id, k.first_line == chunk.first_line, k.lease_owner == owner,
+                k.done.is_(False)).values(lease_until=self.clock() + self.settings.lease_s))
+        return renewed.rowcount == 1
+
+    def store_chunk(self, chunk: Chunk, owner: str, outputs: list[tuple[int, bool, str]]) -> bool:
+        """A chunk's results, stored with the chunk marked done in one transaction, only while `owner` still holds
+        it: False (and nothing stored) when another worker took it over."""
+        k, b = schema.chunks.c, schema.batches.c
+        try:
+            with self.engine.begin() as conn:
+                done = conn.execute(update(schema.chunks).where(
+                    k.batch_id == chunk.batch_id, k.first_line == chunk.first_line, k.lease_owner == owner,
+                    k.done.is_(False)).values(done=True, lease_owner=None, lease_until=None))
+                if done.rowcount != 1:
+                    conn.rollback()
+                    return False
+                conn.execute(insert(schema.results), [
+                    {"batch_id": chunk.batch_id, "line": line, "succeeded": ok, "output": output,
+                     "size": len(output.encode()) + 1} for line, ok, output in outputs])
+                succeeded = sum(ok for _, ok, _ in outputs)
+                conn.execute(update(schema.batches).where(b.id == chunk.batch_id).values(
+                    completed=b.completed + succeeded, failed=b.failed + len(outputs) - succeeded))
+        except IntegrityError:  # stored already by a worker that held it before: answered once
+            return False
+        return True
+
+    def expire_files(self) -> int:
+        """Files past their retention, deleted; how many."""
+        self.create_schema()
+        with self.engine.begin() as conn:
+            expired = conn.execute(select(schema.files.c.id).where(schema.files.c.expires_at <= self._now())).scalars()
+            return self._delete_files(conn, list(expired))
+
+    def counts(self) -> dict[str, int]:
+        """Batches by status (the metrics' gauge)."""
+        self.create_schema()
+        with self.reader.connect() as conn:
+            rows = conn.execute(select(schema.batches.c.status, func.count()).group_by(schema.batches.c.status))
+            return {status: count for status, count in rows}
+
+
+def open_store(settings: JobSettings) -> JobStore | None:
+    """The configured store (nothing connects yet), or None with jobs off. SQLite's folder defaults to one under
+    BentoML's home, which a container keeps on its volume."""
+    if not settings.enabled:
+        return None
+    if settings.data_dir:
+        return JobStore(settings, Path(settings.data_dir).expanduser())
+    from bentoml._internal.configuration.containers import BentoMLContainer
+
+    return JobStore(settings, Path(BentoMLContainer.bentoml_home.get()) / "embento-jobs")
+
+
+def _psycopg(url: str) -> str:
+    """A `postgresql://` URL through psycopg 3 (SQLAlchemy's default PostgreSQL driver is psycopg2)."""
+    for prefix in ("postgresql://", "postgres://"):
+        if url.startswith(prefix):
+            return "postgresql+psycopg://" + url[len(prefix):]
+    return url
+
+
+def _sqlite(path: Path, immediate: bool) -> Engine:
+    """SQLite in WAL mode (readers do not wait for the writer), durable across a process kill; with `immediate`,
+    every transaction takes the write lock at its start, so a read-then-write claim is atomic across processes."""
+    engine = create_engine(f"sqlite:///{path}", connect_args={"timeout": 30})
+
+    @event.listens_for(engine, "connect")
+    def _connect(dbapi_connection: Any, _: Any) -> None:
+        dbapi_connection.isolation_level = None  # SQLAlchemy's own BEGIN below, not the driver's
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.execute("PRAGMA busy_timeout=30000")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _begin(conn: Connection) -> None:
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+
+    os.makedirs(path.parent, exist_ok=True)
+    return engine

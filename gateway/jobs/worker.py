@@ -1,0 +1,164 @@
+"""The jobs' worker, one per gateway process: it validates new batches, runs their lines chunk by chunk in the
+model services' idle capacity, and finalizes, cancels and expires them.
+
+Every step is claimed in the store under a lease, so the workers of every process and replica share the work,
+and a step whose worker died is taken over once its lease runs out. A chunk's results are stored whole and only
+by the worker still holding it (gateway/jobs/store.py): killed at any point, a batch resumes from its first
+unstored chunk and answers each line once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import socket
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from config.settings import JobSettings
+from gateway.jobs.answers import LineAnswer, answer_line, output_line
+from gateway.jobs.lines import BatchLine, parse_batch_file
+from gateway.jobs.metrics import BATCHES, LINES
+from gateway.jobs.store import Chunk, JobStore
+
+if TYPE_CHECKING:
+    from gateway.engine import Engine
+
+logger = logging.getLogger(__name__)
+IDLE_POLL_S = 0.5  # how soon a new batch or chunk is noticed
+HOUSEKEEPING_EVERY_S = 30.0  # expired files deleted, batch counts refreshed
+CHUNKS_IN_FLIGHT = 2  # while one chunk's last lines run, the next one's start
+RETRY_WAITS_S = (0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0)  # a line answered 429/503 is run again after these
+
+
+class JobWorker:
+    def __init__(self, store: JobStore, settings: JobSettings, engine: Engine,
+                 ready: Callable[[], Awaitable[bool]]) -> None:
+        self.store = store
+        self.settings = settings
+        self.engine = engine
+        self.ready = ready
+        self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self._lines = asyncio.Semaphore(settings.lines_in_flight)
+        self._tasks: list[asyncio.Task[None]] = []
+        self._last_housekeeping = float("-inf")
+
+    def start(self) -> None:
+        self._tasks = [asyncio.create_task(self._forever(self._step)),
+                       *(asyncio.create_task(self._forever(self._chunk)) for _ in range(CHUNKS_IN_FLIGHT))]
+
+    async def _forever(self, work: Callable[[], Awaitable[bool]]) -> None:
+        """`work` again and again once the models serve; after a pass that found nothing, a pause."""
+        while not await self.ready():
+            await asyncio.sleep(1.0)
+        while True:
+            try:
+                found = await work()
+            except Exception:  # the store unreachable, say: logged, tried again
+                logger.exception("bulk-job worker step failed")
+                found = False
+            if not found:
+                await asyncio.sleep(IDLE_POLL_S)
+
+    async def _step(self) -> bool:
+        """One batch's due step: validation, finalization, cancellation or expiry; housekeeping when none."""
+        step = await asyncio.to_thread(self.store.claim_step, self.owner)
+        if step is None:
+            await self._housekeeping()
+            return False
+        batch_id, status = step["id"], step["status"]
+        if status in ("validating", "in_progress") and step["expires_at"] <= self.store.clock():
+            await asyncio.to_thread(self.store.finish, batch_id, self.owner, status, "expired")
+        elif status == "validating":
+            await self._validate(batch_id)
+        elif status == "in_progress":
+            if await asyncio.to_thread(self.store.finalizing, batch_id, self.owner):
+                self._crash_point("finalizing")
+                await asyncio.to_thread(self.store.finish, batch_id, self.owner, "finalizing", "completed")
+        elif status == "finalizing":
+            await asyncio.to_thread(self.store.finish, batch_id, self.owner, "finalizing", "completed")
+        else:
+            await asyncio.to_thread(self.store.finish, batch_id, self.owner, status, "cancelled")
+        return True
+
+    async def _validate(self, batch_id: str) -> None:
+        record = await asyncio.to_thread(self.store.batch, batch_id)
+        content = await asyncio.to_thread(self.store.input_bytes, batch_id)
+        if record is None:
+            return
+        if content is None:
+            parsed: list[BatchLine] = []
+            problems = [{"code": "file_not_found", "message": f"the input file '{record['input_file_id']}' was "
+                         "deleted before the batch was validated", "param": "input_file_id", "line": None}]
+        else:
+            parsed, problems = await asyncio.to_thread(parse_batch_file, content, record["endpoint"],
+                                                       self.settings.max_lines)
+        self._crash_point("validating")
+        await asyncio.to_thread(self.store.validated, batch_id, self.owner, parsed, problems)
+
+    async def _chunk(self) -> bool:
+        """One chunk claimed, its lines answered, and its results stored (unless its lease was lost)."""
+        chunk = await asyncio.to_thread(self.store.claim_chunk, self.owner)
+        if chunk is None:
+            return False
+        renewing = asyncio.create_task(self._renew(chunk))
+        try:
+            outputs = await asyncio.gather(*(self._line(chunk.endpoint, line) for line in chunk.lines))
+        finally:
+            renewing.cancel()
+        if chunk.first_line > 1:  # a batch partway done
+            self._crash_point("chunk")
+        if await asyncio.to_thread(self.store.store_chunk, chunk, self.owner, outputs):
+            succeeded = sum(ok for _, ok, _ in outputs)
+            LINES.labels(endpoint=chunk.endpoint, outcome="succeeded").inc(succeeded)
+            LINES.labels(endpoint=chunk.endpoint, outcome="failed").inc(len(outputs) - succeeded)
+        else:
+            logger.warning("chunk %s:%d was taken over by another worker; its results were dropped",
+                           chunk.batch_id, chunk.first_line)
+        return True
+
+    async def _renew(self, chunk: Chunk) -> None:
+        """The chunk's lease kept while its lines run."""
+        while True:
+            await asyncio.sleep(self.settings.lease_s / 3)
+            if not await asyncio.to_thread(self.store.renew, chunk, self.owner):
+                return
+
+    async def _line(self, endpoint: str, line: BatchLine) -> tuple[int, bool, str]:
+        async with self._lines:
+            answer = await self._answer(endpoint, line.body)
+        return line.number, answer.succeeded, output_line(line.custom_id, answer)
+
+    async def _answer(self, endpoint: str, body: str) -> LineAnswer:
+        """The line's answer; an overloaded or restarting model service is waited for, not reported."""
+        answer = await answer_line(self.engine, endpoint, body)
+        for wait_s in RETRY_WAITS_S:
+            if not answer.retryable:
+                break
+            await asyncio.sleep(wait_s)
+            answer = await answer_line(self.engine, endpoint, body)
+        return answer
+
+    async def _housekeeping(self) -> None:
+        now = time.monotonic()
+        if now - self._last_housekeeping < HOUSEKEEPING_EVERY_S:
+            return
+        self._last_housekeeping = now
+        deleted = await asyncio.to_thread(self.store.expire_files)
+        if deleted:
+            logger.info("deleted %d expired file(s)", deleted)
+        counts: dict[str, Any] = await asyncio.to_thread(self.store.counts)
+        for status in ("validating", "in_progress", "finalizing", "completed", "failed", "expired", "cancelling",
+                       "cancelled"):
+            BATCHES.labels(status=status).set(counts.get(status, 0))
+
+    def _crash_point(self, step: str) -> None:
+        """Testing only (`jobs.crash_at`): this process dies here as a SIGKILLed one would."""
+        if self.settings.crash_at == step:
+            logger.critical("jobs.crash_at=%s: killing this worker", step)
+            logging.shutdown()
+            os.kill(os.getpid(), signal.SIGKILL)

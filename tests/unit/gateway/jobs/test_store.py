@@ -1,0 +1,204 @@
+"""The job store on SQLite and on a real PostgreSQL (tests/postgres_server.py), under a clock the test moves:
+claims and leases, a chunk answered once whoever held it, cancellation, expiry, the files' limits."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from config.settings import JobSettings
+from gateway.jobs import schema
+from gateway.jobs.lines import parse_batch_file
+from gateway.jobs.store import JobStore
+from models import errors
+from tests.conftest import free_port
+from tests.postgres_server import PostgresServer, running_postgres
+
+LEASE_S = 60.0
+DAY_S = 24 * 3600
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_800_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture(scope="module")
+def postgres(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PostgresServer]:
+    with running_postgres(tmp_path_factory.mktemp("postgres"), free_port()) as server:
+        yield server
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str | None, Path]]:
+    """(database_url, data_dir): SQLite in a fresh folder, or the module's PostgreSQL emptied after the test."""
+    if request.param == "sqlite":
+        yield None, tmp_path
+        return
+    server = request.getfixturevalue("postgres")
+    yield server.url, tmp_path
+    store = JobStore(JobSettings(database_url=server.url), tmp_path)
+    schema.metadata.drop_all(store.engine)
+    store.engine.dispose()
+
+
+def make_store(database: tuple[str | None, Path], clock: Clock, **settings) -> JobStore:
+    url, folder = database
+    return JobStore(JobSettings(database_url=url, lease_s=LEASE_S, **settings), folder, clock)
+
+
+def batch_file(count: int, url: str = "/v1/embeddings") -> bytes:
+    return "\n".join(json.dumps({"custom_id": f"c{i}", "method": "POST", "url": url,
+                                 "body": {"input": f"text {i}"}}) for i in range(count)).encode()
+
+
+def validated_batch(store: JobStore, count: int) -> str:
+    """A batch of `count` lines, validated: in progress."""
+    upload = store.add_file("in.jsonl", "batch", batch_file(count))
+    batch_id = store.create_batch("/v1/embeddings", upload["id"], "24h", {"k": "v"})["id"]
+    step = store.claim_step("validator")
+    assert step == {"id": batch_id, "status": "validating", "expires_at": int(store.clock()) + DAY_S}
+    parsed, problems = parse_batch_file(store.input_bytes(batch_id), "/v1/embeddings", 1000)
+    store.validated(batch_id, "validator", parsed, problems)
+    return batch_id
+
+
+def answers(chunk, status: int = 200) -> list[tuple[int, bool, str]]:
+    return [(line.number, status == 200, json.dumps({"custom_id": line.custom_id, "status": status}))
+            for line in chunk.lines]
+
+
+def test_a_batch_runs_chunk_by_chunk_and_its_output_file_holds_each_line_once_in_order(database):
+    store = make_store(database, Clock(), chunk_lines=2)
+    batch_id = validated_batch(store, 5)
+    assert store.batch(batch_id)["status"] == "in_progress"
+    claimed = [store.claim_chunk(worker) for worker in ("a", "b", "a")]
+    assert [(chunk.first_line, [line.custom_id for line in chunk.lines]) for chunk in claimed] == [
+        (1, ["c0", "c1"]), (3, ["c2", "c3"]), (5, ["c4"])]
+    assert store.claim_chunk("c") is None  # every chunk is held
+    assert store.claim_step("c") is None  # and none is stored yet: nothing to finalize
+    for chunk, worker in zip(reversed(claimed), ("a", "b", "a")):
+        assert store.store_chunk(chunk, worker, answers(chunk, 400 if chunk.first_line == 3 else 200))
+    assert store.claim_step("f") == {"id": batch_id, "status": "in_progress", "expires_at": store.batch(batch_id)[
+        "expires_at"]}
+    assert store.finalizing(batch_id, "f")
+    store.finish(batch_id, "f", "finalizing", "completed")
+    record = store.batch(batch_id)
+    assert (record["status"], record["total"], record["completed"], record["failed"]) == ("completed", 5, 3, 2)
+    output = b"".join(store.content(store.file(record["output_file_id"]))).decode().splitlines()
+    errors_file = b"".join(store.content(store.file(record["error_file_id"]))).decode().splitlines()
+    assert [json.loads(line)["custom_id"] for line in output] == ["c0", "c1", "c4"]
+    assert [json.loads(line)["custom_id"] for line in errors_file] == ["c2", "c3"]
+    assert store.file(record["output_file_id"])["bytes"] == len("\n".join(output)) + 1
+
+
+def test_a_chunk_whose_worker_lost_its_lease_is_run_again_and_stored_once(database):
+    clock = Clock()
+    store = make_store(database, clock, chunk_lines=10)
+    batch_id = validated_batch(store, 3)
+    first = store.claim_chunk("dead")
+    assert store.claim_chunk("other") is None
+    clock.now += LEASE_S + 1  # its worker died: the lease runs out
+    second = store.claim_chunk("other")
+    assert second is not None and second.first_line == first.first_line
+    assert store.store_chunk(second, "other", answers(second))
+    assert not store.store_chunk(first, "dead", answers(first))  # the dead worker's late results are dropped
+    assert not store.renew(first, "dead")
+    assert store.batch(batch_id)["completed"] == 3
+
+
+def test_a_live_worker_keeps_its_chunk_by_renewing_its_lease(database):
+    clock = Clock()
+    store = make_store(database, clock)
+    validated_batch(store, 3)
+    chunk = store.claim_chunk("live")
+    clock.now += LEASE_S * 0.6
+    assert store.renew(chunk, "live")
+    clock.now += LEASE_S * 0.6  # past the first lease, within the renewed one
+    assert store.claim_chunk("other") is None
+    assert store.store_chunk(chunk, "live", answers(chunk))
+
+
+def test_a_cancelled_batch_takes_no_new_chunk_and_keeps_its_partial_output(database):
+    clock = Clock()
+    store = make_store(database, clock, chunk_lines=1)
+    batch_id = validated_batch(store, 3)
+    done, running = store.claim_chunk("a"), store.claim_chunk("b")
+    assert store.store_chunk(done, "a", answers(done))
+    assert store.cancel(batch_id)["status"] == "cancelling"
+    assert store.claim_chunk("c") is None  # the third chunk never starts
+    assert store.claim_step("c") is None  # while a chunk still runs
+    assert store.store_chunk(running, "b", answers(running))
+    step = store.claim_step("c")
+    assert step["status"] == "cancelling"
+    store.finish(batch_id, "c", "cancelling", "cancelled")
+    record = store.batch(batch_id)
+    assert record["status"] == "cancelled" and record["cancelled_at"] is not None
+    output = b"".join(store.content(store.file(record["output_file_id"]))).decode().splitlines()
+    assert [json.loads(line)["custom_id"] for line in output] == ["c0", "c1"]
+
+
+def test_files_and_batches_expire_by_the_clock(database):
+    clock = Clock()
+    store = make_store(database, clock, retention_s=7 * DAY_S)
+    batch_id = validated_batch(store, 2)  # its input uploaded now
+    chunk = store.claim_chunk("a")
+    assert store.store_chunk(chunk, "a", answers(chunk)[:1])
+    clock.now += DAY_S  # the batch's 24 h window has passed
+    assert store.batch(batch_id)["status"] == "in_progress"
+    step = store.claim_step("w")
+    assert step["id"] == batch_id and step["expires_at"] <= clock.now
+    assert store.claim_chunk("w") is None  # no work on an expired batch
+    store.finish(batch_id, "w", "in_progress", "expired")
+    record = store.batch(batch_id)
+    assert record["status"] == "expired" and record["expired_at"] == int(clock.now)
+    assert store.file(record["output_file_id"])["bytes"] > 0  # what was done before it expired
+    store.add_file("later.jsonl", "batch", batch_file(1))
+    assert store.expire_files() == 0
+    clock.now += 6 * DAY_S  # the input is 7 days old, the output and the later upload 6
+    assert store.expire_files() == 1
+    assert sorted(r["filename"] for r in store.files(None, None, 10, True)) == [f"{batch_id}_output.jsonl",
+                                                                                "later.jsonl"]
+    clock.now += DAY_S
+    assert store.expire_files() == 2
+    assert store.files(None, None, 10, True) == []
+    if database[0] is None:
+        assert list((database[1] / "files").iterdir()) == []  # their bytes went with them
+
+
+def test_uploads_past_the_stored_bytes_cap_are_refused(database):
+    store = make_store(database, Clock(), max_stored_bytes=1000)
+    first = store.add_file("a.jsonl", "batch", b"x" * 600)
+    with pytest.raises(errors.InvalidRequest, match="max_stored_bytes"):
+        store.add_file("b.jsonl", "batch", b"x" * 600)
+    assert store.delete_file(first["id"])
+    store.add_file("b.jsonl", "batch", b"x" * 600)
+
+
+def test_a_batch_needs_an_existing_batch_file(database):
+    store = make_store(database, Clock())
+    with pytest.raises(errors.InvalidRequest, match="no file"):
+        store.create_batch("/v1/embeddings", "file-missing", "24h", None)
+    upload = store.add_file("a.jsonl", "batch", batch_file(1))
+    store.delete_file(upload["id"])
+    with pytest.raises(errors.InvalidRequest, match="no file"):
+        store.create_batch("/v1/embeddings", upload["id"], "24h", None)
+
+
+def test_lists_page_newest_first_after_a_cursor(database):
+    clock = Clock()
+    store = make_store(database, clock)
+    ids = []
+    for n in range(5):
+        clock.now += 1
+        ids.append(store.add_file(f"{n}.jsonl", "batch", b"{}")["id"])
+    first_page = store.files("batch", None, 2, True)
+    assert [record["id"] for record in first_page] == ids[::-1][:2]
+    assert [record["id"] for record in store.files("batch", first_page[-1]["id"], 10, True)] == ids[::-1][2:]
+    assert [record["id"] for record in store.files(None, ids[1], 10, False)] == ids[2:]
