@@ -42,6 +42,7 @@ STATUS: dict[type[errors.EmbentoError], tuple[int, str | None]] = {
 # Overloaded (429) and not ready (503) are worth retrying; clients that honour Retry-After wait this long.
 RETRY_AFTER_S = "1"
 RETRY_STATUSES = (429, 503)
+INTERNAL_ERROR_MESSAGE = "internal server error; see the server log"  # a bug's 500: its details stay in the log
 
 
 def error_type(status: int) -> str:
@@ -123,7 +124,7 @@ def _describe_framework_error(status: int, body: bytes) -> tuple[str, str | None
     defaults = {404: "no such route", 405: "method not allowed on this route", 429: "too many requests",
                 503: "the model service is overloaded; retry later", 504: "the request timed out"}
     if status >= 500 and status not in defaults:
-        return "internal server error; see the server log", None
+        return INTERNAL_ERROR_MESSAGE, None
     return str(parsed or defaults.get(status, "request failed")), None
 
 

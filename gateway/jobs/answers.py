@@ -4,16 +4,18 @@ priority class, the answer's JSON bytes as the route writes them, wrapped in Ope
 from __future__ import annotations
 
 import json
+import logging
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import pydantic_core
 from pydantic import BaseModel, ValidationError
 from starlette.responses import Response
 
 from gateway.answer import answered
-from gateway.errors import RETRY_STATUSES, describe_validation, error_body
+from gateway.errors import INTERNAL_ERROR_MESSAGE, RETRY_STATUSES, describe_validation, error_body
 from gateway.priority import BATCH, PRIORITY
 from gateway.wire import cohere, openai
 from gateway.wire.common import RerankRequest
@@ -21,6 +23,7 @@ from gateway.wire.common import RerankRequest
 if TYPE_CHECKING:
     from gateway.engine import Engine
 
+logger = logging.getLogger(__name__)
 Adapter = Callable[["Engine", Any], Awaitable[Any]]
 # The routes a batch may target: OpenAI's, and as extensions Cohere's rerank and embed.
 ENDPOINTS: dict[str, tuple[type[BaseModel], Adapter]] = {
@@ -56,11 +59,14 @@ async def answer_line(engine: Engine, endpoint: str, body: str) -> LineAnswer:
     token = PRIORITY.set(BATCH)
     try:
         answer = await answered(adapter, engine, request)
+    except Exception:  # a bug, where the online route answers 500: the line's error, not the batch's
+        logger.exception("a batch line failed")
+        return LineAnswer(500, json.dumps(error_body(500, INTERNAL_ERROR_MESSAGE)).encode())
     finally:
         PRIORITY.reset(token)
     if isinstance(answer, Response):
         return LineAnswer(answer.status_code, bytes(answer.body))
-    return LineAnswer(200, answer.model_dump_json().encode())
+    return LineAnswer(200, pydantic_core.to_json(answer))  # as BentoML writes a model or a dict
 
 
 def output_line(custom_id: str, answer: LineAnswer) -> str:

@@ -33,6 +33,7 @@ files = Table(
     Column("filename", Text, nullable=False),
     Column("bytes", BigInteger, nullable=False),
     Column("created_at", BigInteger, nullable=False),
+    Column("created_us", BigInteger, nullable=False),  # lists' order: many are created within a second
     Column("expires_at", BigInteger, nullable=False),
     Column("batch_id", String(40)),  # an output or error file: its batch's results,
     Column("succeeded", Boolean),  # the lines answered 2xx (output) or the others (error)
@@ -59,6 +60,7 @@ batches = Table(
     Column("failed", Integer, nullable=False, default=0),
     Column("output_file_id", String(40)),
     Column("error_file_id", String(40)),
+    Column("created_us", BigInteger, nullable=False),
     *(Column(name, BigInteger) for name in ("created_at", "in_progress_at", "expires_at", "finalizing_at",
                                              "completed_at", "failed_at", "expired_at", "cancelling_at",
                                              "cancelled_at")),

@@ -91,13 +91,16 @@ class JobStore:
     def _now(self) -> int:
         return int(self.clock())
 
+    def _now_us(self) -> int:
+        return int(self.clock() * 1e6)
+
     # Files
     def add_file(self, filename: str, purpose: str, content: bytes) -> dict[str, Any]:
         self.create_schema()
         now = self._now()
         record = {"id": new_id("file-"), "purpose": purpose, "filename": filename, "bytes": len(content),
-                  "created_at": now, "expires_at": now + self.settings.retention_s, "batch_id": None,
-                  "succeeded": None}
+                  "created_at": now, "created_us": self._now_us(), "expires_at": now + self.settings.retention_s,
+                  "batch_id": None, "succeeded": None}
         with self.engine.begin() as conn:
             stored = conn.execute(select(func.coalesce(func.sum(schema.files.c.bytes), 0))).scalar_one()
             if stored + len(content) > self.settings.max_stored_bytes:
@@ -124,11 +127,11 @@ class JobStore:
 
     def _page(self, query: Any, table: Any, after: str | None, limit: int, descending: bool) -> list[dict]:
         """Rows by creation (then id), those past the `after` id's row."""
-        order = (table.c.created_at.desc(), table.c.id.desc()) if descending else (table.c.created_at, table.c.id)
+        order = (table.c.created_us.desc(), table.c.id.desc()) if descending else (table.c.created_us, table.c.id)
         with self.reader.connect() as conn:
-            anchor = after and conn.execute(select(table.c.created_at).where(table.c.id == after)).scalar()
+            anchor = after and conn.execute(select(table.c.created_us).where(table.c.id == after)).scalar()
             if anchor is not None:
-                position, cursor = tuple_(table.c.created_at, table.c.id), tuple_(anchor, after)
+                position, cursor = tuple_(table.c.created_us, table.c.id), tuple_(anchor, after)
                 query = query.where(position < cursor if descending else position > cursor)
             rows = conn.execute(query.order_by(*order).limit(limit)).all()
         return [dict(row._mapping) for row in rows]
@@ -176,6 +179,7 @@ class JobStore:
         record = {"id": new_id("batch_"), "endpoint": endpoint, "input_file_id": input_file_id,
                   "completion_window": completion_window, "metadata": metadata, "status": "validating",
                   "errors": None, "total": 0, "completed": 0, "failed": 0, "created_at": now,
+                  "created_us": self._now_us(),
                   "expires_at": now + BATCH_WINDOW_S[completion_window]}
         with self.engine.begin() as conn:
             source = conn.execute(select(schema.files).where(schema.files.c.id == input_file_id)).first()
@@ -210,8 +214,9 @@ class JobStore:
 
     # The worker's side
     def claim_step(self, owner: str) -> dict[str, Any] | None:
-        """A batch with a step due (its id, status and expires_at), leased to `owner`: one to validate, one whose chunks are all
-        stored (to finalize), one cancelling with no chunk running, or one whose finalizer died."""
+        """A batch with a step due (its id, status and expires_at), leased to `owner`: one to validate, one whose
+        chunks are all stored (to finalize), one cancelling with no chunk running, one past its window, or one
+        whose finalizer died."""
         self.create_schema()
         now = self.clock()
         c, k = schema.batches.c, schema.chunks.c
@@ -291,6 +296,7 @@ class JobStore:
                     file_ids[succeeded] = new_id("file-")
                     conn.execute(insert(schema.files).values(
                         id=file_ids[succeeded], purpose="batch_output", bytes=size, created_at=now,
+                        created_us=self._now_us(),
                         expires_at=now + self.settings.retention_s, batch_id=batch_id, succeeded=succeeded,
                         filename=f"{batch_id}_{'output' if succeeded else 'error'}.jsonl"))
             conn.execute(update(schema.batches).where(c.id == batch_id).values(
