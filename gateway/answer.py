@@ -36,9 +36,9 @@ async def answered(adapter: Callable[[Engine, B], Awaitable[T]], engine: Engine,
     """`adapter(engine, body)`, called here so that an adapter's refusal of its own body is answered like any
     other error; at the body's `priority` level, within the class of the caller (an online request's, or a
     bulk job's)."""
-    trace = RequestTrace()
+    trace = RequestTrace(recorded=not PRIORITY.get().batch)
     token = TRACE.set(trace)
-    priority = PRIORITY.set(replace(PRIORITY.get(), level=getattr(body, "priority", 0)))
+    priority = PRIORITY.set(replace(PRIORITY.get(), level=getattr(body, "priority", 0) or 0))
     try:
         answer = await adapter(engine, body)
         trace.finish(200)

@@ -115,6 +115,7 @@ def start_series(model_services: list[str], max_queued_items: int, max_queued_to
         REJECTED.labels(model_service=name, reason="queue_full")
         for reason in ("deadline", "disconnect"):
             ABANDONED.labels(model_service=name, reason=reason)
+        QUEUED_BY_CLASS.labels(model_service=name, job_class="batch")
 
 
 @dataclass
@@ -122,16 +123,21 @@ class RequestTrace:
     """One request's way through the gateway, recorded as it goes and observed once at the end."""
 
     started: float = field(default_factory=time.perf_counter)
+    recorded: bool = True  # false for a bulk job's lines, which have metrics of their own (gateway/jobs/metrics.py)
     model: str = NO_MODEL
     sent: float | None = None  # rows handed to the model service
     answered: float | None = None  # its outputs back
 
     def sending(self, inputs: int, tokens: int) -> None:
         self.sent = time.perf_counter()
+        if not self.recorded:
+            return
         INPUTS.labels(model=self.model).inc(inputs)
         TOKENS.labels(model=self.model).inc(tokens)
 
     def finish(self, status: int) -> None:
+        if not self.recorded:
+            return
         now = time.perf_counter()
         REQUESTS.labels(model=self.model, status=str(status)).inc()
         stages = {"total": now - self.started}

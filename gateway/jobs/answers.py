@@ -15,15 +15,17 @@ from pydantic import BaseModel, ValidationError
 from starlette.responses import Response
 
 from gateway.answer import answered
-from gateway.errors import INTERNAL_ERROR_MESSAGE, RETRY_STATUSES, describe_validation, error_body
+from gateway.errors import INTERNAL_ERROR_MESSAGE, RETRY_STATUSES, STATUS, describe_validation, error_body
 from gateway.priority import BATCH, PRIORITY
 from gateway.wire import cohere, openai
 from gateway.wire.common import RerankRequest
+from models import errors
 
 if TYPE_CHECKING:
     from gateway.engine import Engine
 
 logger = logging.getLogger(__name__)
+UNAVAILABLE = STATUS[errors.ModelUnavailable][1]
 Adapter = Callable[["Engine", Any], Awaitable[Any]]
 # The routes a batch may target: OpenAI's, and as extensions Cohere's rerank and embed.
 ENDPOINTS: dict[str, tuple[type[BaseModel], Adapter]] = {
@@ -44,8 +46,9 @@ class LineAnswer:
 
     @property
     def retryable(self) -> bool:
-        """Overloaded or not ready: worth running again later rather than reporting."""
-        return self.status in RETRY_STATUSES
+        """Overloaded or not ready: worth running again later rather than reporting (a model that failed to load
+        is reported at once)."""
+        return self.status in RETRY_STATUSES and json.loads(self.body).get("error", {}).get("code") != UNAVAILABLE
 
 
 async def answer_line(engine: Engine, endpoint: str, body: str) -> LineAnswer:

@@ -48,10 +48,10 @@ class DatabaseBlobs:
 class FolderBlobs:
     def __init__(self, folder: Path) -> None:
         self.folder = folder
-        folder.mkdir(parents=True, exist_ok=True)
 
     def write(self, conn: Connection, file_id: str, content: bytes) -> None:
         """Written whole and synced under a temporary name, then renamed: a kill leaves no half file."""
+        self.folder.mkdir(parents=True, exist_ok=True)
         partial = self.folder / f".{file_id}.partial"
         with open(partial, "wb") as out:
             out.write(content)

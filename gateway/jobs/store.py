@@ -11,7 +11,6 @@ The methods block: callers run them in a thread (`asyncio.to_thread`).
 
 from __future__ import annotations
 
-import os
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -72,7 +71,6 @@ class JobStore:
             self.reader = self.engine
             self.blobs: Blobs = DatabaseBlobs()
         else:
-            data_dir.mkdir(parents=True, exist_ok=True)
             self.engine = _sqlite(data_dir / "jobs.db", immediate=True)
             self.reader = _sqlite(data_dir / "jobs.db", immediate=False)
             self.blobs = FolderBlobs(data_dir / "files")
@@ -82,10 +80,16 @@ class JobStore:
         """The tables, once: replicas and workers starting together each try."""
         if self._created:
             return
+        if self.engine.dialect.name == "sqlite":  # made on first use: not by every process that imports the service
+            Path(self.engine.url.database).parent.mkdir(parents=True, exist_ok=True)
         with self.engine.begin() as conn:
             if conn.dialect.name == "postgresql":  # create_all checks, then creates: one process at a time
                 conn.execute(text("SELECT pg_advisory_xact_lock(7310601)"))
-            schema.metadata.create_all(conn)
+                schema.metadata.create_all(conn)
+                # Read in pieces (DatabaseBlobs): uncompressed, a piece is read without the whole value.
+                conn.execute(text("ALTER TABLE embento_file_contents ALTER COLUMN content SET STORAGE EXTERNAL"))
+            else:
+                schema.metadata.create_all(conn)
         self._created = True
 
     def _now(self) -> int:
@@ -410,5 +414,4 @@ def _sqlite(path: Path, immediate: bool) -> Engine:
     def _begin(conn: Connection) -> None:
         conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
 
-    os.makedirs(path.parent, exist_ok=True)
     return engine

@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from config.settings import JobSettings
-from gateway.jobs.answers import LineAnswer, answer_line, output_line
+from gateway.jobs.answers import ENDPOINTS, LineAnswer, answer_line, output_line
 from gateway.jobs.lines import BatchLine, parse_batch_file
 from gateway.jobs.metrics import BATCHES, LINES
 from gateway.jobs.store import Chunk, JobStore
@@ -32,6 +32,7 @@ logger = logging.getLogger(__name__)
 IDLE_POLL_S = 0.5  # how soon a new batch or chunk is noticed
 HOUSEKEEPING_EVERY_S = 30.0  # expired files deleted, batch counts refreshed
 CHUNKS_IN_FLIGHT = 2  # while one chunk's last lines run, the next one's start
+STATUSES = ("validating", "in_progress", "finalizing", "completed", "failed", "expired", "cancelling", "cancelled")
 RETRY_WAITS_S = (0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0)  # a line answered 429/503 is run again after these
 
 
@@ -46,6 +47,11 @@ class JobWorker:
         self._lines = asyncio.Semaphore(settings.lines_in_flight)
         self._tasks: list[asyncio.Task[None]] = []
         self._last_housekeeping = float("-inf")
+        for endpoint in ENDPOINTS:  # at zero from the start, for the rates and the dashboard
+            for outcome in ("succeeded", "failed"):
+                LINES.labels(endpoint=endpoint, outcome=outcome)
+        for status in STATUSES:
+            BATCHES.labels(status=status)
 
     def start(self) -> None:
         self._tasks = [asyncio.create_task(self._forever(self._step)),
@@ -66,9 +72,9 @@ class JobWorker:
 
     async def _step(self) -> bool:
         """One batch's due step: validation, finalization, cancellation or expiry; housekeeping when none."""
+        await self._housekeeping()
         step = await asyncio.to_thread(self.store.claim_step, self.owner)
         if step is None:
-            await self._housekeeping()
             return False
         batch_id, status = step["id"], step["status"]
         if status in ("validating", "in_progress") and step["expires_at"] <= self.store.clock():
@@ -117,7 +123,7 @@ class JobWorker:
             LINES.labels(endpoint=chunk.endpoint, outcome="succeeded").inc(succeeded)
             LINES.labels(endpoint=chunk.endpoint, outcome="failed").inc(len(outputs) - succeeded)
         else:
-            logger.warning("chunk %s:%d was taken over by another worker; its results were dropped",
+            logger.warning("chunk %s:%d was not stored: another worker took it over, or its batch ended",
                            chunk.batch_id, chunk.first_line)
         return True
 
@@ -152,8 +158,7 @@ class JobWorker:
         if deleted:
             logger.info("deleted %d expired file(s)", deleted)
         counts: dict[str, Any] = await asyncio.to_thread(self.store.counts)
-        for status in ("validating", "in_progress", "finalizing", "completed", "failed", "expired", "cancelling",
-                       "cancelled"):
+        for status in STATUSES:
             BATCHES.labels(status=status).set(counts.get(status, 0))
 
     def _crash_point(self, step: str) -> None:

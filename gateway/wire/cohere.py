@@ -90,7 +90,6 @@ class CohereV2EmbedRequest(CohereEmbedRequest):
     output_dimension: StrictInt | None = Field(None, description="Matryoshka: keep the first N features.")
     max_tokens: StrictInt | None = Field(None, description="Cut (or with truncate NONE, refuse) input longer than "
                                          "this many tokens.")
-    priority: StrictInt | None = Field(None, description="Accepted and ignored.")
 
     @staticmethod
     def _inputs_fields() -> str:

@@ -4,11 +4,13 @@ the built CPU Bento served offline, and the same Bento split into one server per
 from __future__ import annotations
 
 import contextlib
+import json
 import re
 import shutil
 import subprocess
 import sys
 import tarfile
+import time
 from collections.abc import Iterator
 from importlib.metadata import version
 from pathlib import Path
@@ -220,6 +222,7 @@ def test_split_topology_answers_like_one_process(home, bentos, client, tmp_path)
         with httpx.Client(base_url=url, timeout=60) as split:
             assert split.get("/health").status_code == 200
             _assert_same_answers(split, client)
+            _assert_a_batch_runs(split)
 
 
 def _assert_same_answers(split: httpx.Client, single: httpx.Client) -> None:
@@ -241,6 +244,25 @@ def _assert_same_answers(split: httpx.Client, single: httpx.Client) -> None:
             assert_same_vectors([d["embedding"] for d in split_json["data"]],
                                 [d["embedding"] for d in single_json["data"]])
             assert split_json["usage"] == single_json["usage"]
+
+
+def _assert_a_batch_runs(gateway: httpx.Client) -> None:
+    """A bulk job on the gateway pod runs its lines on the model-service pods: its bodies are the online ones."""
+    bodies = [{"model": MINILM, "input": sentences} for sentences in (make_sentences(3), make_sentences(1))]
+    lines = "\n".join(json.dumps({"custom_id": f"c{i}", "method": "POST", "url": "/v1/embeddings", "body": body})
+                      for i, body in enumerate(bodies))
+    upload = gateway.post("/v1/files", files={"file": ("in.jsonl", lines.encode())}, data={"purpose": "batch"})
+    batch = gateway.post("/v1/batches", json={"input_file_id": upload.json()["id"], "endpoint": "/v1/embeddings",
+                                              "completion_window": "24h"}).json()
+    deadline = time.monotonic() + 120
+    while (batch := gateway.get(f"/v1/batches/{batch['id']}").json())["status"] not in ("completed", "failed"):
+        assert time.monotonic() < deadline, batch
+        time.sleep(0.2)
+    assert batch["status"] == "completed" and batch["request_counts"]["completed"] == 2, batch
+    content = gateway.get(f"/v1/files/{batch['output_file_id']}/content").text
+    outputs = [json.loads(line) for line in content.splitlines()]
+    for output, body in zip(outputs, bodies):
+        assert output["response"]["body"] == gateway.post("/v1/embeddings", json=body).json()
 
 
 def test_a_bento_refuses_a_configuration_that_needs_services_it_lacks(home, bentos, tiny_clap_path, tmp_path):

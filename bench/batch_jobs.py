@@ -1,0 +1,225 @@
+"""Bulk jobs (issue 37) on all-MiniLM-L6-v2, in one run: does a batch use only idle capacity, does it use all of
+it, and what does its durable state cost.
+
+    python bench/batch_jobs.py [--lines 2000] [--big-lines 50000] [--seconds 20]
+
+One production-mode server (bench/server.py) with jobs on SQLite in its BentoML home. Lines are LINE_INPUTS short
+sentences each (bench/load.py's corpus, 8-20 words), the same bodies sent online and in batches.
+
+1. Online ceiling: the lines sent as online requests by closed-loop clients, IN_FLIGHT_LEVELS each for
+   `--seconds`: the best inputs/s.
+2. A batch alone: `--lines` lines through /v1/files and /v1/batches, from creation to `completed`: inputs/s
+   against the online best (target >= 0.9).
+3. Interactive latency: an open loop of single-sentence requests (INTERACTIVE_RATE a second) for `--seconds`,
+   alone, then while a `--big-lines` batch runs (the batch is cancelled after): p99 alone and with the batch,
+   against the target p99_alone x 1.5 + one pass (the batch's mean forward pass, from /metrics), and the lines
+   the batch got done meanwhile.
+4. SQLite state writes, in process: the job store's claim and store of chunks of `jobs.chunk_lines` lines
+   whose outputs are the size this server answered for a line, per line, as a share of the time a line took in
+   part 2 (target <= 5 %).
+
+No assertion on timing: figures printed, targets marked met or NOT met.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import aiohttp
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.load import LoadWatch, corpus  # noqa: E402
+from bench.server import free_port, start_server, stop_server  # noqa: E402
+
+MODEL = "sentence-transformers/all-MiniLM-L6-v2"
+LINE_INPUTS = 4
+IN_FLIGHT_LEVELS = (4, 8, 16, 32)
+INTERACTIVE_RATE = 5.0  # requests a second
+CHUNK_LINES = 64  # jobs.chunk_lines' default
+
+
+def line_bodies(count: int, seed: int) -> list[dict]:
+    texts = corpus(count * LINE_INPUTS, 8, 20, seed=seed)
+    return [{"model": MODEL, "input": texts[i * LINE_INPUTS:(i + 1) * LINE_INPUTS]} for i in range(count)]
+
+
+def batch_file(bodies: list[dict]) -> bytes:
+    return "\n".join(json.dumps({"custom_id": f"line-{i}", "method": "POST", "url": "/v1/embeddings", "body": body})
+                     for i, body in enumerate(bodies)).encode()
+
+
+def submit(url: str, bodies: list[dict]) -> str:
+    upload = httpx.post(f"{url}/v1/files", files={"file": ("in.jsonl", batch_file(bodies))},
+                        data={"purpose": "batch"}, timeout=300).json()
+    batch = httpx.post(f"{url}/v1/batches", json={"input_file_id": upload["id"], "endpoint": "/v1/embeddings",
+                                                  "completion_window": "24h"}, timeout=60).json()
+    return batch["id"]
+
+
+def batch_state(url: str, batch_id: str) -> dict:
+    return httpx.get(f"{url}/v1/batches/{batch_id}", timeout=30).json()
+
+
+async def online_rate(url: str, bodies: list[dict], in_flight: int, seconds: float) -> float:
+    """Inputs a second from `in_flight` closed-loop clients sending the line bodies."""
+    done = 0
+    deadline = time.perf_counter() + seconds
+
+    async def client(session: aiohttp.ClientSession, start: int) -> None:
+        nonlocal done
+        at = start
+        while time.perf_counter() < deadline:
+            async with session.post(f"{url}/v1/embeddings", json=bodies[at % len(bodies)]) as response:
+                assert response.status == 200, await response.text()
+                await response.read()
+            done += LINE_INPUTS
+            at += in_flight
+
+    async with aiohttp.ClientSession() as session:
+        started = time.perf_counter()
+        await asyncio.gather(*(client(session, i) for i in range(in_flight)))
+        return done / (time.perf_counter() - started)
+
+
+def online_ceiling(url: str, bodies: list[dict], seconds: float) -> float:
+    print("1. online ceiling (inputs/s by clients in flight):", flush=True)
+    rates = {}
+    for in_flight in IN_FLIGHT_LEVELS:
+        rates[in_flight] = asyncio.run(online_rate(url, bodies, in_flight, seconds))
+        print(f"   {in_flight:>3} in flight: {rates[in_flight]:7.1f}", flush=True)
+    return max(rates.values())
+
+
+def batch_alone(url: str, bodies: list[dict], best_online: float, pid: int) -> float:
+    """Seconds per line of a batch running alone."""
+    with LoadWatch(pid) as watch:
+        started = time.perf_counter()
+        batch_id = submit(url, bodies)
+        while (state := batch_state(url, batch_id))["status"] not in ("completed", "failed", "cancelled"):
+            time.sleep(0.2)
+        elapsed = time.perf_counter() - started
+    assert state["status"] == "completed" and state["request_counts"]["failed"] == 0, state
+    rate = len(bodies) * LINE_INPUTS / elapsed
+    ratio = rate / best_online
+    print(f"2. a batch of {len(bodies)} lines alone: {elapsed:.1f} s from upload to completed, {rate:.1f} inputs/s "
+          f"= {ratio:.2f} x the online best (target >= 0.9: {'met' if ratio >= 0.9 else 'NOT met'}); other "
+          f"processes used {watch.other_cores:.2f} cores", flush=True)
+    return elapsed / len(bodies)
+
+
+async def interactive_latencies(url: str, seconds: float) -> list[float]:
+    """Milliseconds of single-sentence requests sent INTERACTIVE_RATE a second (an open loop)."""
+    texts = corpus(int(seconds * INTERACTIVE_RATE) + 1, 8, 20, seed=99)
+    latencies: list[float] = []
+
+    async def one(session: aiohttp.ClientSession, text: str) -> None:
+        started = time.perf_counter()
+        async with session.post(f"{url}/v1/embeddings", json={"model": MODEL, "input": text}) as response:
+            assert response.status == 200, await response.text()
+            await response.read()
+        latencies.append((time.perf_counter() - started) * 1000)
+
+    async with aiohttp.ClientSession() as session:
+        tasks = []
+        for text in texts:
+            tasks.append(asyncio.create_task(one(session, text)))
+            await asyncio.sleep(random.expovariate(INTERACTIVE_RATE))
+        await asyncio.gather(*tasks)
+    return latencies
+
+
+def p99(values: list[float]) -> float:
+    return statistics.quantiles(values, n=100)[98]
+
+
+def forward_seconds(url: str) -> tuple[float, float]:
+    """(sum, count) of the model services' forward passes so far."""
+    text = httpx.get(f"{url}/metrics", timeout=30).text
+    total = count = 0.0
+    for line in text.splitlines():
+        if line.startswith("embento_model_forward_seconds_sum"):
+            total += float(line.split()[-1])
+        elif line.startswith("embento_model_forward_seconds_count"):
+            count += float(line.split()[-1])
+    return total, count
+
+
+def interactive(url: str, big_lines: int, seconds: float) -> None:
+    alone = asyncio.run(interactive_latencies(url, seconds))
+    batch_id = submit(url, line_bodies(big_lines, seed=7))
+    while (state := batch_state(url, batch_id))["status"] != "in_progress" or not state["request_counts"]["completed"]:
+        time.sleep(0.2)
+    before_lines, before_pass = state["request_counts"]["completed"], forward_seconds(url)
+    beside = asyncio.run(interactive_latencies(url, seconds))
+    after_pass = forward_seconds(url)
+    done = batch_state(url, batch_id)["request_counts"]["completed"] - before_lines
+    httpx.post(f"{url}/v1/batches/{batch_id}/cancel", timeout=30)
+    passes = after_pass[1] - before_pass[1]
+    one_pass_ms = (after_pass[0] - before_pass[0]) / passes * 1000 if passes else float("nan")
+    target = p99(alone) * 1.5 + one_pass_ms
+    print(f"3. interactive single sentences, {INTERACTIVE_RATE:g}/s for {seconds:g} s: p50 {statistics.median(alone):.1f}"
+          f" ms, p99 {p99(alone):.1f} ms alone; beside a {big_lines}-line batch p50 {statistics.median(beside):.1f} "
+          f"ms, p99 {p99(beside):.1f} ms (target <= {p99(alone):.1f} x 1.5 + one pass {one_pass_ms:.1f} ms = "
+          f"{target:.1f} ms: {'met' if p99(beside) <= target else 'NOT met'}); the batch did {done} lines "
+          f"({done * LINE_INPUTS / seconds:.0f} inputs/s) meanwhile", flush=True)
+
+
+def state_writes(seconds_per_line: float, output_bytes: int) -> None:
+    """The job store's own cost per line on SQLite, in this process."""
+    from config.settings import JobSettings
+    from gateway.jobs.lines import parse_batch_file
+    from gateway.jobs.store import JobStore
+
+    lines = 2048
+    with tempfile.TemporaryDirectory() as folder:
+        store = JobStore(JobSettings(chunk_lines=CHUNK_LINES), Path(folder))
+        upload = store.add_file("in.jsonl", "batch", batch_file(line_bodies(lines, seed=3)))
+        batch_id = store.create_batch("/v1/embeddings", upload["id"], "24h", None)["id"]
+        store.claim_step("bench")
+        parsed, problems = parse_batch_file(store.input_bytes(batch_id), "/v1/embeddings", lines)
+        store.validated(batch_id, "bench", parsed, problems)
+        output = "x" * output_bytes
+        started = time.perf_counter()
+        while (chunk := store.claim_chunk("bench")) is not None:
+            store.store_chunk(chunk, "bench", [(line.number, True, output) for line in chunk.lines])
+        per_line = (time.perf_counter() - started) / lines
+    share = per_line / seconds_per_line
+    print(f"4. SQLite state writes: {per_line * 1e6:.0f} us a line ({CHUNK_LINES}-line chunks, {output_bytes} bytes "
+          f"of output a line) = {share:.1%} of a batch line's {seconds_per_line * 1e3:.2f} ms (target <= 5 %: "
+          f"{'met' if share <= 0.05 else 'NOT met'})", flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--lines", type=int, default=2000)
+    parser.add_argument("--big-lines", type=int, default=50_000)
+    parser.add_argument("--seconds", type=float, default=20.0)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as home:
+        port = free_port()
+        url = f"http://127.0.0.1:{port}"
+        process = start_server(port, EMBENTO_MODEL_ID=MODEL, BENTOML_HOME=home)
+        try:
+            bodies = line_bodies(args.lines, seed=1)
+            output_bytes = len(httpx.post(f"{url}/v1/embeddings", json=bodies[0], timeout=60).content) + 120
+            asyncio.run(online_rate(url, bodies, 8, 3))  # warm
+            best = online_ceiling(url, bodies, args.seconds)
+            seconds_per_line = batch_alone(url, bodies, best, process.pid)
+            interactive(url, args.big_lines, args.seconds)
+        finally:
+            stop_server(process)
+    state_writes(seconds_per_line, output_bytes)
+
+
+if __name__ == "__main__":
+    main()
