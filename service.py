@@ -15,6 +15,7 @@ from bento.start_failures import report_start_failures  # noqa: E402
 
 report_start_failures()  # first: the configuration is read while the imports below run, and may fail there
 
+import asyncio
 from typing import Any
 
 import bentoml
@@ -51,6 +52,7 @@ MODEL_SERVICE_NAMES = list(dict.fromkeys(spec(kind).model_service for kind in KI
 COUNTERS = edge.shared_counters(MODEL_SERVICE_NAMES)
 LIFECYCLE = Lifecycle(ModelRegistry(KINDS))  # one per gateway process; the GET routes hold it from import
 JOB_STORE = open_store(CONFIG.jobs)  # the Files and Batches routes hold it from import; None with jobs off
+NEW_JOBS = asyncio.Event()  # set by POST /v1/batches, awaited by this process's job worker
 GATEWAY_NAME = "Embento"  # the BentoML service name of the gateway
 
 
@@ -90,7 +92,7 @@ class Gateway:
         calls = ModelCalls(CONFIG, KINDS.values(), self.clients, dispatch_max_rows(), COUNTERS)
         self.engine = Engine(CONFIG, LIFECYCLE.registry, calls, preprocessors, edge.url_fetcher(CONFIG),
                              EmbeddingCache(CONFIG.cache))
-        self.jobs = JOB_STORE and JobWorker(JOB_STORE, CONFIG.jobs, self.engine, LIFECYCLE.is_ready)
+        self.jobs = JOB_STORE and JobWorker(JOB_STORE, CONFIG.jobs, self.engine, LIFECYCLE.is_ready, NEW_JOBS)
 
     @bentoml.on_startup
     async def _start_warmup(self) -> None:
@@ -210,4 +212,4 @@ SERVICES = [Gateway, *(dependency.on for dependency in Gateway.dependencies.valu
 check_served_bento({service.name for service in SERVICES})
 for service in SERVICES:
     fix_media_types(service)
-edge.install(Gateway, routes, CONFIG, LIFECYCLE, COUNTERS, JOB_STORE)
+edge.install(Gateway, routes, CONFIG, LIFECYCLE, COUNTERS, JOB_STORE, NEW_JOBS)

@@ -14,7 +14,8 @@ sentences each (bench/load.py's corpus, 8-20 words), the same bodies sent online
    alone, then while a `--big-lines` batch runs (the batch is cancelled after): p99 alone and with the batch,
    against the target p99_alone x 1.5 + one pass (the batch's mean forward pass, from /metrics), and the lines
    the batch got done meanwhile.
-4. SQLite state writes, in process: the job store's claim and store of chunks of `jobs.chunk_lines` lines
+4. SQLite state writes, in process: the job store's claim and store of chunks of `jobs.chunk_lines` lines (its
+   default)
    whose outputs are the size this server answered for a line, per line, as a share of the time a line took in
    part 2 (target <= 5 %).
 
@@ -45,7 +46,6 @@ MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 LINE_INPUTS = 4
 IN_FLIGHT_LEVELS = (4, 8, 16, 32)
 INTERACTIVE_RATE = 5.0  # requests a second
-CHUNK_LINES = 64  # jobs.chunk_lines' default
 
 
 def line_bodies(count: int, seed: int) -> list[dict]:
@@ -171,7 +171,8 @@ def interactive(url: str, big_lines: int, seconds: float) -> None:
           f" ms, p99 {p99(alone):.1f} ms alone; beside a {big_lines}-line batch p50 {statistics.median(beside):.1f} "
           f"ms, p99 {p99(beside):.1f} ms (target <= {p99(alone):.1f} x 1.5 + one pass {one_pass_ms:.1f} ms = "
           f"{target:.1f} ms: {'met' if p99(beside) <= target else 'NOT met'}); the batch did {done} lines "
-          f"({done * LINE_INPUTS / seconds:.0f} inputs/s) meanwhile", flush=True)
+          f"({done * LINE_INPUTS / seconds:.0f} inputs/s) meanwhile; the slowest beside it: "
+          f"{', '.join(f'{ms:.0f}' for ms in sorted(beside)[-5:])} ms", flush=True)
 
 
 def state_writes(seconds_per_line: float, output_bytes: int) -> None:
@@ -182,7 +183,8 @@ def state_writes(seconds_per_line: float, output_bytes: int) -> None:
 
     lines = 2048
     with tempfile.TemporaryDirectory() as folder:
-        store = JobStore(JobSettings(chunk_lines=CHUNK_LINES), Path(folder))
+        settings = JobSettings()
+        store = JobStore(settings, Path(folder))
         upload = store.add_file("in.jsonl", "batch", batch_file(line_bodies(lines, seed=3)))
         batch_id = store.create_batch("/v1/embeddings", upload["id"], "24h", None)["id"]
         store.claim_step("bench")
@@ -194,7 +196,7 @@ def state_writes(seconds_per_line: float, output_bytes: int) -> None:
             store.store_chunk(chunk, "bench", [(line.number, True, output) for line in chunk.lines])
         per_line = (time.perf_counter() - started) / lines
     share = per_line / seconds_per_line
-    print(f"4. SQLite state writes: {per_line * 1e6:.0f} us a line ({CHUNK_LINES}-line chunks, {output_bytes} bytes "
+    print(f"4. SQLite state writes: {per_line * 1e6:.0f} us a line ({settings.chunk_lines}-line chunks, {output_bytes} bytes "
           f"of output a line) = {share:.1%} of a batch line's {seconds_per_line * 1e3:.2f} ms (target <= 5 %: "
           f"{'met' if share <= 0.05 else 'NOT met'})", flush=True)
 
@@ -204,21 +206,27 @@ def main() -> None:
     parser.add_argument("--lines", type=int, default=2000)
     parser.add_argument("--big-lines", type=int, default=50_000)
     parser.add_argument("--seconds", type=float, default=20.0)
+    parser.add_argument("--interactive-only", action="store_true", help="part 3 alone")
+    parser.add_argument("--env", action="append", default=[], help="NAME=VALUE for the server, e.g. "
+                        "EMBENTO_JOBS_LINES_IN_FLIGHT=8")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as home:
         port = free_port()
         url = f"http://127.0.0.1:{port}"
-        process = start_server(port, EMBENTO_MODEL_ID=MODEL, BENTOML_HOME=home)
+        env = dict(setting.split("=", 1) for setting in args.env)
+        process = start_server(port, EMBENTO_MODEL_ID=MODEL, BENTOML_HOME=home, **env)
         try:
             bodies = line_bodies(args.lines, seed=1)
             output_bytes = len(httpx.post(f"{url}/v1/embeddings", json=bodies[0], timeout=60).content) + 120
             asyncio.run(online_rate(url, bodies, 8, 3))  # warm
-            best = online_ceiling(url, bodies, args.seconds)
-            seconds_per_line = batch_alone(url, bodies, best, process.pid)
+            if not args.interactive_only:
+                best = online_ceiling(url, bodies, args.seconds)
+                seconds_per_line = batch_alone(url, bodies, best, process.pid)
             interactive(url, args.big_lines, args.seconds)
         finally:
             stop_server(process)
-    state_writes(seconds_per_line, output_bytes)
+    if not args.interactive_only:
+        state_writes(seconds_per_line, output_bytes)
 
 
 if __name__ == "__main__":

@@ -261,7 +261,9 @@ class JobSettings(BaseModel):
     lease_s: float = Field(60.0, gt=0, description=(
         "How long a claimed chunk of lines stays a worker's without word from it; a chunk whose worker died is "
         "taken over after this."))
-    chunk_lines: int = Field(64, ge=1, description="Lines claimed, run and stored together.")
+    # Each chunk's results are one write; on 2 cores, 64-line chunks (2 MB of MiniLM output) held the gateway long
+    # enough to double an interactive request's p99 beside a batch (bench/batch_jobs.py).
+    chunk_lines: int = Field(16, ge=1, description="Lines claimed, run and stored together.")
     lines_in_flight: int = Field(16, ge=1, description=(
         "Lines each gateway worker has on the model services at once (their rows wait for idle capacity)."))
     max_lines: int = Field(50_000, ge=1, description="Most lines (requests) in one batch input file (OpenAI's).")

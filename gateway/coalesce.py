@@ -24,7 +24,10 @@ bench/simulated_device.py). On CPU the model service needs the gateway's cores i
 Waiting requests leave in priority order (gateway/priority.py): interactive ones first, by level, then by arrival.
 Bulk-job (batch class) rows never share a call with interactive ones, leave only when no interactive request
 waits, at most one call of them at a time and at most one pass in it (`one_pass`): an interactive request
-arriving behind them waits for that pass at most.
+arriving behind them waits for that pass at most. While interactive requests keep coming (one within
+`INTERACTIVE_RECENT_S`), a batch call holds half a pass: on 2 cores, with full passes beside 5 single-sentence
+requests a second, their p99 was 127 ms against 28 ms alone; with half passes 73 ms against 33, the batch
+doing 307 inputs/s instead of 341 (bench/batch_jobs.py). Alone, a batch runs full passes.
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ from models.base import Row
 
 Send = Callable[[list[Row]], Awaitable[list[np.ndarray]]]
 RETURN_WAIT_S = 0.005
+INTERACTIVE_RECENT_S = 1.0
 
 
 @dataclass(order=True)
@@ -97,6 +101,7 @@ class Coalescer:
         self._arrived = asyncio.Event()
         self._senders: set[asyncio.Task[None]] = set()
         self._batch_in_flight = False
+        self._last_interactive = float("-inf")  # when an interactive request last arrived, on `clock`
         self.max_calls = 1  # calls in flight at once
 
     async def run(self, rows: list[Row], alone: bool = False, priority: Priority = INTERACTIVE) -> list[np.ndarray]:
@@ -104,6 +109,8 @@ class Coalescer:
         `alone`: a full pass of a long request (`gateway.model_calls.passes`), sent in a call of its own, so
         that a short request waiting with it is not held for its pass."""
         future: asyncio.Future[list[np.ndarray]] = asyncio.get_running_loop().create_future()
+        if not priority.batch:
+            self._last_interactive = self._clock.time()
         class_order, level = priority.sort_key()
         heapq.heappush(self._waiting, Waiting((class_order, level, next(self._arrivals)), rows, future, alone,
                                               priority.batch))
@@ -115,13 +122,15 @@ class Coalescer:
     async def _send_while_waiting(self) -> None:
         try:
             while batch := self._take():
-                carries_batch = batch[0].batch
-                self._batch_in_flight |= carries_batch
+                if not batch[0].batch:
+                    await self._send_together(batch)
+                    await self._wait_for_returning(sum(len(waiting.rows) for waiting in batch))
+                    continue
+                self._batch_in_flight = True  # and no return wait after it: the next call may be interactive
                 try:
                     await self._send_together(batch)
                 finally:
-                    self._batch_in_flight &= not carries_batch
-                await self._wait_for_returning(sum(len(waiting.rows) for waiting in batch))
+                    self._batch_in_flight = False
         finally:  # at once, not in a done callback: a request arriving meanwhile would find no sender
             self._senders.discard(asyncio.current_task())  # type: ignore[arg-type]
 
@@ -155,7 +164,7 @@ class Coalescer:
                 if head.batch and (self._batch_in_flight or (taken and not taken[0].batch)):
                     break
                 if taken and (head.alone or taken[0].alone or count + len(head.rows) > self._max_rows
-                              or (head.batch and not self._one_pass([*self._rows(taken), *head.rows]))):
+                              or (head.batch and not self._fits_batch_call([*self._rows(taken), *head.rows]))):
                     break
             heapq.heappop(self._waiting)
             if head.future.done():
@@ -164,6 +173,11 @@ class Coalescer:
                 taken.append(head)
                 count += len(head.rows)
         return taken
+
+    def _fits_batch_call(self, rows: list[Row]) -> bool:
+        """One pass, or half of one (the rows twice over fit a pass) while interactive requests keep coming."""
+        recent = self._clock.time() - self._last_interactive < INTERACTIVE_RECENT_S
+        return self._one_pass(rows + rows if recent else rows)
 
     @staticmethod
     def _rows(batch: list[Waiting]) -> list[Row]:

@@ -3,6 +3,7 @@ shared across gateway workers, and the gateway process's own environment."""
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 import logging
 import os
@@ -29,13 +30,13 @@ from models.kinds import gateway_needs_torch
 
 
 def install(gateway: Any, routes: Starlette, config: EmbentoConfig, lifecycle: Lifecycle,
-            counters: SharedCounters, job_store: JobStore | None) -> None:
+            counters: SharedCounters, job_store: JobStore | None, new_jobs: asyncio.Event) -> None:
     """Mount the GET routes, and the Files and Batches routes with jobs on, on `routes` (the Gateway's ASGI app)
     and add the middleware, outermost first. The readiness report is the probe's body itself, so it stands
     outside the error rewriting; every other error below, ours or the framework's, leaves in its route's shape."""
     routes.router.routes.extend(get_routes(config, lifecycle))
     if job_store is not None:
-        routes.router.routes.extend(job_routes(job_store, config.jobs))
+        routes.router.routes.extend(job_routes(job_store, config.jobs, new_jobs.set))
     uploads = {FILES_PATH: upload_limit(config.jobs)} if job_store is not None else {}
     gateway.add_asgi_middleware(ReadinessReport, lifecycle=lifecycle)
     gateway.add_asgi_middleware(ErrorBodies, shapes=ERROR_SHAPES, tei_bodies=TEI_BODIES)

@@ -10,6 +10,7 @@ unstored chunk and answers each line once.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import signal
@@ -38,8 +39,11 @@ RETRY_WAITS_S = (0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0)  # a line answered 429/503
 
 class JobWorker:
     def __init__(self, store: JobStore, settings: JobSettings, engine: Engine,
-                 ready: Callable[[], Awaitable[bool]]) -> None:
+                 ready: Callable[[], Awaitable[bool]], new_work: asyncio.Event) -> None:
+        """`new_work` is set when this process creates a batch: the worker looks at once instead of at its next
+        poll (other processes and replicas notice within `IDLE_POLL_S`)."""
         self.store = store
+        self.new_work = new_work
         self.settings = settings
         self.engine = engine
         self.ready = ready
@@ -68,7 +72,9 @@ class JobWorker:
                 logger.exception("bulk-job worker step failed")
                 found = False
             if not found:
-                await asyncio.sleep(IDLE_POLL_S)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.new_work.wait(), IDLE_POLL_S)
+                self.new_work.clear()
 
     async def _step(self) -> bool:
         """One batch's due step: validation, finalization, cancellation or expiry; housekeeping when none."""
@@ -105,6 +111,7 @@ class JobWorker:
                                                        self.settings.max_lines)
         self._crash_point("validating")
         await asyncio.to_thread(self.store.validated, batch_id, self.owner, parsed, problems)
+        self.new_work.set()  # its chunks
 
     async def _chunk(self) -> bool:
         """One chunk claimed, its lines answered, and its results stored (unless its lease was lost)."""
@@ -119,6 +126,7 @@ class JobWorker:
         if chunk.first_line > 1:  # a batch partway done
             self._crash_point("chunk")
         if await asyncio.to_thread(self.store.store_chunk, chunk, self.owner, outputs):
+            self.new_work.set()  # perhaps the batch's last: to finalize
             succeeded = sum(ok for _, ok, _ in outputs)
             LINES.labels(endpoint=chunk.endpoint, outcome="succeeded").inc(succeeded)
             LINES.labels(endpoint=chunk.endpoint, outcome="failed").inc(len(outputs) - succeeded)

@@ -70,8 +70,8 @@ def listing(objects: list[dict[str, Any]], limit: int) -> dict[str, Any]:
             "last_id": page[-1]["id"] if page else None, "has_more": len(objects) > limit}
 
 
-def job_routes(store: JobStore, settings: JobSettings) -> list[Route]:
-    """The routes to mount on the gateway's ASGI app."""
+def job_routes(store: JobStore, settings: JobSettings, created: Callable[[], None]) -> list[Route]:
+    """The routes to mount on the gateway's ASGI app; `created` hears of each batch created."""
 
     async def upload(request: Request) -> Response:
         try:
@@ -136,6 +136,7 @@ def job_routes(store: JobStore, settings: JobSettings) -> list[Route]:
                                         param="completion_window")
         record = await asyncio.to_thread(store.create_batch, body.endpoint, body.input_file_id,
                                          body.completion_window, body.metadata)
+        created()
         return JSONResponse(batch_object(record))
 
     async def list_batches(request: Request) -> Response:

@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from gateway import coalesce
 from gateway.coalesce import RETURN_WAIT_S, Coalescer
 from gateway.priority import BATCH, Priority
 from models.base import TokenizedText
@@ -263,18 +264,27 @@ def test_interactive_requests_leave_first_by_priority_level_then_batch_rows():
     asyncio.run(scenario())
 
 
-def test_batch_rows_leave_one_pass_per_call():
-    async def scenario() -> None:
+def batch_calls_after_an_interactive_one(one_pass_rows: int) -> list[list[str]]:
+    """The calls of six batch rows waiting behind an interactive request, passes holding `one_pass_rows`."""
+    async def scenario() -> list[list[str]]:
         service = FakeModelService()
-        coalescer, first = await one_call_in_flight(service, one_pass=lambda batch: len(batch) <= 2)
-        later = [asyncio.create_task(coalescer.run(rows(str(n), 1), priority=BATCH)) for n in (10, 11, 12)]
-        later.append(asyncio.create_task(coalescer.run(rows("2", 3))))  # interactive calls keep max_rows
+        coalescer, first = await one_call_in_flight(service, one_pass=lambda batch: len(batch) <= one_pass_rows)
+        later = [asyncio.create_task(coalescer.run(rows(str(n), 1), priority=BATCH)) for n in range(10, 16)]
         await settle()
         service.release.set()
         await asyncio.gather(first, *later)
-        assert service.calls == [["1"], ["2"] * 3, ["10", "11"], ["12"]]
+        return service.calls[1:]
 
-    asyncio.run(scenario())
+    return asyncio.run(scenario())
+
+
+def test_batch_rows_leave_one_pass_per_call_when_no_interactive_request_came_lately(monkeypatch):
+    monkeypatch.setattr(coalesce, "INTERACTIVE_RECENT_S", 0.0)
+    assert batch_calls_after_an_interactive_one(4) == [["10", "11", "12", "13"], ["14", "15"]]
+
+
+def test_batch_calls_hold_half_a_pass_while_interactive_requests_keep_coming():
+    assert batch_calls_after_an_interactive_one(4) == [["10", "11"], ["12", "13"], ["14", "15"]]
 
 
 def test_one_batch_call_at_a_time_so_an_interactive_request_waits_for_one_pass_at_most():
