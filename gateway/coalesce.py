@@ -23,8 +23,9 @@ bench/simulated_device.py). On CPU the model service needs the gateway's cores i
 
 Waiting requests leave in priority order (gateway/priority.py): interactive ones first, by level, then by arrival.
 Bulk-job (batch class) rows never share a call with interactive ones, leave only when no interactive request
-waits, at most one call of them at a time and at most one pass in it (`one_pass`): an interactive request
-arriving behind them waits for that pass at most. While interactive requests keep coming (one within
+waits, at most one call of them at a time per model service, whichever gateway worker sends it (`BatchSlot`),
+and at most one pass in it (`one_pass`): an interactive request arriving behind them waits for that pass at
+most. While interactive requests keep coming (one within
 `INTERACTIVE_RECENT_S`), a batch call holds half a pass: on 2 cores, with full passes beside 5 single-sentence
 requests a second, their p99 was 127 ms against 28 ms alone; with half passes 73 ms against 33, the batch
 doing 307 inputs/s instead of 341 (bench/batch_jobs.py). Alone, a batch runs full passes.
@@ -42,11 +43,45 @@ from typing import Protocol
 import numpy as np
 
 from gateway.priority import INTERACTIVE, Priority
+from gateway.shared import SharedCounters
 from models.base import Row
 
 Send = Callable[[list[Row]], Awaitable[list[np.ndarray]]]
 RETURN_WAIT_S = 0.005
 INTERACTIVE_RECENT_S = 1.0
+BATCH_SLOT_RETRY_S = 0.005  # how soon batch rows try again for the slot another gateway worker holds
+
+
+def batch_call_counter(model_service: str) -> str:
+    """The shared counter of a model service's batch calls in flight (`BatchSlot`)."""
+    return f"{model_service}.batch_calls"
+
+
+class BatchSlot:
+    """The one batch call a model service may have in flight: server-wide with the gateway workers' shared
+    counters (a worker that dies holding it frees it when restarted, gateway/shared.py), else this process's."""
+
+    def __init__(self, counters: SharedCounters | None = None, model_service: str = "") -> None:
+        self._counters = counters
+        self._name = batch_call_counter(model_service)
+        self._held = False
+
+    def take(self) -> bool:
+        if self._counters is None:
+            taken, self._held = not self._held, True
+            return taken
+        with self._counters.locked():
+            if self._counters.total(self._name):
+                return False
+            self._counters.add(self._name, 1)
+            return True
+
+    def give_back(self) -> None:
+        if self._counters is None:
+            self._held = False
+            return
+        with self._counters.locked():
+            self._counters.add(self._name, -1)
 
 
 @dataclass(order=True)
@@ -86,11 +121,13 @@ class LoopClock:
 
 class Coalescer:
     def __init__(self, send: Send, max_rows: int, dropped: Callable[[list[Row]], None] = lambda rows: None,
-                 clock: Clock | None = None, one_pass: Callable[[list[Row]], bool] | None = None) -> None:
+                 clock: Clock | None = None, one_pass: Callable[[list[Row]], bool] | None = None,
+                 batch_slot: BatchSlot | None = None) -> None:
         """`send` runs rows on the model service; `max_rows` bounds one call (a larger request goes alone);
         `dropped` hears of each abandoned request's rows that never left; `clock` times the return wait
         (the event loop's unless a test brings its own); `one_pass` tells whether rows fit one forward pass
-        (bulk-job calls stop there; unknown: `max_rows`)."""
+        (bulk-job calls stop there; unknown: `max_rows`); `batch_slot` is held by a bulk-job call in flight
+        (this process's own unless given)."""
         self._send = send
         self._max_rows = max_rows
         self._dropped = dropped
@@ -100,7 +137,8 @@ class Coalescer:
         self._arrivals = itertools.count()
         self._arrived = asyncio.Event()
         self._senders: set[asyncio.Task[None]] = set()
-        self._batch_in_flight = False
+        self._batch_slot = batch_slot or BatchSlot()
+        self._retry: asyncio.TimerHandle | None = None
         self._last_interactive = float("-inf")  # when an interactive request last arrived, on `clock`
         self.max_calls = 1  # calls in flight at once
 
@@ -115,9 +153,13 @@ class Coalescer:
         heapq.heappush(self._waiting, Waiting((class_order, level, next(self._arrivals)), rows, future, alone,
                                               priority.batch))
         self._arrived.set()
-        if len(self._senders) < self.max_calls:
-            self._senders.add(asyncio.create_task(self._send_while_waiting()))
+        self._start_sender()
         return await future
+
+    def _start_sender(self) -> None:
+        self._retry = None
+        if self._waiting and len(self._senders) < self.max_calls:
+            self._senders.add(asyncio.create_task(self._send_while_waiting()))
 
     async def _send_while_waiting(self) -> None:
         try:
@@ -126,11 +168,10 @@ class Coalescer:
                     await self._send_together(batch)
                     await self._wait_for_returning(sum(len(waiting.rows) for waiting in batch))
                     continue
-                self._batch_in_flight = True  # and no return wait after it: the next call may be interactive
-                try:
+                try:  # `_take` took the slot; and no return wait after it: the next call may be interactive
                     await self._send_together(batch)
                 finally:
-                    self._batch_in_flight = False
+                    self._batch_slot.give_back()
         finally:  # at once, not in a done callback: a request arriving meanwhile would find no sender
             self._senders.discard(asyncio.current_task())  # type: ignore[arg-type]
 
@@ -155,13 +196,17 @@ class Coalescer:
     def _take(self) -> list[Waiting]:
         """The next call's requests, in priority order, up to `max_rows` rows (at least one request), a request
         that goes alone by itself; bulk-job rows only by themselves, one pass, and while no call of them is in
-        flight. Those whose caller gave up (deadline, disconnect) are dropped here, before they cost anything."""
+        flight (`batch_slot`; while another worker holds it, they try again shortly). Those whose caller gave up
+        (deadline, disconnect) are dropped here, before they cost anything."""
         taken: list[Waiting] = []
         count = 0
         while self._waiting:
             head = self._waiting[0]
             if not head.future.done():
-                if head.batch and (self._batch_in_flight or (taken and not taken[0].batch)):
+                if head.batch and taken and not taken[0].batch:
+                    break
+                if head.batch and not taken and not self._batch_slot.take():
+                    self._try_again_soon()
                     break
                 if taken and (head.alone or taken[0].alone or count + len(head.rows) > self._max_rows
                               or (head.batch and not self._fits_batch_call([*self._rows(taken), *head.rows]))):
@@ -173,6 +218,12 @@ class Coalescer:
                 taken.append(head)
                 count += len(head.rows)
         return taken
+
+    def _try_again_soon(self) -> None:
+        """Batch rows wait for the slot: a call of this process's frees it as it returns, another worker's
+        only tells the shared counters, so they are looked at again shortly."""
+        if self._retry is None:
+            self._retry = asyncio.get_running_loop().call_later(BATCH_SLOT_RETRY_S, self._start_sender)
 
     def _fits_batch_call(self, rows: list[Row]) -> bool:
         """One pass, or half of one (the rows twice over fit a pass) while interactive requests keep coming."""

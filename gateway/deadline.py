@@ -57,9 +57,9 @@ class WatchDisconnect:
             watcher.cancel()
 
 
-async def until_done(work: Awaitable[T], timeout_s: float) -> T:
-    """`work`'s result, or `RequestTimeout` past `timeout_s`, or `ClientGone` once the client has left;
-    in both cases `work` is cancelled."""
+async def until_done(work: Awaitable[T], timeout_s: float | None) -> T:
+    """`work`'s result, or `RequestTimeout` past `timeout_s` (None: no deadline), or `ClientGone` once the client
+    has left; in both cases `work` is cancelled."""
     task = asyncio.ensure_future(work)
     gone = CLIENT_GONE.get()
     waiters = {task} if gone is None else {task, asyncio.ensure_future(gone.wait())}

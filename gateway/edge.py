@@ -15,6 +15,7 @@ from starlette.applications import Starlette
 from config.settings import EmbentoConfig
 from gateway.admission import admission_counters
 from gateway.cache.policy import CacheControl
+from gateway.coalesce import batch_call_counter
 from gateway.answer import ERROR_SHAPES, TEI_BODIES
 from gateway.deadline import WatchDisconnect
 from gateway.errors import ErrorBodies
@@ -59,8 +60,10 @@ def http_settings(config: EmbentoConfig) -> dict[str, Any]:
 
 
 def shared_counters(model_services: Iterable[str]) -> SharedCounters:
-    """Requests in flight and the work queued per model service, counted for the server across gateway workers."""
-    return SharedCounters([IN_FLIGHT, *(name for service in model_services for name in admission_counters(service))])
+    """Requests in flight, the work queued and the bulk-job call in flight per model service, counted for the server
+    across gateway workers."""
+    return SharedCounters([IN_FLIGHT, *(name for service in model_services
+                                        for name in (*admission_counters(service), batch_call_counter(service)))])
 
 
 def url_fetcher(config: EmbentoConfig) -> UrlFetcher | None:

@@ -25,7 +25,7 @@ import numpy as np
 
 from config.settings import EmbentoConfig
 from gateway.admission import Admission
-from gateway.coalesce import Coalescer
+from gateway.coalesce import BatchSlot, Coalescer
 from gateway.deadline import until_done
 from gateway.metrics import ABANDONED, QUEUED_BY_CLASS, REQUESTS_PER_CALL, current_trace, start_series
 from gateway.priority import PRIORITY, Priority
@@ -54,7 +54,8 @@ class ModelCalls:
         start_series(list(self.apis), config.max_queued_items, config.max_queued_tokens)
         self.pass_limits: dict[str, tuple[int, int]] = {}  # per service: the smallest pass of its models
         self.coalescers = {name: Coalescer(functools.partial(self._call_service, name), dispatch_rows, _count_dropped,
-                                           one_pass=functools.partial(self._fits_one_pass, name))
+                                           one_pass=functools.partial(self._fits_one_pass, name),
+                                           batch_slot=BatchSlot(counters, name) if counters else None)
                            for name in self.apis}
         self._cancelling: set[asyncio.Task] = set()
 

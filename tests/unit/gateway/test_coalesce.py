@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 
 from gateway import coalesce
-from gateway.coalesce import RETURN_WAIT_S, Coalescer
+from gateway.coalesce import RETURN_WAIT_S, BatchSlot, Coalescer, batch_call_counter
 from gateway.priority import BATCH, Priority
+from gateway.shared import SharedCounters
 from models.base import TokenizedText
 
 
@@ -301,5 +302,31 @@ def test_one_batch_call_at_a_time_so_an_interactive_request_waits_for_one_pass_a
         service.release.set()
         await asyncio.gather(*batch, interactive)
         assert service.calls[2:] == [["11"]]
+
+    asyncio.run(scenario())
+
+
+def test_one_batch_call_per_model_service_across_gateway_workers():
+    """Two workers' coalescers on one server's shared counters: the second's batch rows wait for the first's
+    batch call to return, then leave by themselves; its interactive rows do not wait."""
+    async def scenario() -> None:
+        counters = SharedCounters([batch_call_counter("TextEmbedder")])
+        first, second = FakeModelService(), FakeModelService()
+        workers = [Coalescer(service.send, max_rows=64, batch_slot=BatchSlot(counters, "TextEmbedder"))
+                   for service in (first, second)]
+        running = asyncio.create_task(workers[0].run(rows("10", 1), priority=BATCH))
+        await settle()
+        waiting = asyncio.create_task(workers[1].run(rows("20", 1), priority=BATCH))
+        await asyncio.sleep(coalesce.BATCH_SLOT_RETRY_S * 4)
+        assert (first.calls, second.calls) == ([["10"]], [])
+        interactive = asyncio.create_task(workers[1].run(rows("2", 1)))
+        await settle()
+        assert second.calls == [["2"]]
+        second.release.set()
+        await interactive
+        first.release.set()
+        await running
+        await asyncio.wait_for(waiting, 1.0)  # the slot was given back: the second worker's batch call left
+        assert second.calls == [["2"], ["20"]]
 
     asyncio.run(scenario())
