@@ -15,6 +15,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import httpx
+import psutil
 import pytest
 import yaml
 
@@ -323,6 +324,17 @@ def background(command: list[str], env: dict[str, str], log_path: Path, cwd: Pat
                 process.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 os.killpg(process.pid, signal.SIGKILL)
+
+
+def kill_server(process: subprocess.Popen) -> None:
+    """SIGKILL to a server and every process it started, as a crash or an OOM kill of the pod would: its workers
+    run in sessions of their own, so its process group alone would leave them serving."""
+    with contextlib.suppress(psutil.NoSuchProcess):
+        root = psutil.Process(process.pid)
+        for member in [*root.children(recursive=True), root]:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                member.kill()
+    process.wait()
 
 
 def wait_listening(port: int, process: subprocess.Popen, log_path: Path) -> None:

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
-import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,7 +14,16 @@ import httpx
 import pytest
 from openai import BadRequestError, NotFoundError, OpenAI
 
-from tests.conftest import MINILM, TINY_RERANKER, free_port, listening_server, metric, running_server, wait_ready
+from tests.conftest import (
+    MINILM,
+    TINY_RERANKER,
+    free_port,
+    kill_server,
+    listening_server,
+    metric,
+    running_server,
+    wait_ready,
+)
 from tests.postgres_server import PostgresServer, running_postgres
 
 MAX_FILE_BYTES = 200_000
@@ -196,8 +203,7 @@ def killed_at(folder: Path, config: dict, step: str | None) -> Iterator[str]:
         while f"jobs.crash_at={step}: killing" not in (folder / "server.log").read_text(errors="replace"):
             assert time.monotonic() < deadline, (folder / "server.log").read_text()[-3000:]
             time.sleep(0.2)
-        os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
+        kill_server(process)
 
 
 def test_a_batch_killed_at_validation_mid_batch_and_at_finalization_answers_each_line_once(tmp_path):
@@ -252,8 +258,7 @@ def test_two_servers_on_postgresql_share_a_batch_and_one_survives_the_other_kill
         while min(lines_done(first), lines_done(second)) == 0:  # both at work on it
             assert time.monotonic() < deadline
             time.sleep(0.1)
-        os.killpg(first_process.pid, signal.SIGKILL)
-        first_process.wait()
+        kill_server(first_process)
         batch = finished(sdk(second), batch.id)
         assert batch.status == "completed" and batch.request_counts.completed == len(lines), batch
         custom_ids = [line["custom_id"] for line in output_lines(sdk(second), batch.output_file_id)]

@@ -39,6 +39,11 @@ pytestmark = pytest.mark.server
 # per tensor, over the whole padded batch: a scorer's few logits moved by 0.95-0.99 here (batch- and
 # CPU-dependent); all-MiniLM-L6-v2's embeddings keep a mean of 0.99 (tests/unit/models/test_backends.py, README).
 MIN_COSINE = {"float32": 0.999, "bfloat16": 0.999, "int8": 0.9}
+# A classifier's raw logits in bfloat16: the fine-tuned-from-MiniLM head here answers logits of about 0.02, and
+# bfloat16's rounding of the hidden states (2^-9 of them, through the head's weights) moves each by about 6e-4,
+# whatever the logit: 0.99895 on a CPU with native bfloat16 kernels (AVX512-BF16), where the AVX2 path gave
+# over 0.999. Bounded at ten times that distance from 1.
+MIN_LOGIT_COSINE_BF16 = 0.99
 QUERY = "how do platform teams keep their embeddings private"
 TEXTS = DOCUMENTS[:8]  # sentences about different things: scores that differ by more than rounding
 IMAGE_INPUTS = [{"image": data_uri(image_bytes(seed=seed), "image/png")} for seed in (1, 2)]
@@ -129,7 +134,8 @@ def test_every_pair_and_cpu_dtype_serves_and_agrees_with_float32(client, dtype_s
     for got, want in zip(ours, expected):
         # rerank logits: one vector over the documents, centred so that a shared offset cannot hide a change
         got, want = (got - want.mean(), want - want.mean()) if kind == "rerank" else (got, want)
-        assert cosines(got, want).min() >= MIN_COSINE[dtype]
+        bound = MIN_LOGIT_COSINE_BF16 if (kind, dtype) == ("classify", "bfloat16") else MIN_COSINE[dtype]
+        assert cosines(got, want).min() >= bound
 
 
 def test_the_matrix_covers_what_the_configuration_allows_on_a_cpu():
