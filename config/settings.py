@@ -14,10 +14,19 @@ import re
 from collections.abc import Mapping
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from models.errors import ConfigError
 
@@ -219,6 +228,14 @@ class ImageSettings(BaseModel):
                 for name, value in self.model_dump(exclude_defaults=True).items()}
 
 
+# A secret setting (a URL that may hold a password); an empty variable means unset.
+OptionalSecret = Annotated[SecretStr | None, BeforeValidator(lambda value: None if value == "" else value)]
+
+
+def revealed(secret: SecretStr | None) -> str | None:
+    return secret.get_secret_value() if secret is not None else None
+
+
 class CacheSettings(BaseModel):
     """The embedding cache of the models with `cache: true`: per input, in each gateway worker's memory and, with
     a `redis_url`, in a Redis that every worker and replica shares (docs/operations.md: "Embedding cache")."""
@@ -228,7 +245,7 @@ class CacheSettings(BaseModel):
     memory_bytes: int = Field(64 * 1024 * 1024, ge=0, description=(
         "Bytes of outputs each gateway worker keeps, least recently used out first (64 MiB: about 38,000 "
         "384-feature vectors); 0: no memory tier."))
-    redis_url: SecretStr | None = Field(None, description=(
+    redis_url: OptionalSecret = Field(None, description=(
         "`redis://[:password@]host:port/db` (or `rediss://`) of the shared tier. Unset: memory only. A secret of "
         "the deployment: a Bento does not carry it."))
     ttl_s: int = Field(7 * 24 * 3600, ge=1, description="How long Redis keeps an output (7 days).")
@@ -236,13 +253,8 @@ class CacheSettings(BaseModel):
         "Longest wait for one Redis lookup; past it (or on any Redis error) the inputs are computed as if there "
         "were no cache, and Redis is skipped for a second."))
 
-    @field_validator("redis_url", mode="before")
-    @classmethod
-    def _empty_is_none(cls, value: Any) -> Any:
-        return None if value == "" else value
-
     def redis(self) -> str | None:
-        return self.redis_url.get_secret_value() if self.redis_url is not None else None
+        return revealed(self.redis_url)
 
 
 class JobSettings(BaseModel):
@@ -254,7 +266,7 @@ class JobSettings(BaseModel):
     data_dir: str | None = Field(None, description=(
         "Where SQLite keeps the jobs' state and files keep their bytes. Unset: `embento-jobs` under BentoML's "
         "home (a volume in a container). Not used with `database_url`."))
-    database_url: SecretStr | None = Field(None, description=(
+    database_url: OptionalSecret = Field(None, description=(
         "`postgresql://user:password@host:port/db`: every replica shares the jobs, their state and their files "
         "there (no shared disk needed). Unset: SQLite in `data_dir`, for one server. A secret of the "
         "deployment: a Bento does not carry it."))
@@ -276,13 +288,8 @@ class JobSettings(BaseModel):
         "Testing only: the job step (`validating`, `chunk`, `finalizing`) at which a gateway worker kills itself "
         "with SIGKILL, for the crash-recovery tests."))
 
-    @field_validator("database_url", mode="before")
-    @classmethod
-    def _empty_is_none(cls, value: Any) -> Any:
-        return None if value == "" else value
-
     def database(self) -> str | None:
-        return self.database_url.get_secret_value() if self.database_url is not None else None
+        return revealed(self.database_url)
 
 
 class EmbentoConfig(BaseModel):
