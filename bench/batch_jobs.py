@@ -188,7 +188,7 @@ def state_writes(seconds_per_line: float, output_bytes: int) -> None:
         upload = store.add_file("in.jsonl", "batch", batch_file(line_bodies(lines, seed=3)))
         batch_id = store.create_batch("/v1/embeddings", upload["id"], "24h", None)["id"]
         store.claim_step("bench")
-        parsed, problems = parse_batch_file(store.input_bytes(batch_id), "/v1/embeddings", lines)
+        parsed, problems = parse_batch_file(store.upload_bytes(upload["id"]), "/v1/embeddings", lines)
         store.validated(batch_id, "bench", parsed, problems)
         output = "x" * output_bytes
         started = time.perf_counter()

@@ -27,20 +27,20 @@ def parse_batch_file(content: bytes, endpoint: str, max_lines: int) -> tuple[lis
     try:
         text = content.decode("utf-8")
     except UnicodeDecodeError:
-        return [], [_problem("invalid_file_encoding", "the file is not UTF-8 text", None, None)]
+        return [], [problem("invalid_file_encoding", "the file is not UTF-8 text", None, None)]
     for number, raw in enumerate(text.splitlines(), start=1):
         if not raw.strip():
             continue
-        parsed, problem = _request(raw, number, endpoint, seen)
-        if problem:
-            problems.append(problem)
+        parsed, found = _request(raw, number, endpoint, seen)
+        if found:
+            problems.append(found)
         elif parsed:
             lines.append(parsed)
     if not lines and not problems:
-        problems.append(_problem("empty_file", "the file holds no request", None, None))
+        problems.append(problem("empty_file", "the file holds no request", None, None))
     if len(lines) > max_lines:
-        problems.append(_problem("too_many_requests", f"the file holds {len(lines)} requests; a batch takes at "
-                                 f"most {max_lines} (jobs.max_lines)", None, None))
+        problems.append(problem("too_many_requests", f"the file holds {len(lines)} requests; a batch takes at "
+                                f"most {max_lines} (jobs.max_lines)", None, None))
     return lines, problems[:MAX_REPORTED_PROBLEMS]
 
 
@@ -48,26 +48,27 @@ def _request(raw: str, number: int, endpoint: str, seen: set[str]) -> tuple[Batc
     try:
         request = json.loads(raw)
     except ValueError as exc:
-        return None, _problem("invalid_json_line", f"line {number} is not valid JSON: {exc.msg}", None, number)
+        return None, problem("invalid_json_line", f"line {number} is not valid JSON: {exc.msg}", None, number)
     if not isinstance(request, dict):
-        return None, _problem("invalid_json_line", f"line {number} is not a JSON object", None, number)
+        return None, problem("invalid_json_line", f"line {number} is not a JSON object", None, number)
     custom_id = request.get("custom_id")
     if not isinstance(custom_id, str) or not custom_id:
-        return None, _problem("missing_required_parameter", "each request needs a string `custom_id`",
-                              "custom_id", number)
+        return None, problem("missing_required_parameter", "each request needs a string `custom_id`",
+                             "custom_id", number)
     if custom_id in seen:
-        return None, _problem("duplicate_custom_id", f"the custom_id '{custom_id}' is used by an earlier line",
-                              "custom_id", number)
+        return None, problem("duplicate_custom_id", f"the custom_id '{custom_id}' is used by an earlier line",
+                             "custom_id", number)
     seen.add(custom_id)
     if request.get("method") != "POST":
-        return None, _problem("invalid_method", "the method must be POST", "method", number)
+        return None, problem("invalid_method", "the method must be POST", "method", number)
     if request.get("url") != endpoint:
-        return None, _problem("invalid_url", f"the url '{request.get('url')}' is not the batch's endpoint "
-                              f"'{endpoint}'", "url", number)
+        return None, problem("invalid_url", f"the url '{request.get('url')}' is not the batch's endpoint "
+                             f"'{endpoint}'", "url", number)
     if not isinstance(request.get("body"), dict):
-        return None, _problem("missing_required_parameter", "each request needs a `body` object", "body", number)
+        return None, problem("missing_required_parameter", "each request needs a `body` object", "body", number)
     return BatchLine(number, custom_id, json.dumps(request["body"], separators=(",", ":"))), None
 
 
-def _problem(code: str, message: str, param: str | None, line: int | None) -> dict[str, Any]:
+def problem(code: str, message: str, param: str | None, line: int | None) -> dict[str, Any]:
+    """One of `errors.data[]`."""
     return {"code": code, "message": message, "param": param, "line": line}

@@ -266,10 +266,9 @@ class JobStore:
         row = conn.execute(select(c.status, c.lease_owner).where(c.id == batch_id)).first()
         return row is not None and row.status == status and row.lease_owner == owner
 
-    def input_bytes(self, batch_id: str) -> bytes | None:
-        """A batch's input file, whole; None once deleted."""
-        record = self.batch(batch_id)
-        source = record and self.file(record["input_file_id"])
+    def upload_bytes(self, file_id: str) -> bytes | None:
+        """An uploaded file, whole; None once deleted."""
+        source = self.file(file_id)
         return b"".join(self.content(source)) if source else None
 
     def finalizing(self, batch_id: str, owner: str) -> bool:

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from config.settings import JobSettings
 from gateway.jobs.answers import ENDPOINTS, LineAnswer, answer_line, output_line
-from gateway.jobs.lines import BatchLine, parse_batch_file
+from gateway.jobs.lines import BatchLine, parse_batch_file, problem
 from gateway.jobs.metrics import BATCHES, LINES
 from gateway.jobs.store import Chunk, JobStore
 
@@ -49,7 +49,7 @@ class JobWorker:
         self.ready = ready
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self._lines = asyncio.Semaphore(settings.lines_in_flight)
-        self._tasks: list[asyncio.Task[None]] = []
+        self._tasks: list[asyncio.Task[None]] = []  # held: the event loop keeps only weak references
         self._last_housekeeping = float("-inf")
         for endpoint in ENDPOINTS:  # at zero from the start, for the rates and the dashboard
             for outcome in ("succeeded", "failed"):
@@ -77,7 +77,7 @@ class JobWorker:
                 self.new_work.clear()
 
     async def _step(self) -> bool:
-        """One batch's due step: validation, finalization, cancellation or expiry; housekeeping when none."""
+        """Housekeeping when due, then one batch's due step: validation, finalization, cancellation or expiry."""
         await self._housekeeping()
         step = await asyncio.to_thread(self.store.claim_step, self.owner)
         if step is None:
@@ -99,13 +99,13 @@ class JobWorker:
 
     async def _validate(self, batch_id: str) -> None:
         record = await asyncio.to_thread(self.store.batch, batch_id)
-        content = await asyncio.to_thread(self.store.input_bytes, batch_id)
         if record is None:
             return
+        content = await asyncio.to_thread(self.store.upload_bytes, record["input_file_id"])
         if content is None:
             parsed: list[BatchLine] = []
-            problems = [{"code": "file_not_found", "message": f"the input file '{record['input_file_id']}' was "
-                         "deleted before the batch was validated", "param": "input_file_id", "line": None}]
+            problems = [problem("file_not_found", f"the input file '{record['input_file_id']}' was deleted before "
+                                "the batch was validated", "input_file_id", None)]
         else:
             parsed, problems = await asyncio.to_thread(parse_batch_file, content, record["endpoint"],
                                                        self.settings.max_lines)

@@ -326,7 +326,7 @@ def test_one_batch_call_per_model_service_across_gateway_workers():
         await interactive
         first.release.set()
         await running
-        await asyncio.wait_for(waiting, 1.0)  # the slot was given back: the second worker's batch call left
+        await asyncio.wait_for(waiting, 10.0)  # the slot was given back: the second worker's batch call left
         assert second.calls == [["2"], ["20"]]
 
     asyncio.run(scenario())

@@ -64,7 +64,7 @@ def validated_batch(store: JobStore, count: int) -> str:
     batch_id = store.create_batch("/v1/embeddings", upload["id"], "24h", {"k": "v"})["id"]
     step = store.claim_step("validator")
     assert step == {"id": batch_id, "status": "validating", "expires_at": int(store.clock()) + DAY_S}
-    parsed, problems = parse_batch_file(store.input_bytes(batch_id), "/v1/embeddings", 1000)
+    parsed, problems = parse_batch_file(store.upload_bytes(upload["id"]), "/v1/embeddings", 1000)
     store.validated(batch_id, "validator", parsed, problems)
     return batch_id
 
