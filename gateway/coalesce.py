@@ -25,10 +25,10 @@ Waiting requests leave in priority order (gateway/priority.py): interactive ones
 Bulk-job (batch class) rows never share a call with interactive ones, leave only when no interactive request
 waits, at most one call of them at a time per model service, whichever gateway worker sends it (`BatchSlot`),
 and at most one pass in it (`one_pass`): an interactive request arriving behind them waits for that pass at
-most. While interactive requests keep coming (one within
-`INTERACTIVE_RECENT_S`), a batch call holds half a pass: on 2 cores, with full passes beside 5 single-sentence
-requests a second, their p99 was 127 ms against 28 ms alone; with half passes 73 ms against 33, the batch
-doing 307 inputs/s instead of 341 (bench/batch_jobs.py). Alone, a batch runs full passes.
+most. While interactive requests keep coming (one within `INTERACTIVE_RECENT_S`), a batch call holds half a
+pass: on 2 cores (shared with two idle servers), with full passes beside 5 single-sentence requests a second,
+their p99 was 127 ms against 28 ms alone; with half passes 73 ms against 33, the batch doing 307 inputs/s
+instead of 341 (bench/batch_jobs.py). Alone, a batch runs full passes.
 """
 
 from __future__ import annotations
