@@ -51,6 +51,7 @@ KINDS = {m.served_model_name: model_kind(m) for m in CONFIG.models}
 MODEL_SERVICE_NAMES = list(dict.fromkeys(spec(kind).model_service for kind in KINDS.values()))
 COUNTERS = edge.shared_counters(MODEL_SERVICE_NAMES)
 LIFECYCLE = Lifecycle(ModelRegistry(KINDS))  # one per gateway process; the GET routes hold it from import
+KEYS = edge.tenant_keys(CONFIG)  # the API keys' tenants, for the gate and the job worker
 JOB_STORE = open_store(CONFIG.jobs)  # the Files and Batches routes hold it from import; None with jobs off
 NEW_JOBS = asyncio.Event()  # set by POST /v1/batches, awaited by this process's job worker
 GATEWAY_NAME = "Embento"  # the BentoML service name of the gateway
@@ -92,7 +93,8 @@ class Gateway:
         calls = ModelCalls(CONFIG, KINDS.values(), self.clients, dispatch_max_rows(), COUNTERS)
         self.engine = Engine(CONFIG, LIFECYCLE.registry, calls, preprocessors, edge.url_fetcher(CONFIG),
                              EmbeddingCache(CONFIG.cache))
-        self.jobs = JOB_STORE and JobWorker(JOB_STORE, CONFIG.jobs, self.engine, LIFECYCLE.is_ready, NEW_JOBS)
+        self.jobs = JOB_STORE and JobWorker(JOB_STORE, CONFIG.jobs, self.engine, LIFECYCLE.is_ready, NEW_JOBS,
+                                                  KEYS)
 
     @bentoml.on_startup
     async def _start_warmup(self) -> None:
@@ -212,4 +214,4 @@ SERVICES = [Gateway, *(dependency.on for dependency in Gateway.dependencies.valu
 check_served_bento({service.name for service in SERVICES})
 for service in SERVICES:
     fix_media_types(service)
-edge.install(Gateway, routes, CONFIG, LIFECYCLE, COUNTERS, JOB_STORE, NEW_JOBS)
+edge.install(Gateway, routes, CONFIG, LIFECYCLE, COUNTERS, KEYS, JOB_STORE, NEW_JOBS)

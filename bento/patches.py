@@ -11,6 +11,8 @@ Each is measured, small, and scoped to what it names; nothing else of BentoML's 
   aiohttp's 8,190-byte limit: an answer of ~1,600 vectors was a 400 (`read_long_buffer_lists`).
 - On SIGTERM every service stops listening at once, while the gateway still holds requests it will send
   (`drain_before_shutdown`).
+- On SIGHUP circus restarts every worker, the models reloaded and the requests in flight dropped; here it means
+  "read the keys file again" (`reload_keys_on_hangup`).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from typing import Any
 
 from bentoml._internal.marshal.dispatcher import Optimizer
 
-from config.server_files import gateway_workers_alive
+from config.server_files import RELOAD_MARK, gateway_workers_alive
 
 
 def make_work_conserving() -> None:
@@ -65,6 +67,20 @@ def patch_serving(tracing: bool) -> None:
         os.environ.setdefault("OTEL_SDK_DISABLED", "true")
         skip_untraced_middleware()
     read_long_buffer_lists()
+    reload_keys_on_hangup()
+
+
+def reload_keys_on_hangup() -> None:
+    """In the arbiter, SIGHUP touches the server file the gateway workers watch with the keys file
+    (gateway/tenants/keys.py), instead of circus's graceful restart of every worker."""
+    from circus.sighandler import SysHandler
+
+    from config.server_files import arbiter_file
+
+    def touch_reload_mark(self: SysHandler) -> None:
+        arbiter_file(RELOAD_MARK).write_text(str(time.time_ns()))
+
+    SysHandler.handle_hup = touch_reload_mark  # type: ignore[method-assign]
 
 
 def skip_untraced_middleware() -> None:

@@ -3,6 +3,7 @@
 - `embento serve` (commands/serve.py): validate the configuration and start `bentoml serve`.
 - `embento build` and `embento containerize` (commands/build.py): the Bento variants and their images.
 - `embento models import` (commands/store.py): a checkpoint into BentoML's model store.
+- `embento keys add` (commands/keys.py): a tenant's API key into the keys file.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from pathlib import Path
 
 from bento.containerize import CONTAINER_BACKENDS
 from commands.build import build, containerize
+from commands.keys import add_key, add_parser as add_keys_parser
 from commands.flags import ACCELERATORS, FLAGS, IMAGE_FLAGS, dest
 from commands.serve import serve
 from commands.store import import_model
@@ -73,6 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
     import_model.add_argument("source", help="Hugging Face Hub id or local folder")
     import_model.add_argument("--name", help="store name (default: the id's last part, lower case)")
     import_model.add_argument("--revision", help="Hub revision (branch, tag or commit)")
+    add_keys_parser(commands)
     return parser
 
 
@@ -84,4 +87,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return containerize(args)
     if args.command == "models":
         return import_model(args)
+    if args.command == "keys":
+        return add_key(args)
     return serve(args)

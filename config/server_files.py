@@ -21,7 +21,13 @@ def server_file(name: str) -> Path | None:
     return _server_folder() / f"embento-{_process_key(os.getppid())}-{name}"
 
 
+def arbiter_file(name: str) -> Path:
+    """In the arbiter: the file its workers know as `server_file(name)`."""
+    return _server_folder() / f"embento-{_process_key(os.getpid())}-{name}"
+
+
 GATEWAY_MARK = "gateway-"
+RELOAD_MARK = "keys-reload"  # touched by the arbiter on SIGHUP (bento/patches.py): the keys file is read again
 
 
 def mark_gateway_worker() -> None:

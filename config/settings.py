@@ -292,6 +292,47 @@ class JobSettings(BaseModel):
         return revealed(self.database_url)
 
 
+class AuthSettings(BaseModel):
+    """Tenants: API keys with their own limits, from a keys file (docs/tenants.md)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    keys_file: str | None = Field(None, description=(
+        "A YAML file with a top-level `keys:` list: each key's tenant `name`, `key_sha256` (the hex SHA-256 of the "
+        "secret, never the secret), allowed `models`, `requests_per_minute`, `tokens_per_minute`, "
+        "`max_concurrent_requests`, `weight` and bulk-job limits (docs/tenants.md). Read again when it changes and "
+        "on SIGHUP, without a restart; refused if anyone may write it. `embento keys add NAME --file PATH` makes "
+        "a key. Unset: `api_key` alone."))
+
+
+class LimitSettings(BaseModel):
+    """Where the tenants' rates and concurrency are counted (docs/tenants.md)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    redis_url: OptionalSecret = Field(None, description=(
+        "`redis://[:password@]host:port/db` where every replica counts the tenants' limits together. Unset: "
+        "counted for this server, across its gateway workers, in shared memory. A secret of the deployment: a "
+        "Bento does not carry it."))
+    on_store_error: Literal["open", "closed"] = Field("open", description=(
+        "When Redis cannot answer in time: `open` lets the request through unlimited, `closed` refuses it (a "
+        "503). Either way counted in `embento_limit_store_errors_total`, with a warning."))
+    redis_timeout_ms: float = Field(50.0, gt=0, description="Longest wait for Redis to count one request.")
+
+    def redis(self) -> str | None:
+        return revealed(self.redis_url)
+
+
+class LogSettings(BaseModel):
+    """What the gateway logs beyond its warnings and errors."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    access: Literal["off", "json"] = Field("off", description=(
+        "`json`: one JSON line per request on standard output: time, tenant (never the key), method, route, "
+        "model, tokens, status and duration."))
+
+
 class EmbentoConfig(BaseModel):
     """Everything the gateway and the model services need to know."""
 
@@ -358,6 +399,11 @@ class EmbentoConfig(BaseModel):
         "The embedding cache of the models with `cache: true`: the settings below."))
     jobs: JobSettings = Field(default_factory=JobSettings, description=(
         "Bulk jobs (`/v1/files`, `/v1/batches`): the settings below."))
+    auth: AuthSettings = Field(default_factory=AuthSettings, description=(
+        "Tenants' API keys and their limits: the settings below."))
+    limits: LimitSettings = Field(default_factory=LimitSettings, description=(
+        "Where the tenants' limits are counted: the settings below."))
+    log: LogSettings = Field(default_factory=LogSettings, description="The access log: the settings below.")
     image: ImageSettings = Field(default_factory=ImageSettings, description=(
         "Where `embento build` takes the image's base and packages from: the settings below. Read at build "
         "time only."))
@@ -412,13 +458,18 @@ MODEL_ENV_FIELDS: dict[str, str] = {
     "ENGINE": "backend",
     "POOLING_METHOD": "pooling",
 }
+# Fields that hold settings of their own (sections: EMBENTO_<SECTION>_<SETTING>).
+SECTIONS = ("models", "image", "cache", "jobs", "auth", "limits", "log")
 SERVER_ENV_FIELDS: dict[str, str] = {
-    name.upper(): name for name in EmbentoConfig.model_fields if name not in ("models", "image", "cache", "jobs")
+    name.upper(): name for name in EmbentoConfig.model_fields if name not in SECTIONS
 }
 IMAGE_ENV_FIELDS: dict[str, str] = {name.upper(): name for name in ImageSettings.model_fields}
 # EMBENTO_CACHE is a model's `cache`; the cache settings are EMBENTO_CACHE_<SETTING>.
 CACHE_ENV_FIELDS: dict[str, str] = {f"CACHE_{name.upper()}": name for name in CacheSettings.model_fields}
 JOBS_ENV_FIELDS: dict[str, str] = {f"JOBS_{name.upper()}": name for name in JobSettings.model_fields}
+AUTH_ENV_FIELDS: dict[str, str] = {f"AUTH_{name.upper()}": name for name in AuthSettings.model_fields}
+LIMITS_ENV_FIELDS: dict[str, str] = {f"LIMITS_{name.upper()}": name for name in LimitSettings.model_fields}
+LOG_ENV_FIELDS: dict[str, str] = {f"LOG_{name.upper()}": name for name in LogSettings.model_fields}
 
 
 def env_names(env_suffix: str) -> list[str]:
@@ -499,7 +550,8 @@ def carried(config: EmbentoConfig, exclude_defaults: bool = False) -> dict[str, 
     Bento's arguments and labels record them)."""
     return config.model_dump(mode="json", exclude={"api_key": True, "api_key_file": True, "image": True,
                                                    "cache": {"redis_url"},
-                                                   "jobs": {"database_url"}}, exclude_defaults=exclude_defaults)
+                                                   "jobs": {"database_url"}, "limits": {"redis_url"}},
+                            exclude_defaults=exclude_defaults)
 
 
 def carried_text(config: EmbentoConfig) -> str:
@@ -524,7 +576,8 @@ def load_config(env: Mapping[str, str] | None = None, cwd: Path | None = None) -
     for suffix, field in SERVER_ENV_FIELDS.items():
         if (value := env.get(ENV_PREFIX + suffix)) is not None:
             data[field] = value
-    sections = (("image", IMAGE_ENV_FIELDS), ("cache", CACHE_ENV_FIELDS), ("jobs", JOBS_ENV_FIELDS))
+    sections = (("image", IMAGE_ENV_FIELDS), ("cache", CACHE_ENV_FIELDS), ("jobs", JOBS_ENV_FIELDS),
+                ("auth", AUTH_ENV_FIELDS), ("limits", LIMITS_ENV_FIELDS), ("log", LOG_ENV_FIELDS))
     for section, fields in sections:
         for suffix, field in fields.items():
             if (value := env.get(ENV_PREFIX + suffix)) is not None:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from gateway.errors import ErrorShape, error_response
 from gateway.metrics import TRACE, RequestTrace
 from gateway.priority import PRIORITY
+from gateway.tenants.keys import TENANT
 from gateway.wire import shared_rerank, tei, voyage
 from models import errors
 
@@ -35,10 +36,12 @@ TEI_BODIES: Mapping[str, Callable[[Mapping[str, Any]], bool]] = {"/rerank": shar
 async def answered(adapter: Callable[[Engine, B], Awaitable[T]], engine: Engine, body: B) -> T:
     """`adapter(engine, body)`, called here so that an adapter's refusal of its own body is answered like any
     other error; at the body's `priority` level, within the class of the caller (an online request's, or a
-    bulk job's)."""
+    bulk job's), with the tenant's share."""
     trace = RequestTrace(recorded=not PRIORITY.get().batch)
     token = TRACE.set(trace)
-    priority = PRIORITY.set(replace(PRIORITY.get(), level=getattr(body, "priority", 0) or 0))
+    tenant = TENANT.get()
+    priority = PRIORITY.set(replace(PRIORITY.get(), level=getattr(body, "priority", 0) or 0, tenant=tenant.name,
+                                    weight=tenant.weight))
     try:
         answer = await adapter(engine, body)
         trace.finish(200)

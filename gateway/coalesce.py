@@ -21,7 +21,10 @@ idle while the device runs a call, then the device idle while the gateway answer
 model, 64 clients x 32 sentences: 3,599 sent/s and the device 43 % busy with one call; see
 bench/simulated_device.py). On CPU the model service needs the gateway's cores itself: one call.
 
-Waiting requests leave in priority order (gateway/priority.py): interactive ones first, by level, then by arrival.
+Waiting requests leave in priority order (gateway/priority.py): interactive ones first, by level, then by tenants'
+weighted shares (gateway/fair_queue.py), then by arrival. While several tenants send requests, a call holds one
+pass: a call of every waiting row would keep a light tenant's request behind all of a flooding tenant's rows in
+flight, whatever order they left in.
 Bulk-job (batch class) rows never share a call with interactive ones, leave only when no interactive request
 waits, at most one call of them at a time per model service, whichever gateway worker sends it (`BatchSlot`),
 and at most one pass in it (`one_pass`): an interactive request arriving behind them waits for that pass at
@@ -34,7 +37,6 @@ instead of 341 (bench/batch_jobs.py). Alone, a batch runs full passes.
 from __future__ import annotations
 
 import asyncio
-import heapq
 import itertools
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -42,6 +44,7 @@ from typing import Protocol
 
 import numpy as np
 
+from gateway.fair_queue import FairQueue
 from gateway.priority import INTERACTIVE, Priority
 from gateway.shared import SharedCounters
 from models.base import Row
@@ -84,15 +87,35 @@ class BatchSlot:
             self._counters.add(self._name, -1)
 
 
-@dataclass(order=True)
+@dataclass
 class Waiting:
-    """A request's rows waiting to leave, ordered by priority, then arrival."""
+    """A request's rows waiting to leave (`FairQueue` orders them)."""
 
-    key: tuple[int, int, int]
-    rows: list[Row] = field(compare=False)
-    future: asyncio.Future[list[np.ndarray]] = field(compare=False)
-    alone: bool = field(compare=False)  # a full pass of a long request: a call of its own
-    batch: bool = field(compare=False)  # a bulk job's rows
+    rows: list[Row]
+    future: asyncio.Future[list[np.ndarray]]
+    alone: bool  # a full pass of a long request: a call of its own
+    priority: Priority
+    arrival: int
+    cost: int = field(init=False)  # its tokens
+
+    def __post_init__(self) -> None:
+        self.cost = sum(row.length for row in self.rows)
+
+    @property
+    def batch(self) -> bool:  # a bulk job's rows
+        return self.priority.batch
+
+    @property
+    def lane(self) -> tuple[int, int]:
+        return self.priority.sort_key()
+
+    @property
+    def tenant(self) -> str:
+        return self.priority.tenant
+
+    @property
+    def weight(self) -> float:
+        return self.priority.weight
 
 
 class Clock(Protocol):
@@ -133,13 +156,14 @@ class Coalescer:
         self._dropped = dropped
         self._clock = clock or LoopClock()
         self._one_pass = one_pass or (lambda rows: len(rows) <= max_rows)
-        self._waiting: list[Waiting] = []  # a heap: the next to leave first
+        self._waiting = FairQueue()
         self._arrivals = itertools.count()
         self._arrived = asyncio.Event()
         self._senders: set[asyncio.Task[None]] = set()
         self._batch_slot = batch_slot or BatchSlot()
         self._retry: asyncio.TimerHandle | None = None
         self._last_interactive = float("-inf")  # when an interactive request last arrived, on `clock`
+        self._tenants_seen: dict[str, float] = {}  # when each tenant's interactive request last arrived
         self.max_calls = 1  # calls in flight at once
 
     async def run(self, rows: list[Row], alone: bool = False, priority: Priority = INTERACTIVE) -> list[np.ndarray]:
@@ -148,10 +172,8 @@ class Coalescer:
         that a short request waiting with it is not held for its pass."""
         future: asyncio.Future[list[np.ndarray]] = asyncio.get_running_loop().create_future()
         if not priority.batch:
-            self._last_interactive = self._clock.time()
-        class_order, level = priority.sort_key()
-        heapq.heappush(self._waiting, Waiting((class_order, level, next(self._arrivals)), rows, future, alone,
-                                              priority.batch))
+            self._last_interactive = self._tenants_seen[priority.tenant] = self._clock.time()
+        self._waiting.push(Waiting(rows, future, alone, priority, next(self._arrivals)))
         self._arrived.set()
         self._start_sender()
         return await future
@@ -200,8 +222,8 @@ class Coalescer:
         (deadline, disconnect) are dropped here, before they cost anything."""
         taken: list[Waiting] = []
         count = 0
-        while self._waiting:
-            head = self._waiting[0]
+        shared = self._shared()
+        while (head := self._waiting.head()) is not None:
             if not head.future.done():
                 if head.batch and taken and not taken[0].batch:
                     break
@@ -209,9 +231,10 @@ class Coalescer:
                     self._try_again_soon()
                     break
                 if taken and (head.alone or taken[0].alone or count + len(head.rows) > self._max_rows
-                              or (head.batch and not self._fits_batch_call([*self._rows(taken), *head.rows]))):
+                              or (head.batch and not self._fits_batch_call([*self._rows(taken), *head.rows]))
+                              or (shared and not self._one_pass([*self._rows(taken), *head.rows]))):
                     break
-            heapq.heappop(self._waiting)
+            self._waiting.pop(charge=not head.future.done())
             if head.future.done():
                 self._dropped(head.rows)
             else:
@@ -224,6 +247,16 @@ class Coalescer:
         only tells the shared counters, so they are looked at again shortly."""
         if self._retry is None:
             self._retry = asyncio.get_running_loop().call_later(BATCH_SLOT_RETRY_S, self._start_sender)
+
+    def _shared(self) -> bool:
+        """Whether several tenants sent interactive requests within `INTERACTIVE_RECENT_S`: then a call holds one
+        pass, so that a tenant whose request arrives behind another's flood waits at most one pass for the call
+        in flight, then leaves first (gateway/fair_queue.py)."""
+        now = self._clock.time()
+        for tenant, seen in list(self._tenants_seen.items()):
+            if now - seen >= INTERACTIVE_RECENT_S:
+                del self._tenants_seen[tenant]
+        return len(self._tenants_seen) > 1
 
     def _fits_batch_call(self, rows: list[Row]) -> bool:
         """One pass, or half of one (the rows twice over fit a pass) while interactive requests keep coming."""

@@ -21,17 +21,22 @@ from gateway.deadline import WatchDisconnect
 from gateway.errors import ErrorBodies
 from gateway.fetch import UrlFetcher, UrlPolicy
 from gateway.get_routes import ReadinessReport, get_routes
-from gateway.guard import IN_FLIGHT, PROBE_PATHS, RequestGuard
+from gateway.guard import IN_FLIGHT, RequestGuard
 from gateway.jobs.store import JobStore
 from gateway.lifecycle import Lifecycle
 from gateway.shared import SharedCounters
+from gateway.tenants.gate import PROBE_PATHS, TenantGate
+from gateway.tenants.keys import Keys
+from gateway.tenants.ledger import Ledger, SharedMemoryLedger
+from gateway.tenants.redis_ledger import RedisLedger
+from gateway.tenants.usage import AccessLog
 from gateway.wire.batches import FILES_PATH, job_routes, upload_limit
 from models.base import Kind
 from models.kinds import gateway_needs_torch
 
 
-def install(gateway: Any, routes: Starlette, config: EmbentoConfig, lifecycle: Lifecycle,
-            counters: SharedCounters, job_store: JobStore | None, new_jobs: asyncio.Event) -> None:
+def install(gateway: Any, routes: Starlette, config: EmbentoConfig, lifecycle: Lifecycle, counters: SharedCounters,
+            keys: Keys, job_store: JobStore | None, new_jobs: asyncio.Event) -> None:
     """Mount the GET routes, and the Files and Batches routes with jobs on, on `routes` (the Gateway's ASGI app)
     and add the middleware, outermost first. The readiness report is the probe's body itself, so it stands
     outside the error rewriting; every other error below, ours or the framework's, leaves in its route's shape."""
@@ -42,12 +47,30 @@ def install(gateway: Any, routes: Starlette, config: EmbentoConfig, lifecycle: L
     gateway.add_asgi_middleware(ReadinessReport, lifecycle=lifecycle)
     gateway.add_asgi_middleware(ErrorBodies, shapes=ERROR_SHAPES, tei_bodies=TEI_BODIES)
     gateway.add_asgi_middleware(
-        RequestGuard, api_keys=config.api_keys(), max_request_bytes=config.max_request_bytes,
+        TenantGate, keys=keys, ledger=ledger(config),
         open_paths=PROBE_PATHS | ({"/metrics"} if config.public_metrics else set()),
+        access_log=AccessLog(config.log.access == "json"),
+    )
+    gateway.add_asgi_middleware(
+        RequestGuard, max_request_bytes=config.max_request_bytes,
         max_concurrent_requests=config.max_concurrent_requests, counters=counters, upload_paths=uploads,
     )
     gateway.add_asgi_middleware(WatchDisconnect)
     gateway.add_asgi_middleware(CacheControl)
+
+
+def tenant_keys(config: EmbentoConfig) -> Keys:
+    """The API keys and their tenants: read now, so that a bad keys file stops the server at start."""
+    return Keys(config.api_keys(), config.auth.keys_file)
+
+
+def ledger(config: EmbentoConfig) -> Ledger:
+    """Where the tenants' limits are counted: Redis for every replica, else shared memory for this server."""
+    limits = config.limits
+    if (url := limits.redis()) is None:
+        return SharedMemoryLedger()
+    return RedisLedger(url, limits.redis_timeout_ms / 1000, lease_s=config.request_timeout_s + 60,
+                       fail_open=limits.on_store_error == "open")
 
 
 def http_settings(config: EmbentoConfig) -> dict[str, Any]:

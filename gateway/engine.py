@@ -45,6 +45,7 @@ from gateway.queries import (
 )
 from gateway.results import Classified, ContextEmbeddings, Embeddings, Ranking, Tokens
 from gateway.routing import choose_model
+from gateway.tenants.keys import TENANT, allowed
 from gateway.representations import asked_parts, representations_for, score_mode, scores_by_mode
 from gateway.rows import Rows
 from gateway.validation import (
@@ -83,10 +84,10 @@ class Engine:
         registry = self.registry
         if not registry.done:
             raise errors.NotReady("models are still loading; retry shortly")
-        if requested in registry.failed:
+        if requested in registry.failed and TENANT.get().may_use(requested):
             raise errors.ModelUnavailable(f"model '{requested}' failed to load: {registry.failed[requested]}",
                                           param="model")
-        info = choose_model(registry.infos, requested, capability)
+        info = choose_model(allowed(registry.infos), requested, capability)
         current_trace().model = info.served_model_name
         return info
 
@@ -104,6 +105,7 @@ class Engine:
         if answered.cached_tokens:  # the misses were checked before they ran; with the hits, the whole answer
             check_response_size(query, info, answered.tokens, self.config.max_response_bytes)
         outputs = answered.outputs
+        current_trace().usage_tokens = answered.tokens
         return Embeddings(query, info, outputs, answered.tokens, quantizer, asked_parts(query, info, outputs),
                           answered.cached_tokens)
 
@@ -151,6 +153,7 @@ class Engine:
         outputs = plan.join(await self.calls.run(info, plan.rows))
         counts = [size if document.texts is None else len(document.texts)
                   for document, size in zip(documents, query.document_sizes)]
+        current_trace().usage_tokens = plan.tokens
         return ContextEmbeddings(Embeddings(query.embed, info, outputs, plan.tokens, quantizer), counts, plan.texts)
 
     async def rank(self, query: RankQuery) -> Ranking:
@@ -171,6 +174,7 @@ class Engine:
         else:
             answered = await self._score_pairs(info, query)
             scores = activate(np.stack(answered.outputs), query.activation or info.activation)[:, 0]
+        current_trace().usage_tokens = answered.tokens
         return Ranking(query, info, rank(scores, query.top_n), scores.tolist(), answered.tokens,
                        by_mode if query.return_scores else None, answered.cached_tokens)
 
@@ -209,6 +213,7 @@ class Engine:
 
         keys = self.cache.keys(info.served_model_name, classify_context(query), classify_items(query))
         answered = await self.cache.answer(info.served_model_name, keys, len(query.texts), compute)
+        current_trace().usage_tokens = answered.tokens
         return Classified(query, info, activate(np.stack(answered.outputs), query.activation or info.activation),
                           answered.tokens, answered.cached_tokens)
 

@@ -31,6 +31,7 @@ STATUS: dict[type[errors.EmbentoError], tuple[int, str | None]] = {
     errors.NotFound: (404, None),
     errors.Unauthorized: (401, "invalid_api_key"),
     errors.Overloaded: (429, "overloaded"),
+    errors.RateLimited: (429, "rate_limit_exceeded"),
     errors.NotReady: (503, "model_not_ready"),
     errors.ModelUnavailable: (503, "model_unavailable"),
     errors.RequestTimeout: (504, "timeout"),

@@ -15,6 +15,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from config.settings import EmbentoConfig, ModelConfig
 from gateway.errors import error_response
 from gateway.lifecycle import Lifecycle, ModelRegistry
+from gateway.tenants.keys import TENANT
 from gateway.wire.openai import model_list
 from models import errors
 from models.base import ModelInfo
@@ -46,9 +47,9 @@ class ReadinessReport:
         await JSONResponse(report, status_code=200 if report["ready"] else 503)(scope, receive, send)
 
 
-def tei_info(config: EmbentoConfig, info: ModelInfo | None) -> dict[str, Any]:
-    """TEI's /info fields, for the default (first) model; those only a loaded model knows are null before."""
-    default = config.models[0]
+def tei_info(config: EmbentoConfig, default: ModelConfig, info: ModelInfo | None) -> dict[str, Any]:
+    """TEI's /info fields, for the default model (the first the caller may use); those only a loaded model knows
+    are null before."""
     return {
         "model_id": default.model_id, "model_sha": default.revision, "model_dtype": info and info.dtype,
         "model_type": info and _tei_model_type(info, default.pooling), "served_model_name": default.served_model_name,
@@ -95,10 +96,11 @@ def get_routes(config: EmbentoConfig, lifecycle: Lifecycle) -> list[Route]:
             return error_response(exc)
 
     async def get_info(request: Request) -> Response:
-        models = [_model_limits(model, registry) for model in config.models]
-        loaded = registry.infos.get(config.models[0].served_model_name)
-        return JSONResponse({"models": models, "limits": {name: getattr(config, name) for name in LIMIT_FIELDS},
-                             **tei_info(config, loaded)})
+        usable = [model for model in config.models if TENANT.get().may_use(model.served_model_name)]
+        default = usable[0] if usable else ModelConfig(model_id="", served_model_name="")
+        return JSONResponse({"models": [_model_limits(model, registry) for model in usable],
+                             "limits": {name: getattr(config, name) for name in LIMIT_FIELDS},
+                             **tei_info(config, default, registry.infos.get(default.served_model_name))})
 
     return [*(Route(path, get_models, methods=["GET"]) for path in ("/v1/models", "/models")),
             Route("/health", get_health, methods=["GET"]), Route("/info", get_info, methods=["GET"])]

@@ -1,10 +1,9 @@
-"""Checks at the edge, before a request reaches a route or its body is read: API key, concurrency, media
-type, body size."""
+"""Checks at the edge, before a request reaches a route or its body is read: concurrency, media type, body size.
+(Who calls, and within which limits, is the tenant gate's: gateway/tenants/gate.py.)"""
 
 from __future__ import annotations
 
-import hmac
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -14,29 +13,15 @@ from gateway.shared import SharedCounters
 from models import errors
 
 IN_FLIGHT = "requests"  # the shared counter of POST requests being answered, every gateway worker's
-# Probes stay open so orchestrators need no key; /metrics too where configured (`public_metrics`).
-PROBE_PATHS = frozenset({"/livez", "/readyz", "/healthz", "/health"})
-
-
-def key_matches(token: str, keys: Iterable[str]) -> bool:
-    """Whether `token` is one of `keys`, in time that tells nothing of which key nor how much matched:
-    every key is compared, each in constant time (bytes, so any header text compares safely)."""
-    matched = False
-    for key in keys:
-        matched |= hmac.compare_digest(token.encode(), key.encode())
-    return matched
 
 
 class RequestGuard:
-    def __init__(self, app: ASGIApp, api_keys: Sequence[str], max_request_bytes: int,
-                 open_paths: frozenset[str] = PROBE_PATHS, max_concurrent_requests: int = 2**31,
+    def __init__(self, app: ASGIApp, max_request_bytes: int, max_concurrent_requests: int = 2**31,
                  counters: SharedCounters | None = None, upload_paths: Mapping[str, int] | None = None) -> None:
         """`upload_paths`: paths that take multipart uploads instead of JSON, each with its own body limit."""
         self.app = app
-        self.api_keys = tuple(api_keys)
         self.max_request_bytes = max_request_bytes
         self.upload_paths = upload_paths or {}
-        self.open_paths = open_paths
         self.max_concurrent_requests = max_concurrent_requests
         self.counters = counters or SharedCounters([IN_FLIGHT])  # POST requests being answered, server-wide
 
@@ -77,12 +62,6 @@ class RequestGuard:
         return errors.Overloaded(f"{in_flight} requests are in flight, the most this server takes; retry shortly")
 
     def _check(self, scope: Scope, headers: dict[str, str]) -> errors.EmbentoError | None:
-        if scope["method"] == "OPTIONS":  # CORS preflight carries no credentials
-            return None
-        if self.api_keys and scope["path"] not in self.open_paths:
-            scheme, _, token = headers.get("authorization", "").partition(" ")
-            if scheme.lower() != "bearer" or not key_matches(token.strip(), self.api_keys):
-                return errors.Unauthorized("missing or invalid API key; send 'Authorization: Bearer <key>'")
         if scope["method"] != "POST":
             return None
         media_type = headers.get("content-type", "application/json").split(";")[0].strip().lower()

@@ -119,6 +119,21 @@ def start_series(model_services: list[str], max_queued_items: int, max_queued_to
 
 
 @dataclass
+class Account:
+    """One request's use as its tenant is charged and its access logged (gateway/tenants/usage.py): filled in when
+    it is answered."""
+
+    tenant: str
+    started: float = field(default_factory=time.perf_counter)
+    model: str = NO_MODEL
+    tokens: int = 0
+
+
+# Set by the tenant gate for the request it lets through.
+ACCOUNT: ContextVar[Account | None] = ContextVar("embento_account", default=None)
+
+
+@dataclass
 class RequestTrace:
     """One request's way through the gateway, recorded as it goes and observed once at the end."""
 
@@ -127,6 +142,7 @@ class RequestTrace:
     model: str = NO_MODEL
     sent: float | None = None  # rows handed to the model service
     answered: float | None = None  # its outputs back
+    usage_tokens: int = 0  # as the answer's `usage` counts them (the cache's hits included)
 
     def sending(self, inputs: int, tokens: int) -> None:
         self.sent = time.perf_counter()
@@ -136,6 +152,8 @@ class RequestTrace:
         TOKENS.labels(model=self.model).inc(tokens)
 
     def finish(self, status: int) -> None:
+        if (account := ACCOUNT.get()) is not None:
+            account.model, account.tokens = self.model, self.usage_tokens
         if not self.recorded:
             return
         now = time.perf_counter()

@@ -3,7 +3,8 @@
 Two classes: `interactive` (every online request) and `batch` (the lines of bulk jobs, gateway/jobs/). A batch
 row leaves for a model service only when no interactive row waits, one pass at a time, so bulk work fills idle
 capacity and an interactive request is never held behind more than one batch pass. Within a class, a lower
-`level` goes first: the `priority` field of an online request (vLLM's: an integer, lower first, default 0).
+`level` goes first: the `priority` field of an online request (vLLM's: an integer, lower first, default 0). Within a
+level, tenants share by `weight` (gateway/fair_queue.py).
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ CLASS_ORDER: dict[JobClass, int] = {"interactive": 0, "batch": 1}
 class Priority:
     job_class: JobClass = "interactive"
     level: int = 0
+    tenant: str = ""  # whose work it is (the API key's tenant)
+    weight: float = 1.0  # its share against other tenants' work of the same class and level
 
     @property
     def batch(self) -> bool:

@@ -32,29 +32,65 @@ from config.server_files import server_file
 SLOTS = 256  # rows: worker indices are small integers, 1-based
 
 
+class SharedTable:
+    """An int64 table in a file every worker of the server maps (anonymous memory outside a server), with one
+    lock for read-modify-writes across workers. The first worker to open it finds it zeroed."""
+
+    def __init__(self, file_name: str, rows: int, columns: int) -> None:
+        self._file_name = file_name
+        self._shape = (rows, columns)
+        self._array: np.ndarray | None = None
+        self._fd: int | None = None
+
+    @contextlib.contextmanager
+    def locked(self) -> Iterator[np.ndarray]:
+        """The table; reads and writes inside this block see no other worker's writes in between."""
+        array = self.open()
+        if self._fd is None:
+            yield array
+            return
+        fcntl.flock(self._fd, fcntl.LOCK_EX)
+        try:
+            yield array
+        finally:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+
+    def open(self) -> np.ndarray:
+        if self._array is not None:
+            return self._array
+        size = self._shape[0] * self._shape[1] * 8
+        path = server_file(self._file_name)
+        if path is None:
+            buffer = mmap.mmap(-1, size)
+        else:
+            self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+            fcntl.flock(self._fd, fcntl.LOCK_EX)
+            try:
+                if os.fstat(self._fd).st_size < size:
+                    os.ftruncate(self._fd, size)
+            finally:
+                fcntl.flock(self._fd, fcntl.LOCK_UN)
+            buffer = mmap.mmap(self._fd, size)
+        self._array = np.ndarray(self._shape, dtype=np.int64, buffer=buffer)
+        return self._array
+
+
 class SharedCounters:
     """Named integer counters, summed over the server's gateway workers. `open` them when the worker starts
     (else on first use): opening zeroes this worker's row."""
 
     def __init__(self, names: Sequence[str], file_name: str = "counters") -> None:
         self.names = {name: column for column, name in enumerate(names)}
-        self._file_name = file_name
-        self._table: np.ndarray | None = None
-        self._fd: int | None = None
+        self._table = SharedTable(file_name, SLOTS, len(self.names))
+        self._opened = False
         self._slot = 0
 
     @contextlib.contextmanager
     def locked(self) -> Iterator[None]:
         """Checks and adds inside this block see no other worker's adds in between."""
         self.open()
-        if self._fd is None:
+        with self._table.locked():
             yield
-            return
-        fcntl.flock(self._fd, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(self._fd, fcntl.LOCK_UN)
 
     def total(self, name: str) -> int:
         """The server's count: every worker's, this one's included."""
@@ -65,26 +101,12 @@ class SharedCounters:
         self.open()[self._slot, self.names[name]] += amount
 
     def open(self) -> np.ndarray:
-        if self._table is not None:
-            return self._table
-        size = SLOTS * len(self.names) * 8
-        path = server_file(self._file_name)
-        if path is None:
-            buffer = mmap.mmap(-1, size)
-        else:
-            self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-            fcntl.flock(self._fd, fcntl.LOCK_EX)
-            try:
-                if os.fstat(self._fd).st_size < size:
-                    os.ftruncate(self._fd, size)  # the first worker to start creates the zeroed table
-            finally:
-                fcntl.flock(self._fd, fcntl.LOCK_UN)
-            buffer = mmap.mmap(self._fd, size)
-        self._slot = (server_context.worker_index or 0) % SLOTS
-        table = np.ndarray((SLOTS, len(self.names)), dtype=np.int64, buffer=buffer)
-        self._table = table
-        with self.locked():
-            table[self._slot] = 0  # an earlier process of this worker index may have died holding counts
+        table = self._table.open()
+        if not self._opened:
+            self._opened = True
+            self._slot = (server_context.worker_index or 0) % SLOTS
+            with self._table.locked():
+                table[self._slot] = 0  # an earlier process of this worker index may have died holding counts
         return table
 
 

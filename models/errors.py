@@ -44,6 +44,10 @@ class Overloaded(EmbentoError):
     """The server cannot take more work right now; the client should retry later."""
 
 
+class RateLimited(EmbentoError):
+    """The caller's API key is over one of its limits (requests or tokens per minute, concurrency)."""
+
+
 class NotReady(EmbentoError):
     """Models are still loading or warming up."""
 

@@ -36,8 +36,8 @@ class RedisTier:
     """The shared tier at `url`: lookups wait at most `timeout_s`, values live `ttl_s`."""
 
     def __init__(self, url: str, ttl_s: int, timeout_s: float) -> None:
-        self.lookups = _client(url, timeout_s)
-        self.stores = _client(url, STORE_TIMEOUT_S)
+        self.lookups = redis_client(url, timeout_s)
+        self.stores = redis_client(url, STORE_TIMEOUT_S)
         # One script call sets every key with its TTL: a third of the client CPU of a pipeline of SETs, which is
         # what a request that misses pays for the cache (bench/cache.py, 0 % repeats).
         self._set_all = self.stores.register_script(SET_ALL)
@@ -85,16 +85,7 @@ class RedisTier:
         return True
 
     async def _within(self, call: Awaitable[T], timeout_s: float) -> T:
-        """`call`'s result, or TimeoutError once `timeout_s` has passed. A late call is cancelled but not waited
-        for: redis-py may finish a cancelled connect's handshake first (bounded by the socket timeout)."""
-        task = asyncio.ensure_future(call)
-        await asyncio.wait({task}, timeout=timeout_s)
-        if not task.done():
-            task.cancel()
-            self._abandoned.add(task)  # the loop keeps only weak references to tasks
-            task.add_done_callback(_forget(self._abandoned))
-            raise TimeoutError(f"no answer within {timeout_s * 1000:.0f} ms")
-        return task.result()
+        return await within(call, timeout_s, self._abandoned)
 
     def _succeeded(self) -> None:
         self._healthy, self._probing = True, False
@@ -112,7 +103,21 @@ class RedisTier:
         await asyncio.gather(self.lookups.aclose(), self.stores.aclose())
 
 
-def _client(url: str, timeout_s: float) -> redis.Redis:
+async def within(call: Awaitable[T], timeout_s: float, abandoned: set[asyncio.Task]) -> T:
+    """`call`'s result, or TimeoutError once `timeout_s` has passed. A late call is cancelled but not waited
+    for (kept in `abandoned` until it ends): redis-py may finish a cancelled connect's handshake first (bounded by
+    the socket timeout)."""
+    task = asyncio.ensure_future(call)
+    await asyncio.wait({task}, timeout=timeout_s)
+    if not task.done():
+        task.cancel()
+        abandoned.add(task)  # the loop keeps only weak references to tasks
+        task.add_done_callback(_forget(abandoned))
+        raise TimeoutError(f"no answer within {timeout_s * 1000:.0f} ms")
+    return task.result()
+
+
+def redis_client(url: str, timeout_s: float) -> redis.Redis:
     """A client whose every socket wait (connect, handshake, reply) is bounded by `timeout_s`. One immediate retry,
     on a fresh connection: a pooled one breaks once when Redis restarts. A new connection says nothing but what
     it must (no client name and version, no maintenance notifications, RESP2): 0.4 ms to open here instead of

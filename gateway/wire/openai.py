@@ -22,6 +22,7 @@ from pydantic import (
 from starlette.responses import Response
 
 from gateway.lifecycle import ModelRegistry
+from gateway.tenants.keys import allowed
 from gateway.queries import EmbedQuery, InputType, OutputType
 from gateway.results import Embeddings
 from gateway.wire.common import (
@@ -255,8 +256,8 @@ class ModelList(BaseModel):
 def model_list(registry: ModelRegistry, created: int) -> ModelList:
     if not registry.done:
         raise errors.NotReady("models are still loading; retry shortly")
-    return ModelList(data=[_model_card(info, registry, created) for info in registry.infos.values()],
-                     failed=[FailedModel(id=name, error=reason) for name, reason in registry.failed.items()])
+    return ModelList(data=[_model_card(info, registry, created) for info in allowed(registry.infos).values()],
+                     failed=[FailedModel(id=name, error=reason) for name, reason in allowed(registry.failed).items()])
 
 
 def _model_card(info: ModelInfo, registry: ModelRegistry, created: int) -> ModelCard:

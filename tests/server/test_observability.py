@@ -19,6 +19,8 @@ pytestmark = pytest.mark.server
 DASHBOARD = ROOT / "deploy" / "grafana" / "embento.json"
 ALERTS = ROOT / "deploy" / "prometheus" / "alerts.yaml"
 CACHE_SERIES = "embento_cache_"
+# Only a server with limited API keys (throttled) or a limits Redis (store errors) has these: test_tenants.py.
+TENANT_LIMIT_SERIES = ("embento_tenant_throttled", "embento_limit_store_errors")
 PROMQL_KEYWORDS = {"by", "without", "on", "ignoring", "group_left", "group_right", "bool", "and", "or", "unless",
                    "offset", "inf", "nan"}
 # What the dashboard must show (the issue's list), by the series that show it.
@@ -46,8 +48,8 @@ def metric_names(expression: str) -> set[str]:
 
 def shared_server_series(names: set[str]) -> set[str]:
     """The series the shared server exports: all but the cache's, which only a model with `cache: true` has
-    (tests/server/test_cache.py checks those against a cached server)."""
-    return {name for name in names if not name.startswith(CACHE_SERIES)}
+    (tests/server/test_cache.py checks those against a cached server), and the tenants' limits'."""
+    return {name for name in names if not name.startswith((CACHE_SERIES, *TENANT_LIMIT_SERIES))}
 
 
 def dashboard_expressions() -> list[str]:
@@ -86,7 +88,7 @@ def test_every_series_the_alerts_read_is_exported(exported):
     names = {sample["name"] for sample in SAMPLE.finditer(exported)}
     rules = alert_expressions()
     assert set(rules) == {"EmbentoNotReady", "EmbentoHigh5xxRatio", "EmbentoSustained429s", "EmbentoQueueNearBound",
-                          "EmbentoRedisCacheFailing"}
+                          "EmbentoRedisCacheFailing", "EmbentoTenantThrottled"}
     for alert, expression in rules.items():
         assert shared_server_series(metric_names(expression)) - names == set(), alert
 
@@ -113,6 +115,7 @@ SERIES = {
     "embento_max_queued_items": ("8192x20", "8192x20"),
     "embento_max_queued_tokens": ("2000000x20", "2000000x20"),
     'embento_cache_errors_total{model="m",tier="redis"}': ("0+5x20", "0x20"),
+    'embento_tenant_throttled_total{tenant="acme",limit="tokens"}': ("0+5x20", "0x20"),
 }
 FIRES = {  # alert -> (minutes in, the labels it fires with besides instance and severity)
     "EmbentoNotReady": (6, {}),
@@ -120,6 +123,7 @@ FIRES = {  # alert -> (minutes in, the labels it fires with besides instance and
     "EmbentoHigh5xxRatio": (16, {}),
     "EmbentoSustained429s": (18, {"model_service": "TextEmbedder", "reason": "queue_full"}),
     "EmbentoRedisCacheFailing": (12, {}),
+    "EmbentoTenantThrottled": (12, {"tenant": "acme", "limit": "tokens"}),
 }
 
 
@@ -153,7 +157,7 @@ def test_promtool_accepts_the_rules_and_each_alert_fires_when_it_should(tmp_path
     if shutil.which("promtool") is None:
         pytest.skip("promtool is not installed and Debian's prometheus package could not be installed")
     result = subprocess.run(["promtool", "check", "rules", str(ALERTS)], capture_output=True, text=True, timeout=60)
-    assert result.returncode == 0 and "SUCCESS: 5 rules found" in result.stdout, result.stdout + result.stderr
+    assert result.returncode == 0 and "SUCCESS: 6 rules found" in result.stdout, result.stdout + result.stderr
     unit_test = tmp_path / "alerts_test.yaml"
     unit_test.write_text(yaml.safe_dump(rules_unit_test()))
     result = subprocess.run(["promtool", "test", "rules", str(unit_test)], capture_output=True, text=True, timeout=60)

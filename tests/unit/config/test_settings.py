@@ -112,6 +112,19 @@ def test_api_keys_from_a_list_and_a_file_and_never_in_reprs_or_errors(tmp_path):
         load_config({"EMBENTO_API_KEY": "a; ;b"}, cwd=tmp_path)
 
 
+def test_tenants_settings_from_yaml_and_environment_without_the_limits_password_in_a_bento(tmp_path):
+    write(tmp_path, {"auth": {"keys_file": "/etc/embento/keys.yaml"}, "log": {"access": "json"}})
+    url = "redis://:l1mits@redis.internal:6379/3"
+    config = load_config({"EMBENTO_LIMITS_REDIS_URL": url, "EMBENTO_LIMITS_ON_STORE_ERROR": "closed",
+                          "EMBENTO_API_KEY": "k1;k2"}, cwd=tmp_path)
+    assert (config.auth.keys_file, config.log.access, config.limits.redis()) == ("/etc/embento/keys.yaml", "json", url)
+    assert config.limits.on_store_error == "closed" and config.api_keys() == ("k1", "k2")
+    assert "l1mits" not in repr(config) and "l1mits" not in carried_text(config) and "k1" not in carried_text(config)
+    assert carried(config)["limits"] == {"on_store_error": "closed", "redis_timeout_ms": 50.0}
+    with pytest.raises(ConfigError, match="on_store_error"):
+        load_config({"EMBENTO_LIMITS_ON_STORE_ERROR": "maybe"}, cwd=tmp_path)
+
+
 def test_the_cache_from_yaml_and_environment_without_its_password_in_a_bento(tmp_path):
     write(tmp_path, {"models": [{"model_id": "a"}, {"model_id": "b"}], "cache": {"memory_bytes": 1024}})
     url = "redis://:s3cret@redis.internal:6379/2"

@@ -1,4 +1,4 @@
-"""The gateway's ASGI edge on its own: API key, media type, size limit, OpenAI error bodies."""
+"""The gateway's ASGI edge on its own: API key (the tenant gate), media type, size limit, OpenAI error bodies."""
 
 from __future__ import annotations
 
@@ -9,7 +9,11 @@ from starlette.routing import Route
 from starlette.testclient import TestClient
 
 from gateway.errors import ErrorBodies
-from gateway.guard import PROBE_PATHS, RequestGuard, key_matches
+from gateway.guard import RequestGuard
+from gateway.tenants.gate import PROBE_PATHS, TenantGate
+from gateway.tenants.keys import Keyring, Keys, config_tenant
+from gateway.tenants.ledger import SharedMemoryLedger
+from gateway.tenants.usage import AccessLog
 
 
 async def echo(request):
@@ -30,7 +34,8 @@ def make_client(api_keys: tuple[str, ...] = ("s3cret",), limit: int = 2048,
     app = Starlette(routes=[Route("/v1/embeddings", echo, methods=["POST"]), Route("/readyz", echo),
                             Route("/metrics", echo), Route("/docs.json", echo),
                             Route("/bad", framework_error, methods=["POST"]), Route("/crash", crash_text)])
-    wrapped = ErrorBodies(RequestGuard(app, api_keys=api_keys, max_request_bytes=limit, open_paths=open_paths))
+    guarded = RequestGuard(app, max_request_bytes=limit)
+    wrapped = ErrorBodies(TenantGate(guarded, Keys(api_keys, None), SharedMemoryLedger(), open_paths, AccessLog(False)))
     return TestClient(wrapped)
 
 
@@ -68,12 +73,12 @@ def test_key_comparison_looks_at_every_key_in_constant_time(monkeypatch):
     calls = []
     real = hmac.compare_digest
     monkeypatch.setattr(hmac, "compare_digest", lambda a, b: calls.append((a, b)) or real(a, b))
-    keys = ("first-key", "second-key", "third-key")
+    keyring = Keyring([config_tenant(("first-key", "second-key", "third-key"))])
     for token, expected in (("first-key", True), ("third-key", True), ("none-of-them", False), ("é", False)):
         calls.clear()
-        assert key_matches(token, keys) is expected
-        assert len(calls) == len(keys)  # no early exit on a match
-        assert all(isinstance(a, bytes) and isinstance(b, bytes) for a, b in calls)
+        assert (keyring.tenant(token) is not None) is expected
+        assert len(calls) == 3  # no early exit on a match
+        assert all(isinstance(a, bytes) and len(a) == len(b) == 32 for a, b in calls)  # digests, whatever was sent
 
 
 def test_no_key_configured_means_open():
@@ -132,7 +137,7 @@ def test_requests_beyond_the_concurrency_cap_are_refused_before_their_body_is_re
         return JSONResponse({"ok": True})
 
     app = Starlette(routes=[Route("/v1/embeddings", slow, methods=["POST"]), Route("/readyz", echo)])
-    guarded = ErrorBodies(RequestGuard(app, api_keys=(), max_request_bytes=2048, max_concurrent_requests=2))
+    guarded = ErrorBodies(RequestGuard(app, max_request_bytes=2048, max_concurrent_requests=2))
 
     async def scenario() -> list[httpx.Response]:
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=guarded), base_url="http://edge") as http:

@@ -1,0 +1,142 @@
+"""The tenant gate: the first check a request meets after its error shape is set (gateway/edge.py).
+
+- Who calls: the key in `Authorization: Bearer`, matched to its tenant (gateway/tenants/keys.py); a 401 if none.
+- Within its limits: a POST is admitted by the ledger (gateway/tenants/ledger.py), or refused with a 429 in the
+  route's shape, code `rate_limit_exceeded`, `Retry-After` (and `retry-after-ms`, which OpenAI's SDKs read first)
+  and OpenAI's `x-ratelimit-*` headers. Answers carry those headers too.
+- What it used: the tenant's requests and tokens by model, and one access-log line (gateway/tenants/usage.py).
+
+The tenant is set for the request (`TENANT`): the routes answer only with its models, and its rows take their
+weighted share of a saturated model service (gateway/fair_queue.py).
+"""
+
+from __future__ import annotations
+
+import math
+import uuid
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from config.keys_file import Tenant
+from gateway.errors import error_response
+from gateway.metrics import ACCOUNT, Account
+from gateway.tenants.keys import OPEN, TENANT, Keyring, Keys
+from gateway.tenants.ledger import UNCOUNTED, Ledger, Reading, Standing
+from gateway.tenants.usage import THROTTLED, AccessLog, record, start_series
+from models import errors
+
+Headers = list[tuple[bytes, bytes]]
+# Probes stay open so orchestrators need no key; /metrics too where configured (`public_metrics`).
+PROBE_PATHS = frozenset({"/livez", "/readyz", "/healthz", "/health"})
+LIMIT_NAMES = {"requests": "requests per minute", "tokens": "tokens per minute",
+               "concurrency": "concurrent requests"}
+
+
+class TenantGate:
+    def __init__(self, app: ASGIApp, keys: Keys, ledger: Ledger, open_paths: frozenset[str],
+                 access_log: AccessLog) -> None:
+        self.app = app
+        self.keys = keys
+        self.ledger = ledger
+        self.open_paths = open_paths
+        self.access_log = access_log
+        self._counted: Keyring | None = None  # the keyring whose tenants' series are started
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        # A CORS preflight carries no credentials; the probes stay open so that orchestrators need no key.
+        if scope["type"] != "http" or scope["method"] == "OPTIONS" or scope["path"] in self.open_paths:
+            return await self.app(scope, receive, send)
+        tenant = self._caller(scope)
+        if tenant is None:
+            problem = errors.Unauthorized("missing or invalid API key; send 'Authorization: Bearer <key>'")
+            return await error_response(problem)(scope, receive, send)
+        token = TENANT.set(tenant)
+        try:
+            if scope["method"] == "POST":
+                return await self._answer(tenant, scope, receive, send)
+            return await self.app(scope, receive, send)
+        finally:
+            TENANT.reset(token)
+
+    def _caller(self, scope: Scope) -> Tenant | None:
+        keyring = self.keys.current()
+        if keyring is not self._counted:
+            self._counted = keyring
+            start_series(keyring.tenants.values())
+        if keyring.open:
+            return OPEN
+        headers = dict(scope.get("headers", []))
+        scheme, _, key = headers.get(b"authorization", b"").decode("latin-1").partition(" ")
+        return keyring.tenant(key.strip()) if scheme.lower() == "bearer" else None
+
+    async def _answer(self, tenant: Tenant, scope: Scope, receive: Receive, send: Send) -> None:
+        account = Account(tenant.name)
+        account_token = ACCOUNT.set(account)
+        request_id = uuid.uuid4().hex
+        status, admitted, left = 500, False, False
+
+        async def send_with_headers(message: Message) -> None:
+            nonlocal status, left
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                if admitted:  # answered: its tokens are known, and the headers count them
+                    left = True
+                    standing = await self.ledger.leave(tenant, request_id, account.tokens)
+                    message = {**message, "headers": [*message.get("headers", []), *rate_headers(standing)]}
+            await send(message)
+
+        try:
+            standing = await self.ledger.enter(tenant, request_id) if tenant.limited else UNCOUNTED
+            admitted = tenant.limited
+            if standing.refused is not None:
+                admitted = False
+                THROTTLED.labels(tenant=tenant.name, limit=standing.refused).inc()
+                return await refused(tenant, standing)(scope, receive, send_with_headers)
+            await self.app(scope, receive, send_with_headers)
+        except errors.EmbentoError as exc:  # the limits' store failed closed
+            await error_response(exc)(scope, receive, send_with_headers)
+        finally:
+            if admitted and not left:  # no answer was sent (the client went, or a bug): the slot back
+                await self.ledger.leave(tenant, request_id, account.tokens)
+            record(account, status)
+            self.access_log.write(account, scope["method"], scope["path"], status)
+            ACCOUNT.reset(account_token)
+
+
+def refused(tenant: Tenant, standing: Standing):
+    """The 429 of a request over its tenant's limit, with when to retry."""
+    assert standing.refused is not None
+    wait = max(standing.retry_after_s, 0.001)
+    response = error_response(errors.RateLimited(
+        f"rate limit reached for {LIMIT_NAMES[standing.refused]} of API key '{tenant.name}'; retry in "
+        f"{wait:.3g} s"))
+    response.headers["retry-after"] = str(math.ceil(wait))
+    response.headers["retry-after-ms"] = str(math.ceil(wait * 1000))
+    for name, value in rate_headers(standing):
+        response.headers[name.decode()] = value.decode()
+    return response
+
+
+def rate_headers(standing: Standing) -> Headers:
+    """OpenAI's `x-ratelimit-{limit,remaining,reset}-{requests,tokens}`, for the limits the key has."""
+    headers: Headers = []
+    for kind, found in (("requests", standing.requests), ("tokens", standing.tokens)):
+        if found is not None:
+            headers += _bucket_headers(kind, found)
+    return headers
+
+
+def _bucket_headers(kind: str, found: Reading) -> Headers:
+    return [(f"x-ratelimit-limit-{kind}".encode(), str(found.limit).encode()),
+            (f"x-ratelimit-remaining-{kind}".encode(), str(found.remaining).encode()),
+            (f"x-ratelimit-reset-{kind}".encode(), duration(found.reset_s).encode())]
+
+
+def duration(seconds: float) -> str:
+    """As OpenAI writes its resets: `20ms`, `1.5s`, `6m0s`."""
+    seconds = max(0.0, seconds)
+    if seconds < 1:
+        return f"{math.ceil(seconds * 1000)}ms"
+    minutes, rest = divmod(seconds, 60)
+    rest_text = f"{rest:.3f}".rstrip("0").rstrip(".") + "s"
+    return f"{int(minutes)}m{rest_text}" if minutes else rest_text
