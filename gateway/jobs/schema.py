@@ -37,6 +37,8 @@ files = Table(
     Column("expires_at", BigInteger, nullable=False),
     Column("batch_id", String(40)),  # an output or error file: its batch's results,
     Column("succeeded", Boolean),  # the lines answered 2xx (output) or the others (error)
+    Column("tenant", String(64)),  # whose it is (the API key's tenant); NULL in stores from before tenants: default's
+    Column("lines", Integer),  # an upload's lines: counted against its tenant's max_queued_lines
 )
 
 # An uploaded file's bytes, on PostgreSQL (on SQLite they are a file in the data folder).
@@ -54,6 +56,7 @@ batches = Table(
     Column("completion_window", String(16), nullable=False),
     Column("metadata", JSON),
     Column("status", String(16), nullable=False),
+    Column("tenant", String(64)),  # as the files'
     Column("errors", JSON),  # validation errors: [{code, message, param, line}]
     Column("total", Integer, nullable=False, default=0),
     Column("completed", Integer, nullable=False, default=0),
@@ -97,3 +100,7 @@ results = Table(
     Column("output", Text, nullable=False),  # the output file's line, JSON
     Column("size", Integer, nullable=False),  # its bytes in the file, newline included
 )
+
+
+# Columns added since the first release, added to an older store's tables when it is opened: (table, column).
+ADDED_COLUMNS = ((files, "tenant"), (files, "lines"), (batches, "tenant"))

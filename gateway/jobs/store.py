@@ -27,18 +27,22 @@ from sqlalchemy import (
     event,
     func,
     insert,
+    inspect,
     or_,
     select,
     text,
+    true,
     tuple_,
     update,
 )
 from sqlalchemy.exc import IntegrityError
 
+from config.keys_file import DEFAULT_TENANT, Tenant
 from config.settings import JobSettings
 from gateway.jobs import schema
 from gateway.jobs.blobs import Blobs, DatabaseBlobs, FolderBlobs
 from gateway.jobs.lines import BatchLine
+from gateway.tenants.keys import OPEN
 from models import errors
 
 Clock = Callable[[], float]
@@ -55,6 +59,7 @@ class Chunk:
     endpoint: str
     first_line: int
     lines: list[BatchLine]
+    tenant: str  # whose batch it is
 
 
 def new_id(prefix: str) -> str:
@@ -90,6 +95,7 @@ class JobStore:
                 conn.execute(text("ALTER TABLE embento_file_contents ALTER COLUMN content SET STORAGE EXTERNAL"))
             else:
                 schema.metadata.create_all(conn)
+            _add_columns(conn)
         self._created = True
 
     def _now(self) -> int:
@@ -98,33 +104,43 @@ class JobStore:
     def _now_us(self) -> int:
         return int(self.clock() * 1e6)
 
-    # Files
-    def add_file(self, filename: str, purpose: str, content: bytes) -> dict[str, Any]:
+    # Files: each its tenant's, the only one that sees it
+    def add_file(self, filename: str, purpose: str, content: bytes, tenant: Tenant = OPEN) -> dict[str, Any]:
         self.create_schema()
         now = self._now()
         record = {"id": new_id("file-"), "purpose": purpose, "filename": filename, "bytes": len(content),
                   "created_at": now, "created_us": self._now_us(), "expires_at": now + self.settings.retention_s,
-                  "batch_id": None, "succeeded": None}
+                  "batch_id": None, "succeeded": None, "tenant": tenant.name,
+                  "lines": content.count(b"\n") + (not content.endswith(b"\n"))}
         with self.engine.begin() as conn:
-            stored = conn.execute(select(func.coalesce(func.sum(schema.files.c.bytes), 0))).scalar_one()
+            stored_bytes = select(func.coalesce(func.sum(schema.files.c.bytes), 0))
+            stored = conn.execute(stored_bytes).scalar_one()
             if stored + len(content) > self.settings.max_stored_bytes:
                 raise errors.InvalidRequest(
                     f"the deployment keeps at most {self.settings.max_stored_bytes} bytes of files "
                     f"(jobs.max_stored_bytes) and holds {stored}; delete files or wait for them to expire",
                     param="file")
+            if tenant.max_stored_bytes is not None:
+                own = conn.execute(stored_bytes.where(_owned(schema.files, tenant))).scalar_one()
+                if own + len(content) > tenant.max_stored_bytes:
+                    raise errors.InvalidRequest(
+                        f"API key '{tenant.name}' may keep {tenant.max_stored_bytes} bytes of files and holds {own}; "
+                        "delete files or wait for them to expire", param="file")
             conn.execute(insert(schema.files).values(record))
             self.blobs.write(conn, record["id"], content)  # before the commit: no row without its bytes
         return record
 
-    def file(self, file_id: str) -> dict[str, Any] | None:
+    def file(self, file_id: str, tenant: Tenant | None = None) -> dict[str, Any] | None:
         self.create_schema()
         with self.reader.connect() as conn:
-            row = conn.execute(select(schema.files).where(schema.files.c.id == file_id)).first()
+            row = conn.execute(select(schema.files).where(schema.files.c.id == file_id,
+                                                          _owned(schema.files, tenant))).first()
         return dict(row._mapping) if row else None
 
-    def files(self, purpose: str | None, after: str | None, limit: int, descending: bool) -> list[dict[str, Any]]:
+    def files(self, purpose: str | None, after: str | None, limit: int, descending: bool,
+              tenant: Tenant | None = None) -> list[dict[str, Any]]:
         self.create_schema()
-        query = select(schema.files)
+        query = select(schema.files).where(_owned(schema.files, tenant))
         if purpose:
             query = query.where(schema.files.c.purpose == purpose)
         return self._page(query, schema.files, after, limit, descending)
@@ -140,10 +156,12 @@ class JobStore:
             rows = conn.execute(query.order_by(*order).limit(limit)).all()
         return [dict(row._mapping) for row in rows]
 
-    def delete_file(self, file_id: str) -> bool:
+    def delete_file(self, file_id: str, tenant: Tenant | None = None) -> bool:
         self.create_schema()
         with self.engine.begin() as conn:
-            return self._delete_files(conn, [file_id]) > 0
+            owned = conn.execute(select(schema.files.c.id).where(schema.files.c.id == file_id,
+                                                                 _owned(schema.files, tenant))).first()
+            return owned is not None and self._delete_files(conn, [file_id]) > 0
 
     def _delete_files(self, conn: Connection, file_ids: list[str]) -> int:
         """Files and what they hold: an upload's bytes, an output's results."""
@@ -177,44 +195,63 @@ class JobStore:
 
     # Batches
     def create_batch(self, endpoint: str, input_file_id: str, completion_window: str,
-                     metadata: dict[str, str] | None) -> dict[str, Any]:
+                     metadata: dict[str, str] | None, tenant: Tenant = OPEN) -> dict[str, Any]:
         self.create_schema()
         now = self._now()
         record = {"id": new_id("batch_"), "endpoint": endpoint, "input_file_id": input_file_id,
                   "completion_window": completion_window, "metadata": metadata, "status": "validating",
+                  "tenant": tenant.name,
                   "errors": None, "total": 0, "completed": 0, "failed": 0, "created_at": now,
                   "created_us": self._now_us(),
                   "expires_at": now + BATCH_WINDOW_S[completion_window]}
         with self.engine.begin() as conn:
-            source = conn.execute(select(schema.files).where(schema.files.c.id == input_file_id)).first()
+            source = conn.execute(select(schema.files).where(schema.files.c.id == input_file_id,
+                                                             _owned(schema.files, tenant))).first()
             if source is None:
                 raise errors.InvalidRequest(f"no file '{input_file_id}' (unknown, expired or deleted)",
                                             param="input_file_id")
             if source.purpose != "batch" or source.batch_id is not None:
                 raise errors.InvalidRequest(f"file '{input_file_id}' was not uploaded with purpose 'batch'",
                                             param="input_file_id")
+            if tenant.max_queued_lines is not None:
+                self._check_queued_lines(conn, tenant, source.lines or 0)
             conn.execute(insert(schema.batches).values(record))
-        return self.batch(record["id"])  # type: ignore[return-value]
+        return self.batch(record["id"], tenant)  # type: ignore[return-value]
 
-    def batch(self, batch_id: str) -> dict[str, Any] | None:
+    @staticmethod
+    def _check_queued_lines(conn: Connection, tenant: Tenant, adding: int) -> None:
+        """A batch whose lines would take its tenant's unfinished ones past `max_queued_lines` is refused."""
+        b, f = schema.batches.c, schema.files.c
+        queued = conn.execute(select(func.coalesce(func.sum(f.lines), 0)).select_from(
+            schema.batches.join(schema.files, f.id == b.input_file_id)).where(
+            _owned(schema.batches, tenant), b.status.in_(("validating", "in_progress", "finalizing",
+                                                          "cancelling")))).scalar_one()
+        if queued + adding > (tenant.max_queued_lines or 0):
+            raise errors.InvalidRequest(
+                f"API key '{tenant.name}' may have {tenant.max_queued_lines} lines in unfinished batches and has "
+                f"{queued}; this file adds {adding}", param="input_file_id")
+
+    def batch(self, batch_id: str, tenant: Tenant | None = None) -> dict[str, Any] | None:
         self.create_schema()
         with self.reader.connect() as conn:
-            row = conn.execute(select(schema.batches).where(schema.batches.c.id == batch_id)).first()
+            row = conn.execute(select(schema.batches).where(schema.batches.c.id == batch_id,
+                                                            _owned(schema.batches, tenant))).first()
         return dict(row._mapping) if row else None
 
-    def batches(self, after: str | None, limit: int) -> list[dict[str, Any]]:
+    def batches(self, after: str | None, limit: int, tenant: Tenant | None = None) -> list[dict[str, Any]]:
         self.create_schema()
-        return self._page(select(schema.batches), schema.batches, after, limit, descending=True)
+        return self._page(select(schema.batches).where(_owned(schema.batches, tenant)), schema.batches, after, limit,
+                          descending=True)
 
-    def cancel(self, batch_id: str) -> dict[str, Any] | None:
+    def cancel(self, batch_id: str, tenant: Tenant | None = None) -> dict[str, Any] | None:
         """A batch not finished stops taking new chunks; its workers finish theirs, then it is cancelled."""
         self.create_schema()
         with self.engine.begin() as conn:
             conn.execute(update(schema.batches)
-                         .where(schema.batches.c.id == batch_id,
+                         .where(schema.batches.c.id == batch_id, _owned(schema.batches, tenant),
                                 schema.batches.c.status.in_(("validating", "in_progress")))
                          .values(status="cancelling", cancelling_at=self._now(), lease_owner=None, lease_until=None))
-        return self.batch(batch_id)
+        return self.batch(batch_id, tenant)
 
     # The worker's side
     def claim_step(self, owner: str) -> dict[str, Any] | None:
@@ -289,6 +326,7 @@ class JobStore:
             if not self._holds(conn, batch_id, owner, status):
                 return
             file_ids: dict[bool, str | None] = {}
+            owning = conn.execute(select(c.tenant).where(c.id == batch_id)).scalar()
             for succeeded in (True, False):
                 size, count = conn.execute(
                     select(func.coalesce(func.sum(schema.results.c.size), 0),
@@ -299,7 +337,7 @@ class JobStore:
                     file_ids[succeeded] = new_id("file-")
                     conn.execute(insert(schema.files).values(
                         id=file_ids[succeeded], purpose="batch_output", bytes=size, created_at=now,
-                        created_us=self._now_us(),
+                        created_us=self._now_us(), tenant=owning,
                         expires_at=now + self.settings.retention_s, batch_id=batch_id, succeeded=succeeded,
                         filename=f"{batch_id}_{'output' if succeeded else 'error'}.jsonl"))
             conn.execute(update(schema.batches).where(c.id == batch_id).values(
@@ -313,7 +351,8 @@ class JobStore:
         self.create_schema()
         now = self.clock()
         b, k, ln = schema.batches.c, schema.chunks.c, schema.lines.c
-        query = (select(k.batch_id, k.first_line, k.end_line, b.endpoint).join(schema.batches, b.id == k.batch_id)
+        query = (select(k.batch_id, k.first_line, k.end_line, b.endpoint, b.tenant)
+                 .join(schema.batches, b.id == k.batch_id)
                  .where(b.status == "in_progress", b.expires_at > int(now), k.done.is_(False),
                         or_(k.lease_until.is_(None), k.lease_until < now))
                  .order_by(b.created_at, k.first_line).limit(1).with_for_update(skip_locked=True, of=schema.chunks))
@@ -327,7 +366,7 @@ class JobStore:
                 ln.batch_id == row.batch_id, ln.line >= row.first_line, ln.line < row.end_line)
                 .order_by(ln.line)).all()
         return Chunk(row.batch_id, row.endpoint, row.first_line,
-                     [BatchLine(line.line, line.custom_id, line.body) for line in found])
+                     [BatchLine(line.line, line.custom_id, line.body) for line in found], row.tenant or DEFAULT_TENANT)
 
     def renew(self, chunk: Chunk, owner: str) -> bool:
         """The chunk's lease extended; False when another worker has taken it over."""
@@ -373,6 +412,21 @@ class JobStore:
         with self.reader.connect() as conn:
             rows = conn.execute(select(schema.batches.c.status, func.count()).group_by(schema.batches.c.status))
             return {status: count for status, count in rows}
+
+
+def _owned(table: Any, tenant: Tenant | None) -> Any:
+    """Rows of `tenant` (those from before tenants are `default`'s); every row for None (the job worker)."""
+    return true() if tenant is None else func.coalesce(table.c.tenant, DEFAULT_TENANT) == tenant.name
+
+
+def _add_columns(conn: Connection) -> None:
+    """Columns added since the store was made (`schema.ADDED_COLUMNS`), on a store made before them."""
+    inspector = inspect(conn)
+    for table, name in schema.ADDED_COLUMNS:
+        if name not in {column["name"] for column in inspector.get_columns(table.name)}:
+            column = table.c[name]
+            conn.execute(text(f"ALTER TABLE {table.name} ADD COLUMN {name} "
+                              f"{column.type.compile(dialect=conn.dialect)}"))
 
 
 def open_store(settings: JobSettings) -> JobStore | None:

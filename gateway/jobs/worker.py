@@ -25,6 +25,7 @@ from gateway.jobs.answers import ENDPOINTS, LineAnswer, answer_line, output_line
 from gateway.jobs.lines import BatchLine, parse_batch_file, problem
 from gateway.jobs.metrics import BATCHES, LINES
 from gateway.jobs.store import Chunk, JobStore
+from gateway.tenants.keys import TENANT, Keys
 
 if TYPE_CHECKING:
     from gateway.engine import Engine
@@ -39,10 +40,12 @@ RETRY_WAITS_S = (0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0)  # a line answered 429/503
 
 class JobWorker:
     def __init__(self, store: JobStore, settings: JobSettings, engine: Engine,
-                 ready: Callable[[], Awaitable[bool]], new_work: asyncio.Event) -> None:
+                 ready: Callable[[], Awaitable[bool]], new_work: asyncio.Event, keys: Keys) -> None:
         """`new_work` is set when this process creates a batch: the worker looks at once instead of at its next
-        poll (other processes and replicas notice within `IDLE_POLL_S`)."""
+        poll (other processes and replicas notice within `IDLE_POLL_S`). A batch's lines run as its tenant
+        (`keys`)."""
         self.store = store
+        self.keys = keys
         self.new_work = new_work
         self.settings = settings
         self.engine = engine
@@ -119,9 +122,11 @@ class JobWorker:
         if chunk is None:
             return False
         renewing = asyncio.create_task(self._renew(chunk))
+        tenant = TENANT.set(self.keys.named(chunk.tenant))  # its lines: its models, its share
         try:
             outputs = await asyncio.gather(*(self._line(chunk.endpoint, line) for line in chunk.lines))
         finally:
+            TENANT.reset(tenant)
             renewing.cancel()
         if chunk.first_line > 1:  # a batch partway done
             self._crash_point("chunk")

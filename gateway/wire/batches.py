@@ -18,6 +18,7 @@ from config.settings import JobSettings
 from gateway.errors import describe_validation, error_response
 from gateway.jobs.answers import ENDPOINTS
 from gateway.jobs.store import BATCH_WINDOW_S, JobStore
+from gateway.tenants.keys import TENANT
 from models import errors
 
 FILES_PATH = "/v1/files"
@@ -88,7 +89,8 @@ def job_routes(store: JobStore, settings: JobSettings, created: Callable[[], Non
         if len(content) > settings.max_file_bytes:
             raise errors.InvalidRequest(f"the file is {len(content)} bytes; at most {settings.max_file_bytes} are "
                                         "allowed (jobs.max_file_bytes)", param="file")
-        record = await asyncio.to_thread(store.add_file, upload.filename or "upload.jsonl", purpose, content)
+        record = await asyncio.to_thread(store.add_file, upload.filename or "upload.jsonl", purpose, content,
+                                           TENANT.get())
         return JSONResponse(file_object(record))
 
     async def list_files(request: Request) -> Response:
@@ -97,7 +99,8 @@ def job_routes(store: JobStore, settings: JobSettings, created: Callable[[], Non
         if order not in ("asc", "desc"):
             raise errors.InvalidRequest("order must be 'asc' or 'desc'", param="order")
         records = await asyncio.to_thread(store.files, request.query_params.get("purpose"),
-                                          request.query_params.get("after"), limit + 1, order == "desc")
+                                          request.query_params.get("after"), limit + 1, order == "desc",
+                                          TENANT.get())
         return JSONResponse(listing([file_object(record) for record in records], limit))
 
     async def get_file(request: Request) -> Response:
@@ -105,7 +108,7 @@ def job_routes(store: JobStore, settings: JobSettings, created: Callable[[], Non
 
     async def delete_file(request: Request) -> Response:
         file_id = request.path_params["file_id"]
-        if not await asyncio.to_thread(store.delete_file, file_id):
+        if not await asyncio.to_thread(store.delete_file, file_id, TENANT.get()):
             raise _no_file(file_id)
         return JSONResponse({"id": file_id, "object": "file", "deleted": True})
 
@@ -117,7 +120,7 @@ def job_routes(store: JobStore, settings: JobSettings, created: Callable[[], Non
 
     async def _file(request: Request) -> dict[str, Any]:
         file_id = request.path_params["file_id"]
-        record = await asyncio.to_thread(store.file, file_id)
+        record = await asyncio.to_thread(store.file, file_id, TENANT.get())
         if record is None:
             raise _no_file(file_id)
         return record
@@ -135,22 +138,25 @@ def job_routes(store: JobStore, settings: JobSettings, created: Callable[[], Non
             raise errors.InvalidRequest(f"completion_window must be one of {sorted(BATCH_WINDOW_S)}",
                                         param="completion_window")
         record = await asyncio.to_thread(store.create_batch, body.endpoint, body.input_file_id,
-                                         body.completion_window, body.metadata)
+                                         body.completion_window, body.metadata, TENANT.get())
         created()
         return JSONResponse(batch_object(record))
 
     async def list_batches(request: Request) -> Response:
         limit = _limit(request, default=20, most=100)
-        records = await asyncio.to_thread(store.batches, request.query_params.get("after"), limit + 1)
+        records = await asyncio.to_thread(store.batches, request.query_params.get("after"), limit + 1,
+                                            TENANT.get())
         return JSONResponse(listing([batch_object(record) for record in records], limit))
 
     async def get_batch(request: Request) -> Response:
         batch_id = request.path_params["batch_id"]
-        return JSONResponse(batch_object(_found(await asyncio.to_thread(store.batch, batch_id), batch_id)))
+        record = await asyncio.to_thread(store.batch, batch_id, TENANT.get())
+        return JSONResponse(batch_object(_found(record, batch_id)))
 
     async def cancel_batch(request: Request) -> Response:
         batch_id = request.path_params["batch_id"]
-        return JSONResponse(batch_object(_found(await asyncio.to_thread(store.cancel, batch_id), batch_id)))
+        record = await asyncio.to_thread(store.cancel, batch_id, TENANT.get())
+        return JSONResponse(batch_object(_found(record, batch_id)))
 
     return [
         Route(FILES_PATH, _answering(upload), methods=["POST"]),
