@@ -21,8 +21,8 @@ idle while the device runs a call, then the device idle while the gateway answer
 model, 64 clients x 32 sentences: 3,599 sent/s and the device 43 % busy with one call; see
 bench/simulated_device.py). On CPU the model service needs the gateway's cores itself: one call.
 
-Waiting requests leave in priority order (gateway/priority.py): interactive ones first, by level, then by tenants'
-weighted shares (gateway/fair_queue.py), then by arrival. While several tenants send requests, a call holds one
+Waiting requests leave in priority order (gateway/priority.py): interactive ones first, then by tenants' weighted
+shares (gateway/fair_queue.py), each tenant's by level, then by arrival. While several tenants send requests, a call holds one
 pass: a call of every waiting row would keep a light tenant's request behind all of a flooding tenant's rows in
 flight, whatever order they left in.
 Bulk-job (batch class) rows never share a call with interactive ones, leave only when no interactive request
@@ -45,7 +45,7 @@ from typing import Protocol
 import numpy as np
 
 from gateway.fair_queue import FairQueue
-from gateway.priority import INTERACTIVE, Priority
+from gateway.priority import CLASS_ORDER, INTERACTIVE, Priority
 from gateway.shared import SharedCounters
 from models.base import Row
 
@@ -106,8 +106,12 @@ class Waiting:
         return self.priority.batch
 
     @property
-    def lane(self) -> tuple[int, int]:
-        return self.priority.sort_key()
+    def job_class(self) -> int:
+        return CLASS_ORDER[self.priority.job_class]
+
+    @property
+    def level(self) -> int:
+        return self.priority.level
 
     @property
     def tenant(self) -> str:
@@ -188,7 +192,7 @@ class Coalescer:
             while batch := self._take():
                 if not batch[0].batch:
                     await self._send_together(batch)
-                    await self._wait_for_returning(sum(len(waiting.rows) for waiting in batch))
+                    await self._wait_for_returning(batch)
                     continue
                 try:  # `_take` took the slot; and no return wait after it: the next call may be interactive
                     await self._send_together(batch)
@@ -197,20 +201,33 @@ class Coalescer:
         finally:  # at once, not in a done callback: a request arriving meanwhile would find no sender
             self._senders.discard(asyncio.current_task())  # type: ignore[arg-type]
 
-    async def _wait_for_returning(self, answered_rows: int) -> None:
-        """If requests wait, give those just answered up to `RETURN_WAIT_S` to come back and join them."""
+    async def _wait_for_returning(self, answered: list[Waiting]) -> None:
+        """If requests wait, give those just answered up to `RETURN_WAIT_S` to come back and join them. While
+        tenants share, only those of a tenant with nothing waiting (its next request would otherwise miss the next
+        call and wait for all of it): a flooding tenant's rows are there already."""
         waiting = self._waiting_rows()
         if not waiting:
             return
-        target = min(self._max_rows, waiting + answered_rows)
+        shared = self._shared()
+        quiet = {item.tenant for item in answered} - self._waiting_tenants() if shared else set()
+        target = min(self._max_rows, waiting + sum(len(item.rows) for item in answered))
+
+        def back() -> bool:
+            if shared:
+                return not quiet or bool(quiet & self._waiting_tenants())
+            return self._waiting_rows() >= target
+
         deadline = self._clock.time() + RETURN_WAIT_S
-        while self._waiting_rows() < target:
+        while not back():
             left = deadline - self._clock.time()
             if left <= 0:
                 return
             self._arrived.clear()
             if not await self._clock.wait(self._arrived, left):
                 return
+
+    def _waiting_tenants(self) -> set[str]:
+        return {item.tenant for item in self._waiting if not item.future.done()}
 
     def _waiting_rows(self) -> int:
         return sum(len(waiting.rows) for waiting in self._waiting if not waiting.future.done())

@@ -2,9 +2,9 @@
 
 Two classes: `interactive` (every online request) and `batch` (the lines of bulk jobs, gateway/jobs/). A batch
 row leaves for a model service only when no interactive row waits, one pass at a time, so bulk work fills idle
-capacity and an interactive request is never held behind more than one batch pass. Within a class, a lower
-`level` goes first: the `priority` field of an online request (vLLM's: an integer, lower first, default 0). Within a
-level, tenants share by `weight` (gateway/fair_queue.py).
+capacity and an interactive request is never held behind more than one batch pass. Within a class, tenants share by
+`weight` (gateway/fair_queue.py), and among a tenant's requests a lower `level` goes first: the `priority` field of
+an online request (vLLM's: an integer, lower first, default 0).
 """
 
 from __future__ import annotations
@@ -24,14 +24,11 @@ class Priority:
     job_class: JobClass = "interactive"
     level: int = 0
     tenant: str = ""  # whose work it is (the API key's tenant)
-    weight: float = 1.0  # its share against other tenants' work of the same class and level
+    weight: float = 1.0  # its share against other tenants' work of the same class
 
     @property
     def batch(self) -> bool:
         return self.job_class == "batch"
-
-    def sort_key(self) -> tuple[int, int]:
-        return CLASS_ORDER[self.job_class], self.level
 
 
 INTERACTIVE = Priority()
@@ -44,5 +41,5 @@ class Prioritized(BaseModel):
     """The `priority` field every POST body takes."""
 
     priority: StrictInt = Field(0, description=(
-        "vLLM's: among interactive requests, a lower value is run first (default 0). Bulk jobs always wait for "
-        "interactive work."))
+        "vLLM's: among the API key's interactive requests, a lower value is run first (default 0). Bulk jobs always "
+        "wait for interactive work."))
