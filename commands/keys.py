@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from config.keys_file import Tenant, new_secret
+from config.keys_file import Tenant, new_secret, read_keys_file
 from models.errors import ConfigError
 
 LIMIT_FLAGS = ("requests_per_minute", "tokens_per_minute", "max_concurrent_requests", "max_stored_bytes",
@@ -80,6 +80,7 @@ def _write(path: Path, entries: list[dict[str, Any]]) -> None:
         with os.fdopen(descriptor, "w") as file:
             yaml.safe_dump({"keys": entries}, file, sort_keys=False)
         os.chmod(draft, 0o600)
+        read_keys_file(Path(draft))  # the whole file as the server reads it: a key it would refuse is not printed
         os.replace(draft, path)
     except BaseException:
         Path(draft).unlink(missing_ok=True)

@@ -111,8 +111,9 @@ class JobStore:
         record = {"id": new_id("file-"), "purpose": purpose, "filename": filename, "bytes": len(content),
                   "created_at": now, "created_us": self._now_us(), "expires_at": now + self.settings.retention_s,
                   "batch_id": None, "succeeded": None, "tenant": tenant.name,
-                  "lines": content.count(b"\n") + (not content.endswith(b"\n"))}
+                  "lines": content.count(b"\n") + (bool(content) and not content.endswith(b"\n"))}
         with self.engine.begin() as conn:
+            _one_creator_at_a_time(conn)
             stored_bytes = select(func.coalesce(func.sum(schema.files.c.bytes), 0))
             stored = conn.execute(stored_bytes).scalar_one()
             if stored + len(content) > self.settings.max_stored_bytes:
@@ -205,6 +206,7 @@ class JobStore:
                   "created_us": self._now_us(),
                   "expires_at": now + BATCH_WINDOW_S[completion_window]}
         with self.engine.begin() as conn:
+            _one_creator_at_a_time(conn)
             source = conn.execute(select(schema.files).where(schema.files.c.id == input_file_id,
                                                              _owned(schema.files, tenant))).first()
             if source is None:
@@ -412,6 +414,14 @@ class JobStore:
         with self.reader.connect() as conn:
             rows = conn.execute(select(schema.batches.c.status, func.count()).group_by(schema.batches.c.status))
             return {status: count for status, count in rows}
+
+
+def _one_creator_at_a_time(conn: Connection) -> None:
+    """Uploads and batch creations check totals (stored bytes, queued lines) and then insert: one at a time, or two
+    would both pass a check that only one of them should. SQLite's write transactions are one at a time already
+    (BEGIN IMMEDIATE); PostgreSQL takes a lock until the transaction ends."""
+    if conn.dialect.name == "postgresql":
+        conn.execute(text("SELECT pg_advisory_xact_lock(7310602)"))
 
 
 def _owned(table: Any, tenant: Tenant | None) -> Any:

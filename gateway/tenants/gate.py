@@ -133,10 +133,10 @@ def _bucket_headers(kind: str, found: Reading) -> Headers:
 
 
 def duration(seconds: float) -> str:
-    """As OpenAI writes its resets: `20ms`, `1.5s`, `6m0s`."""
-    seconds = max(0.0, seconds)
-    if seconds < 1:
-        return f"{math.ceil(seconds * 1000)}ms"
-    minutes, rest = divmod(seconds, 60)
-    rest_text = f"{rest:.3f}".rstrip("0").rstrip(".") + "s"
-    return f"{int(minutes)}m{rest_text}" if minutes else rest_text
+    """As OpenAI writes its resets: `20ms`, `1.5s`, `6m0s` (rounded up to the millisecond first)."""
+    total_ms = math.ceil(max(0.0, seconds) * 1000)
+    if total_ms < 1000:
+        return f"{total_ms}ms"
+    minutes, rest_ms = divmod(total_ms, 60_000)
+    rest = f"{rest_ms / 1000:.3f}".rstrip("0").rstrip(".") + "s"
+    return f"{minutes}m{rest}" if minutes else rest

@@ -330,3 +330,149 @@ def test_one_batch_call_per_model_service_across_gateway_workers():
         assert second.calls == [["2"], ["20"]]
 
     asyncio.run(scenario())
+
+
+# Tenants: fair shares of a saturated model service (gateway/fair_queue.py)
+
+TENANT_A, TENANT_B = Priority(tenant="a"), Priority(tenant="b")
+
+
+class SteppedModelService:
+    """As `FakeModelService`, but each call waits for its own release: the test returns calls one at a time."""
+
+    def __init__(self) -> None:
+        self.calls: list[list[str]] = []
+        self._releases: list[asyncio.Event] = []
+
+    async def send(self, batch: list[TokenizedText]) -> list[np.ndarray]:
+        self.calls.append([row.request_id for row in batch])
+        release = asyncio.Event()
+        self._releases.append(release)
+        await release.wait()
+        return [np.array([float(row.request_id), float(row.input_ids[0])]) for row in batch]
+
+    def release(self, call: int) -> None:
+        self._releases[call].set()
+
+    def release_all(self) -> None:
+        for release in self._releases:
+            release.set()
+
+
+async def until(condition, steps: int = 1000) -> None:
+    """Let the loop run until `condition` holds (no clock involved: every step is the loop's own)."""
+    for _ in range(steps):
+        if condition():
+            return
+        await asyncio.sleep(0)
+    raise AssertionError("the condition never held")
+
+
+async def return_call(service: SteppedModelService, clock: StoppedClock, call: int) -> None:
+    """Let call `call` return, then the return wait end (nobody answered comes back), and the next call leave."""
+    service.release(call)
+    await settle()
+    clock.advance(RETURN_WAIT_S)
+    await until(lambda: len(service.calls) > call + 1)
+
+
+async def run_out(service: SteppedModelService, clock: StoppedClock, tasks: list[asyncio.Task]) -> list:
+    """Return every call, now and later, until every request is answered; their answers."""
+    for _ in range(1000):
+        if all(task.done() for task in tasks):
+            return [task.result() for task in tasks]
+        service.release_all()
+        clock.advance(RETURN_WAIT_S)
+        await asyncio.sleep(0)
+    raise AssertionError("requests still waiting")
+
+
+def passes_of_four(service: SteppedModelService, clock: StoppedClock) -> Coalescer:
+    return Coalescer(service.send, max_rows=64, clock=clock, one_pass=lambda batch: len(batch) <= 4)
+
+
+def test_a_tenants_request_behind_anothers_flood_leaves_first_in_the_next_call():
+    async def scenario() -> None:
+        service, clock = SteppedModelService(), StoppedClock()
+        coalescer = passes_of_four(service, clock)
+        tasks = [asyncio.create_task(coalescer.run(rows("20", 1), priority=TENANT_B))]
+        await until(lambda: service.calls == [["20"]])  # alone: left at once
+        tasks += [asyncio.create_task(coalescer.run(rows(str(n), 1), priority=TENANT_A)) for n in range(2, 10)]
+        await settle()
+        await return_call(service, clock, 0)
+        assert service.calls[1] == ["2", "3", "4", "5"]  # two tenants lately: one pass, not all of a's flood
+        tasks.append(asyncio.create_task(coalescer.run(rows("21", 1), priority=TENANT_B)))
+        await settle()
+        await return_call(service, clock, 1)
+        assert service.calls[2] == ["21", "6", "7", "8"]  # b's request first, ahead of a's waiting rows
+        answers = await run_out(service, clock, tasks)
+        assert service.calls == [["20"], ["2", "3", "4", "5"], ["21", "6", "7", "8"], ["9"]]
+        assert [answer[0][0] for answer in answers] == [20, *range(2, 10), 21]  # each its own outputs
+
+    asyncio.run(scenario())
+
+
+def test_with_one_tenant_a_call_takes_every_waiting_row_as_before():
+    async def scenario() -> None:
+        service, clock = SteppedModelService(), StoppedClock()
+        coalescer = passes_of_four(service, clock)
+        tasks = [asyncio.create_task(coalescer.run(rows("1", 1), priority=TENANT_A))]
+        await until(lambda: len(service.calls) == 1)
+        tasks += [asyncio.create_task(coalescer.run(rows(str(n), 1), priority=TENANT_A)) for n in range(2, 10)]
+        await settle()
+        await run_out(service, clock, tasks)
+        assert service.calls == [["1"], ["2", "3", "4", "5", "6", "7", "8", "9"]]  # past one pass: one tenant
+
+    asyncio.run(scenario())
+
+
+def test_calls_take_everything_again_once_the_other_tenant_has_been_quiet():
+    async def scenario() -> None:
+        service, clock = SteppedModelService(), StoppedClock()
+        coalescer = passes_of_four(service, clock)
+        tasks = [asyncio.create_task(coalescer.run(rows("20", 1), priority=TENANT_B))]
+        await until(lambda: len(service.calls) == 1)
+        tasks += [asyncio.create_task(coalescer.run(rows(str(n), 1), priority=TENANT_A)) for n in range(2, 10)]
+        await settle()
+        clock.advance(coalesce.INTERACTIVE_RECENT_S)  # b sent nothing for a second (nor a: its rows wait)
+        await run_out(service, clock, tasks)
+        assert service.calls == [["20"], ["2", "3", "4", "5", "6", "7", "8", "9"]]
+
+    asyncio.run(scenario())
+
+
+def test_tenants_share_a_call_by_weight():
+    async def scenario() -> None:
+        service, clock = SteppedModelService(), StoppedClock()
+        coalescer = passes_of_four(service, clock)
+        heavy = Priority(tenant="heavy", weight=3.0)
+        tasks = [asyncio.create_task(coalescer.run(rows("1", 1), priority=TENANT_A))]
+        await until(lambda: len(service.calls) == 1)
+        tasks += [asyncio.create_task(coalescer.run(rows(str(n), 1), priority=TENANT_A)) for n in range(10, 18)]
+        tasks += [asyncio.create_task(coalescer.run(rows(str(n), 1), priority=heavy)) for n in range(20, 28)]
+        await settle()
+        await return_call(service, clock, 0)
+        await return_call(service, clock, 1)
+        assert service.calls[1:] == [["10", "20", "21", "22"], ["11", "23", "24", "25"]]  # three of heavy's to one
+        await run_out(service, clock, tasks)
+        assert sorted(row for call in service.calls for row in call) == sorted(
+            ["1", *map(str, range(10, 18)), *map(str, range(20, 28))])
+
+    asyncio.run(scenario())
+
+
+def test_a_tenants_priority_orders_only_its_own_requests():
+    async def scenario() -> None:
+        service, clock = SteppedModelService(), StoppedClock()
+        coalescer = passes_of_four(service, clock)
+        tasks = [asyncio.create_task(coalescer.run(rows("1", 1), priority=TENANT_A))]
+        await until(lambda: len(service.calls) == 1)
+        tasks += [asyncio.create_task(coalescer.run(rows(str(n), 1), priority=TENANT_B)) for n in (20, 21, 22)]
+        tasks += [asyncio.create_task(coalescer.run(rows(str(n), 1), priority=TENANT_A)) for n in (10, 11)]
+        tasks.append(asyncio.create_task(coalescer.run(rows("12", 1), priority=Priority(level=-5, tenant="a"))))
+        await settle()
+        await run_out(service, clock, tasks)
+        # a's urgent request goes before a's others, not before b's share: a and b alternate.
+        assert service.calls == [["1"], ["20", "12", "21", "10"], ["22", "11"]]
+
+    asyncio.run(scenario())

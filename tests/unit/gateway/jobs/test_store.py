@@ -8,11 +8,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from sqlalchemy import inspect, text
 
+from config.keys_file import Tenant
 from config.settings import JobSettings
 from gateway.jobs import schema
 from gateway.jobs.lines import parse_batch_file
 from gateway.jobs.store import JobStore
+from gateway.tenants.keys import OPEN
 from models import errors
 from tests.conftest import free_port
 from tests.postgres_server import PostgresServer, running_postgres
@@ -202,3 +205,126 @@ def test_lists_page_newest_first_after_a_cursor(database):
     assert [record["id"] for record in first_page] == ids[::-1][:2]
     assert [record["id"] for record in store.files("batch", first_page[-1]["id"], 10, True)] == ids[::-1][2:]
     assert [record["id"] for record in store.files(None, ids[1], 10, False)] == ids[2:]
+
+
+# Tenants: files and batches are their tenant's, within its limits
+
+ACME, GLOBEX = Tenant(name="acme"), Tenant(name="globex")
+
+
+def tenant_batch(store: JobStore, count: int, tenant: Tenant) -> tuple[str, str]:
+    """(input file id, batch id): `tenant`'s batch of `count` lines, not validated yet."""
+    upload = store.add_file("in.jsonl", "batch", batch_file(count), tenant)
+    store.clock.now += 1  # type: ignore[attr-defined]  # each batch younger than the last: claims take the oldest
+    return upload["id"], store.create_batch("/v1/embeddings", upload["id"], "24h", None, tenant)["id"]
+
+
+def test_files_and_batches_are_seen_and_changed_by_their_tenant_only(database):
+    store = make_store(database, Clock())
+    file_id, batch_id = tenant_batch(store, 2, ACME)
+    record = store.file(file_id, ACME)
+    assert (record["tenant"], record["lines"]) == ("acme", 2)
+    assert store.file(file_id, GLOBEX) is None and store.file(file_id, OPEN) is None
+    assert store.file(file_id)["id"] == file_id  # the worker's view: every tenant's
+    assert [r["id"] for r in store.files(None, None, 10, True, ACME)] == [file_id]
+    assert store.files(None, None, 10, True, GLOBEX) == [] and store.files("batch", None, 10, False, OPEN) == []
+    assert not store.delete_file(file_id, GLOBEX) and store.file(file_id) is not None
+    with pytest.raises(errors.InvalidRequest, match="no file"):  # another's file is as an unknown one
+        store.create_batch("/v1/embeddings", file_id, "24h", None, GLOBEX)
+    assert store.batch(batch_id, ACME)["tenant"] == "acme"
+    assert store.batch(batch_id, GLOBEX) is None and store.batches(None, 10, GLOBEX) == []
+    assert [b["id"] for b in store.batches(None, 10, ACME)] == [b["id"] for b in store.batches(None, 10)]
+    assert store.cancel(batch_id, GLOBEX) is None and store.batch(batch_id)["status"] == "validating"
+    assert store.cancel(batch_id, ACME)["status"] == "cancelling"
+    assert store.delete_file(file_id, ACME) and store.file(file_id) is None
+
+
+def test_a_batch_runs_as_its_tenant_and_its_output_files_are_its_own(database):
+    store = make_store(database, Clock(), chunk_lines=10)
+    file_id, batch_id = tenant_batch(store, 3, ACME)
+    assert store.claim_step("v")["id"] == batch_id
+    parsed, problems = parse_batch_file(store.upload_bytes(file_id), "/v1/embeddings", 1000)
+    store.validated(batch_id, "v", parsed, problems)
+    chunk = store.claim_chunk("w")
+    assert chunk.tenant == "acme"
+    assert store.store_chunk(chunk, "w", answers(chunk))
+    assert store.claim_step("f")["id"] == batch_id and store.finalizing(batch_id, "f")
+    store.finish(batch_id, "f", "finalizing", "completed")
+    output_id = store.batch(batch_id, ACME)["output_file_id"]
+    assert store.file(output_id, ACME)["tenant"] == "acme" and store.file(output_id, OPEN) is None
+    assert {r["id"] for r in store.files(None, None, 10, True, ACME)} == {file_id, output_id}
+    # The tenant's stored bytes are its uploads' and its outputs'.
+    held = store.file(file_id)["bytes"] + store.file(output_id)["bytes"]
+    capped = Tenant(name="acme", max_stored_bytes=held + 10)
+    with pytest.raises(errors.InvalidRequest, match=f"API key 'acme' may keep {held + 10} bytes of files and holds "
+                                                    f"{held}"):
+        store.add_file("more.jsonl", "batch", b"x" * 11, capped)
+    store.add_file("more.jsonl", "batch", b"x" * 10, capped)
+
+
+def test_a_tenants_stored_bytes_are_capped_apart_from_others(database):
+    store = make_store(database, Clock(), max_stored_bytes=10_000)
+    capped = Tenant(name="acme", max_stored_bytes=1000)
+    first = store.add_file("a.jsonl", "batch", b"x" * 600, capped)
+    with pytest.raises(errors.InvalidRequest, match="may keep 1000 bytes of files and holds 600") as refused:
+        store.add_file("b.jsonl", "batch", b"x" * 600, capped)
+    assert refused.value.param == "file"
+    store.add_file("c.jsonl", "batch", b"x" * 600, GLOBEX)  # another tenant's files do not count
+    store.add_file("d.jsonl", "batch", b"x" * 600)
+    store.add_file("e.jsonl", "batch", b"x" * 400, capped)  # exactly its cap
+    assert store.delete_file(first["id"], capped)
+    store.add_file("b.jsonl", "batch", b"x" * 600, capped)
+    with pytest.raises(errors.InvalidRequest, match="jobs.max_stored_bytes"):  # the deployment's cap still holds
+        store.add_file("big.jsonl", "batch", b"x" * 8000, GLOBEX)
+
+
+def test_a_tenants_unfinished_batches_are_capped_in_lines(database):
+    clock = Clock()
+    store = make_store(database, clock)
+    capped = Tenant(name="acme", max_queued_lines=5)
+    _, first = tenant_batch(store, 3, capped)
+    clock.now += 1  # the batches below are younger
+    three = store.add_file("three.jsonl", "batch", batch_file(3), capped)
+    with pytest.raises(errors.InvalidRequest, match="may have 5 lines in unfinished batches and has 3; this file "
+                                                    "adds 3") as refused:
+        store.create_batch("/v1/embeddings", three["id"], "24h", None, capped)
+    assert refused.value.param == "input_file_id"
+    two = store.add_file("two.jsonl", "batch", (batch_file(2).decode() + "\n").encode(), capped)  # final newline
+    assert store.file(two["id"])["lines"] == 2
+    store.create_batch("/v1/embeddings", two["id"], "24h", None, capped)  # 3 + 2: exactly the cap
+    for other in (GLOBEX, OPEN):  # other tenants' lines are their own
+        upload = store.add_file("other.jsonl", "batch", batch_file(9), other)
+        store.create_batch("/v1/embeddings", upload["id"], "24h", None, other)
+    with pytest.raises(errors.InvalidRequest, match="has 5"):
+        store.create_batch("/v1/embeddings", store.add_file("one", "batch", batch_file(1), capped)["id"], "24h",
+                           None, capped)
+    assert store.claim_step("v")["id"] == first  # the oldest: its validation fails, and it is finished
+    store.validated(first, "v", None, [{"code": "invalid", "message": "no", "param": None, "line": 1}])
+    assert store.batch(first)["status"] == "failed"
+    store.create_batch("/v1/embeddings", three["id"], "24h", None, capped)  # 2 + 3
+
+
+def test_a_store_made_before_tenants_gets_their_columns(database):
+    clock = Clock()
+    old = make_store(database, clock)
+    upload = old.add_file("old.jsonl", "batch", batch_file(2))
+    batch_id = old.create_batch("/v1/embeddings", upload["id"], "24h", None)["id"]
+    with old.engine.begin() as conn:  # the tables as the first release made them
+        for table, column in schema.ADDED_COLUMNS:
+            conn.execute(text(f"ALTER TABLE {table.name} DROP COLUMN {column}"))
+    assert "tenant" not in {c["name"] for c in inspect(old.engine).get_columns("embento_files")}
+    old.engine.dispose()
+    old.reader.dispose()
+    store = make_store(database, clock)
+    assert store.file(upload["id"], ACME) is None
+    record = store.file(upload["id"], OPEN)  # rows from before tenants are default's
+    assert record["tenant"] is None and record["lines"] is None
+    assert store.batch(batch_id, OPEN)["id"] == batch_id and store.batch(batch_id, ACME) is None
+    for table, column in schema.ADDED_COLUMNS:
+        assert column in {c["name"] for c in inspect(store.engine).get_columns(table.name)}
+    capped = Tenant(name="default", max_queued_lines=10)  # an old file's lines are unknown: counted as none
+    store.create_batch("/v1/embeddings", upload["id"], "24h", None, capped)
+    file_id, new_batch = tenant_batch(store, 1, ACME)
+    assert store.batch(new_batch, ACME)["tenant"] == "acme"
+    again = make_store(database, clock)  # the columns are there: nothing to add
+    assert again.file(file_id, ACME)["lines"] == 1
