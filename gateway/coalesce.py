@@ -22,9 +22,10 @@ model, 64 clients x 32 sentences: 3,599 sent/s and the device 43 % busy with one
 bench/simulated_device.py). On CPU the model service needs the gateway's cores itself: one call.
 
 Waiting requests leave in priority order (gateway/priority.py): interactive ones first, then by tenants' weighted
-shares (gateway/fair_queue.py), each tenant's by level, then by arrival. While several tenants send requests, a call holds one
-pass: a call of every waiting row would keep a light tenant's request behind all of a flooding tenant's rows in
-flight, whatever order they left in.
+shares (gateway/fair_queue.py), each tenant's by level, then by arrival. While several tenants send requests, a call
+holds one pass: a call of every waiting row would keep a light tenant's request behind all of a flooding tenant's
+rows in flight, whatever order they left in. And the return wait is only for a tenant with nothing waiting.
+
 Bulk-job (batch class) rows never share a call with interactive ones, leave only when no interactive request
 waits, at most one call of them at a time per model service, whichever gateway worker sends it (`BatchSlot`),
 and at most one pass in it (`one_pass`): an interactive request arriving behind them waits for that pass at
