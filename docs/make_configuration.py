@@ -17,18 +17,24 @@ from pydantic_core import PydanticUndefined  # noqa: E402
 
 from commands.flags import FLAGS, IMAGE_FLAGS, Flag  # noqa: E402
 from config.settings import (  # noqa: E402
+    AUTH_ENV_FIELDS,
     BENTO_CONFIG_ENV,
     CACHE_ENV_FIELDS,
     CONFIG_FILE_NAME,
     ENV_PREFIX,
     IMAGE_ENV_FIELDS,
     JOBS_ENV_FIELDS,
+    LIMITS_ENV_FIELDS,
+    LOG_ENV_FIELDS,
     MODEL_ENV_FIELDS,
     SERVER_ENV_FIELDS,
+    AuthSettings,
     CacheSettings,
     EmbentoConfig,
     ImageSettings,
     JobSettings,
+    LimitSettings,
+    LogSettings,
     ModelConfig,
 )
 from embento.cli import BUNDLE_ENV  # noqa: E402
@@ -126,7 +132,8 @@ def table(model: type[BaseModel], env_fields: dict[str, str], flags: tuple[Flag,
 
 
 def render() -> str:
-    config_suffixes = set(MODEL_ENV_FIELDS) | set(SERVER_ENV_FIELDS) | set(CACHE_ENV_FIELDS) | set(JOBS_ENV_FIELDS)
+    config_suffixes = set().union(MODEL_ENV_FIELDS, SERVER_ENV_FIELDS, CACHE_ENV_FIELDS, JOBS_ENV_FIELDS,
+                                  AUTH_ENV_FIELDS, LIMITS_ENV_FIELDS, LOG_ENV_FIELDS)
     command_rows = "\n".join(
         f"| `{ENV_PREFIX}{flag.env}` | {', '.join(f'`{n}`' for n in flag.names)} | {flag.help.capitalize()}. |"
         for flag in FLAGS if flag.env not in config_suffixes)
@@ -145,6 +152,16 @@ def render() -> str:
         "\n## Job settings\n",
         "The `jobs:` section: bulk jobs through OpenAI's Files and Batches APIs (bulk-jobs.md).\n",
         table(JobSettings, JOBS_ENV_FIELDS, FLAGS),
+        "\n## Auth settings\n",
+        "The `auth:` section: tenants, each with its API keys, models and limits (tenants.md).\n",
+        table(AuthSettings, AUTH_ENV_FIELDS, FLAGS),
+        "\n## Limit settings\n",
+        "The `limits:` section: where the tenants' rates and concurrency are counted (tenants.md: Where limits are "
+        "counted).\n",
+        table(LimitSettings, LIMITS_ENV_FIELDS, FLAGS),
+        "\n## Log settings\n",
+        "The `log:` section: the access log (tenants.md: Usage).\n",
+        table(LogSettings, LOG_ENV_FIELDS, FLAGS),
         "\n## Image settings\n",
         "The `image:` section, read by `embento build` only (deployment.md: containers behind a private mirror). "
         "The Bento's labels record them.\n",
