@@ -252,6 +252,10 @@ class CacheSettings(BaseModel):
     redis_timeout_ms: float = Field(20.0, gt=0, description=(
         "Longest wait for one Redis lookup; past it (or on any Redis error) the inputs are computed as if there "
         "were no cache, and Redis is skipped for a second."))
+    share_across_tenants: bool = Field(False, description=(
+        "One tenant's requests are answered from outputs another tenant's computed. False: each tenant (API key "
+        "of the keys file) has its own entries, as a hit would tell one tenant what another embedded; the tenant "
+        "`default` (`api_key`, or no keys) keeps the keys it had."))
 
     def redis(self) -> str | None:
         return revealed(self.redis_url)

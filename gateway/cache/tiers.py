@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from config.keys_file import DEFAULT_TENANT
 from config.settings import CacheSettings
 from gateway.cache.keys import CacheKeys
 from gateway.cache.memory import MemoryTier
@@ -19,6 +20,7 @@ from gateway.cache.policy import REQUEST_POLICY
 from gateway.cache.redis_tier import RedisTier
 from gateway.cache.values import Entry, decode, encode
 from gateway.metrics import CACHE_BYTES, CACHE_ERRORS, CACHE_HITS, CACHE_LOOKUP_SECONDS, CACHE_MISSES
+from gateway.tenants.keys import TENANT
 from models import errors
 
 
@@ -53,6 +55,9 @@ class EmbeddingCache:
         self.redis = RedisTier(url, settings.ttl_s, settings.redis_timeout_ms / 1000) if url else None
         self._keys: dict[str, CacheKeys] = {}
         self._storing: set[asyncio.Task] = set()
+        # Else each tenant has its own entries: a hit (its `cached_tokens`, its speed) would tell one tenant what
+        # another embedded.
+        self.shared_across_tenants = settings.share_across_tenants
 
     def enable(self, model: str, identity: bytes) -> None:
         """Cache `model`'s outputs under keys rooted in its `identity`; its series start at zero, so that a rate
@@ -77,6 +82,9 @@ class EmbeddingCache:
         policy = REQUEST_POLICY.get()
         if model not in self._keys or not (policy.read or policy.write):
             return None
+        tenant = TENANT.get().name
+        if not self.shared_across_tenants and tenant != DEFAULT_TENANT:  # `default`'s keys are as before tenants
+            context = {**context, "tenant": tenant}
         return self._keys[model].keys(context, items)
 
     async def answer(self, model: str, keys: list[bytes] | None, count: int, compute: Compute) -> Answered:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 import uuid
 
+from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from config.keys_file import Tenant
@@ -86,15 +87,15 @@ class TenantGate:
             await send(message)
 
         try:
-            standing = await self.ledger.enter(tenant, request_id) if tenant.limited else UNCOUNTED
-            admitted = tenant.limited
+            try:
+                standing = await self.ledger.enter(tenant, request_id) if tenant.limited else UNCOUNTED
+            except errors.EmbentoError as exc:  # the limits' store failed closed
+                return await error_response(exc)(scope, receive, send_with_headers)
             if standing.refused is not None:
-                admitted = False
                 THROTTLED.labels(tenant=tenant.name, limit=standing.refused).inc()
                 return await refused(tenant, standing)(scope, receive, send_with_headers)
+            admitted = tenant.limited
             await self.app(scope, receive, send_with_headers)
-        except errors.EmbentoError as exc:  # the limits' store failed closed
-            await error_response(exc)(scope, receive, send_with_headers)
         finally:
             if admitted and not left:  # no answer was sent (the client went, or a bug): the slot back
                 await self.ledger.leave(tenant, request_id, account.tokens)
@@ -103,7 +104,7 @@ class TenantGate:
             ACCOUNT.reset(account_token)
 
 
-def refused(tenant: Tenant, standing: Standing):
+def refused(tenant: Tenant, standing: Standing) -> JSONResponse:
     """The 429 of a request over its tenant's limit, with when to retry."""
     assert standing.refused is not None
     wait = max(standing.retry_after_s, 0.001)

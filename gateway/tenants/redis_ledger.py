@@ -55,8 +55,10 @@ elseif tpm > 0 and tokens <= 0 then refused = 'tokens'
 elseif most > 0 and in_flight >= most then refused = 'concurrency' end
 if refused == '' then
   if rpm > 0 then requests = requests - 1 end
-  redis.call('ZADD', KEYS[2], now + tonumber(ARGV[5]), ARGV[4])
-  redis.call('EXPIRE', KEYS[2], math.ceil(tonumber(ARGV[5])))
+  if most > 0 then
+    redis.call('ZADD', KEYS[2], now + tonumber(ARGV[5]), ARGV[4])
+    redis.call('EXPIRE', KEYS[2], math.ceil(tonumber(ARGV[5])))
+  end
 end
 save('r', requests, rpm)
 save('t', tokens, tpm)

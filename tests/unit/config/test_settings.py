@@ -133,7 +133,8 @@ def test_the_cache_from_yaml_and_environment_without_its_password_in_a_bento(tmp
     assert [m.cache for m in config.models] == [True, False]
     assert (config.cache.memory_bytes, config.cache.ttl_s, config.cache.redis()) == (1024, 60, url)
     assert "s3cret" not in repr(config) and "s3cret" not in carried_text(config)
-    assert carried(config)["cache"] == {"memory_bytes": 1024, "ttl_s": 60, "redis_timeout_ms": 20.0}
+    assert carried(config)["cache"] == {"memory_bytes": 1024, "ttl_s": 60, "redis_timeout_ms": 20.0,
+                                       "share_across_tenants": False}
     assert load_config({}, cwd=tmp_path / "missing").cache.redis() is None
     with pytest.raises(ConfigError, match="redis_timeout_ms"):
         load_config({"EMBENTO_CACHE_REDIS_TIMEOUT_MS": "0"}, cwd=tmp_path)

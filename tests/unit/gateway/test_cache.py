@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from starlette.responses import JSONResponse
 
+from config.keys_file import Tenant
 from config.settings import ModelConfig
 from gateway.answer import answered
 from gateway.cache.contexts import embed_context, input_items
@@ -22,6 +23,7 @@ from gateway.cache.policy import REQUEST_POLICY, policy_of
 from gateway.cache.values import HEADER, Entry, decode, encode
 from gateway.engine import Engine
 from gateway.queries import EmbedQuery, InputItem
+from gateway.tenants.keys import TENANT
 from gateway.wire import infinity, openai
 from gateway.wire.common import RerankRequest
 from models.base import Truncation
@@ -178,6 +180,35 @@ def test_only_misses_reach_the_model_and_hits_are_the_bytes_a_miss_computed(serv
         cut = await _embed(engine, ["a fox"], dimensions=8)
         fresh = await _embed(engine, ["a fox"], "no-store", dimensions=8)
         assert _rows_sent(service) == 1 and cut["data"] == fresh["data"]  # output controls apply after the cache
+
+    serve(scenario)
+
+
+def test_each_tenant_has_its_own_entries_unless_shared(serve):
+    """A hit would tell one tenant what another embedded: tenants of the keys file do not share entries, the tenant
+    `default` keeps its keys, and `cache.share_across_tenants` shares them all."""
+    async def as_tenant(engine: Engine, name: str, texts: list[str]) -> dict:
+        token = TENANT.set(Tenant(name=name))
+        try:
+            return await _embed(engine, texts)
+        finally:
+            TENANT.reset(token)
+
+    async def scenario(engine: Engine) -> None:
+        service = engine.calls.clients["TextEmbedder"]
+        engine.cache.enable(EMBEDDER, b"m" * 32)
+        first = await as_tenant(engine, "acme", ["a secret plan"])
+        assert _rows_sent(service) == 1
+        other = await as_tenant(engine, "globex", ["a secret plan"])
+        assert _rows_sent(service) == 1 and other["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+        again = await as_tenant(engine, "acme", ["a secret plan"])
+        assert _rows_sent(service) == 0 and again["data"] == first["data"]
+        await _embed(engine, ["a public text"])  # the tenant `default`: the keys it had before tenants
+        keys = engine.cache.keys(EMBEDDER, {"op": "x"}, [b"T"])
+        assert _rows_sent(service) == 1 and keys == CacheKeys(b"m" * 32).keys({"op": "x"}, [b"T"])
+        engine.cache.shared_across_tenants = True
+        shared = await as_tenant(engine, "initech", ["a public text"])
+        assert _rows_sent(service) == 0 and shared["usage"]["prompt_tokens_details"]["cached_tokens"] > 0
 
     serve(scenario)
 
