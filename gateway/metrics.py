@@ -123,7 +123,7 @@ class Account:
     """One request's use as its tenant is charged and its access logged (gateway/tenants/usage.py): filled in when
     it is answered."""
 
-    tenant: str
+    tenant: str | None  # None: a request without a valid key
     started: float = field(default_factory=time.perf_counter)
     model: str = NO_MODEL
     tokens: int = 0

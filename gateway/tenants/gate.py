@@ -4,7 +4,8 @@
 - Within its limits: a POST is admitted by the ledger (gateway/tenants/ledger.py), or refused with a 429 in the
   route's shape, code `rate_limit_exceeded`, `Retry-After` (and `retry-after-ms`, which OpenAI's SDKs read first)
   and OpenAI's `x-ratelimit-*` headers. Answers carry those headers too.
-- What it used: the tenant's requests and tokens by model, and one access-log line (gateway/tenants/usage.py).
+- What it used: the tenant's requests and tokens by model (POSTs), and one access-log line per request, 401s
+  included (gateway/tenants/usage.py).
 
 The tenant is set for the request (`TENANT`): the routes answer only with its models, and its rows take their
 weighted share of a saturated model service (gateway/fair_queue.py).
@@ -48,16 +49,27 @@ class TenantGate:
         if scope["type"] != "http" or scope["method"] == "OPTIONS" or scope["path"] in self.open_paths:
             return await self.app(scope, receive, send)
         tenant = self._caller(scope)
-        if tenant is None:
-            problem = errors.Unauthorized("missing or invalid API key; send 'Authorization: Bearer <key>'")
-            return await error_response(problem)(scope, receive, send)
-        token = TENANT.set(tenant)
+        account = Account(tenant.name if tenant else None)
+        status = 500
+
+        async def logged(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        token = TENANT.set(tenant or OPEN)
         try:
-            if scope["method"] == "POST":
-                return await self._answer(tenant, scope, receive, send)
-            return await self.app(scope, receive, send)
+            if tenant is None:
+                problem = errors.Unauthorized("missing or invalid API key; send 'Authorization: Bearer <key>'")
+                await error_response(problem)(scope, receive, logged)
+            elif scope["method"] == "POST":
+                await self._answer(tenant, account, scope, receive, logged)
+            else:
+                await self.app(scope, receive, logged)
         finally:
             TENANT.reset(token)
+            self.access_log.write(account, scope["method"], scope["path"], status)
 
     def _caller(self, scope: Scope) -> Tenant | None:
         keyring = self.keys.current()
@@ -70,8 +82,8 @@ class TenantGate:
         scheme, _, key = headers.get(b"authorization", b"").decode("latin-1").partition(" ")
         return keyring.tenant(key.strip()) if scheme.lower() == "bearer" else None
 
-    async def _answer(self, tenant: Tenant, scope: Scope, receive: Receive, send: Send) -> None:
-        account = Account(tenant.name)
+    async def _answer(self, tenant: Tenant, account: Account, scope: Scope, receive: Receive, send: Send) -> None:
+        """A POST: admitted within its tenant's limits (or refused), answered, and counted."""
         account_token = ACCOUNT.set(account)
         request_id = uuid.uuid4().hex
         status, admitted, left = 500, False, False
@@ -99,8 +111,7 @@ class TenantGate:
         finally:
             if admitted and not left:  # no answer was sent (the client went, or a bug): the slot back
                 await self.ledger.leave(tenant, request_id, account.tokens)
-            record(account, status)
-            self.access_log.write(account, scope["method"], scope["path"], status)
+            record(tenant, account, status)
             ACCOUNT.reset(account_token)
 
 

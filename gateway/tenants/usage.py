@@ -1,5 +1,5 @@
 """Who used what: per tenant and model, requests and tokens (`usage` as answered), the requests a limit refused,
-and with `log.access: json` one JSON line per request. Tenant labels come from the keys file, model labels from the
+and with `log.access: json` one JSON line per request (the probes' aside; a 401's tenant null). Tenant labels come from the keys file, model labels from the
 served models: a client cannot grow the series.
 """
 
@@ -68,7 +68,7 @@ def start_series(tenants: Iterable[Tenant]) -> None:
                 THROTTLED.labels(tenant=tenant.name, limit=limit)
 
 
-def record(account: Account, status: int) -> None:
-    TENANT_REQUESTS.labels(tenant=account.tenant, model=account.model, status=str(status)).inc()
+def record(tenant: Tenant, account: Account, status: int) -> None:
+    TENANT_REQUESTS.labels(tenant=tenant.name, model=account.model, status=str(status)).inc()
     if account.tokens:
-        TENANT_TOKENS.labels(tenant=account.tenant, model=account.model).inc(account.tokens)
+        TENANT_TOKENS.labels(tenant=tenant.name, model=account.model).inc(account.tokens)

@@ -13,7 +13,7 @@ from tests.conftest import ROOT
 
 DOCS = ROOT / "docs"
 PAGES = ("api.md", "configuration.md", "models.md", "deployment.md", "operations.md", "architecture.md",
-         "benchmarks.md", "bulk-jobs.md")
+         "benchmarks.md", "bulk-jobs.md", "tenants.md")
 README_MAX_BYTES = 12 * 1024
 LINK = re.compile(r"\]\((?!https?://|#|mailto:)([^)#\s]+)(?:#[^)]*)?\)")
 

@@ -353,16 +353,18 @@ def test_limited_tenants_throttled_series_start_at_zero(gate):
             is None
 
 
-def test_the_access_log_has_a_line_per_post_and_never_the_key(keys_file, access_lines, capsys):
+def test_the_access_log_has_a_line_per_request_and_never_the_key(keys_file, access_lines, capsys):
     gate = Gate(keys_file, access_log=True)
     access_lines.collect()
     for _ in range(4):
         gate.client.post("/v1/embeddings", json={"tokens": 5, "model": "m2"}, headers=RATED)
-    gate.client.post("/embed", json={}, headers={"Authorization": "Bearer wrong-key"})  # a 401: no line
-    gate.client.get("/v1/models", headers=RATED)  # a GET: no line
+    gate.client.post("/embed", json={}, headers={"Authorization": "Bearer wrong-key"})  # a 401: no tenant
+    gate.client.get("/v1/models", headers=RATED)
+    gate.client.get("/readyz")  # a probe: no line
     assert [(line["tenant"], line["method"], line["route"], line["model"], line["tokens"], line["status"])
             for line in access_lines.lines] == [("gate-rated", "POST", "/v1/embeddings", "m2", 5, 200)] * 3 + [
-                ("gate-rated", "POST", "/v1/embeddings", NO_MODEL, 0, 429)]
+                ("gate-rated", "POST", "/v1/embeddings", NO_MODEL, 0, 429), (None, "POST", "/embed", NO_MODEL, 0, 401),
+                ("gate-rated", "GET", "/v1/models", NO_MODEL, 0, 200)]
     assert all(line["duration_ms"] >= 0 and line["time"].endswith("Z") for line in access_lines.lines)
     written = capsys.readouterr().out.splitlines()  # AccessLog's own handler: the same lines on standard output
     assert [json.loads(line) for line in written] == access_lines.lines
