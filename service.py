@@ -93,8 +93,7 @@ class Gateway:
         calls = ModelCalls(CONFIG, KINDS.values(), self.clients, dispatch_max_rows(), COUNTERS)
         self.engine = Engine(CONFIG, LIFECYCLE.registry, calls, preprocessors, edge.url_fetcher(CONFIG),
                              EmbeddingCache(CONFIG.cache))
-        self.jobs = JOB_STORE and JobWorker(JOB_STORE, CONFIG.jobs, self.engine, LIFECYCLE.is_ready, NEW_JOBS,
-                                                  KEYS)
+        self.jobs = JOB_STORE and JobWorker(JOB_STORE, CONFIG.jobs, self.engine, LIFECYCLE.is_ready, NEW_JOBS, KEYS)
 
     @bentoml.on_startup
     async def _start_warmup(self) -> None:
