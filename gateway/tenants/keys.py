@@ -23,8 +23,6 @@ from models.errors import ConfigError
 
 logger = logging.getLogger(__name__)
 CHECK_EVERY_S = 1.0  # how often the keys file is looked at for a change
-
-
 OPEN = Tenant(name=DEFAULT_TENANT)  # every request's when no key is configured, and `api_key`'s
 # The tenant of the request (or bulk-job line) being answered.
 TENANT: ContextVar[Tenant] = ContextVar("embento_tenant", default=OPEN)
