@@ -98,7 +98,7 @@ def _verdict(model_class: ModelClass, folder: Path, cfg: ModelConfig, kind: Kind
     """The export's verdict as its cache entry records it, else taken now: exporting, loading it on both
     backends and comparing; with the models loaded for it, by backend, for the caller to keep one. A failed
     export is recorded too, so no later start tries it again."""
-    from models.onnx_export import exported_checkpoint, onnx_entry
+    from models.onnx_export import onnx_entry
 
     task = spec(kind).onnx_task or ""
     recorded = onnx_entry(folder, task) / VERDICT_FILE
@@ -107,7 +107,6 @@ def _verdict(model_class: ModelClass, folder: Path, cfg: ModelConfig, kind: Kind
     loaded: dict[str, TokenModel] = {}
     rows = parity_rows(folder, cfg, kind)
     try:
-        exported_checkpoint(folder, task)
         loaded["onnx"] = model_class(folder, _on(cfg, "onnx"), kind)
         candidate = stacked(loaded["onnx"].forward(rows))
     except Exception as exc:  # any failure of the export, its session or its inputs: torch serves it

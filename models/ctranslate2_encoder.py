@@ -63,12 +63,10 @@ def converted_model(folder: Path) -> Path:
     target = cache_folder(folder, "ctranslate2")
     if (target / "model.bin").is_file():
         return target
-    from ctranslate2.converters import TransformersConverter
-
     logger.info("converting %s for CTranslate2, once", folder)
     scratch = target.parent / f".convert-{target.name}-{os.getpid()}"
     try:
-        TransformersConverter(str(folder)).convert(str(scratch), force=True)
+        _converter(folder).convert(str(scratch), force=True)
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.rmtree(target, ignore_errors=True)
         os.replace(scratch, target)
@@ -77,3 +75,20 @@ def converted_model(folder: Path) -> Path:
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return target
+
+
+def _converter(folder: Path) -> Any:  # ctranslate2.converters.TransformersConverter
+    """CTranslate2's converter for transformers 5 checkpoints. Its BERT-family loaders assert
+    `config.position_embedding_type == "absolute"`; transformers 5 dropped the setting, as its BERT-family
+    models have absolute positions only. A checkpoint whose config.json still names another kind keeps it,
+    and the converter refuses it as before."""
+    from ctranslate2.converters import TransformersConverter
+
+    class Converter(TransformersConverter):
+        def load_model(self, model_class: Any, model_name_or_path: str, **kwargs: Any) -> Any:
+            model = super().load_model(model_class, model_name_or_path, **kwargs)
+            if not hasattr(model.config, "position_embedding_type"):
+                model.config.position_embedding_type = "absolute"
+            return model
+
+    return Converter(str(folder))

@@ -71,12 +71,8 @@ def load_on_device(model_class: type, folder: Path, cfg: ModelConfig, task: str)
         torch_dtype = pick_dtype(cfg.dtype, device)
         kwargs: dict[str, Any] = {"model_kwargs": {"dtype": torch_dtype}}
         dtype = str(torch_dtype).removeprefix("torch.")
-    elif cfg.backend == "onnx":
-        from models.onnx_runtime import onnx_checkpoint, provider, session_options
-
-        folder, file_name = onnx_checkpoint(folder, task, quantize=cfg.dtype == "int8")
-        kwargs = {"backend": "onnx", "model_kwargs": {"file_name": file_name, **provider(device),
-                                                       "session_options": session_options(torch.get_num_threads())}}
+    elif cfg.backend == "onnx":  # torch loads the modules; its transformer then runs on ONNX Runtime
+        kwargs = {"model_kwargs": {"dtype": torch.float32}}
         dtype = "int8" if cfg.dtype == "int8" else "float32"
     elif cfg.backend == "ctranslate2":
         kwargs = {}
@@ -88,6 +84,10 @@ def load_on_device(model_class: type, folder: Path, cfg: ModelConfig, task: str)
                             local_files_only=True, **kwargs)
     except Exception as exc:
         raise ModelLoadError(f"cannot load '{cfg.model_id}' from {folder} ({cfg.backend}): {exc}") from exc
+    if cfg.backend == "onnx":
+        from models.onnx_runtime import attach_session
+
+        attach_session(model[0], folder, task, cfg.dtype == "int8", device, torch.get_num_threads())
     return model.eval(), device, dtype
 
 

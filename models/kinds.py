@@ -211,6 +211,9 @@ def _detected_kind(model_id: str, revision: str | None) -> Kind:
 
 def load_model(folder: Path, cfg: ModelConfig) -> TokenModel:
     """The checkpoint in `folder` in the class that runs its kind (`KindSpec.loader`): model-service side."""
+    from models.saved_versions import check_saved_versions
+
+    check_saved_versions(folder, cfg.model_id)
     kind = model_kind(cfg)
     if cfg.backend == "auto":
         from models.auto_backend import load_auto

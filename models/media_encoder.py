@@ -67,7 +67,9 @@ class MediaEncoder:
                 return [e[m].cpu().numpy() for e, m in zip(embeddings, mask)]
             method = getattr(self._model, f"get_{modality}_features")
             accepted = inspect.signature(method).parameters
-            features = method(**{k: v for k, v in batch.items() if k in accepted}).float()
+            output = method(**{k: v for k, v in batch.items() if k in accepted})
+            # transformers 5 returns the projected embedding as the output's `pooler_output`, 4.x the tensor
+            features = (output if isinstance(output, torch.Tensor) else output.pooler_output).float()
             features = torch.nn.functional.normalize(features, dim=-1)
         return list(features.cpu().numpy())
 

@@ -1,5 +1,5 @@
-"""ONNX Runtime: its sessions' settings, and the dynamic-int8 form of an export (`models.onnx_export`), cached
-beside it.
+"""ONNX Runtime: its sessions' settings, the dynamic-int8 form of an export (`models.onnx_export`), cached
+beside it, and the export run in place of a sentence-transformers Transformer module's torch model.
 """
 
 from __future__ import annotations
@@ -7,7 +7,6 @@ from __future__ import annotations
 import logging
 import os
 import platform
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +16,10 @@ from models.onnx_export import EXPORTED, OPTIMIZATION, exported_checkpoint
 logger = logging.getLogger(__name__)
 # The quantized graph's folder names _quantize's settings (bump the version when they change) and the preset
 # of the CPU that made it, so a cache_dir shared across kinds of CPU never hands one the other's file.
-QUANTIZED = "onnx/qint8-v3-{preset}/model_qint8.onnx"
+QUANTIZED = "onnx/qint8-v4-{preset}/model_qint8.onnx"
+# Each preset's weight type (`quantization_preset` says why); activations are u8 on all, as ONNX Runtime's
+# dynamic quantization makes them.
+WEIGHT_TYPES = {"avx512_vnni": "QInt8", "avx2": "QUInt8", "arm64": "QInt8"}
 
 
 def onnx_checkpoint(folder: Path, task: str, quantize: bool) -> tuple[Path, str]:
@@ -54,38 +56,50 @@ def session_options(threads: int) -> Any:
     return options
 
 
-def provider(device: str) -> dict[str, Any]:
-    """The execution provider for a device, as sentence-transformers' ONNX `model_kwargs`. Without a
-    `device_id`, ONNX Runtime's CUDA provider runs on GPU 0 whatever `cuda:N` says."""
+def providers(device: str) -> list[Any]:
+    """The execution providers for a device, as `InferenceSession` takes them. Without a `device_id`, ONNX
+    Runtime's CUDA provider runs on GPU 0 whatever `cuda:N` says."""
     if not device.startswith("cuda"):
-        return {"provider": "CPUExecutionProvider"}
+        return ["CPUExecutionProvider"]
     _, _, index = device.partition(":")
-    return {"provider": "CUDAExecutionProvider", "provider_options": {"device_id": int(index or 0)}}
+    return [("CUDAExecutionProvider", {"device_id": int(index or 0)}), "CPUExecutionProvider"]
+
+
+def attach_session(transformer: Any, folder: Path, task: str, quantize: bool, device: str, threads: int) -> str:
+    """The Transformer module of a loaded sentence-transformers model runs the checkpoint's export on ONNX
+    Runtime from now on, its torch weights let go; its Pooling, Dense and Normalize modules stay. The dtype
+    name the session runs in."""
+    from models.onnx_model import OnnxTransformerModel
+
+    mirror, file_name = onnx_checkpoint(folder, task, quantize)
+    try:
+        transformer.model = OnnxTransformerModel(mirror / file_name, transformer.model.config, task, device,
+                                                 session_options(threads), providers(device))
+    except Exception as exc:  # ONNX Runtime refused the graph: its reason, in one line
+        raise ModelLoadError(f"ONNX Runtime cannot open {mirror / file_name}: {str(exc).strip()[:300]}") from exc
+    return "int8" if quantize else "float32"
 
 
 def _quantize(exported: Path, target: Path, preset: str) -> None:
-    """Dynamic int8 of the MatMuls that have a weight, per channel; the embeddings (Gather) and attention's
-    activation-by-activation MatMuls stay float32. ONNX Runtime scales activations per tensor, one scale for
-    the whole padded batch, which costs short inputs most: every int8 input left out helps them, and the
-    graph runs faster so (figures: bench/onnx_int8.py, docs/models.md, int8). The file grows from 22 to
-    57 MB on all-MiniLM-L6-v2 (float32 embeddings)."""
-    from optimum.onnxruntime import ORTQuantizer
-    from optimum.onnxruntime.configuration import AutoQuantizationConfig
+    """Dynamic int8 of the MatMuls that have a weight, per channel, by ONNX Runtime's own quantizer; the
+    embeddings (Gather) and attention's activation-by-activation MatMuls stay float32. ONNX Runtime scales
+    activations per tensor, one scale for the whole padded batch, which costs short inputs most: every int8
+    input left out helps them, and the graph runs faster so (figures: bench/onnx_int8.py, docs/models.md,
+    int8). The file grows from 22 to 57 MB on all-MiniLM-L6-v2 (float32 embeddings)."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    config = getattr(AutoQuantizationConfig, preset)(
-        is_static=False, per_channel=True, operators_to_quantize=["MatMul"],
-        nodes_to_exclude=float_matmuls(exported))
     logger.info("quantizing %s to dynamic int8, once", exported)
     target.parent.mkdir(parents=True, exist_ok=True)
-    scratch = target.parent / f".quantize-{os.getpid()}"
+    scratch = target.parent / f".quantize-{os.getpid()}.onnx"
     try:
-        ORTQuantizer.from_pretrained(str(exported.parent), file_name=exported.name).quantize(
-            save_dir=scratch, quantization_config=config)
-        os.replace(scratch / f"{exported.stem}_quantized.onnx", target)
+        quantize_dynamic(exported, scratch, op_types_to_quantize=["MatMul"], per_channel=True,
+                         weight_type=QuantType[WEIGHT_TYPES[preset]], nodes_to_exclude=float_matmuls(exported),
+                         extra_options={"WeightSymmetric": True, "ActivationSymmetric": False})
+        os.replace(scratch, target)
     except Exception as exc:
         raise ModelLoadError(f"cannot quantize {exported}: {exc}") from exc
     finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+        scratch.unlink(missing_ok=True)
 
 
 def float_matmuls(model: Path) -> list[str]:
@@ -112,7 +126,7 @@ def float_matmuls(model: Path) -> list[str]:
 
 
 def quantization_preset() -> str:
-    """optimum's preset for this CPU. s8 weights where it has VNNI (avx512_vnni or avx_vnni: ONNX Runtime
+    """The quantization preset for this CPU (optimum's names, kept so that caches keep their folders). s8 weights where it has VNNI (avx512_vnni or avx_vnni: ONNX Runtime
     multiplies u8 x s8 in 32 bits there); u8 weights elsewhere, as u8 x s8 without VNNI goes through
     vpmaddubsw, whose 16-bit pair sums saturate (min cosine 0.9891 instead of 0.9917), while u8 x u8 is
     widened first and stays exact. The 7-bit reduced range avoids the saturation too but costs more (0.9875)."""

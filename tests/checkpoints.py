@@ -44,7 +44,7 @@ def build_tiny_bert(folder: Path, minilm: Path, seed: int = 0, **overrides) -> P
 
 def build_tiny_ernie(folder: Path, minilm: Path) -> Path:
     """A random-weight ERNIE encoder (Baidu's `ernie-3.0` checkpoints: BERT's layout and vocabulary files) as a
-    plain transformers checkpoint. optimum has no ONNX export for `model_type: ernie`: the export fails."""
+    plain transformers checkpoint: a model type optimum had no ONNX exporter for, which torch's exports."""
     import torch
     from transformers import ErnieConfig, ErnieModel
 
@@ -62,12 +62,23 @@ def build_stale_export(folder: Path, minilm: Path) -> Path:
     """A tiny BERT whose shipped `onnx/model.onnx` was exported from an earlier revision of its weights, as a
     Hub repository looks when its weights were updated and its ONNX folder was not: the export loads and runs,
     and answers other vectors."""
-    from optimum.onnxruntime import ORTModelForFeatureExtraction
+    from models.onnx_export import export_graph
 
     earlier = build_tiny_bert(folder / "earlier", minilm, seed=1)
     current = build_tiny_bert(folder / "current", minilm, seed=2)
-    ORTModelForFeatureExtraction.from_pretrained(str(earlier), export=True).save_pretrained(current / "onnx")
+    (current / "onnx").mkdir()
+    export_graph(earlier, "feature-extraction", current / "onnx" / "model.onnx")
     shutil.rmtree(earlier)
+    return current
+
+
+def build_lfs_pointer_export(folder: Path, minilm: Path) -> Path:
+    """A tiny BERT whose `onnx/model.onnx` is a Git LFS pointer, as a repository cloned without LFS has it:
+    the file is there, and ONNX Runtime cannot open it."""
+    current = build_tiny_bert(folder, minilm, seed=3)
+    (current / "onnx").mkdir()
+    (current / "onnx" / "model.onnx").write_text(
+        "version https://git-lfs.github.com/spec/v1\noid sha256:" + "0" * 64 + "\nsize 90868376\n")
     return current
 
 

@@ -16,7 +16,7 @@ from models.base import TokenizedText
 from models.kinds import load_model
 from models.onnx_export import ExportKey, checkpoint_revision, export_key, onnx_entry
 from models.text_tokenizer import TextTokenizer
-from tests.checkpoints import build_stale_export, build_tiny_ernie
+from tests.checkpoints import build_lfs_pointer_export, build_stale_export, build_tiny_ernie
 from tests.sentences import make_sentences
 from tests.tolerance import cosines
 
@@ -31,8 +31,16 @@ def _outputs(model, path, cfg: ModelConfig, texts: list[str]) -> np.ndarray:
     return np.stack(model.forward(TokenizedText.rows("m", tokenizer.encode_texts(texts))))
 
 
-@pytest.mark.parametrize("checkpoint", ["minilm_path", "tiny_bert_path", "tiny_reranker_path", "tiny_classifier_path"])
+@pytest.fixture
+def ernie_path(tmp_path, minilm_path):
+    return build_tiny_ernie(tmp_path / "ernie", minilm_path)
+
+
+@pytest.mark.parametrize("checkpoint", ["minilm_path", "tiny_bert_path", "tiny_reranker_path", "tiny_classifier_path",
+                                        "ernie_path", "qwen3_embedder_path"])
 def test_auto_serves_onnx_where_it_matches_torch(request, checkpoint):
+    """Encoders, scorers, a model type optimum had no exporter for (ERNIE), and a decoder embedder, left padded
+    (Qwen3: positions are computed in the graph, as transformers computes them)."""
     path = request.getfixturevalue(checkpoint)
     auto = ModelConfig(model_id=str(path), device="cpu")
     model = load_model(path, auto)
@@ -67,27 +75,21 @@ def test_auto_keeps_torch_for_weights_past_one_onnx_files_limit(tiny_bert_path, 
     assert model.info.backend == "torch" and "weights pass 2 GiB" in model.info.backend_reason
 
 
-def test_a_failed_export_falls_back_to_torch_once(tmp_path, minilm_path, monkeypatch):
-    ernie = build_tiny_ernie(tmp_path / "ernie", minilm_path)
-    cfg = ModelConfig(model_id=str(ernie), device="cpu")
-    model = load_model(ernie, cfg)
+def test_an_export_that_cannot_run_falls_back_to_torch_once(tmp_path, minilm_path, monkeypatch):
+    from models import onnx_runtime
+
+    pointer = build_lfs_pointer_export(tmp_path / "pointer", minilm_path)
+    cfg = ModelConfig(model_id=str(pointer), device="cpu")
+    model = load_model(pointer, cfg)
     assert model.info.backend == "torch"
-    assert "ONNX Runtime cannot run it" in model.info.backend_reason and "export" in model.info.backend_reason
+    assert "ONNX Runtime cannot run it" in model.info.backend_reason and "cannot open" in model.info.backend_reason
 
     def no_second_try(*args, **kwargs):
-        raise AssertionError("the failed export was recorded; it is not tried again")
+        raise AssertionError("the failed session was recorded; it is not tried again")
 
-    monkeypatch.setattr(onnx_export, "_export", no_second_try)
-    again = load_model(ernie, cfg)
+    monkeypatch.setattr(onnx_runtime, "attach_session", no_second_try)
+    again = load_model(pointer, cfg)
     assert again.info.backend == "torch" and again.info.backend_reason == model.info.backend_reason
-
-
-def test_an_export_that_cannot_run_falls_back_to_torch(qwen3_embedder_path):
-    """A Qwen3 embedder exports, and its graph asks for `position_ids`, which sentence-transformers' ONNX path
-    does not feed: the first pass fails, and torch serves it."""
-    model = load_model(qwen3_embedder_path, ModelConfig(model_id=str(qwen3_embedder_path), device="cpu"))
-    assert model.info.backend == "torch"
-    assert "ONNX Runtime cannot run it" in model.info.backend_reason and "position_ids" in model.info.backend_reason
 
 
 def test_an_export_that_does_not_match_falls_back_to_torch(tmp_path, minilm_path, monkeypatch):
@@ -119,13 +121,13 @@ def test_the_verdict_is_taken_once_per_export(tiny_bert_path, monkeypatch):
 
 def test_the_cache_key_changes_with_each_of_its_parts(tiny_bert_path, tmp_path, monkeypatch):
     key = export_key(tiny_bert_path, "feature-extraction")
-    for part in ("revision", "task", "optimum", "onnxruntime", "torch", "optimization"):
+    for part in ("revision", "task", "transformers", "onnxruntime", "torch", "onnxscript", "optimization"):
         changed = dataclasses.replace(key, **{part: getattr(key, part) + "-other"})
         assert changed.digest != key.digest, part
-    versions = {"optimum": "9.9", "onnxruntime": "9.8", "torch": "9.7"}
+    versions = {"transformers": "9.9", "onnxruntime": "9.8", "torch": "9.7", "onnxscript": "9.6"}
     monkeypatch.setattr(onnx_export, "_version", lambda package: versions[package])
     assert export_key(tiny_bert_path, "feature-extraction") == ExportKey(key.revision, "feature-extraction", "9.9",
-                                                                        "9.8", "9.7", "all")
+                                                                        "9.8", "9.7", "9.6", "all")
     assert onnx_entry(tiny_bert_path, "feature-extraction") != onnx_entry(tiny_bert_path, "sequence-classification")
 
 

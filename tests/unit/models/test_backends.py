@@ -87,13 +87,18 @@ def test_int8_keeps_down_projections_float(minilm_path, cache_dir):
     the other weight MatMuls are quantized."""
     from models.onnx_runtime import EXPORTED, float_matmuls, onnx_checkpoint
 
+    import onnx
+
     mirror, _ = onnx_checkpoint(minilm_path, "feature-extraction", quantize=False)
-    kept = float_matmuls(mirror / EXPORTED)
-    layers = 6
-    assert len(kept) == 3 * layers
-    for layer in range(layers):
-        assert {f"/encoder/layer.{layer}/attention/self/MatMul", f"/encoder/layer.{layer}/attention/self/MatMul_1",
-                f"/encoder/layer.{layer}/output/dense/MatMul"} <= set(kept)
+    kept = set(float_matmuls(mirror / EXPORTED))
+    graph = onnx.load(str(mirror / EXPORTED)).graph
+    shapes = {tensor.name: tuple(tensor.dims) for tensor in graph.initializer}
+    weights = {node.name: next((shapes[name] for name in node.input if name in shapes), None)
+               for node in graph.node if node.op_type == "MatMul"}
+    layers, hidden, inner = 6, 384, 1536
+    assert sorted(weights[name] or () for name in kept) == [()] * 2 * layers + [(inner, hidden)] * layers
+    assert sorted(weights[name] for name in set(weights) - kept) == sorted(
+        [(hidden, hidden)] * 4 * layers + [(hidden, inner)] * layers)
 
 
 @pytest.mark.parametrize("fixture", ["tiny_reranker_path", "tiny_classifier_path"])
@@ -183,9 +188,9 @@ def test_ctranslate2_bfloat16_output_becomes_float32_tokens():
 
 def test_onnx_runtime_runs_on_the_gpu_it_is_given():
     """ONNX Runtime's CUDA provider without a device_id runs on GPU 0: `device: cuda:1` ran there. The
-    options are what sentence-transformers hands optimum's ORTModel (no GPU here to open a session on)."""
-    from models.onnx_runtime import provider
+    providers are what the session is opened with (no GPU here to open one on)."""
+    from models.onnx_runtime import providers
 
-    assert provider("cuda:1") == {"provider": "CUDAExecutionProvider", "provider_options": {"device_id": 1}}
-    assert provider("cuda") == {"provider": "CUDAExecutionProvider", "provider_options": {"device_id": 0}}
-    assert provider("cpu") == {"provider": "CPUExecutionProvider"}
+    assert providers("cuda:1") == [("CUDAExecutionProvider", {"device_id": 1}), "CPUExecutionProvider"]
+    assert providers("cuda") == [("CUDAExecutionProvider", {"device_id": 0}), "CPUExecutionProvider"]
+    assert providers("cpu") == ["CPUExecutionProvider"]
