@@ -2,7 +2,7 @@
 and what an export costs. The figures behind `backend: auto` (models/auto_backend.py) and the lanes rule
 (models/lanes.py).
 
-    python bench/onnx_cpu.py [--models minilm base] [--repeats 15]
+    python bench/onnx_cpu.py [--models minilm base] [--repeats 15] [--attention]
 
 `base` is a BERT-base shape (12 layers x 768) with random weights and MiniLM's tokenizer, built once by
 bench/base_checkpoint.py when present, else here. Every figure is the median of `--repeats` passes after two
@@ -73,7 +73,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", nargs="+", default=["minilm", "base"], choices=["minilm", "base"])
     parser.add_argument("--repeats", type=int, default=15)
+    parser.add_argument("--attention", action="store_true",
+                        help="only: the export with transformers' eager attention (used) against SDPA")
     args = parser.parse_args()
+    if args.attention:
+        for name in args.models:
+            compare_attention(packaged_model_path(MINILM) if name == "minilm" else base_checkpoint(), args.repeats)
+        return
 
     import torch
     from transformers import AutoModel, AutoTokenizer
@@ -132,6 +138,35 @@ def main() -> None:
                   f"{figures['ort lanes shared']:.1f} ms | {figures['ort lanes quiet']:.1f} ms | "
                   f"{figures['torch lanes']:.1f} ms |", flush=True)
     print(f"\nload average after: {os.getloadavg()}")
+
+
+def compare_attention(folder: Path, repeats: int) -> None:
+    """The graph exported with transformers' eager attention (what models/onnx_export.py exports) against the
+    one exported with SDPA: ONNX Runtime's pass time at 1 and 32 rows, interleaved per round, and how far the
+    two graphs' outputs are apart."""
+    from transformers import AutoTokenizer
+
+    from models.onnx_export import export_graph
+
+    work = Path(tempfile.mkdtemp(prefix="attention-"))
+    sessions = {}
+    for attention in ("eager", "sdpa"):
+        export_graph(folder, "feature-extraction", work / f"{attention}.onnx", attention=attention)
+        sessions[attention] = session(work / f"{attention}.onnx", 2, spinning=False)
+    tokenizer = AutoTokenizer.from_pretrained(str(folder))
+    print(f"\n## {folder.name}: export with eager against SDPA attention (median ms of {repeats})")
+    print("| rows | eager | sdpa | sdpa / eager | max abs diff |")
+    print("|---|---|---|---|---|")
+    for rows in (1, 32):
+        feeds = dict(tokenizer([SENTENCE] * rows, padding=True, return_tensors="np"))
+        feeds = {key: value for key, value in feeds.items() if key in {i.name for i in sessions["eager"].get_inputs()}}
+        times: dict[str, list[float]] = {name: [] for name in sessions}
+        for _ in range(repeats):
+            for name, ort in sessions.items():
+                times[name].append(median_ms(lambda ort=ort: ort.run(None, feeds), 3))
+        eager, sdpa = (statistics.median(times[name]) for name in ("eager", "sdpa"))
+        diff = float(np.abs(sessions["eager"].run(None, feeds)[0] - sessions["sdpa"].run(None, feeds)[0]).max())
+        print(f"| {rows} | {eager:.2f} | {sdpa:.2f} | {sdpa / eager:.2f} | {diff:.1e} |", flush=True)
 
 
 if __name__ == "__main__":

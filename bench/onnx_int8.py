@@ -84,7 +84,7 @@ __attribute__((constructor)) static void hide_features(void) {
 @dataclass(frozen=True)
 class Candidate:
     name: str
-    preset: str  # an optimum AutoQuantizationConfig preset: avx2 = u8 weights, avx512/avx512_vnni = s8 weights
+    preset: str  # optimum's preset names: avx2 = u8 weights, avx512/avx512_vnni = s8 weights
     options: dict[str, Any] = field(default_factory=dict)
     weight_matmuls: bool = False  # only the MatMuls that have a weight (no Gather, no attention Q.K^T / P.V)
     float_down: bool = False  # and not the down-projections either (models.onnx_runtime.float_matmuls)
@@ -125,18 +125,20 @@ def kernel_path() -> str:
 
 
 def quantize(exported: Path, candidate: Candidate, file_name: str) -> None:
-    from optimum.onnxruntime import ORTQuantizer
-    from optimum.onnxruntime.configuration import AutoQuantizationConfig
+    """ONNX Runtime's dynamic quantization with the candidate's settings (optimum's presets, as ONNX Runtime's
+    own arguments: weights u8 for avx2, s8 otherwise; weights symmetric, activations not)."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
 
     from models.onnx_runtime import float_matmuls
 
-    options = {"per_channel": True, **candidate.options}
+    options = {"per_channel": True, "reduce_range": False, **candidate.options}
+    excluded = []
     if candidate.weight_matmuls or candidate.float_down:
-        options["nodes_to_exclude"] = float_matmuls(exported) if candidate.float_down else activation_matmuls(
-            exported)
-    config = getattr(AutoQuantizationConfig, candidate.preset)(is_static=False, **options)
-    ORTQuantizer.from_pretrained(str(exported.parent), file_name=exported.name).quantize(
-        save_dir=exported.parent, quantization_config=config, file_suffix=Path(file_name).stem.removeprefix("model_"))
+        excluded = float_matmuls(exported) if candidate.float_down else activation_matmuls(exported)
+    quantize_dynamic(exported, exported.parent / file_name, per_channel=options["per_channel"],
+                     reduce_range=options["reduce_range"], op_types_to_quantize=options.get("operators_to_quantize"),
+                     weight_type=QuantType.QUInt8 if candidate.preset == "avx2" else QuantType.QInt8,
+                     nodes_to_exclude=excluded, extra_options={"WeightSymmetric": True, "ActivationSymmetric": False})
 
 
 def activation_matmuls(model: Path) -> list[str]:
@@ -204,6 +206,7 @@ def main() -> None:
     import torch
     from sentence_transformers import SentenceTransformer
 
+    from models.onnx_model import OnnxTransformerModel
     from models.onnx_runtime import onnx_checkpoint, session_options
     from models.resolve import packaged_model_path
     from tests.retrieval import CORPUS, CORPUS_QUERIES, DOCUMENTS, nearest, top_k_agreement
@@ -218,8 +221,10 @@ def main() -> None:
     mirror, exported = onnx_checkpoint(folder, "feature-extraction", quantize=False)
 
     def load(file_name: str) -> SentenceTransformer:
-        return SentenceTransformer(str(mirror), device="cpu", backend="onnx", local_files_only=True, model_kwargs={
-            "file_name": file_name, "provider": "CPUExecutionProvider", "session_options": session_options(THREADS)})
+        model = SentenceTransformer(str(folder), device="cpu", local_files_only=True)
+        model[0].model = OnnxTransformerModel(mirror / file_name, model[0].model.config, "feature-extraction", "cpu",
+                                              session_options(THREADS), ["CPUExecutionProvider"])
+        return model
 
     def encode_with(model: SentenceTransformer) -> Encode:
         return lambda texts, batch: model.encode(texts, batch_size=batch, show_progress_bar=False)

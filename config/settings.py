@@ -67,7 +67,7 @@ class ModelConfig(BaseModel):
         "the files cannot tell, e.g. `sparse` for a bare `*ForMaskedLM` SPLADE checkpoint."))
     revision: str | None = Field(None, description="Hub revision (branch, tag or commit). Unset: the latest.")
     backend: Backend = Field("auto", description=(
-        "Inference backend: `auto`, `torch`, `onnx` (ONNX Runtime through optimum; exported once into `cache_dir`) "
+        "Inference backend: `auto`, `torch`, `onnx` (ONNX Runtime on torch's export; exported once into `cache_dir`) "
         "or `ctranslate2` (converted once into `cache_dir`). `auto`: on a CPU, ONNX Runtime (float32) for the kinds "
         "it runs when the model exports and its outputs match torch's on fixed texts (checked once per export); "
         "torch otherwise, and always on a GPU. `/v1/models` reports the backend in force and why. models.md has "

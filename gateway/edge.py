@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import logging
-import os
+import sys
 from collections.abc import Iterable
 from typing import Any
 
@@ -102,11 +102,13 @@ def url_fetcher(config: EmbentoConfig) -> UrlFetcher | None:
 
 def without_torch_unless_needed(kinds: Iterable[Kind]) -> None:
     """In the gateway worker, before its preprocessors load: transformers imports torch (and scipy, sklearn)
-    whenever it can, 460 MiB of RSS in a process that only tokenizes and resizes (125 MiB without). It reads
-    USE_TORCH once, at its import. CLAP's and ColPali's processors need torch (models/kinds.py)."""
+    whenever it can, 460 MiB of RSS in a process that only tokenizes and resizes (125 MiB without). transformers 5
+    reads no setting for it, only whether `torch` can be found: an entry of None in `sys.modules` is Python's
+    own way to say it cannot. CLAP's and ColPali's processors need torch (models/kinds.py)."""
     if gateway_needs_torch(kinds):
         return
-    os.environ.setdefault("USE_TORCH", "0")
-    # transformers then says "None of PyTorch ... have been found. Models won't be available": here that is
-    # the intent, not a failure, and it would be a newcomer's first alarming line.
-    logging.getLogger("transformers").addFilter(lambda record: not record.getMessage().startswith("None of"))
+    sys.modules.setdefault("torch", None)  # type: ignore[assignment]
+    # transformers then says "PyTorch was not found. Models won't be available ...": here that is the intent,
+    # not a failure, and it would be a newcomer's first alarming line.
+    logging.getLogger("transformers").addFilter(
+        lambda record: not record.getMessage().startswith("PyTorch was not found"))

@@ -84,7 +84,7 @@ class KindSpec:
     tei_root_task: Literal["embed", "embed_sparse", "predict"] = "embed"  # TEI's root dispatch by kind
     # Its gateway-side preprocessor needs torch: transformers' ClapFeatureExtractor refuses to load without
     # it, and ColPali's and ColQwen2's processors return torch tensors. The text tokenizers and the CLIP
-    # family's image processors run without it (each tried with USE_TORCH=0).
+    # family's image processors run without it (each tried in a process where transformers finds no torch).
     gateway_needs_torch: bool = False
     # Texts and images go through the checkpoint's whole processor, which frames them in its own prompts
     # (ColPali's query prefix and augmentation tokens, its image prompt), not through its tokenizer and

@@ -42,6 +42,7 @@ class MediaProcessor:
         self._model_type = config.get("model_type", "")
         limit = text_limit(folder, tokenizer.model_max_length, cfg.trust_remote_code)
         self.max_input_tokens = min(limit, cfg.max_seq_length or limit)
+        self._query_overrun = _query_overrun(processor) if self.spec.processor_prompts else 0
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
         self.pad_left = tokenizer.padding_side == "left"
         extractor = getattr(processor, "feature_extractor", None)
@@ -86,8 +87,7 @@ class MediaProcessor:
 
     def _text(self, texts: list[str]) -> list[dict[str, np.ndarray]]:
         if self.spec.processor_prompts:  # its query template (prefix, augmentation tokens), cut at the limit
-            return [_first(self._processor(text=[text], return_tensors="pt", truncation=True,
-                                           max_length=self.max_input_tokens)) for text in texts]
+            return [self._query(text) for text in texts]
         padded = PADDED_TEXT.get(self._model_type)
         encoded = self._processor.tokenizer(
             texts, truncation=True, max_length=padded or self.max_input_tokens,
@@ -95,6 +95,13 @@ class MediaProcessor:
         )
         return [{"input_ids": np.asarray(ids, dtype=np.int64), "attention_mask": np.asarray(mask, dtype=np.int64)}
                 for ids, mask in zip(encoded["input_ids"], encoded["attention_mask"])]
+
+    def _query(self, text: str) -> dict[str, np.ndarray]:
+        """One query as its processor frames and cuts it, `max_input_tokens` long at most."""
+        budget = max(self.max_input_tokens - self._query_overrun, 1)
+        arrays = _first(self._processor(text=[text], return_tensors="pt", truncation=True, max_length=budget))
+        # A limit below the overrun (ColPali's 1024 image tokens) is left to cut here: its processor cannot.
+        return {key: value[: self.max_input_tokens] for key, value in arrays.items()}
 
     def _image(self, images: list[Any]) -> list[dict[str, np.ndarray]]:
         if self.spec.processor_prompts:  # its image prompt around the image tokens
@@ -107,6 +114,14 @@ class MediaProcessor:
         clipped = [w[: self._audio_window] if self._audio_window else w for w in waveforms]
         features = self._processor.feature_extractor(clipped, sampling_rate=self.sampling_rate, return_tensors="np")
         return [{key: features[key][i] for key in features} for i in range(len(waveforms))]
+
+
+def _query_overrun(processor: Any) -> int:
+    """Tokens a query's processor keeps past the `max_length` it is given: transformers 5's ColPaliProcessor adds
+    its `image_seq_length` to a query's `max_length` too, though a query has no image tokens."""
+    from transformers import ColPaliProcessor
+
+    return processor.image_seq_length if isinstance(processor, ColPaliProcessor) else 0
 
 
 def _first(encoded: Any) -> dict[str, np.ndarray]:

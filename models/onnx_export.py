@@ -163,13 +163,13 @@ def _export(folder: Path, task: str, target: Path) -> None:
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def export_graph(folder: Path, task: str, file: Path) -> None:
+def export_graph(folder: Path, task: str, file: Path, attention: str = "eager") -> None:
     """The checkpoint's transformers model for `task` as one ONNX file, batch and sequence axes dynamic.
-    The exporter's progress lines and warnings (it reports every operator it looked for) stay off the console:
-    a failure still raises, with its reason."""
+    Attention is transformers' eager implementation: its graph ran all-MiniLM-L6-v2 on ONNX Runtime as fast as
+    optimum's export did, the SDPA one slower (bench/onnx_cpu.py --attention)."""
     import torch
 
-    model = _task_model(folder, task)
+    model = _task_model(folder, task, attention)
     inputs = _sample_inputs(folder)
     batch, sequence = torch.export.Dim("batch"), torch.export.Dim("sequence")
     with _quiet():
@@ -182,14 +182,12 @@ def export_graph(folder: Path, task: str, file: Path) -> None:
 TASK_OUTPUTS = {"feature-extraction": "last_hidden_state", "sequence-classification": "logits"}
 
 
-def _task_model(folder: Path, task: str) -> Any:  # transformers.PreTrainedModel
-    """The model with transformers' eager attention: its graph ran all-MiniLM-L6-v2 on ONNX Runtime as fast
-    as optimum's export did (bench/onnx_cpu.py), the SDPA graph 5-15 % slower."""
+def _task_model(folder: Path, task: str, attention: str) -> Any:  # transformers.PreTrainedModel
     import torch
     from transformers import AutoModel, AutoModelForSequenceClassification
 
     model_class = {"feature-extraction": AutoModel, "sequence-classification": AutoModelForSequenceClassification}[task]
-    return model_class.from_pretrained(str(folder), dtype=torch.float32, attn_implementation="eager",
+    return model_class.from_pretrained(str(folder), dtype=torch.float32, attn_implementation=attention,
                                        local_files_only=True).eval()
 
 
@@ -228,14 +226,15 @@ def _graph(model: Any, task: str) -> Any:  # torch.nn.Module
 
 @contextlib.contextmanager
 def _quiet() -> Any:
-    import io
+    """The exporter's warnings and log lines (it reports each operator it looked for, torchvision's among them)
+    off the console while it runs."""
     import warnings
 
     exporter_logger = logging.getLogger("torch.onnx")
     level = exporter_logger.level
     exporter_logger.setLevel(logging.ERROR)
     try:
-        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+        with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             yield
     finally:

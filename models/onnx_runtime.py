@@ -23,7 +23,7 @@ WEIGHT_TYPES = {"avx512_vnni": "QInt8", "avx2": "QUInt8", "arm64": "QInt8"}
 
 
 def onnx_checkpoint(folder: Path, task: str, quantize: bool) -> tuple[Path, str]:
-    """(folder to load with backend="onnx", file name inside it), exporting and quantizing at most once."""
+    """(the export's cache entry, the graph file inside it to run), exporting and quantizing at most once."""
     mirror = exported_checkpoint(folder, task)
     if not quantize:
         return mirror, EXPORTED
@@ -65,10 +65,9 @@ def providers(device: str) -> list[Any]:
     return [("CUDAExecutionProvider", {"device_id": int(index or 0)}), "CPUExecutionProvider"]
 
 
-def attach_session(transformer: Any, folder: Path, task: str, quantize: bool, device: str, threads: int) -> str:
+def attach_session(transformer: Any, folder: Path, task: str, quantize: bool, device: str, threads: int) -> None:
     """The Transformer module of a loaded sentence-transformers model runs the checkpoint's export on ONNX
-    Runtime from now on, its torch weights let go; its Pooling, Dense and Normalize modules stay. The dtype
-    name the session runs in."""
+    Runtime from now on, its torch weights let go; its Pooling, Dense and Normalize modules stay."""
     from models.onnx_model import OnnxTransformerModel
 
     mirror, file_name = onnx_checkpoint(folder, task, quantize)
@@ -76,8 +75,8 @@ def attach_session(transformer: Any, folder: Path, task: str, quantize: bool, de
         transformer.model = OnnxTransformerModel(mirror / file_name, transformer.model.config, task, device,
                                                  session_options(threads), providers(device))
     except Exception as exc:  # ONNX Runtime refused the graph: its reason, in one line
-        raise ModelLoadError(f"ONNX Runtime cannot open {mirror / file_name}: {str(exc).strip()[:300]}") from exc
-    return "int8" if quantize else "float32"
+        reason = " ".join(str(exc).split())[:300]
+        raise ModelLoadError(f"ONNX Runtime cannot open {mirror / file_name}: {reason}") from exc
 
 
 def _quantize(exported: Path, target: Path, preset: str) -> None:

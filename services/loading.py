@@ -19,6 +19,7 @@ def load_models(
 ) -> tuple[dict[str, T], dict[str, str]]:
     """Each model loaded, by served name, and why the others failed. A failure stops the server, or with
     `allow_partial` is logged and recorded while the other models load and serve."""
+    _quiet_progress_bars()
     loaded: dict[str, T] = {}
     failed: dict[str, str] = {}
     for cfg in configs:
@@ -32,3 +33,10 @@ def load_models(
             logger.error("%s; serving the other models (allow_partial)", reason)
             failed[cfg.served_model_name] = reason
     return loaded, failed
+
+
+def _quiet_progress_bars() -> None:
+    """transformers 5 draws a progress bar for each checkpoint it loads: a server's log keeps one line per event."""
+    from transformers.utils import logging as transformers_logging
+
+    transformers_logging.disable_progress_bar()

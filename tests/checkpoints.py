@@ -180,20 +180,14 @@ def drop_tokenizer_limit(folder: Path) -> None:
 
 
 def byte_level_roberta_tokenizer(folder: Path, model_max_length: int):  # -> RobertaTokenizerFast
-    """RoBERTa's tokenizer over the 256 byte symbols and no merges: one token per character of plain text."""
+    """RoBERTa's tokenizer over the 256 byte symbols and no merges: one token per character of plain text.
+    Built from the vocabulary in memory: transformers 5 ignores `vocab_file` and `merges_file` here."""
+    from tokenizers import pre_tokenizers
     from transformers import RobertaTokenizerFast
-    from transformers.models.gpt2.tokenization_gpt2 import bytes_to_unicode
 
-    vocab_dir = folder / "vocab"
-    vocab_dir.mkdir(parents=True, exist_ok=True)
     specials = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
-    vocab = {token: i for i, token in enumerate(specials + sorted(bytes_to_unicode().values()))}
-    (vocab_dir / "vocab.json").write_text(json.dumps(vocab))
-    (vocab_dir / "merges.txt").write_text("#version: 0.2\n")
-    tokenizer = RobertaTokenizerFast(vocab_file=str(vocab_dir / "vocab.json"),
-                                     merges_file=str(vocab_dir / "merges.txt"), model_max_length=model_max_length)
-    shutil.rmtree(vocab_dir)
-    return tokenizer
+    vocab = {token: i for i, token in enumerate(specials + sorted(pre_tokenizers.ByteLevel.alphabet()))}
+    return RobertaTokenizerFast(vocab=vocab, merges=[], model_max_length=model_max_length)
 
 
 def build_roberta(folder: Path, positions: int = 66) -> Path:
@@ -333,7 +327,7 @@ QWEN3_CHAT_TEMPLATE = (
 QWEN3_SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>", "</think>"]
 
 
-def qwen_tokenizer(append_eos: bool, chat_template: str = QWEN3_CHAT_TEMPLATE):  # -> Qwen2TokenizerFast
+def qwen_tokenizer(append_eos: bool, chat_template: str | None = QWEN3_CHAT_TEMPLATE):  # -> Qwen2TokenizerFast
     """A byte-level BPE trained here on a small corpus (Qwen's kind: no unknown tokens, `Ġ`-prefixed words),
     padding on the left as Qwen3's tokenizers do. `append_eos`: the post-processor ends every text with
     `<|endoftext|>`, as Qwen3-Embedding's `tokenizer.json` does, so last-token pooling reads the EOS."""
@@ -396,6 +390,34 @@ def build_qwen3_embedder(folder: Path) -> Path:
     (saved / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 48, "do_lower_case": False}))
     config = json.loads((saved / "config.json").read_text())
     (saved / "config.json").write_text(json.dumps({**config, "architectures": ["Qwen3ForCausalLM"]}, indent=2))
+    return saved
+
+
+ROPE_BASE = 1e6  # Qwen3's own RoPE base; transformers' default (10,000) is what a misread config falls back to
+
+
+def build_saved_qwen3_embedder(folder: Path, rope_base: float = ROPE_BASE) -> Path:
+    """A Qwen3 embedder as a user saves one today: a Qwen3 decoder of RoPE base `rope_base`, last-token
+    pooling and normalization, saved whole by sentence-transformers 6's `save_pretrained` on transformers 5
+    (so `rope_parameters` and sentence-transformers 6's module paths), nothing edited. Its tokenizer has no
+    chat template: with one, sentence-transformers 6 declares chat-message input and renders every text
+    through the template, which Embento refuses to imitate (models/text_tokenizer.py)."""
+    import torch
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.sentence_transformer.modules import Normalize, Pooling, Transformer
+    from transformers import Qwen3Model
+
+    plain = folder / "decoder"
+    tokenizer = qwen_tokenizer(append_eos=True, chat_template=None)
+    torch.manual_seed(48)
+    config = _qwen3_config(len(tokenizer), initializer_range=0.2,
+                           rope_parameters={"rope_type": "default", "rope_theta": rope_base})
+    Qwen3Model(config).save_pretrained(plain)
+    tokenizer.save_pretrained(plain)
+    modules = [Transformer(str(plain), max_seq_length=48), Pooling(32, pooling_mode="lasttoken"), Normalize()]
+    saved = folder / "qwen3-embedder"
+    SentenceTransformer(modules=modules, device="cpu").save_pretrained(str(saved))
+    shutil.rmtree(plain)
     return saved
 
 
@@ -552,14 +574,19 @@ def build_modernbert_embedder(folder: Path, max_seq_length: int = 128, local_att
 XLM_ROBERTA_SPECIALS = ["<s>", "<pad>", "</s>", "<unk>"]  # ids 0-3, as XLM-R has them; `<mask>` comes last
 
 
-def xlm_roberta_tokenizer(model_max_length: int):  # -> XLMRobertaTokenizerFast
-    """XLM-R's kind of tokenizer: a SentencePiece Unigram (NFKC, `▁`-prefixed pieces), `<s> $A </s>` around a text,
-    `<mask>` as the last id. Its vocabulary is written out, not trained (the `tokenizers` trainer breaks ties between
-    equal scores differently from run to run, which would move ids): every other word of WORDS is a piece, the rest
-    are spelled in letters, so ids repeat within a text. Characters outside WORDS and `.,;:!?` (digits, `&`) are
-    `<unk>`."""
-    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
-    from transformers import XLMRobertaTokenizerFast
+def xlm_roberta_tokenizer(model_max_length: int):  # -> XLMRobertaTokenizer (a fast one in transformers 5)
+    """XLM-R's kind of tokenizer, its files as BAAI/bge-m3 ships them (a tokenizer.json, and a tokenizer_config.json
+    naming XLMRobertaTokenizer): a SentencePiece Unigram, whitespace split then `▁`-prefixed pieces (WhitespaceSplit
+    + Metaspace), `<s> $A </s>` around a text, `<mask>` as the last id, taking the space before it (lstrip). That
+    tokenizer.json is the same tokenizer in both majors: transformers 4 runs the file as it is, transformers 5's
+    XLMRobertaTokenizer rebuilds its own pipeline around the file's vocabulary, this one, and keeps only a
+    SentencePiece `Precompiled` normalizer of the file's; compiling one needs sentencepiece, so there is none (the
+    tests' texts are ASCII, which NFKC leaves as they are). Its vocabulary is written out, not trained (the
+    `tokenizers` trainer breaks ties between equal scores differently from run to run, which would move ids): every
+    other word of WORDS is a piece, the rest are spelled in letters, so ids repeat within a text. Characters outside
+    WORDS and `.,;:!?` (digits, `&`) are `<unk>`."""
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors
+    from transformers import XLMRobertaTokenizer
 
     words = sorted(set(WORDS))
     letters = sorted(set("".join(words)))
@@ -567,24 +594,45 @@ def xlm_roberta_tokenizer(model_max_length: int):  # -> XLMRobertaTokenizerFast
              + [("\u2581", -3.0)] + [(symbol, -4.0) for symbol in ".,;:!?"] + [(letter, -5.0) for letter in letters]
              + [("<mask>", 0.0)])
     unigram = Tokenizer(models.Unigram(vocab, unk_id=XLM_ROBERTA_SPECIALS.index("<unk>")))
-    unigram.normalizer = normalizers.Sequence([normalizers.Nmt(), normalizers.NFKC(),
-                                               normalizers.Replace(Regex(" {2,}"), " ")])
-    unigram.pre_tokenizer = pre_tokenizers.Metaspace()
-    unigram.decoder = decoders.Metaspace()
+    unigram.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.WhitespaceSplit(),
+                                                     pre_tokenizers.Metaspace(prepend_scheme="always")])
+    unigram.decoder = decoders.Metaspace(prepend_scheme="always")
     unigram.post_processor = processors.TemplateProcessing(
         single="<s> $A </s>", pair="<s> $A </s> </s> $B </s>", special_tokens=[("<s>", 0), ("</s>", 2)])
-    return XLMRobertaTokenizerFast(tokenizer_object=unigram, bos_token="<s>", eos_token="</s>", sep_token="</s>",
-                                   cls_token="<s>", unk_token="<unk>", pad_token="<pad>", mask_token="<mask>",
-                                   model_max_length=model_max_length)
+    mask = AddedToken("<mask>", lstrip=True, rstrip=False, normalized=False, special=True)
+    return XLMRobertaTokenizer(tokenizer_object=unigram, bos_token="<s>", eos_token="</s>", sep_token="</s>",
+                               cls_token="<s>", unk_token="<unk>", pad_token="<pad>", mask_token=mask,
+                               model_max_length=model_max_length)
 
 
-def build_bge_m3(folder: Path, positions: int = 130, seed: int = 35) -> Path:
+def _draw_weights(model, std: float) -> None:  # model: torch.nn.Module
+    """Every matrix (embeddings, linear weights) from N(0, std) of torch's seeded generator, biases 0, LayerNorm
+    1 and 0, padding rows 0, as transformers' own init leaves them; drawn here, in the order of the parameters'
+    names, since transformers' init draws differently (another order, other calls) from one major to the next."""
+    import torch
+
+    with torch.no_grad():
+        for name, parameter in sorted(model.named_parameters()):
+            if parameter.dim() > 1:
+                parameter.normal_(0.0, std)
+            elif name.endswith("LayerNorm.weight"):
+                parameter.fill_(1.0)
+            else:
+                parameter.zero_()
+        for module in model.modules():
+            if isinstance(module, torch.nn.Embedding) and module.padding_idx is not None:
+                module.weight[module.padding_idx].zero_()
+
+
+def build_bge_m3(folder: Path, positions: int = 130, seed: int = 137) -> Path:
     """A tiny BGE-M3 laid out as BAAI's: an XLMRobertaModel checkpoint with its fast tokenizer (`positions - 2`
     tokens fit, as RoBERTa's positions start at pad_token_id + 1), and FlagEmbedding's two heads saved as it saves
     them, state dicts of `colbert_linear` (hidden -> hidden) and `sparse_linear` (hidden -> 1) by `torch.save`.
-    Weights are drawn wide (initializer_range 0.3) so outputs differ clearly between texts. This seed's sparse head
-    leans positive (raw outputs about 0.5 ± 0.33 on the tests' texts): its bias is set to -0.2 so about a fifth of
-    the tokens fall to a weight <= 0 and are dropped, while none lies within 2e-3 of 0 (ids are compared exactly)."""
+    Weights are drawn wide (std 0.3) so outputs differ clearly between texts, by `_draw_weights` and torch's own
+    Linear init from `seed`, not by transformers, so a new major draws the same checkpoint. This seed's sparse head
+    leans positive (raw outputs about 0.44 ± 0.29 on the tests' texts): its bias is set to -0.2 so about a fifth of
+    the tokens fall to a weight <= 0 and are dropped, while none lies within 5e-3 of 0 (ids are compared exactly)
+    and `<mask>` is kept (0.26)."""
     import torch
     from transformers import XLMRobertaConfig, XLMRobertaModel
 
@@ -594,8 +642,10 @@ def build_bge_m3(folder: Path, positions: int = 130, seed: int = 35) -> Path:
                               num_attention_heads=2, intermediate_size=64, max_position_embeddings=positions,
                               type_vocab_size=1, pad_token_id=1, bos_token_id=0, eos_token_id=2,
                               initializer_range=0.3)
+    model = XLMRobertaModel(config)
     torch.manual_seed(seed)
-    XLMRobertaModel(config).save_pretrained(folder)
+    _draw_weights(model, config.initializer_range)
+    model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     colbert_linear = torch.nn.Linear(hidden, hidden)
     sparse_linear = torch.nn.Linear(hidden, 1)

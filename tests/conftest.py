@@ -422,3 +422,16 @@ def m3_reference(tmp_path_factory: pytest.TempPathFactory, bge_m3_path: Path):  
         return compute_m3_reference(bge_m3_path, tmp_path_factory.mktemp("m3-reference"))
     except ReferenceFailed as error:
         pytest.fail(str(error), pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def majors(tmp_path_factory: pytest.TempPathFactory, minilm_path: Path):  # -> tests.majors_reference.Majors
+    """Checkpoints saved by transformers 4 + sentence-transformers 5 (in the reference venv) and by 5 + 6 (here),
+    with the saving libraries' own outputs."""
+    from tests.hybrid_reference import ReferenceFailed
+    from tests.majors_reference import build_majors
+
+    try:
+        return build_majors(tmp_path_factory.mktemp("majors"), minilm_path)
+    except ReferenceFailed as error:
+        pytest.fail(str(error), pytrace=False)

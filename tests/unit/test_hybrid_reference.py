@@ -73,10 +73,15 @@ def test_bge_m3_checkpoint_layout(bge_m3_path: Path) -> None:
     config = AutoConfig.from_pretrained(bge_m3_path)
     assert config.model_type == "xlm-roberta" and config.hidden_size == M3_HIDDEN
     tokenizer = AutoTokenizer.from_pretrained(bge_m3_path)
-    assert type(tokenizer).__name__ == "XLMRobertaTokenizerFast" and len(tokenizer) == config.vocab_size
+    # BAAI's tokenizer_config.json names XLMRobertaTokenizer: transformers 5's one class of that name is Rust-backed
+    # (its "Fast" name an alias), transformers 4 loads its XLMRobertaTokenizerFast for it
+    assert json.loads((bge_m3_path / "tokenizer_config.json").read_text())["tokenizer_class"] == "XLMRobertaTokenizer"
+    assert type(tokenizer).__name__ == "XLMRobertaTokenizer" and tokenizer.is_fast
+    assert len(tokenizer) == config.vocab_size
     specials = [tokenizer.bos_token_id, tokenizer.pad_token_id, tokenizer.eos_token_id, tokenizer.unk_token_id]
     assert specials == [0, 1, 2, 3]
     assert tokenizer.mask_token_id == len(tokenizer) - 1
+    assert tokenizer.added_tokens_decoder[tokenizer.mask_token_id].lstrip  # XLM-R's `<mask>` takes the space before it
     ids = tokenizer("quick brown fox").input_ids
     assert ids[0] == 0 and ids[-1] == 2
     assert tokenizer.model_max_length == config.max_position_embeddings - 2
@@ -84,6 +89,18 @@ def test_bge_m3_checkpoint_layout(bge_m3_path: Path) -> None:
     sparse = torch.load(bge_m3_path / "sparse_linear.pt", weights_only=True)
     assert {name: tuple(t.shape) for name, t in colbert.items()} == {"weight": (32, 32), "bias": (32,)}
     assert {name: tuple(t.shape) for name, t in sparse.items()} == {"weight": (1, 32), "bias": (1,)}
+
+
+def test_bge_m3_tokenizer_file_is_what_transformers_5_runs(bge_m3_path: Path) -> None:
+    """The reference venv's transformers 4 runs tokenizer.json as it is; transformers 5's XLMRobertaTokenizer rebuilds
+    its own pipeline around the file's vocabulary. Both must be one tokenizer, or the two sides encode other ids."""
+    from tokenizers import Tokenizer
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(bge_m3_path)
+    as_saved = Tokenizer.from_file(str(bge_m3_path / "tokenizer.json"))
+    for text in QUERIES + DOCUMENTS:
+        assert as_saved.encode(text).ids == tokenizer(text).input_ids, text
 
 
 def test_m3_reference_shapes(m3_reference: M3Reference, bge_m3_path: Path) -> None:

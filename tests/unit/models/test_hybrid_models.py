@@ -133,7 +133,7 @@ def test_m3_sparse_keeps_the_mask_token_and_drops_unknown_ones(m3, m3_reference)
     kept = set(output["sparse"][0].astype(int).tolist())
     reference = m3_reference.sparse[len(QUERIES) + DOCUMENTS.index(text)]
     assert unknown not in kept and unknown not in reference
-    assert mask in kept and mask in reference  # its head weight here is 0.19: kept by both
+    assert mask in kept and mask in reference  # its head weight here is 0.26: kept by both
 
 
 def test_colbert_with_truncation_off_refuses_a_document_past_its_length(colbert_path):
