@@ -74,3 +74,10 @@ class ClientGone(EmbentoError):
 
 class ModelUnavailable(EmbentoError):
     """The request names a configured model that failed to load (the others serve, with allow_partial)."""
+
+
+def one_line(exc: BaseException, limit: int = 300) -> str:
+    """A library's exception as one line of a load error: its type and its first line (exporters and ONNX
+    Runtime raise pages of context)."""
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text.splitlines()[0][:limit] if text else ''}"

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from config.settings import get_config
-from models.errors import ModelLoadError
+from models.errors import ModelLoadError, one_line
 
 logger = logging.getLogger(__name__)
 EXPORTED = "onnx/model.onnx"
@@ -158,7 +158,7 @@ def _export(folder: Path, task: str, target: Path) -> None:
         export_graph(folder, task, scratch / "model.onnx")
         _move_into(scratch, target)
     except Exception as exc:
-        raise ModelLoadError(f"cannot export {folder} to ONNX: {_first_line(exc)}") from exc
+        raise ModelLoadError(f"cannot export {folder} to ONNX: {one_line(exc)}") from exc
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
@@ -239,11 +239,6 @@ def _quiet() -> Any:
             yield
     finally:
         exporter_logger.setLevel(level)
-
-
-def _first_line(exc: Exception) -> str:
-    text = str(exc).strip()
-    return f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}"
 
 
 def _move_into(scratch: Path, target: Path) -> None:

@@ -10,7 +10,7 @@ import platform
 from pathlib import Path
 from typing import Any
 
-from models.errors import ModelLoadError
+from models.errors import ModelLoadError, one_line
 from models.onnx_export import EXPORTED, OPTIMIZATION, exported_checkpoint
 
 logger = logging.getLogger(__name__)
@@ -74,9 +74,8 @@ def attach_session(transformer: Any, folder: Path, task: str, quantize: bool, de
     try:
         transformer.model = OnnxTransformerModel(mirror / file_name, transformer.model.config, task, device,
                                                  session_options(threads), providers(device))
-    except Exception as exc:  # ONNX Runtime refused the graph: its reason, in one line
-        reason = " ".join(str(exc).split())[:300]
-        raise ModelLoadError(f"ONNX Runtime cannot open {mirror / file_name}: {reason}") from exc
+    except Exception as exc:  # ONNX Runtime refused the graph
+        raise ModelLoadError(f"ONNX Runtime cannot open {mirror / file_name}: {one_line(exc)}") from exc
 
 
 def _quantize(exported: Path, target: Path, preset: str) -> None:
@@ -85,13 +84,18 @@ def _quantize(exported: Path, target: Path, preset: str) -> None:
     activations per tensor, one scale for the whole padded batch, which costs short inputs most: every int8
     input left out helps them, and the graph runs faster so (figures: bench/onnx_int8.py, docs/models.md,
     int8). The file grows from 22 to 57 MB on all-MiniLM-L6-v2 (float32 embeddings)."""
+    import onnx
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     logger.info("quantizing %s to dynamic int8, once", exported)
     target.parent.mkdir(parents=True, exist_ok=True)
     scratch = target.parent / f".quantize-{os.getpid()}.onnx"
+    graph = onnx.load(str(exported))
+    # The quantizer infers every shape again, and rejected a classifier head's that the exporter recorded
+    # ("Inferred shape and existing shape differ": 384 vs 1); inferred from nothing, they agree.
+    del graph.graph.value_info[:]
     try:
-        quantize_dynamic(exported, scratch, op_types_to_quantize=["MatMul"], per_channel=True,
+        quantize_dynamic(graph, scratch, op_types_to_quantize=["MatMul"], per_channel=True,
                          weight_type=QuantType[WEIGHT_TYPES[preset]], nodes_to_exclude=float_matmuls(exported),
                          extra_options={"WeightSymmetric": True, "ActivationSymmetric": False})
         os.replace(scratch, target)

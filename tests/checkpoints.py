@@ -179,7 +179,7 @@ def drop_tokenizer_limit(folder: Path) -> None:
     path.write_text(json.dumps(config, indent=2))
 
 
-def byte_level_roberta_tokenizer(folder: Path, model_max_length: int):  # -> RobertaTokenizerFast
+def byte_level_roberta_tokenizer(model_max_length: int):  # -> RobertaTokenizerFast
     """RoBERTa's tokenizer over the 256 byte symbols and no merges: one token per character of plain text.
     Built from the vocabulary in memory: transformers 5 ignores `vocab_file` and `merges_file` here."""
     from tokenizers import pre_tokenizers
@@ -196,7 +196,7 @@ def build_roberta(folder: Path, positions: int = 66) -> Path:
     import torch
     from transformers import RobertaConfig, RobertaModel
 
-    tokenizer = byte_level_roberta_tokenizer(folder, 512)
+    tokenizer = byte_level_roberta_tokenizer(512)
     torch.manual_seed(15)
     RobertaModel(RobertaConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
                                intermediate_size=64, max_position_embeddings=positions, pad_token_id=1)
@@ -213,7 +213,7 @@ def build_clap(folder: Path, text_positions: int = 130, tokenizer_limit: int | N
     import torch
     from transformers import ClapConfig, ClapFeatureExtractor, ClapModel, ClapProcessor
 
-    tokenizer = byte_level_roberta_tokenizer(folder, tokenizer_limit or 128)
+    tokenizer = byte_level_roberta_tokenizer(tokenizer_limit or 128)
     torch.manual_seed(12)
     config = ClapConfig(
         text_config={"vocab_size": len(tokenizer), "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,

@@ -53,7 +53,7 @@ def test_a_reranker_saved_from_minilm_serves_and_scores_as_cross_encoder_predict
     response = client.post("/v1/rerank", json={"model": MINILM_RERANKER, "query": QUERY, "documents": documents})
     assert response.status_code == 200, response.text
     reference = CrossEncoder(str(minilm_reranker_path), local_files_only=True, device="cpu")
-    assert reference.max_length == 128
+    assert reference.max_seq_length == 128
     assert_close(_scores_by_index(response.json()["results"]), reference.predict([(QUERY, d) for d in documents]))
 
 

@@ -41,13 +41,10 @@ def hf(server: str):
     """TEI's client, online for this module only: the suite runs with HF_HUB_OFFLINE=1, under which
     huggingface_hub refuses every HTTP call, a local server's too."""
     from huggingface_hub import InferenceClient, constants
-    from huggingface_hub.utils import reset_sessions
 
-    with pytest.MonkeyPatch.context() as patch:
+    with pytest.MonkeyPatch.context() as patch:  # huggingface_hub 1.x and 2.x read it on each request
         patch.setattr(constants, "HF_HUB_OFFLINE", False)
-        reset_sessions()
         yield InferenceClient(server)
-    reset_sessions()
 
 
 @pytest.fixture(scope="module")
