@@ -129,10 +129,11 @@ def float_matmuls(model: Path) -> list[str]:
 
 
 def quantization_preset() -> str:
-    """The quantization preset for this CPU (optimum's names, kept so that caches keep their folders). s8 weights where it has VNNI (avx512_vnni or avx_vnni: ONNX Runtime
-    multiplies u8 x s8 in 32 bits there); u8 weights elsewhere, as u8 x s8 without VNNI goes through
-    vpmaddubsw, whose 16-bit pair sums saturate (min cosine 0.9891 instead of 0.9917), while u8 x u8 is
-    widened first and stays exact. The 7-bit reduced range avoids the saturation too but costs more (0.9875)."""
+    """The quantization preset for this CPU (optimum's names, kept so that caches keep their folders). s8
+    weights where it has VNNI (avx512_vnni or avx_vnni: ONNX Runtime multiplies u8 x s8 in 32 bits there); u8
+    weights elsewhere, as u8 x s8 without VNNI goes through vpmaddubsw, whose 16-bit pair sums saturate (min
+    cosine 0.9891 instead of 0.9917), while u8 x u8 is widened first and stays exact. The 7-bit reduced range
+    avoids the saturation too but costs more (0.9875)."""
     if platform.machine().lower() in ("arm64", "aarch64"):
         return "arm64"
     try:

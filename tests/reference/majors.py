@@ -23,8 +23,8 @@ from safetensors.torch import load_file
 from sentence_transformers import CrossEncoder, SentenceTransformer, SparseEncoder
 from sentence_transformers.models import Normalize, Pooling, Transformer
 from sentence_transformers.sparse_encoder.models import MLMTransformer, SpladePooling
-from transformers import (BertConfig, BertForMaskedLM, BertForSequenceClassification, BertTokenizerFast, Qwen2TokenizerFast,
-                          Qwen3Config, Qwen3Model)
+from transformers import (BertConfig, BertForMaskedLM, BertForSequenceClassification, BertTokenizerFast,
+                          Qwen2TokenizerFast, Qwen3Config, Qwen3Model)
 
 QWEN3_SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>", "</think>"]
 
