@@ -94,3 +94,28 @@ def test_a_checkpoint_of_a_newer_major_is_refused(majors, tmp_path, file, field,
         load_model(newer, ModelConfig(model_id=str(newer), device="cpu", backend="torch"))
     assert f"{package} {written}" in refused.value.message and version(package) in refused.value.message
     assert "\n" not in refused.value.message
+
+
+def test_a_tokenizer_saved_as_tokenizers_backend_loads(modernbert_path):
+    """transformers 5 saves a tokenizer made from a `tokenizers` object as `TokenizersBackend`; 4.57 knew no
+    such class. It tokenizes as the tokenizer file itself does."""
+    from tokenizers import Tokenizer
+
+    assert json.loads((modernbert_path / "tokenizer_config.json").read_text())["tokenizer_class"] == \
+        "TokenizersBackend"
+    tokenizer, model = _served(modernbert_path, "torch")
+    own = Tokenizer.from_file(str(modernbert_path / "tokenizer.json"))
+    within = [text for text in TEXTS if len(own.encode(text).ids) <= model.info.max_input_tokens]  # none cut
+    assert len(within) >= 5
+    assert tokenizer.encode_texts(within) == [own.encode(text).ids for text in within]
+
+
+@pytest.mark.parametrize("named", ["Qwen2TokenizerFast", "PreTrainedTokenizerFast"])
+def test_the_fast_class_names_of_older_checkpoints_load(majors, tmp_path, named):
+    """Checkpoints of the transformers 4 years name `*Fast` classes (or the generic fast one); they tokenize as
+    the class transformers 4.57 wrote."""
+    older = shutil.copytree(majors.qwen3_st5, tmp_path / "older")
+    settings = json.loads((older / "tokenizer_config.json").read_text())
+    (older / "tokenizer_config.json").write_text(json.dumps({**settings, "tokenizer_class": named}))
+    expected = TextTokenizer(majors.qwen3_st5, ModelConfig(model_id=str(majors.qwen3_st5))).encode_texts(TEXTS)
+    assert TextTokenizer(older, ModelConfig(model_id=str(older))).encode_texts(TEXTS) == expected
