@@ -78,7 +78,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.attention:
         for name in args.models:
-            compare_attention(packaged_model_path(MINILM) if name == "minilm" else base_checkpoint(), args.repeats)
+            compare_attention(name, packaged_model_path(MINILM) if name == "minilm" else base_checkpoint(), args.repeats)
         return
 
     import torch
@@ -140,7 +140,7 @@ def main() -> None:
     print(f"\nload average after: {os.getloadavg()}")
 
 
-def compare_attention(folder: Path, repeats: int) -> None:
+def compare_attention(name: str, folder: Path, repeats: int) -> None:
     """The graph exported with transformers' eager attention (what models/onnx_export.py exports) against the
     one exported with SDPA: ONNX Runtime's pass time at 1 and 32 rows, interleaved per round, and how far the
     two graphs' outputs are apart."""
@@ -154,7 +154,7 @@ def compare_attention(folder: Path, repeats: int) -> None:
         export_graph(folder, "feature-extraction", work / f"{attention}.onnx", attention=attention)
         sessions[attention] = session(work / f"{attention}.onnx", 2, spinning=False)
     tokenizer = AutoTokenizer.from_pretrained(str(folder))
-    print(f"\n## {folder.name}: export with eager against SDPA attention (median ms of {repeats})")
+    print(f"\n## {name}: export with eager against SDPA attention (median ms of {repeats})")
     print("| rows | eager | sdpa | sdpa / eager | max abs diff |")
     print("|---|---|---|---|---|")
     for rows in (1, 32):
