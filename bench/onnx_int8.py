@@ -218,11 +218,11 @@ def main() -> None:
     sentences = make_sentences(20, seed=args.seed)
     reference_model = SentenceTransformer(str(folder), device="cpu")
     reference = reference_model.encode(sentences, batch_size=BATCH)
-    mirror, exported = onnx_checkpoint(folder, "feature-extraction", quantize=False)
+    entry, exported = onnx_checkpoint(folder, "feature-extraction", quantize=False)
 
     def load(file_name: str) -> SentenceTransformer:
         model = SentenceTransformer(str(folder), device="cpu", local_files_only=True)
-        model[0].model = OnnxTransformerModel(mirror / file_name, model[0].model.config, "feature-extraction", "cpu",
+        model[0].model = OnnxTransformerModel(entry / file_name, model[0].model.config, "feature-extraction", "cpu",
                                               session_options(THREADS), ["CPUExecutionProvider"])
         return model
 
@@ -260,8 +260,8 @@ def main() -> None:
         if args.only and candidate.name not in args.only:
             continue
         file_name = "onnx/model_" + "".join(c if c.isalnum() else "_" for c in candidate.name) + ".onnx"
-        if not (mirror / file_name).is_file():
-            quantize(mirror / exported, candidate, file_name)
+        if not (entry / file_name).is_file():
+            quantize(entry / exported, candidate, file_name)
         row(candidate.name, encode_with(load(file_name)))
     if not args.only:
         row("ctranslate2 int8 (for comparison)", ctranslate2_int8(folder))

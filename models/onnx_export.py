@@ -4,9 +4,9 @@ The export is torch's own (`torch.onnx.export` with its dynamo exporter): the tr
 export task, taking the batch tensors the model service pads (`input_ids`, `attention_mask` and, where the
 tokenizer gives them, `token_type_ids`) and giving its token states or logits. The legacy TorchScript exporter
 traced transformers 5's attention masks at the sample's length (min cosine 0.85 on all-MiniLM-L6-v2 at other
-lengths), and optimum-onnx, which wrapped it, caps transformers below 4.58. The entry mirrors the checkpoint
-(its files linked, not copied) and adds `onnx/model.onnx`. A checkpoint that ships `onnx/model.onnx` is used as
-it is (the parity gate of `backend: auto` still judges it). An export made elsewhere (a Bento carries one from
+lengths), and optimum-onnx, which wrapped it, caps transformers below 4.58. The entry holds `onnx/model.onnx`
+(sentence-transformers loads the checkpoint itself, from its own folder). A checkpoint that ships
+`onnx/model.onnx` is used as it is, linked into the entry (the parity gate of `backend: auto` still judges it). An export made elsewhere (a Bento carries one from
 its build) is adopted, not made again.
 """
 
@@ -70,9 +70,9 @@ def onnx_entry(folder: Path, task: str) -> Path:
 
 
 def exported_checkpoint(folder: Path, task: str) -> Path:
-    """The entry, with the checkpoint's files and its export, exporting at most once."""
+    """The entry, with the checkpoint's export, exporting at most once."""
     entry = onnx_entry(folder, task)
-    _link_files(folder, entry)
+    _link_shipped_export(folder, entry)
     if not (entry / EXPORTED).is_file():
         _export(folder, task, entry / "onnx")
     key_file = entry / KEY_FILE
@@ -96,8 +96,8 @@ def adopt_export(source: Path, folder: Path, task: str) -> Path:
 
 
 def export_files(entry: Path) -> list[Path]:
-    """What an entry adds to its checkpoint (the export, its key, its verdict): what a Bento carries."""
-    return [path for path in entry.rglob("*") if path.is_file() and not _is_link_to_checkpoint(entry, path)]
+    """What an entry holds (the export, its key, its verdict): what a Bento carries."""
+    return [path for path in entry.rglob("*") if path.is_file()]
 
 
 def checkpoint_revision(folder: Path) -> str:
@@ -130,18 +130,11 @@ def _version(package: str) -> str:
         return "absent"
 
 
-def _is_link_to_checkpoint(entry: Path, path: Path) -> bool:
-    return path.is_symlink() and path.relative_to(entry).parts[0] != "onnx"
-
-
-def _link_files(folder: Path, mirror: Path) -> None:
-    (mirror / "onnx").mkdir(parents=True, exist_ok=True)
-    for entry in folder.iterdir():
-        if entry.name != "onnx":
-            _link(mirror / entry.name, entry)
+def _link_shipped_export(folder: Path, entry: Path) -> None:
+    (entry / "onnx").mkdir(parents=True, exist_ok=True)
     shipped = folder / EXPORTED
     if shipped.is_file():
-        _link(mirror / EXPORTED, shipped)
+        _link(entry / EXPORTED, shipped)
 
 
 def _link(link: Path, target: Path) -> None:

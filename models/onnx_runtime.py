@@ -24,14 +24,14 @@ WEIGHT_TYPES = {"avx512_vnni": "QInt8", "avx2": "QUInt8", "arm64": "QInt8"}
 
 def onnx_checkpoint(folder: Path, task: str, quantize: bool) -> tuple[Path, str]:
     """(the export's cache entry, the graph file inside it to run), exporting and quantizing at most once."""
-    mirror = exported_checkpoint(folder, task)
+    entry = exported_checkpoint(folder, task)
     if not quantize:
-        return mirror, EXPORTED
+        return entry, EXPORTED
     preset = quantization_preset()
     quantized = QUANTIZED.format(preset=preset)
-    if not (mirror / quantized).is_file():
-        _quantize(mirror / EXPORTED, mirror / quantized, preset)
-    return mirror, quantized
+    if not (entry / quantized).is_file():
+        _quantize(entry / EXPORTED, entry / quantized, preset)
+    return entry, quantized
 
 
 OPTIMIZATION_LEVELS = {"disable": "ORT_DISABLE_ALL", "basic": "ORT_ENABLE_BASIC", "extended": "ORT_ENABLE_EXTENDED",
@@ -70,12 +70,12 @@ def attach_session(transformer: Any, folder: Path, task: str, quantize: bool, de
     Runtime from now on, its torch weights let go; its Pooling, Dense and Normalize modules stay."""
     from models.onnx_model import OnnxTransformerModel
 
-    mirror, file_name = onnx_checkpoint(folder, task, quantize)
+    entry, file_name = onnx_checkpoint(folder, task, quantize)
     try:
-        transformer.model = OnnxTransformerModel(mirror / file_name, transformer.model.config, task, device,
+        transformer.model = OnnxTransformerModel(entry / file_name, transformer.model.config, task, device,
                                                  session_options(threads), providers(device))
     except Exception as exc:  # ONNX Runtime refused the graph
-        raise ModelLoadError(f"ONNX Runtime cannot open {mirror / file_name}: {one_line(exc)}") from exc
+        raise ModelLoadError(f"ONNX Runtime cannot open {entry / file_name}: {one_line(exc)}") from exc
 
 
 def _quantize(exported: Path, target: Path, preset: str) -> None:

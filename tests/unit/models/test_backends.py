@@ -89,9 +89,9 @@ def test_int8_keeps_down_projections_float(minilm_path, cache_dir):
 
     import onnx
 
-    mirror, _ = onnx_checkpoint(minilm_path, "feature-extraction", quantize=False)
-    kept = set(float_matmuls(mirror / EXPORTED))
-    graph = onnx.load(str(mirror / EXPORTED)).graph
+    entry, _ = onnx_checkpoint(minilm_path, "feature-extraction", quantize=False)
+    kept = set(float_matmuls(entry / EXPORTED))
+    graph = onnx.load(str(entry / EXPORTED)).graph
     shapes = {tensor.name: tuple(tensor.dims) for tensor in graph.initializer}
     weights = {node.name: next((shapes[name] for name in node.input if name in shapes), None)
                for node in graph.node if node.op_type == "MatMul"}
