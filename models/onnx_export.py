@@ -6,8 +6,8 @@ tokenizer gives them, `token_type_ids`) and giving its token states or logits. T
 traced transformers 5's attention masks at the sample's length (min cosine 0.85 on all-MiniLM-L6-v2 at other
 lengths), and optimum-onnx, which wrapped it, caps transformers below 4.58. The entry holds `onnx/model.onnx`
 (sentence-transformers loads the checkpoint itself, from its own folder). A checkpoint that ships
-`onnx/model.onnx` is used as it is, linked into the entry (the parity gate of `backend: auto` still judges it). An export made elsewhere (a Bento carries one from
-its build) is adopted, not made again.
+`onnx/model.onnx` is used as it is, linked into the entry (the parity gate of `backend: auto` still judges
+it). An export made elsewhere (a Bento carries one from its build) is adopted, not made again.
 """
 
 from __future__ import annotations
