@@ -91,8 +91,9 @@ class Gateway:
         preprocessors, self.failed_here = load_preprocessors(CONFIG, KINDS, load_models)
         self.clients = {name: getattr(self, name) for name in MODEL_SERVICE_NAMES}
         calls = ModelCalls(CONFIG, KINDS.values(), self.clients, dispatch_max_rows(), COUNTERS)
-        self.engine = Engine(CONFIG, LIFECYCLE.registry, calls, preprocessors, edge.url_fetcher(CONFIG),
-                             EmbeddingCache(CONFIG.cache))
+        self.engine = Engine(
+            CONFIG, LIFECYCLE.registry, calls, preprocessors, edge.url_fetcher(CONFIG), EmbeddingCache(CONFIG.cache)
+        )
         self.jobs = JOB_STORE and JobWorker(JOB_STORE, CONFIG.jobs, self.engine, LIFECYCLE.is_ready, NEW_JOBS, KEYS)
 
     @bentoml.on_startup
@@ -153,8 +154,9 @@ class Gateway:
 
     # Voyage
     @bentoml.api(route=voyage.VOYAGE_PATH)
-    async def contextualized_embeddings(self, request: voyage.ContextualizedRequest, /
-                                        ) -> voyage.ContextualizedResponse:
+    async def contextualized_embeddings(
+        self, request: voyage.ContextualizedRequest, /
+    ) -> voyage.ContextualizedResponse:
         """Voyage's contextualized embeddings: each document's chunks embedded in the context of the whole."""
         return await answered(voyage.contextualized, self.engine, request)
 

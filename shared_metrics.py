@@ -10,6 +10,7 @@ from __future__ import annotations
 import bentoml
 
 DROPPED_INPUTS = bentoml.metrics.Counter(
-    name="embento_dropped_inputs", documentation="Inputs of abandoned requests dropped instead of run",
+    name="embento_dropped_inputs",
+    documentation="Inputs of abandoned requests dropped instead of run",
     labelnames=["model"],
 )

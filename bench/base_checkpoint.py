@@ -59,16 +59,33 @@ def build(folder: Path = DEFAULT_FOLDER) -> Path:
     ]
     (folder / "modules.json").write_text(json.dumps(modules, indent=2))
     (folder / "1_Pooling").mkdir()
-    (folder / "1_Pooling" / "config.json").write_text(json.dumps({
-        "word_embedding_dimension": SHAPE["hidden_size"], "pooling_mode_cls_token": False,
-        "pooling_mode_mean_tokens": True, "pooling_mode_max_tokens": False,
-        "pooling_mode_mean_sqrt_len_tokens": False}, indent=2))
+    (folder / "1_Pooling" / "config.json").write_text(
+        json.dumps(
+            {
+                "word_embedding_dimension": SHAPE["hidden_size"],
+                "pooling_mode_cls_token": False,
+                "pooling_mode_mean_tokens": True,
+                "pooling_mode_max_tokens": False,
+                "pooling_mode_mean_sqrt_len_tokens": False,
+            },
+            indent=2,
+        )
+    )
     (folder / "2_Normalize").mkdir()
     (folder / "sentence_bert_config.json").write_text(
-        json.dumps({"max_seq_length": MAX_SEQ_LENGTH, "do_lower_case": False}, indent=2))
-    (folder / "config_sentence_transformers.json").write_text(json.dumps(
-        {"__version__": {"sentence_transformers": "3.0.0", "transformers": "4.41.0", "pytorch": "2.3.0"},
-         "prompts": {}, "default_prompt_name": None, "similarity_fn_name": "cosine"}, indent=2))
+        json.dumps({"max_seq_length": MAX_SEQ_LENGTH, "do_lower_case": False}, indent=2)
+    )
+    (folder / "config_sentence_transformers.json").write_text(
+        json.dumps(
+            {
+                "__version__": {"sentence_transformers": "3.0.0", "transformers": "4.41.0", "pytorch": "2.3.0"},
+                "prompts": {},
+                "default_prompt_name": None,
+                "similarity_fn_name": "cosine",
+            },
+            indent=2,
+        )
+    )
     mark.write_text(json.dumps(spec))
     return folder
 

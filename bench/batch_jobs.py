@@ -50,19 +50,25 @@ INTERACTIVE_RATE = 5.0  # requests a second
 
 def line_bodies(count: int, seed: int) -> list[dict]:
     texts = corpus(count * LINE_INPUTS, 8, 20, seed=seed)
-    return [{"model": MODEL, "input": texts[i * LINE_INPUTS:(i + 1) * LINE_INPUTS]} for i in range(count)]
+    return [{"model": MODEL, "input": texts[i * LINE_INPUTS : (i + 1) * LINE_INPUTS]} for i in range(count)]
 
 
 def batch_file(bodies: list[dict]) -> bytes:
-    return "\n".join(json.dumps({"custom_id": f"line-{i}", "method": "POST", "url": "/v1/embeddings", "body": body})
-                     for i, body in enumerate(bodies)).encode()
+    return "\n".join(
+        json.dumps({"custom_id": f"line-{i}", "method": "POST", "url": "/v1/embeddings", "body": body})
+        for i, body in enumerate(bodies)
+    ).encode()
 
 
 def submit(url: str, bodies: list[dict]) -> str:
-    upload = httpx.post(f"{url}/v1/files", files={"file": ("in.jsonl", batch_file(bodies))},
-                        data={"purpose": "batch"}, timeout=300).json()
-    batch = httpx.post(f"{url}/v1/batches", json={"input_file_id": upload["id"], "endpoint": "/v1/embeddings",
-                                                  "completion_window": "24h"}, timeout=60).json()
+    upload = httpx.post(
+        f"{url}/v1/files", files={"file": ("in.jsonl", batch_file(bodies))}, data={"purpose": "batch"}, timeout=300
+    ).json()
+    batch = httpx.post(
+        f"{url}/v1/batches",
+        json={"input_file_id": upload["id"], "endpoint": "/v1/embeddings", "completion_window": "24h"},
+        timeout=60,
+    ).json()
     return batch["id"]
 
 
@@ -115,11 +121,14 @@ def batch_alone(url: str, bodies: list[dict], best_online: float, pid: int) -> f
     # Past the fixed costs (upload, validation, the first and last chunks, finalization): from 10 % to 90 % done.
     (t0, n0), (t1, n1) = (next(p for p in progress if p[1] >= share * len(bodies)) for share in (0.1, 0.9))
     steady = (n1 - n0) * LINE_INPUTS / (t1 - t0)
-    print(f"2. a batch of {len(bodies)} lines alone: {elapsed:.1f} s from upload to completed, {rate:.1f} inputs/s "
-          f"= {rate / best_online:.2f} x the online best; from 10 % to 90 % done {steady:.1f} inputs/s = "
-          f"{steady / best_online:.2f} x (target >= 0.9: {'met' if rate >= 0.9 * best_online else 'NOT met'} end to "
-          f"end, {'met' if steady >= 0.9 * best_online else 'NOT met'} steady); other processes used "
-          f"{watch.other_cores:.2f} cores", flush=True)
+    print(
+        f"2. a batch of {len(bodies)} lines alone: {elapsed:.1f} s from upload to completed, {rate:.1f} inputs/s "
+        f"= {rate / best_online:.2f} x the online best; from 10 % to 90 % done {steady:.1f} inputs/s = "
+        f"{steady / best_online:.2f} x (target >= 0.9: {'met' if rate >= 0.9 * best_online else 'NOT met'} end to "
+        f"end, {'met' if steady >= 0.9 * best_online else 'NOT met'} steady); other processes used "
+        f"{watch.other_cores:.2f} cores",
+        flush=True,
+    )
     return elapsed / len(bodies)
 
 
@@ -173,12 +182,15 @@ def interactive(url: str, big_lines: int, seconds: float) -> None:
     passes = after_pass[1] - before_pass[1]
     one_pass_ms = (after_pass[0] - before_pass[0]) / passes * 1000 if passes else float("nan")
     target = p99(alone) * 1.5 + one_pass_ms
-    print(f"3. interactive single sentences, {INTERACTIVE_RATE:g}/s for {seconds:g} s: p50 {statistics.median(alone):.1f}"
-          f" ms, p99 {p99(alone):.1f} ms alone; beside a {big_lines}-line batch p50 {statistics.median(beside):.1f} "
-          f"ms, p99 {p99(beside):.1f} ms (target <= {p99(alone):.1f} x 1.5 + one pass {one_pass_ms:.1f} ms = "
-          f"{target:.1f} ms: {'met' if p99(beside) <= target else 'NOT met'}); the batch did {done} lines "
-          f"({done * LINE_INPUTS / seconds:.0f} inputs/s) meanwhile; the slowest beside it: "
-          f"{', '.join(f'{ms:.0f}' for ms in sorted(beside)[-5:])} ms", flush=True)
+    print(
+        f"3. interactive single sentences, {INTERACTIVE_RATE:g}/s for {seconds:g} s: p50 {statistics.median(alone):.1f}"
+        f" ms, p99 {p99(alone):.1f} ms alone; beside a {big_lines}-line batch p50 {statistics.median(beside):.1f} "
+        f"ms, p99 {p99(beside):.1f} ms (target <= {p99(alone):.1f} x 1.5 + one pass {one_pass_ms:.1f} ms = "
+        f"{target:.1f} ms: {'met' if p99(beside) <= target else 'NOT met'}); the batch did {done} lines "
+        f"({done * LINE_INPUTS / seconds:.0f} inputs/s) meanwhile; the slowest beside it: "
+        f"{', '.join(f'{ms:.0f}' for ms in sorted(beside)[-5:])} ms",
+        flush=True,
+    )
 
 
 def state_writes(seconds_per_line: float, output_bytes: int) -> None:
@@ -202,9 +214,12 @@ def state_writes(seconds_per_line: float, output_bytes: int) -> None:
             store.store_chunk(chunk, "bench", [(line.number, True, output) for line in chunk.lines])
         per_line = (time.perf_counter() - started) / lines
     share = per_line / seconds_per_line
-    print(f"4. SQLite state writes: {per_line * 1e6:.0f} us a line ({settings.chunk_lines}-line chunks, {output_bytes} bytes "
-          f"of output a line) = {share:.1%} of a batch line's {seconds_per_line * 1e3:.2f} ms (target <= 5 %: "
-          f"{'met' if share <= 0.05 else 'NOT met'})", flush=True)
+    print(
+        f"4. SQLite state writes: {per_line * 1e6:.0f} us a line ({settings.chunk_lines}-line chunks, {output_bytes} "
+        f"bytes of output a line) = {share:.1%} of a batch line's {seconds_per_line * 1e3:.2f} ms (target <= 5 %: "
+        f"{'met' if share <= 0.05 else 'NOT met'})",
+        flush=True,
+    )
 
 
 def main() -> None:
@@ -213,8 +228,9 @@ def main() -> None:
     parser.add_argument("--big-lines", type=int, default=50_000)
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--interactive-only", action="store_true", help="part 3 alone")
-    parser.add_argument("--env", action="append", default=[], help="NAME=VALUE for the server, e.g. "
-                        "EMBENTO_JOBS_LINES_IN_FLIGHT=8")
+    parser.add_argument(
+        "--env", action="append", default=[], help="NAME=VALUE for the server, e.g. EMBENTO_JOBS_LINES_IN_FLIGHT=8"
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as home:
         port = free_port()

@@ -77,9 +77,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.load import LoadWatch  # noqa: E402
 from bench.server import free_port, start_server, stop_server  # noqa: E402
-from tests.redis_server import RedisServer  # noqa: E402
 from gateway.cache.memory import ENTRY_OVERHEAD_BYTES, MemoryTier  # noqa: E402
 from gateway.cache.values import Entry, encode  # noqa: E402
+from tests.redis_server import RedisServer  # noqa: E402
 from tests.sentences import short_sentences  # noqa: E402
 
 MODEL = "sentence-transformers/all-MiniLM-L6-v2"
@@ -175,8 +175,11 @@ def serve(name: str, home: Path, **env: str) -> Server:
 
 
 def cached_env(redis: RedisServer, memory_bytes: int | None = None) -> dict[str, str]:
-    env = {"EMBENTO_CACHE": "true", "EMBENTO_CACHE_REDIS_URL": redis.url,
-           "EMBENTO_CACHE_REDIS_TIMEOUT_MS": str(REDIS_TIMEOUT_MS)}
+    env = {
+        "EMBENTO_CACHE": "true",
+        "EMBENTO_CACHE_REDIS_URL": redis.url,
+        "EMBENTO_CACHE_REDIS_TIMEOUT_MS": str(REDIS_TIMEOUT_MS),
+    }
     if memory_bytes is not None:
         env["EMBENTO_CACHE_MEMORY_BYTES"] = str(memory_bytes)
     return env
@@ -197,8 +200,9 @@ def scrape(server: Server) -> str:
 
 
 def embed(server: Server, texts: list[str], headers: dict[str, str] | None = None) -> dict:
-    answer = httpx.post(server.url + "/v1/embeddings", json={"model": MODEL, "input": texts}, headers=headers,
-                        timeout=120)
+    answer = httpx.post(
+        server.url + "/v1/embeddings", json={"model": MODEL, "input": texts}, headers=headers, timeout=120
+    )
     answer.raise_for_status()
     return answer.json()
 
@@ -206,7 +210,7 @@ def embed(server: Server, texts: list[str], headers: dict[str, str] | None = Non
 def warm(server: Server, pool: list[str]) -> None:
     """Every pool sentence embedded once, then checked to be answered from the cache."""
     for start in range(0, len(pool), PER_REQUEST):
-        embed(server, pool[start:start + PER_REQUEST])
+        embed(server, pool[start : start + PER_REQUEST])
     time.sleep(1.5)  # Redis stores trail the answers by up to a second
     usage = embed(server, pool[:PER_REQUEST])["usage"]
     cached = usage["prompt_tokens_details"]["cached_tokens"]
@@ -217,7 +221,7 @@ def warm(server: Server, pool: list[str]) -> None:
 def vectors(server: Server, texts: list[str]) -> dict[str, np.ndarray]:
     found: dict[str, np.ndarray] = {}
     for start in range(0, len(texts), PER_REQUEST):
-        batch = texts[start:start + PER_REQUEST]
+        batch = texts[start : start + PER_REQUEST]
         for text, item in zip(batch, embed(server, batch, {"Cache-Control": "no-store"})["data"]):
             found[text] = np.asarray(item["embedding"], dtype=np.float32)
     return found
@@ -246,18 +250,22 @@ class Done:
 def usage_of(raw: bytes) -> tuple[int, int | None]:
     """(prompt tokens, cached tokens) of an answer, from its tail: `usage` comes last, and the clients share the
     2 cores with the server, so they do not parse the vectors."""
-    usage = json.loads(raw[raw.rindex(b'"usage":') + len(b'"usage":'):-1])
+    usage = json.loads(raw[raw.rindex(b'"usage":') + len(b'"usage":') : -1])
     return usage["prompt_tokens"], usage.get("prompt_tokens_details", {}).get("cached_tokens")
 
 
 def wrong_vectors(raw: bytes, batch: list[str], reference: dict[str, np.ndarray]) -> int:
     data = json.loads(raw)["data"]
-    return sum(not np.allclose(item["embedding"], reference[text], atol=1e-4)
-               for text, item in zip(batch, data) if text in reference)
+    return sum(
+        not np.allclose(item["embedding"], reference[text], atol=1e-4)
+        for text, item in zip(batch, data)
+        if text in reference
+    )
 
 
-async def request(session: aiohttp.ClientSession, url: str, batch: list[str],
-                  reference: dict[str, np.ndarray] | None) -> Done:
+async def request(
+    session: aiohttp.ClientSession, url: str, batch: list[str], reference: dict[str, np.ndarray] | None
+) -> Done:
     body = json.dumps({"model": MODEL, "input": batch}).encode()
     started = time.perf_counter()
     try:
@@ -266,14 +274,15 @@ async def request(session: aiohttp.ClientSession, url: str, batch: list[str],
             seconds = time.perf_counter() - started
             if response.status != 200:
                 return Done(started, seconds, len(batch), f"HTTP {response.status}: {raw[:200]!r}")
-    except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+    except (TimeoutError, aiohttp.ClientError) as exc:
         return Done(started, time.perf_counter() - started, len(batch), repr(exc))
     wrong = wrong_vectors(raw, batch, reference) if reference else 0
     return Done(started, seconds, len(batch), None, *usage_of(raw), wrong)
 
 
-async def load(url: str, workload: Workload, clients: int, stop: asyncio.Event,
-               reference: dict[str, np.ndarray] | None = None) -> list[Done]:
+async def load(
+    url: str, workload: Workload, clients: int, stop: asyncio.Event, reference: dict[str, np.ndarray] | None = None
+) -> list[Done]:
     """`clients` closed-loop clients, each sending its next request as soon as one is answered, until `stop`."""
     done: list[Done] = []
 
@@ -287,8 +296,9 @@ async def load(url: str, workload: Workload, clients: int, stop: asyncio.Event,
     return done
 
 
-async def timed_load(url: str, workload: Workload, clients: int, seconds: float,
-                     reference: dict[str, np.ndarray] | None = None) -> list[Done]:
+async def timed_load(
+    url: str, workload: Workload, clients: int, seconds: float, reference: dict[str, np.ndarray] | None = None
+) -> list[Done]:
     stop = asyncio.Event()
     asyncio.get_running_loop().call_later(seconds, stop.set)
     return await load(url, workload, clients, stop, reference)
@@ -339,10 +349,14 @@ def one_run(server: Server, workload: Workload, seconds: float, pids: tuple[int,
     return done, other.other_cores
 
 
-def throughput(off: Server, on: Server, redis: RedisServer, pool: list[str], fresh: Fresh, rounds: int,
-               seconds: float) -> dict[tuple[float, str], Runs]:
-    print(f"\n1. throughput: {CLIENTS} clients x {PER_REQUEST} inputs per request, {seconds:.0f} s a run, "
-          f"{rounds} rounds", flush=True)
+def throughput(
+    off: Server, on: Server, redis: RedisServer, pool: list[str], fresh: Fresh, rounds: int, seconds: float
+) -> dict[tuple[float, str], Runs]:
+    print(
+        f"\n1. throughput: {CLIENTS} clients x {PER_REQUEST} inputs per request, {seconds:.0f} s a run, "
+        f"{rounds} rounds",
+        flush=True,
+    )
     workloads = {share: Workload(share, pool, fresh, PER_REQUEST) for share in REPEAT_TARGETS}
     servers = (off, on)
     for server in servers:  # unrecorded: the first requests of a run pay for what is not warm yet
@@ -350,28 +364,35 @@ def throughput(off: Server, on: Server, redis: RedisServer, pool: list[str], fre
     runs = {(share, server.name): Runs() for share in workloads for server in servers}
     for round_ in range(rounds):
         for share, workload in workloads.items():
-            for server in (servers if round_ % 2 == 0 else servers[::-1]):
+            for server in servers if round_ % 2 == 0 else servers[::-1]:
                 done, other = one_run(server, workload, seconds, (redis.process.pid,))
                 record = runs[share, server.name]
                 record.rates.append(rate(done))
                 record.cached.append(cached_share(done))
                 record.other.append(other)
                 record.failed += sum(d.error is not None for d in done)
-        print(f"  round {round_ + 1}: " + ", ".join(f"{share:.0%} {name} {r.rates[-1]:.0f}"
-                                                    for (share, name), r in runs.items()), flush=True)
+        print(
+            f"  round {round_ + 1}: "
+            + ", ".join(f"{share:.0%} {name} {r.rates[-1]:.0f}" for (share, name), r in runs.items()),
+            flush=True,
+        )
     return runs
 
 
 def report_throughput(runs: dict[tuple[float, str], Runs], off: str, on: str) -> None:
-    print(f"\n{'repeats':8s} {'cache off, inputs/s':>22s} {'cache on, inputs/s':>22s} {'on/off':>7s} "
-          f"{'target':>8s}       {'cached tokens (on)':>18s} {'other cores (max)':>18s} {'failed':>6s}")
+    print(
+        f"\n{'repeats':8s} {'cache off, inputs/s':>22s} {'cache on, inputs/s':>22s} {'on/off':>7s} "
+        f"{'target':>8s}       {'cached tokens (on)':>18s} {'other cores (max)':>18s} {'failed':>6s}"
+    )
     for share, target in REPEAT_TARGETS.items():
         low, high = runs[share, off], runs[share, on]
         ratio = high.median() / low.median()
         verdict = "met" if ratio >= target else "NOT met"
-        print(f"{share:7.0%}  {low.cell():>22s} {high.cell():>22s} {ratio:7.3f} {'>= ' + str(target):>8s} "
-              f"{verdict:7s} {statistics.median(high.cached):17.1%} "
-              f"{max(low.other):8.2f} {max(high.other):8.2f} {low.failed + high.failed:6d}")
+        print(
+            f"{share:7.0%}  {low.cell():>22s} {high.cell():>22s} {ratio:7.3f} {'>= ' + str(target):>8s} "
+            f"{verdict:7s} {statistics.median(high.cached):17.1%} "
+            f"{max(low.other):8.2f} {max(high.other):8.2f} {low.failed + high.failed:6d}"
+        )
 
 
 # ---------------------------------------------------------------------------------------------------- 2. latency
@@ -403,10 +424,15 @@ def lookup_ms(before: str, after: str, tier: str) -> float | None:
 
 
 def latency(off: Server, on: Server, redis_only: Server, pool: list[str]) -> None:
-    print(f"\n2. latency of single-input requests at 100 % repeats, one client, {LATENCY_REQUESTS} requests each "
-          f"over the pool ({LATENCY_WARM_UP} unrecorded first):", flush=True)
-    print(f"{'server':34s} {'p50 ms':>8s} {'p99 ms':>8s} {'target p50':>12s}        {'whole hits':>10s} "
-          f"{'server lookup ms (mean)':>24s}")
+    print(
+        f"\n2. latency of single-input requests at 100 % repeats, one client, {LATENCY_REQUESTS} requests each "
+        f"over the pool ({LATENCY_WARM_UP} unrecorded first):",
+        flush=True,
+    )
+    print(
+        f"{'server':34s} {'p50 ms':>8s} {'p99 ms':>8s} {'target p50':>12s}        {'whole hits':>10s} "
+        f"{'server lookup ms (mean)':>24s}"
+    )
     for server, tier in ((off, None), (on, "memory"), (redis_only, "redis")):
         before = scrape(server)
         times, hits = latencies(server, pool)
@@ -416,8 +442,10 @@ def latency(off: Server, on: Server, redis_only: Server, pool: list[str]) -> Non
         verdict = "" if target is None else ("met" if p50 <= target else "NOT met")
         looked = {t: lookup_ms(before, after, t) for t in ("memory", "redis")}
         lookups = ", ".join(f"{t} {ms:.3f}" for t, ms in looked.items() if ms is not None) or "-"
-        print(f"{server.name:34s} {p50:8.2f} {p99:8.2f} {'<= ' + str(target) if target else '-':>12s} "
-              f"{verdict:7s} {hits:>5d}/{len(times):<4d} {lookups:>24s}")
+        print(
+            f"{server.name:34s} {p50:8.2f} {p99:8.2f} {'<= ' + str(target) if target else '-':>12s} "
+            f"{verdict:7s} {hits:>5d}/{len(times):<4d} {lookups:>24s}"
+        )
 
 
 # ---------------------------------------------------------------------------------------------------- 3. faults
@@ -433,8 +461,12 @@ class Fault:
     started: float
 
 
-async def under_load(server: Server, workload: Workload, reference: dict[str, np.ndarray],
-                     steps: list[tuple[float, str, Callable[[], object]]]) -> Fault:
+async def under_load(
+    server: Server,
+    workload: Workload,
+    reference: dict[str, np.ndarray],
+    steps: list[tuple[float, str, Callable[[], object]]],
+) -> Fault:
     """The load runs while each step waits its seconds, then runs its action (in a thread) and marks its name
     (and /metrics) at the moment the action ended."""
     stop = asyncio.Event()
@@ -463,9 +495,13 @@ def summary(done: list[Done], seconds: float) -> str:
     answered = [d for d in done if d.error is None]
     lat = [d.seconds for d in answered]
     inputs = sum(d.inputs for d in answered)
-    return (f"{inputs / seconds:7.1f} inputs/s, p50 {1000 * statistics.median(lat):6.0f} ms, p99 "
-            f"{1000 * percentile(lat, 99):6.0f} ms, max {1000 * max(lat):6.0f} ms, {len(done) - len(answered)} failed, "
-            f"{cached_share(done):5.1%} of tokens cached" if lat else f"nothing answered, {len(done)} failed")
+    return (
+        f"{inputs / seconds:7.1f} inputs/s, p50 {1000 * statistics.median(lat):6.0f} ms, p99 "
+        f"{1000 * percentile(lat, 99):6.0f} ms, max {1000 * max(lat):6.0f} ms, {len(done) - len(answered)} failed, "
+        f"{cached_share(done):5.1%} of tokens cached"
+        if lat
+        else f"nothing answered, {len(done)} failed"
+    )
 
 
 def timeline(fault: Fault) -> None:
@@ -477,9 +513,11 @@ def timeline(fault: Fault) -> None:
         in_second = between(fault.done, fault.started + second, fault.started + second + 1)
         lat = [d.seconds for d in in_second if d.error is None]
         marks = [f"<- {name} at {at:.1f} s" for at, name in sorted(events.items()) if second <= at < second + 1]
-        print(f"  {second:4d} {sum(d.inputs for d in in_second if d.error is None):9d} "
-              f"{sum(d.error is not None for d in in_second):7d} {cached_share(in_second):7.1%} "
-              f"{1000 * percentile(lat, 99) if lat else float('nan'):7.0f} {' '.join(marks)}")
+        print(
+            f"  {second:4d} {sum(d.inputs for d in in_second if d.error is None):9d} "
+            f"{sum(d.error is not None for d in in_second):7d} {cached_share(in_second):7.1%} "
+            f"{1000 * percentile(lat, 99) if lat else float('nan'):7.0f} {' '.join(marks)}"
+        )
         second += 1
 
 
@@ -494,8 +532,10 @@ def redis_counts(fault: Fault, start: str, end: str) -> str:
     errors = grew(fault, start, end, "embento_cache_errors_total", model=MODEL, tier="redis")
     lookups = grew(fault, start, end, "embento_cache_lookup_seconds_count", tier="redis")
     quick = grew(fault, start, end, "embento_cache_lookup_seconds_bucket", tier="redis", le=str(SLOW_LOOKUP_S))
-    return (f"Redis hits {hits:.0f}, errors {errors:.0f}, answered lookups over {1000 * SLOW_LOOKUP_S:.0f} ms "
-            f"{lookups - quick:.0f} of {lookups:.0f}")
+    return (
+        f"Redis hits {hits:.0f}, errors {errors:.0f}, answered lookups over {1000 * SLOW_LOOKUP_S:.0f} ms "
+        f"{lookups - quick:.0f} of {lookups:.0f}"
+    )
 
 
 def failures(done: list[Done]) -> str:
@@ -505,37 +545,60 @@ def failures(done: list[Done]) -> str:
     return text + (f"; first failure: {errors[0]}" if errors else "")
 
 
-def kill_and_restart(server: Server, redis: RedisServer, workload: Workload,
-                     reference: dict[str, np.ndarray], baseline: float) -> None:
+def kill_and_restart(
+    server: Server, redis: RedisServer, workload: Workload, reference: dict[str, np.ndarray], baseline: float
+) -> None:
     print(f"\n  Redis SIGKILLed after {UP_S:.0f} s, restarted (empty, same port) {DOWN_S:.0f} s later:", flush=True)
-    fault = asyncio.run(under_load(server, workload, reference, [
-        (UP_S, "killed", redis.kill), (DOWN_S, "restarted", redis.start), (RESTARTED_S, "stopping", lambda: None)]))
+    fault = asyncio.run(
+        under_load(
+            server,
+            workload,
+            reference,
+            [(UP_S, "killed", redis.kill), (DOWN_S, "restarted", redis.start), (RESTARTED_S, "stopping", lambda: None)],
+        )
+    )
     timeline(fault)
     marks = fault.marks
     phases = (("up", "start", "killed"), ("down", "killed", "restarted"), ("restarted", "restarted", "end"))
     for name, start, end in phases:
         seconds = marks[end] - marks[start]
-        print(f"  {name:10s} {summary(between(fault.done, marks[start], marks[end]), seconds)}; "
-              f"{redis_counts(fault, start, end)}")
+        print(
+            f"  {name:10s} {summary(between(fault.done, marks[start], marks[end]), seconds)}; "
+            f"{redis_counts(fault, start, end)}"
+        )
     down = between(fault.done, marks["killed"], marks["restarted"])
     down_rate = sum(d.inputs for d in down if d.error is None) / (marks["restarted"] - marks["killed"])
     resumed = [d.ended - marks["restarted"] for d in fault.done if d.started > marks["restarted"] and d.cached]
     up_errors = grew(fault, "start", "killed", "embento_cache_errors_total", model=MODEL, tier="redis")
     if up_errors:
-        print(f"  ! {up_errors:.0f} Redis errors while it was up and idle but for these lookups: timeouts (each "
-              f"skips Redis for a second: the cached share above falls)")
+        print(
+            f"  ! {up_errors:.0f} Redis errors while it was up and idle but for these lookups: timeouts (each "
+            f"skips Redis for a second: the cached share above falls)"
+        )
     print(f"  {failures(fault.done)} (target 0 failed)")
-    print(f"  while down: {down_rate / baseline:.2f} x the cache-off throughput; hits "
-          + (f"resumed {min(resumed):.1f} s after the restart" if resumed else "did NOT resume"))
+    print(
+        f"  while down: {down_rate / baseline:.2f} x the cache-off throughput; hits "
+        + (f"resumed {min(resumed):.1f} s after the restart" if resumed else "did NOT resume")
+    )
 
 
-def stall(server: Server, redis: RedisServer, workload: Workload, reference: dict[str, np.ndarray],
-          baseline_p99: float) -> None:
+def stall(
+    server: Server, redis: RedisServer, workload: Workload, reference: dict[str, np.ndarray], baseline_p99: float
+) -> None:
     print(f"\n  Redis stalled by DEBUG SLEEP {STALL_S} after {BEFORE_STALL_S:.0f} s:", flush=True)
     sleeper: list[subprocess.Popen] = []
-    fault = asyncio.run(under_load(server, workload, reference, [
-        (BEFORE_STALL_S, "stalled", lambda: sleeper.append(redis.debug_sleep(STALL_S))),
-        (STALL_S, "stall over", lambda: sleeper[0].wait(timeout=30)), (AFTER_STALL_S, "stopping", lambda: None)]))
+    fault = asyncio.run(
+        under_load(
+            server,
+            workload,
+            reference,
+            [
+                (BEFORE_STALL_S, "stalled", lambda: sleeper.append(redis.debug_sleep(STALL_S))),
+                (STALL_S, "stall over", lambda: sleeper[0].wait(timeout=30)),
+                (AFTER_STALL_S, "stopping", lambda: None),
+            ],
+        )
+    )
     timeline(fault)
     marks = fault.marks
     during = [d for d in fault.done if marks["stalled"] <= d.started < marks["stalled"] + STALL_S]
@@ -543,14 +606,19 @@ def stall(server: Server, redis: RedisServer, workload: Workload, reference: dic
     limit = baseline_p99 + REDIS_TIMEOUT_MS
     print(f"  sent during the stall: {summary(during, STALL_S)}; {redis_counts(fault, 'stalled', 'stall over')}")
     print(f"  {failures(fault.done)}")
-    print(f"  p99 during the stall {p99:.0f} ms against the cache-off p99 {baseline_p99:.0f} ms + {REDIS_TIMEOUT_MS} "
-          f"ms = {limit:.0f} ms: {'met' if p99 <= limit else 'NOT met'}")
+    print(
+        f"  p99 during the stall {p99:.0f} ms against the cache-off p99 {baseline_p99:.0f} ms + {REDIS_TIMEOUT_MS} "
+        f"ms = {limit:.0f} ms: {'met' if p99 <= limit else 'NOT met'}"
+    )
 
 
 def faults(off: Server, redis_only: Server, redis: RedisServer, fresh: Fresh) -> None:
     pool = fresh.take(FAULT_POOL)  # never sent before: only the warming below puts them in Redis
-    print(f"\n3. faults on '{redis_only.name}': {FAULT_CLIENTS} clients x {FAULT_PER_REQUEST} inputs per request, "
-          f"half from a pool of {FAULT_POOL}, half new; Redis lookup timeout {REDIS_TIMEOUT_MS} ms", flush=True)
+    print(
+        f"\n3. faults on '{redis_only.name}': {FAULT_CLIENTS} clients x {FAULT_PER_REQUEST} inputs per request, "
+        f"half from a pool of {FAULT_POOL}, half new; Redis lookup timeout {REDIS_TIMEOUT_MS} ms",
+        flush=True,
+    )
     reference = vectors(off, pool)
     warm(redis_only, pool)
     workload = Workload(0.5, pool, fresh, FAULT_PER_REQUEST)
@@ -601,34 +669,47 @@ def memory_probe(way: str) -> dict[str, float]:
 
 
 def run_probe(way: str) -> dict[str, float]:
-    out = subprocess.run([sys.executable, __file__, "--memory-probe", way], capture_output=True, text=True,
-                         check=True)
+    out = subprocess.run([sys.executable, __file__, "--memory-probe", way], capture_output=True, text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def memory() -> None:
-    print(f"\n4. memory tier in process: {MEMORY_ENTRIES:,} puts of distinct 32-byte keys, each value a "
-          f"{DIMENSIONS}-float32 vector as stored, budget {MEMORY_BUDGET / 2**20:.0f} MiB "
-          f"(ENTRY_OVERHEAD_BYTES = {ENTRY_OVERHEAD_BYTES}); each measure in a fresh process", flush=True)
+    print(
+        f"\n4. memory tier in process: {MEMORY_ENTRIES:,} puts of distinct 32-byte keys, each value a "
+        f"{DIMENSIONS}-float32 vector as stored, budget {MEMORY_BUDGET / 2**20:.0f} MiB "
+        f"(ENTRY_OVERHEAD_BYTES = {ENTRY_OVERHEAD_BYTES}); each measure in a fresh process",
+        flush=True,
+    )
     probes = {way: run_probe(way) for way in ("tracemalloc", "rss")}
     tier = probes["rss"]
-    print(f"  the tier holds {tier['entries']:,.0f} entries, held_bytes {tier['held_bytes']:,.0f} = "
-          f"{tier['held_bytes'] / MEMORY_BUDGET:.4f} x the budget; getsizeof(key) + getsizeof(value) "
-          f"{tier['sizes'] / tier['entries']:.0f} B an entry; filled in {tier['seconds']:.1f} s "
-          f"({probes['tracemalloc']['seconds']:.1f} s traced)")
-    print(f"  {'the process took (after - before)':40s} {'bytes':>13s} {'/ budget':>9s} {'within 5 %':>11s} "
-          f"{'overhead per entry':>19s}")
-    for label, way, key in (("tracemalloc (Python's objects)", "tracemalloc", "tracemalloc"),
-                            ("RSS growth", "rss", "rss"), ("RSS growth after malloc_trim(0)", "rss", "rss_trimmed")):
+    print(
+        f"  the tier holds {tier['entries']:,.0f} entries, held_bytes {tier['held_bytes']:,.0f} = "
+        f"{tier['held_bytes'] / MEMORY_BUDGET:.4f} x the budget; getsizeof(key) + getsizeof(value) "
+        f"{tier['sizes'] / tier['entries']:.0f} B an entry; filled in {tier['seconds']:.1f} s "
+        f"({probes['tracemalloc']['seconds']:.1f} s traced)"
+    )
+    print(
+        f"  {'the process took (after - before)':40s} {'bytes':>13s} {'/ budget':>9s} {'within 5 %':>11s} "
+        f"{'overhead per entry':>19s}"
+    )
+    for label, way, key in (
+        ("tracemalloc (Python's objects)", "tracemalloc", "tracemalloc"),
+        ("RSS growth", "rss", "rss"),
+        ("RSS growth after malloc_trim(0)", "rss", "rss_trimmed"),
+    ):
         probe = probes[way]
         real = probe[key]
         within = abs(real / MEMORY_BUDGET - 1) <= MEMORY_TOLERANCE
         overhead = (real - probe["sizes"]) / probe["entries"]
-        print(f"  {label:40s} {real:13,.0f} {real / MEMORY_BUDGET:9.4f} {'met' if within else 'NOT met':>11s} "
-              f"{overhead:16.1f} B")
+        print(
+            f"  {label:40s} {real:13,.0f} {real / MEMORY_BUDGET:9.4f} {'met' if within else 'NOT met':>11s} "
+            f"{overhead:16.1f} B"
+        )
     traced = (probes["tracemalloc"]["tracemalloc"] - probes["tracemalloc"]["sizes"]) / probes["tracemalloc"]["entries"]
-    print(f"  per-entry overhead beyond getsizeof: {traced:.0f} B by tracemalloc against ENTRY_OVERHEAD_BYTES = "
-          f"{ENTRY_OVERHEAD_BYTES} (the RSS figures add the allocators' rounding and what glibc keeps)")
+    print(
+        f"  per-entry overhead beyond getsizeof: {traced:.0f} B by tracemalloc against ENTRY_OVERHEAD_BYTES = "
+        f"{ENTRY_OVERHEAD_BYTES} (the RSS figures add the allocators' rounding and what glibc keeps)"
+    )
 
 
 # ---------------------------------------------------------------------------------------------------- main
@@ -682,13 +763,17 @@ def main() -> None:
         print(json.dumps(memory_probe(args.memory_probe)))
         return
     started = time.perf_counter()
-    print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())} at the start; {os.cpu_count()} cores; "
-          f"{MODEL}", flush=True)
+    print(
+        f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())} at the start; {os.cpu_count()} cores; {MODEL}",
+        flush=True,
+    )
     if not args.memory_only:
         served_parts(args)
     memory()
-    print(f"\nload average {' '.join(f'{x:.2f}' for x in os.getloadavg())} at the end; "
-          f"{time.perf_counter() - started:.0f} s in all")
+    print(
+        f"\nload average {' '.join(f'{x:.2f}' for x in os.getloadavg())} at the end; "
+        f"{time.perf_counter() - started:.0f} s in all"
+    )
 
 
 if __name__ == "__main__":

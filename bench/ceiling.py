@@ -41,9 +41,9 @@ def engine_encoder(model_path: str, backend: str, dtype: str, threads: int) -> E
     across the cores and cut into passes exactly as the model service does it."""
     import torch
 
+    from config.settings import ModelConfig
     from models.base import TokenizedText
     from models.batching import pass_overhead_tokens, plan_batches
-    from config.settings import ModelConfig
     from models.lanes import Lanes, shares_cores
     from models.text_encoder import TextEncoder
     from models.text_tokenizer import TextTokenizer
@@ -60,8 +60,9 @@ def engine_encoder(model_path: str, backend: str, dtype: str, threads: int) -> E
         ids = tokenizer.encode_texts(texts)
 
         def run_part(part: list[int]) -> None:
-            for chunk in plan_batches([len(ids[i]) for i in part], limits.batch_size, limits.max_batch_tokens,
-                                      overhead):
+            for chunk in plan_batches(
+                [len(ids[i]) for i in part], limits.batch_size, limits.max_batch_tokens, overhead
+            ):
                 encoder.forward(TokenizedText.rows("m", [ids[part[i]] for i in chunk]))
 
         lanes.run(run_part, [len(i) for i in ids])

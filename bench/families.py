@@ -57,6 +57,7 @@ def in_process(kind: str, folder: Path, corpus: list[str]) -> float:
 
 async def through_server(url: str, kind: str, name: str, corpus: list[str], seconds: float) -> float:
     """Inputs per second with IN_FLIGHT closed-loop clients, each sending PER_REQUEST inputs a request."""
+
     def request_for(batch: list[str]) -> tuple[str, dict]:
         if kind == "embed":
             return "/v1/embeddings", {"model": name, "input": batch}
@@ -79,8 +80,13 @@ def main() -> None:
         "qwen3-reranker": ("rerank", build_qwen3_reranker(root / "qr")),
         "bert-reranker": ("rerank", build_sequence_classifier(root / "br", minilm, ["relevance"])),
     }
-    config = {"models": [{"model_id": str(folder), "served_model_name": name, "max_seq_length": 160}
-                         for name, (_, folder) in models.items()], "cache_dir": str(root / "cache")}
+    config = {
+        "models": [
+            {"model_id": str(folder), "served_model_name": name, "max_seq_length": 160}
+            for name, (_, folder) in models.items()
+        ],
+        "cache_dir": str(root / "cache"),
+    }
     (root / "embento.yaml").write_text(yaml.safe_dump(config))
     corpus = make_sentences(200, seed=3)[:190]  # 1 to 60 words, as a retrieval corpus is
     ceilings = {name: in_process(kind, folder, corpus) for name, (kind, folder) in models.items()}
@@ -91,8 +97,10 @@ def main() -> None:
         for name, (kind, _) in models.items():
             asyncio.run(through_server(url, kind, name, corpus, 2.0))  # warm
             served = asyncio.run(through_server(url, kind, name, corpus, args.seconds))
-            print(f"{name:16s} server {served:8.1f} inputs/s   in-process {ceilings[name]:8.1f} inputs/s   "
-                  f"ratio {served / ceilings[name]:.2f}")
+            print(
+                f"{name:16s} server {served:8.1f} inputs/s   in-process {ceilings[name]:8.1f} inputs/s   "
+                f"ratio {served / ceilings[name]:.2f}"
+            )
     finally:
         stop_server(server)
 

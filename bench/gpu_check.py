@@ -31,8 +31,9 @@ SIZES = {  # hidden, layers, heads, intermediate
 PASS_SIZES = (32, 128, 512)
 DRY_RUN_PASS_SIZES = (8, 32)  # on CPU, where a pass of 512 bge-large rows takes a minute
 SCENARIOS = ((64, 1), (256, 1), (64, 32))
-SENTENCES = [f"platform team {i} keeps its embeddings on its own servers for data control and a fixed cost"
-             for i in range(2048)]
+SENTENCES = [
+    f"platform team {i} keeps its embeddings on its own servers for data control and a fixed cost" for i in range(2048)
+]
 
 
 def build_encoder(folder: Path, tokenizer: Path, size: str) -> Path:
@@ -42,8 +43,14 @@ def build_encoder(folder: Path, tokenizer: Path, size: str) -> Path:
     from tests.checkpoints import build_tiny_bert
 
     hidden, layers, heads, intermediate = SIZES[size]  # the tests' BERT, grown to this model's size
-    raw = build_tiny_bert(folder / "raw", tokenizer, hidden_size=hidden, num_hidden_layers=layers,
-                          num_attention_heads=heads, intermediate_size=intermediate)
+    raw = build_tiny_bert(
+        folder / "raw",
+        tokenizer,
+        hidden_size=hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        intermediate_size=intermediate,
+    )
     transformer = models.Transformer(str(raw), max_seq_length=256)
     SentenceTransformer(modules=[transformer, models.Pooling(hidden, "mean"), models.Normalize()]).save(str(folder))
     return folder
@@ -59,8 +66,8 @@ def encoder(folder: Path, device: str, dtype: str):  # -> TextEncoder, load seco
 
 
 def rows_of(model, texts: list[str]) -> list:
-    from models.base import TokenizedText
     from config.settings import ModelConfig
+    from models.base import TokenizedText
     from models.text_tokenizer import TextTokenizer
 
     tokenizer = TextTokenizer(Path(model.info.model_id), ModelConfig(model_id=model.info.model_id), "embed")
@@ -76,7 +83,7 @@ def sync(device: str) -> None:
 
 def throughput(model, rows: list, pass_size: int, device: str, launched: bool, seconds: float = 3.0) -> float:
     """Sentences per second, passes of `pass_size`: all launched then waited, or forward after forward."""
-    passes = [rows[i:i + pass_size] for i in range(0, len(rows) - pass_size + 1, pass_size)]
+    passes = [rows[i : i + pass_size] for i in range(0, len(rows) - pass_size + 1, pass_size)]
     done, started = 0, time.perf_counter()
     while time.perf_counter() - started < seconds:
         if launched:
@@ -104,11 +111,14 @@ def in_process(dev: str, tokenizer: Path, work: Path, report: dict) -> None:
             got = model.forward(rows)
             cosines = (got * expected).sum(axis=1) / np.linalg.norm(got, axis=1) / np.linalg.norm(expected, axis=1)
             sizes = DRY_RUN_PASS_SIZES if dev == "cpu" else PASS_SIZES
-            all_rows = rows_of(model, SENTENCES[:4 * max(sizes)])
+            all_rows = rows_of(model, SENTENCES[: 4 * max(sizes)])
             rates = {f"{n} launched": throughput(model, all_rows, n, dev, True) for n in sizes}
             rates.update({f"{n} forward": throughput(model, all_rows, n, dev, False) for n in sizes})
-            report[f"{size} {dtype}"] = {"load_s": round(load_s, 2), "min_cosine_vs_fp32_cpu": float(cosines.min()),
-                                         "sent_per_s_by_pass": {k: round(v) for k, v in rates.items()}}
+            report[f"{size} {dtype}"] = {
+                "load_s": round(load_s, 2),
+                "min_cosine_vs_fp32_cpu": float(cosines.min()),
+                "sent_per_s_by_pass": {k: round(v) for k, v in rates.items()},
+            }
             print(size, dtype, report[f"{size} {dtype}"], flush=True)
 
 
@@ -118,10 +128,13 @@ def every_kind(dev: str, tokenizer: Path, work: Path, report: dict) -> None:
     from tests import checkpoints
 
     builders = {
-        "clip": lambda f: checkpoints.build_clip(f, tokenizer), "clap": checkpoints.build_clap,
-        "colpali": checkpoints.build_colpali, "splade": lambda f: checkpoints.build_splade(f, tokenizer),
+        "clip": lambda f: checkpoints.build_clip(f, tokenizer),
+        "clap": checkpoints.build_clap,
+        "colpali": checkpoints.build_colpali,
+        "splade": lambda f: checkpoints.build_splade(f, tokenizer),
         "reranker": lambda f: checkpoints.build_minilm_cross_encoder(f, tokenizer, ["score"]),
-        "qwen3-embedder": checkpoints.build_qwen3_embedder, "qwen3-reranker": checkpoints.build_qwen3_reranker,
+        "qwen3-embedder": checkpoints.build_qwen3_embedder,
+        "qwen3-reranker": checkpoints.build_qwen3_reranker,
         "bert-ctranslate2": lambda f: build_encoder(f, tokenizer, "minilm"),
     }
     for name, build in builders.items():
@@ -173,12 +186,19 @@ def through_server(dev: str, work: Path, report: dict, seconds: float) -> None:
         folder = work / size
         for setting, extra in (("default", {}), ("tuned", {"EMBENTO_GATEWAY_WORKERS": "8"})):
             config = work / f"{size}-{setting}.yaml"
-            config.write_text(yaml.safe_dump({"models": [{"model_id": str(folder), "served_model_name": size,
-                                                          "device": dev}], "max_concurrent_requests": 4096}))
+            config.write_text(
+                yaml.safe_dump(
+                    {
+                        "models": [{"model_id": str(folder), "served_model_name": size, "device": dev}],
+                        "max_concurrent_requests": 4096,
+                    }
+                )
+            )
             port = free_port()
             server = start_server(port, EMBENTO_CONFIG=str(config), **extra)
             try:
                 for clients, per_request in SCENARIOS:
+
                     def request_for(batch: list[str]) -> tuple[str, dict]:
                         return "/v1/embeddings", {"model": size, "input": batch}
 
@@ -220,9 +240,11 @@ def main() -> None:
     report: dict = {}
     with tempfile.TemporaryDirectory() as scratch:
         work = Path(scratch)
-        for step in (lambda: in_process(args.dev, args.tokenizer, work, report),
-                     lambda: every_kind(args.dev, args.tokenizer, work, report),
-                     lambda: args.server and through_server(args.dev, work, report, args.seconds)):
+        for step in (
+            lambda: in_process(args.dev, args.tokenizer, work, report),
+            lambda: every_kind(args.dev, args.tokenizer, work, report),
+            lambda: args.server and through_server(args.dev, work, report, args.seconds),
+        ):
             try:
                 step()
             except Exception as exc:

@@ -52,7 +52,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from server import free_port, start_server, stop_server  # noqa: E402
 
-
 NAME = "bge-m3-bench"
 ALL = ("dense", "sparse", "colbert")
 SENTENCES, SHORTEST, LONGEST = 512, 10, 60
@@ -100,10 +99,18 @@ def build_m3(folder: Path, shape: Shape = Shape(), seed: int = 35) -> Path:
     from tests.checkpoints import xlm_roberta_tokenizer
 
     tokenizer = xlm_roberta_tokenizer(model_max_length=shape.positions - 2)
-    config = XLMRobertaConfig(vocab_size=len(tokenizer), hidden_size=shape.hidden, num_hidden_layers=shape.layers,
-                              num_attention_heads=shape.heads, intermediate_size=shape.intermediate,
-                              max_position_embeddings=shape.positions, type_vocab_size=1, pad_token_id=1,
-                              bos_token_id=0, eos_token_id=2)
+    config = XLMRobertaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=shape.hidden,
+        num_hidden_layers=shape.layers,
+        num_attention_heads=shape.heads,
+        intermediate_size=shape.intermediate,
+        max_position_embeddings=shape.positions,
+        type_vocab_size=1,
+        pad_token_id=1,
+        bos_token_id=0,
+        eos_token_id=2,
+    )
     torch.manual_seed(seed)
     XLMRobertaModel(config).save_pretrained(folder)
     tokenizer.save_pretrained(folder)
@@ -187,8 +194,10 @@ class Runs:
 
     def cpu_ms(self) -> dict[str, float]:
         """CPU milliseconds per sentence by role, the mean over the runs."""
-        return {name: statistics.mean(1000 * cores[name] / rate for cores, rate in zip(self.cores, self.rates))
-                for name in self.cores[0]}
+        return {
+            name: statistics.mean(1000 * cores[name] / rate for cores, rate in zip(self.cores, self.rates))
+            for name in self.cores[0]
+        }
 
 
 def alternate(ways: dict[str, Way], rounds: int, pids: tuple[int, ...]) -> dict[str, Runs]:
@@ -199,7 +208,7 @@ def alternate(ways: dict[str, Way], rounds: int, pids: tuple[int, ...]) -> dict[
     runs = {name: Runs([], [], [], [], 0) for name in ways}
     names = list(ways)
     for round_ in range(rounds):
-        for name in (names if round_ % 2 == 0 else names[::-1]):
+        for name in names if round_ % 2 == 0 else names[::-1]:
             for attempt in range(REDOS + 1):
                 load = os.getloadavg()[0]
                 with CpuWatch(*pids) as cpu:
@@ -231,19 +240,23 @@ def in_process(folder: Path, texts: list[str], rounds: int, profile: bool) -> di
     cfg = ModelConfig(model_id=str(folder), backend="torch", device="cpu")
     tokenizer, model = TextTokenizer(folder, cfg, "hybrid"), load_model(folder, cfg)
     ids = sorted(tokenizer.encode_texts(texts), key=len)
-    batches = [ids[start:start + IN_PROCESS_BATCH] for start in range(0, len(ids), IN_PROCESS_BATCH)]
+    batches = [ids[start : start + IN_PROCESS_BATCH] for start in range(0, len(ids), IN_PROCESS_BATCH)]
     tokens = sum(len(row) for row in ids)
-    print(f"\n1. in process: {type(model).__name__}.forward, {len(batches)} passes of {IN_PROCESS_BATCH} rows "
-          f"(sorted by length), {tokens / len(ids):.0f} tokens per sentence with specials; torch "
-          f"{torch.__version__}, {torch.get_num_threads()} threads", flush=True)
+    print(
+        f"\n1. in process: {type(model).__name__}.forward, {len(batches)} passes of {IN_PROCESS_BATCH} rows "
+        f"(sorted by length), {tokens / len(ids):.0f} tokens per sentence with specials; torch "
+        f"{torch.__version__}, {torch.get_num_threads()} threads",
+        flush=True,
+    )
 
     def way(representations: tuple[str, ...] | None) -> Way:
         def run(share: float) -> float:
-            some = batches[::round(1 / share)]
+            some = batches[:: round(1 / share)]
             started = time.perf_counter()
             for batch in some:
                 model.forward(TokenizedText.rows("m", batch, representations=representations))
             return sum(len(batch) for batch in some) / (time.perf_counter() - started)
+
         return run
 
     ways = {"dense only": way(None), "all three": way(ALL)}
@@ -269,7 +282,7 @@ def print_profile(title: str, run: Callable[[], float], top: int = 18) -> None:
 def bodies(texts: list[str], output_types: tuple[str, ...] | None, encoding_format: str) -> list[bytes]:
     requests = []
     for start in range(0, len(texts), PER_REQUEST):
-        body: dict = {"model": NAME, "input": texts[start:start + PER_REQUEST], "encoding_format": encoding_format}
+        body: dict = {"model": NAME, "input": texts[start : start + PER_REQUEST], "encoding_format": encoding_format}
         if output_types is not None:
             body["output_types"] = list(output_types)
         requests.append(json.dumps(body).encode())
@@ -302,22 +315,29 @@ def check_answer(url: str, texts: list[str]) -> str:
     """One all-three request: each asked key present; the shapes, for the report."""
     import httpx
 
-    answer = httpx.post(url, json={"model": NAME, "input": texts[:2], "output_types": list(ALL),
-                                           "encoding_format": "base64"}, timeout=60).json()
+    answer = httpx.post(
+        url,
+        json={"model": NAME, "input": texts[:2], "output_types": list(ALL), "encoding_format": "base64"},
+        timeout=60,
+    ).json()
     item = answer["data"][0]
     assert {"embedding", "sparse", "multi_vector", "multi_vector_shape"} <= set(item), sorted(item)
-    return (f"one answer: dense (base64), sparse with {len(item['sparse']['indices'])} ids, multi_vector "
-            f"{item['multi_vector_shape']}")
+    return (
+        f"one answer: dense (base64), sparse with {len(item['sparse']['indices'])} ids, multi_vector "
+        f"{item['multi_vector_shape']}"
+    )
 
 
 def through_server(folder: Path, texts: list[str], rounds: int, passes: int) -> dict[str, Runs]:
     port = free_port()
     started = time.perf_counter()
-    server = start_server(port, EMBENTO_MODEL_ID=str(folder), EMBENTO_SERVED_MODEL_NAME=NAME,
-                          EMBENTO_BACKEND="torch")
+    server = start_server(port, EMBENTO_MODEL_ID=str(folder), EMBENTO_SERVED_MODEL_NAME=NAME, EMBENTO_BACKEND="torch")
     url = f"http://127.0.0.1:{port}/v1/embeddings"
-    print(f"\n2. through `bentoml serve` (ready in {time.perf_counter() - started:.0f} s): {CLIENTS} clients x "
-          f"{PER_REQUEST} inputs per request, the corpus {passes} times per run", flush=True)
+    print(
+        f"\n2. through `bentoml serve` (ready in {time.perf_counter() - started:.0f} s): {CLIENTS} clients x "
+        f"{PER_REQUEST} inputs per request, the corpus {passes} times per run",
+        flush=True,
+    )
     try:
         print(f"  {check_answer(url, texts)}", flush=True)
         sizes: dict[str, int] = {}
@@ -327,17 +347,24 @@ def through_server(folder: Path, texts: list[str], rounds: int, passes: int) -> 
 
             def run(share: float) -> float:
                 if share < 1:
-                    some = requests[::round(1 / share)]
+                    some = requests[:: round(1 / share)]
                     seconds, _ = asyncio.run(closed_loop(url, some, 1))
                     return len(some) * PER_REQUEST / seconds
                 seconds, received = asyncio.run(closed_loop(url, requests, passes))
                 sizes[name] = received // (passes * len(texts))
                 return passes * len(texts) / seconds
+
             return run
 
-        ways = {name: way(output_types, encoding, name) for name, output_types, encoding in (
-            ("dense, float", None, "float"), ("all three, float", ALL, "float"),
-            ("dense, base64", None, "base64"), ("all three, base64", ALL, "base64"))}
+        ways = {
+            name: way(output_types, encoding, name)
+            for name, output_types, encoding in (
+                ("dense, float", None, "float"),
+                ("all three, float", ALL, "float"),
+                ("dense, base64", None, "base64"),
+                ("all three, base64", ALL, "base64"),
+            )
+        }
         runs = alternate(ways, rounds, (os.getpid(), server.pid))
         for name, size in sizes.items():
             print(f"  {name}: {size / 1024:.1f} KiB of answer per sentence")
@@ -356,20 +383,26 @@ def report(local: dict[str, Runs], served: dict[str, Runs]) -> None:
     print("\nall three / dense only:")
     ratios = [("in process", local["all three"].median() / local["dense only"].median())]
     for encoding in ("float", "base64") if served else ():
-        ratios.append((f"server, {encoding}",
-                       served[f"all three, {encoding}"].median() / served[f"dense, {encoding}"].median()))
+        ratios.append(
+            (f"server, {encoding}", served[f"all three, {encoding}"].median() / served[f"dense, {encoding}"].median())
+        )
     for name, ratio in ratios:
         print(f"  {name:20s} {ratio:.3f}  {verdict(ratio)}")
     if not served:
         return
-    print(f"\nserver: CPU ms per sentence, by process (the mean over the runs; this script is the {CLIENTS} clients), "
-          f"and the cores they kept busy of {os.cpu_count()}:")
+    print(
+        f"\nserver: CPU ms per sentence, by process (the mean over the runs; this script is the {CLIENTS} clients), "
+        f"and the cores they kept busy of {os.cpu_count()}:"
+    )
     roles = sorted({name for r in served.values() for name in r.cpu_ms()}, key=lambda n: (n == "this script", n))
     print(f"{'way':20s} " + " ".join(f"{name:>28s}" for name in roles) + f" {'all':>7s} {'cores busy':>10s}")
     for name, r in served.items():
         ms = r.cpu_ms()
-        print(f"{name:20s} " + " ".join(f"{ms.get(n, 0.0):28.2f}" for n in roles)
-              + f" {sum(ms.values()):7.2f} {sum(ms.values()) * r.median() / 1000:10.2f}")
+        print(
+            f"{name:20s} "
+            + " ".join(f"{ms.get(n, 0.0):28.2f}" for n in roles)
+            + f" {sum(ms.values()):7.2f} {sum(ms.values()) * r.median() / 1000:10.2f}"
+        )
 
 
 def main() -> None:
@@ -387,8 +420,10 @@ def main() -> None:
         local = in_process(folder, texts, args.rounds, args.profile)
         served = {} if args.skip_server else through_server(folder, texts, args.rounds, args.passes)
     report(local, served)
-    print(f"\nload average {' '.join(f'{x:.2f}' for x in os.getloadavg())} at the end; "
-          f"{time.perf_counter() - started:.0f} s in all")
+    print(
+        f"\nload average {' '.join(f'{x:.2f}' for x in os.getloadavg())} at the end; "
+        f"{time.perf_counter() - started:.0f} s in all"
+    )
 
 
 if __name__ == "__main__":

@@ -21,8 +21,10 @@ from urllib.parse import urlparse
 import aiohttp
 import psutil
 
-WORDS = ("data privacy fixed cost cluster embedding vector search query passage model server batch token "
-         "latency throughput memory request response network engineer platform team document index").split()
+WORDS = (
+    "data privacy fixed cost cluster embedding vector search query passage model server batch token "
+    "latency throughput memory request response network engineer platform team document index"
+).split()
 
 
 @dataclass(frozen=True)
@@ -83,6 +85,7 @@ async def run_scenario(url: str, body: Body, scenario: Scenario, duration_s: flo
     sent = 0
     connector = aiohttp.TCPConnector(limit=scenario.in_flight)
     async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=120)) as http:
+
         async def worker(offset: int) -> None:
             nonlocal sent
             position = offset * 97
@@ -150,6 +153,7 @@ def tree_rss_mb(pid: int | None) -> float:
 
 async def warm_up(url: str, body: Body) -> None:
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=120)) as http:
+
         async def one(seed: int) -> None:
             async with http.post(url, json=body(corpus(4, 5, 40, seed=seed))) as response:
                 await response.read()
@@ -159,16 +163,29 @@ async def warm_up(url: str, body: Body) -> None:
 
 def report(scenario: Scenario, result: Result, rss_mb: float, unit: str = "sent") -> dict[str, float]:
     rate = result.sentences / result.elapsed_s if result.elapsed_s else 0.0
-    print(f"{scenario.name:40s} {rate:9.1f} {unit}/s  p50 {result.percentile(0.5):7.1f} ms  "
-          f"p95 {result.percentile(0.95):7.1f} ms  p99 {result.percentile(0.99):7.1f} ms  "
-          f"errors {result.errors}  requests {len(result.latencies_ms)}  server RSS {rss_mb:7.0f} MB")
-    return {"sentences_per_s": rate, "p50_ms": result.percentile(0.5), "p95_ms": result.percentile(0.95),
-            "p99_ms": result.percentile(0.99), "errors": result.errors, "rss_mb": rss_mb}
+    print(
+        f"{scenario.name:40s} {rate:9.1f} {unit}/s  p50 {result.percentile(0.5):7.1f} ms  "
+        f"p95 {result.percentile(0.95):7.1f} ms  p99 {result.percentile(0.99):7.1f} ms  "
+        f"errors {result.errors}  requests {len(result.latencies_ms)}  server RSS {rss_mb:7.0f} MB"
+    )
+    return {
+        "sentences_per_s": rate,
+        "p50_ms": result.percentile(0.5),
+        "p95_ms": result.percentile(0.95),
+        "p99_ms": result.percentile(0.99),
+        "errors": result.errors,
+        "rss_mb": rss_mb,
+    }
 
 
 async def run_all(
-    url: str, body: Body, pid: int | None, duration_s: float, max_requests: int,
-    scenarios: tuple[Scenario, ...] = SCENARIOS, unit: str = "sent",
+    url: str,
+    body: Body,
+    pid: int | None,
+    duration_s: float,
+    max_requests: int,
+    scenarios: tuple[Scenario, ...] = SCENARIOS,
+    unit: str = "sent",
 ) -> dict[str, dict]:
     require_loopback(url)
     await warm_up(url, body)

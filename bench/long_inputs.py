@@ -121,7 +121,7 @@ class Tokenizer:
         starts = [0]
         while starts[-1] + width < len(content):
             starts.append(starts[-1] + width)
-        return [[self.cls, *content[start:start + width], self.sep] for start in starts]
+        return [[self.cls, *content[start : start + width], self.sep] for start in starts]
 
     def slices(self, text: str) -> list[list[int]]:
         """Long late chunking's slices of the whole encoding: L tokens every L - L // 4, the last ending at the end."""
@@ -130,7 +130,7 @@ class Tokenizer:
             return [ids]
         step = self.limit - self.limit // 4
         starts = list(range(0, len(ids) - self.limit, step)) + [len(ids) - self.limit]
-        return [ids[start:start + self.limit] for start in starts]
+        return [ids[start : start + self.limit] for start in starts]
 
 
 def chunked(text: str, count: int) -> list[str]:
@@ -174,8 +174,9 @@ class Client:
             return await self._post(path, body)
 
     async def _post(self, path: str, body: bytes) -> dict:
-        async with self.session.post(self.url + path, data=body, headers={"Content-Type": "application/json"}
-                                     ) as response:
+        async with self.session.post(
+            self.url + path, data=body, headers={"Content-Type": "application/json"}
+        ) as response:
             answer = await response.read()
             assert response.status == 200, answer[:500]
             return json.loads(answer)
@@ -212,7 +213,7 @@ async def compare(client: Client, title: str, ways: tuple[Way, Way], rounds: int
         await client.together(way.path, way.bodies)
     rates: dict[str, list[float]] = {way.name: [] for way in ways}
     for round_ in range(rounds):
-        for way in (ways if round_ % 2 == 0 else ways[::-1]):
+        for way in ways if round_ % 2 == 0 else ways[::-1]:
             seconds, used = await client.together(way.path, way.bodies)
             assert used == way.tokens, f"{way.name}: usage {used} tokens, {way.tokens} expected"
             rates[way.name].append(way.rows / seconds)
@@ -221,9 +222,12 @@ async def compare(client: Client, title: str, ways: tuple[Way, Way], rounds: int
     medians = {name: statistics.median(values) for name, values in rates.items()}
     ratio = medians[ways[0].name] / medians[ways[1].name]
     ratios = [a / b for a, b in zip(rates[ways[0].name], rates[ways[1].name])]
-    print(f"{title}: {ways[0].name} {medians[ways[0].name]:.1f} rows/s, {ways[1].name} {medians[ways[1].name]:.1f} "
-          f"rows/s (medians); ratio {ratio:.2f} (per round {', '.join(f'{r:.2f}' for r in ratios)}); "
-          f"target >= 0.8: {'met' if ratio >= 0.8 else 'NOT met'}", flush=True)
+    print(
+        f"{title}: {ways[0].name} {medians[ways[0].name]:.1f} rows/s, {ways[1].name} {medians[ways[1].name]:.1f} "
+        f"rows/s (medians); ratio {ratio:.2f} (per round {', '.join(f'{r:.2f}' for r in ratios)}); "
+        f"target >= 0.8: {'met' if ratio >= 0.8 else 'NOT met'}",
+        flush=True,
+    )
     return {**medians, "ratio": ratio}
 
 
@@ -231,24 +235,47 @@ async def mean_vs_windows(client: Client, tok: Tokenizer, texts: list[str], roun
     windows = [tok.windows(text) for text in texts]
     rows = sum(len(w) for w in windows)
     used = sum(len(row) for w in windows for row in w)
-    print(f"\n1. long_input mean: {len(texts)} documents of {len(tok.content(texts[0]))} tokens, {rows} windows",
-          flush=True)
-    return await compare(client, "long_input mean vs its windows", (
-        Way("mean", EMBEDDINGS, [encoded(mean_body(text)) for text in texts], rows, used),
-        Way("windows as inputs", EMBEDDINGS, [encoded(ids_body(w)) for w in windows], rows, used)), rounds)
+    print(
+        f"\n1. long_input mean: {len(texts)} documents of {len(tok.content(texts[0]))} tokens, {rows} windows",
+        flush=True,
+    )
+    return await compare(
+        client,
+        "long_input mean vs its windows",
+        (
+            Way("mean", EMBEDDINGS, [encoded(mean_body(text)) for text in texts], rows, used),
+            Way("windows as inputs", EMBEDDINGS, [encoded(ids_body(w)) for w in windows], rows, used),
+        ),
+        rounds,
+    )
 
 
-async def late_vs_slices(client: Client, tok: Tokenizer, texts: list[str], chunks: int, rounds: int
-                         ) -> dict[str, float]:
+async def late_vs_slices(
+    client: Client, tok: Tokenizer, texts: list[str], chunks: int, rounds: int
+) -> dict[str, float]:
     slices = [tok.slices(text) for text in texts]
     rows = sum(len(s) for s in slices)
     used = rows * tok.limit
-    print(f"\n2. late chunking: {len(texts)} documents of {len(tok.encoding(texts[0]))} tokens with specials, "
-          f"{chunks} chunks each on {CONTEXTUALIZED}, {rows} slices", flush=True)
-    return await compare(client, "late chunking vs its slices", (
-        Way("late chunking", CONTEXTUALIZED, [encoded(contextualized_body(chunked(t, chunks))) for t in texts],
-            rows, used),
-        Way("slices as inputs", EMBEDDINGS, [encoded(ids_body(s)) for s in slices], rows, used)), rounds)
+    print(
+        f"\n2. late chunking: {len(texts)} documents of {len(tok.encoding(texts[0]))} tokens with specials, "
+        f"{chunks} chunks each on {CONTEXTUALIZED}, {rows} slices",
+        flush=True,
+    )
+    return await compare(
+        client,
+        "late chunking vs its slices",
+        (
+            Way(
+                "late chunking",
+                CONTEXTUALIZED,
+                [encoded(contextualized_body(chunked(t, chunks))) for t in texts],
+                rows,
+                used,
+            ),
+            Way("slices as inputs", EMBEDDINGS, [encoded(ids_body(s)) for s in slices], rows, used),
+        ),
+        rounds,
+    )
 
 
 def median_ms(values: list[float]) -> float:
@@ -331,21 +358,34 @@ async def short_while_long(client: Client, tok: Tokenizer, long_text: str, sizes
     back_to_back = await section.busy(lambda: 0.0)
     spread = await section.busy(lambda: rng.uniform(0.0, pass_s))
     passes += await section.passes(5)
-    figures = {"p50_idle_ms": median_ms(idle), "pass_ms": median_ms(passes),
-               "p50_back_to_back_ms": median_ms(back_to_back), "max_back_to_back_ms": max_ms(back_to_back),
-               "p50_random_ms": median_ms(spread), "max_random_ms": max_ms(spread),
-               "long_s": statistics.median(section.long_seconds), "long_alone_s": alone,
-               "long_per_pass_ms": alone / windows * PASS_ROWS * 1000}
+    figures = {
+        "p50_idle_ms": median_ms(idle),
+        "pass_ms": median_ms(passes),
+        "p50_back_to_back_ms": median_ms(back_to_back),
+        "max_back_to_back_ms": max_ms(back_to_back),
+        "p50_random_ms": median_ms(spread),
+        "max_random_ms": max_ms(spread),
+        "long_s": statistics.median(section.long_seconds),
+        "long_alone_s": alone,
+        "long_per_pass_ms": alone / windows * PASS_ROWS * 1000,
+    }
     bound = 2 * figures["p50_idle_ms"] + figures["pass_ms"]
-    print(f"\n3. a short request (one sentence) during a {len(tok.content(long_text))}-token document "
-          f"(long_input mean, {figures['long_s']:.1f} s each while busy, median of {len(section.long_seconds)})")
-    print(f"one pass ({PASS_ROWS} x {tok.limit} tokens, one request) {figures['pass_ms']:.0f} ms (median of "
-          f"{len(passes)}); short p50 idle {figures['p50_idle_ms']:.1f} ms ({len(idle)} requests); the long document "
-          f"alone {alone:.1f} s ({windows} windows: {figures['long_per_pass_ms']:.0f} ms per {PASS_ROWS})")
+    print(
+        f"\n3. a short request (one sentence) during a {len(tok.content(long_text))}-token document "
+        f"(long_input mean, {figures['long_s']:.1f} s each while busy, median of {len(section.long_seconds)})"
+    )
+    print(
+        f"one pass ({PASS_ROWS} x {tok.limit} tokens, one request) {figures['pass_ms']:.0f} ms (median of "
+        f"{len(passes)}); short p50 idle {figures['p50_idle_ms']:.1f} ms ({len(idle)} requests); the long document "
+        f"alone {alone:.1f} s ({windows} windows: {figures['long_per_pass_ms']:.0f} ms per {PASS_ROWS})"
+    )
     for name, values in (("back to back", back_to_back), ("at random moments", spread)):
         p50 = median_ms(values)
-        print(f"busy, {name:18s} p50 {p50:6.0f} ms, max {max_ms(values):6.0f} ms ({len(values)} requests); "
-              f"p50 <= 2 x p50 idle + one pass ({bound:.0f} ms): {'met' if p50 <= bound else 'NOT met'}", flush=True)
+        print(
+            f"busy, {name:18s} p50 {p50:6.0f} ms, max {max_ms(values):6.0f} ms ({len(values)} requests); "
+            f"p50 <= 2 x p50 idle + one pass ({bound:.0f} ms): {'met' if p50 <= bound else 'NOT met'}",
+            flush=True,
+        )
     return figures
 
 
@@ -386,11 +426,14 @@ async def long_document(client: Client, pid: int, tok: Tokenizer, text: str, chu
     figures = {}
     for name, path, body in (
         ("long_input mean", EMBEDDINGS, encoded(mean_body(text))),
-        (f"late_chunking, {chunks} chunks", EMBEDDINGS, encoded(late_body(chunked(text, chunks))))):
+        (f"late_chunking, {chunks} chunks", EMBEDDINGS, encoded(late_body(chunked(text, chunks)))),
+    ):
         seconds, before, peak = await one_long(client, pid, path, body)
         figures[name] = {"seconds": seconds, "rss_before_mb": before, "rss_peak_mb": peak}
-        print(f"{name:28s} {seconds:6.1f} s  RSS before {before:6.0f}  peak {peak:6.0f}  (+{peak - before:.0f})",
-              flush=True)
+        print(
+            f"{name:28s} {seconds:6.1f} s  RSS before {before:6.0f}  peak {peak:6.0f}  (+{peak - before:.0f})",
+            flush=True,
+        )
     return figures
 
 
@@ -432,8 +475,11 @@ def main() -> None:
     port = free_port()
     started = time.perf_counter()
     process = start_server(port, EMBENTO_MODEL_ID=MINILM)
-    print(f"{MINILM} (L = {tok.limit}) ready in {time.perf_counter() - started:.0f} s; load average "
-          f"{os.getloadavg()[0]:.2f}", flush=True)
+    print(
+        f"{MINILM} (L = {tok.limit}) ready in {time.perf_counter() - started:.0f} s; load average "
+        f"{os.getloadavg()[0]:.2f}",
+        flush=True,
+    )
     processes = tree_pids(process.pid)
     try:
         figures = asyncio.run(measure(f"http://127.0.0.1:{port}", process.pid, tok, sizes))

@@ -36,12 +36,14 @@ async def rows_per_second(url: str, token_ids: list[list[int]], per_call: int, s
 
     from services.model_services import TextEmbedder
 
-    async with AsyncHTTPClient(url, media_type="application/vnd.bentoml+pickle", service=TextEmbedder,
-                               server_ready_timeout=0) as client:
+    async with AsyncHTTPClient(
+        url, media_type="application/vnd.bentoml+pickle", service=TextEmbedder, server_ready_timeout=0
+    ) as client:
         sent, started = 0, time.perf_counter()
         while time.perf_counter() - started < seconds:
-            rows = [TokenizedText(model=MINILM, input_ids=token_ids[(sent + i) % len(token_ids)])
-                    for i in range(per_call)]
+            rows = [
+                TokenizedText(model=MINILM, input_ids=token_ids[(sent + i) % len(token_ids)]) for i in range(per_call)
+            ]
             await client.embed(rows=rows)
             sent += per_call
         return sent / (time.perf_counter() - started)
@@ -63,8 +65,11 @@ def main() -> None:
         for per_call in args.calls:
             in_process = ceiling.measure(encode, load.Scenario("calls", per_call, 1, 8, 20), args.seconds / 2)
             served = asyncio.run(rows_per_second(url, token_ids, per_call, args.seconds))
-            print(f"calls of {per_call:3d}: model service {served:6.1f} sent/s, in-process on the same calls "
-                  f"{in_process:6.1f}: {served / in_process:4.0%}", flush=True)
+            print(
+                f"calls of {per_call:3d}: model service {served:6.1f} sent/s, in-process on the same calls "
+                f"{in_process:6.1f}: {served / in_process:4.0%}",
+                flush=True,
+            )
         full = ceiling.measure(encode, load.Scenario("ceiling", 32, 1, 8, 20), args.seconds / 2)
         print(f"the matrix's ceiling (32 per call): {full:.1f} sent/s")
     finally:

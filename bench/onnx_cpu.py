@@ -73,12 +73,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", nargs="+", default=["minilm", "base"], choices=["minilm", "base"])
     parser.add_argument("--repeats", type=int, default=15)
-    parser.add_argument("--attention", action="store_true",
-                        help="only: the export with transformers' eager attention (used) against SDPA")
+    parser.add_argument(
+        "--attention",
+        action="store_true",
+        help="only: the export with transformers' eager attention (used) against SDPA",
+    )
     args = parser.parse_args()
     if args.attention:
         for name in args.models:
-            compare_attention(name, packaged_model_path(MINILM) if name == "minilm" else base_checkpoint(), args.repeats)
+            compare_attention(
+                name, packaged_model_path(MINILM) if name == "minilm" else base_checkpoint(), args.repeats
+            )
         return
 
     import torch
@@ -102,14 +107,18 @@ def main() -> None:
         print(f"session with all graph optimizations: {time.perf_counter() - start:.2f} s to open")
         single = session(entry / EXPORTED, 1)
         quiet = session(entry / EXPORTED, 2, spinning=False)
-        print("| batch | torch 2 threads | ORT 2 threads | speed-up | max abs diff | ORT 2 lanes x 1 thread | "
-              "ORT 2 lanes on the 2-thread session | same, no spinning | torch 2 lanes x 1 thread |")
+        print(
+            "| batch | torch 2 threads | ORT 2 threads | speed-up | max abs diff | ORT 2 lanes x 1 thread | "
+            "ORT 2 lanes on the 2-thread session | same, no spinning | torch 2 lanes x 1 thread |"
+        )
         print("|---|---|---|---|---|---|---|---|---|")
         for batch in (1, 10, 32, 64):
             features = tokenizer([SENTENCE] * batch, padding=True, return_tensors="np")
             feeds = {key: value for key, value in features.items() if key in {i.name for i in whole.get_inputs()}}
-            halves = [{key: value[part] for key, value in feeds.items()}
-                      for part in (slice(0, max(1, batch // 2)), slice(max(1, batch // 2), batch))]
+            halves = [
+                {key: value[part] for key, value in feeds.items()}
+                for part in (slice(0, max(1, batch // 2)), slice(max(1, batch // 2), batch))
+            ]
             tensors = {key: torch.from_numpy(value) for key, value in features.items()}
 
             def torch_pass(inputs=tensors) -> np.ndarray:
@@ -120,23 +129,32 @@ def main() -> None:
                 parts = [half for half in halves if len(half["input_ids"])]
                 return lambda: [f.result() for f in [lanes.submit(run, part) for part in parts]]
 
-            torch_halves = [{key: value[part] for key, value in tensors.items()}
-                            for part in (slice(0, max(1, batch // 2)), slice(max(1, batch // 2), batch))]
+            torch_halves = [
+                {key: value[part] for key, value in tensors.items()}
+                for part in (slice(0, max(1, batch // 2)), slice(max(1, batch // 2), batch))
+            ]
             figures = {
                 "torch": median_ms(torch_pass, args.repeats),
                 "ort": median_ms(lambda: whole.run(None, feeds), args.repeats),
                 "ort lanes": median_ms(split(lambda half: single.run(None, half)), args.repeats),
                 "ort lanes shared": median_ms(split(lambda half: whole.run(None, half)), args.repeats),
                 "ort lanes quiet": median_ms(split(lambda half: quiet.run(None, half)), args.repeats),
-                "torch lanes": median_ms(lambda: [f.result() for f in [lanes.submit(torch_pass, half)
-                                                                       for half in torch_halves
-                                                                       if len(half["input_ids"])]], args.repeats),
+                "torch lanes": median_ms(
+                    lambda: [
+                        f.result()
+                        for f in [lanes.submit(torch_pass, half) for half in torch_halves if len(half["input_ids"])]
+                    ],
+                    args.repeats,
+                ),
             }
             diff = float(np.abs(whole.run(None, feeds)[0] - torch_pass()).max())
-            print(f"| {batch} | {figures['torch']:.1f} ms | {figures['ort']:.1f} ms | "
-                  f"{figures['torch'] / figures['ort']:.2f}x | {diff:.1e} | {figures['ort lanes']:.1f} ms | "
-                  f"{figures['ort lanes shared']:.1f} ms | {figures['ort lanes quiet']:.1f} ms | "
-                  f"{figures['torch lanes']:.1f} ms |", flush=True)
+            print(
+                f"| {batch} | {figures['torch']:.1f} ms | {figures['ort']:.1f} ms | "
+                f"{figures['torch'] / figures['ort']:.2f}x | {diff:.1e} | {figures['ort lanes']:.1f} ms | "
+                f"{figures['ort lanes shared']:.1f} ms | {figures['ort lanes quiet']:.1f} ms | "
+                f"{figures['torch lanes']:.1f} ms |",
+                flush=True,
+            )
     print(f"\nload average after: {os.getloadavg()}")
 
 

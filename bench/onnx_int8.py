@@ -103,12 +103,14 @@ CANDIDATES = [
     Candidate("avx512_vnni weight MatMuls + Gather", "avx512_vnni", weight_matmuls=True),
     Candidate("avx512_vnni weight MatMuls (now)", "avx512_vnni", WEIGHTS_ONLY, weight_matmuls=True),
     Candidate("avx2 weight MatMuls (now)", "avx2", WEIGHTS_ONLY, weight_matmuls=True),
-    Candidate("avx512 reduce_range weight MatMuls", "avx512", {"reduce_range": True, **WEIGHTS_ONLY},
-              weight_matmuls=True),
+    Candidate(
+        "avx512 reduce_range weight MatMuls", "avx512", {"reduce_range": True, **WEIGHTS_ONLY}, weight_matmuls=True
+    ),
     Candidate("avx512_vnni, down-proj float (now)", "avx512_vnni", WEIGHTS_ONLY, float_down=True),
     Candidate("avx2, down-proj float (now)", "avx2", WEIGHTS_ONLY, float_down=True),
-    Candidate("avx512 reduce_range, down-proj float", "avx512", {"reduce_range": True, **WEIGHTS_ONLY},
-              float_down=True),
+    Candidate(
+        "avx512 reduce_range, down-proj float", "avx512", {"reduce_range": True, **WEIGHTS_ONLY}, float_down=True
+    ),
 ]
 
 
@@ -135,10 +137,16 @@ def quantize(exported: Path, candidate: Candidate, file_name: str) -> None:
     excluded = []
     if candidate.weight_matmuls or candidate.float_down:
         excluded = float_matmuls(exported) if candidate.float_down else activation_matmuls(exported)
-    quantize_dynamic(exported, exported.parent / file_name, per_channel=options["per_channel"],
-                     reduce_range=options["reduce_range"], op_types_to_quantize=options.get("operators_to_quantize"),
-                     weight_type=QuantType.QUInt8 if candidate.preset == "avx2" else QuantType.QInt8,
-                     nodes_to_exclude=excluded, extra_options={"WeightSymmetric": True, "ActivationSymmetric": False})
+    quantize_dynamic(
+        exported,
+        exported.parent / file_name,
+        per_channel=options["per_channel"],
+        reduce_range=options["reduce_range"],
+        op_types_to_quantize=options.get("operators_to_quantize"),
+        weight_type=QuantType.QUInt8 if candidate.preset == "avx2" else QuantType.QInt8,
+        nodes_to_exclude=excluded,
+        extra_options={"WeightSymmetric": True, "ActivationSymmetric": False},
+    )
 
 
 def activation_matmuls(model: Path) -> list[str]:
@@ -171,8 +179,8 @@ def throughput(encode: Encode, sentences: list[str]) -> float:
 
 def ctranslate2_int8(folder: Path) -> Encode:
     """Embento's CTranslate2 int8 encoder (its int8 scales each token's row), in passes of BATCH texts."""
-    from models.base import TokenizedText
     from config.settings import ModelConfig
+    from models.base import TokenizedText
     from models.text_encoder import TextEncoder
     from models.text_tokenizer import TextTokenizer
 
@@ -181,8 +189,9 @@ def ctranslate2_int8(folder: Path) -> Encode:
 
     def encode(texts: list[str], batch: int) -> np.ndarray:
         ids = tokenizer.encode_texts(texts)
-        return np.concatenate([encoder.forward(TokenizedText.rows("m", ids[i:i + batch]))
-                               for i in range(0, len(ids), batch)])
+        return np.concatenate(
+            [encoder.forward(TokenizedText.rows("m", ids[i : i + batch])) for i in range(0, len(ids), batch)]
+        )
 
     return encode
 
@@ -197,8 +206,9 @@ def main() -> None:
     args.work.mkdir(parents=True, exist_ok=True)
     if args.cpu != "native" and os.environ.get("ONNX_INT8_CPU") != args.cpu:
         shim = args.work / "hide_cpu_features.so"
-        subprocess.run(["cc", "-O2", "-shared", "-fPIC", "-x", "c", "-", "-o", str(shim)], input=SHIM.encode(),
-                       check=True)
+        subprocess.run(
+            ["cc", "-O2", "-shared", "-fPIC", "-x", "c", "-", "-o", str(shim)], input=SHIM.encode(), check=True
+        )
         env = {**os.environ, "ONNX_INT8_CPU": args.cpu, "LD_PRELOAD": str(shim)}
         os.execve(sys.executable, [sys.executable, *sys.argv], env)
     os.environ["EMBENTO_CACHE_DIR"] = str(args.work / "cache")
@@ -222,8 +232,14 @@ def main() -> None:
 
     def load(file_name: str) -> SentenceTransformer:
         model = SentenceTransformer(str(folder), device="cpu", local_files_only=True)
-        model[0].model = OnnxTransformerModel(entry / file_name, model[0].model.config, "feature-extraction", "cpu",
-                                              session_options(THREADS), ["CPUExecutionProvider"])
+        model[0].model = OnnxTransformerModel(
+            entry / file_name,
+            model[0].model.config,
+            "feature-extraction",
+            "cpu",
+            session_options(THREADS),
+            ["CPUExecutionProvider"],
+        )
         return model
 
     def encode_with(model: SentenceTransformer) -> Encode:
@@ -232,19 +248,28 @@ def main() -> None:
     float32 = load(exported)
     fp32 = throughput(encode_with(float32), sentences)
     lengths = [len(ids) for ids in float32.tokenizer(sentences)["input_ids"]]
-    one_pass = DOCUMENTS + make_sentences(20, seed=23)  # tests/unit/models/test_backends.py's case before: one padded pass
+    one_pass = DOCUMENTS + make_sentences(
+        20, seed=23
+    )  # tests/unit/models/test_backends.py's case before: one padded pass
     one_pass_reference = reference_model.encode(one_pass, batch_size=len(one_pass))
-    reference_queries, reference_corpus = (reference_model.encode(texts, batch_size=BATCH)
-                                           for texts in (CORPUS_QUERIES, CORPUS))
+    reference_queries, reference_corpus = (
+        reference_model.encode(texts, batch_size=BATCH) for texts in (CORPUS_QUERIES, CORPUS)
+    )
     reference_top = nearest(reference_queries @ reference_corpus.T)
     print(f"CPU as seen here: {args.cpu}; MLAS int8 kernels: {kernel_path()}; {THREADS} threads")
-    print(f"{len(sentences)} sentences (seed {args.seed}), {min(lengths)} to {max(lengths)} tokens (truncated to "
-          f"256); float32 ONNX {fp32:.1f} sent/s. One pass: {len(one_pass)} documents in one padded batch. "
-          f"Top-10: {len(CORPUS_QUERIES)} queries over {len(CORPUS)} documents (tests/retrieval.py)\n")
-    print(f"| {'configuration':<36} | min cos | mean cos | worst at (tokens) | one pass min / mean | top-10 mean / min "
-          f"| sent/s | x fp32 ONNX |")
-    print(f"|{'-' * 38}|---------|----------|-------------------|---------------------|-------------------"
-          f"|--------|-------------|")
+    print(
+        f"{len(sentences)} sentences (seed {args.seed}), {min(lengths)} to {max(lengths)} tokens (truncated to "
+        f"256); float32 ONNX {fp32:.1f} sent/s. One pass: {len(one_pass)} documents in one padded batch. "
+        f"Top-10: {len(CORPUS_QUERIES)} queries over {len(CORPUS)} documents (tests/retrieval.py)\n"
+    )
+    print(
+        f"| {'configuration':<36} | min cos | mean cos | worst at (tokens) | one pass min / mean | top-10 mean / min "
+        f"| sent/s | x fp32 ONNX |"
+    )
+    print(
+        f"|{'-' * 38}|---------|----------|-------------------|---------------------|-------------------"
+        f"|--------|-------------|"
+    )
 
     def row(name: str, encode: Encode) -> None:
         cosines = cosine_rows(encode(sentences, BATCH), reference)
@@ -252,9 +277,12 @@ def main() -> None:
         whole = cosine_rows(encode(one_pass, len(one_pass)), one_pass_reference)
         agreement = top_k_agreement(nearest(encode(CORPUS_QUERIES, BATCH) @ encode(CORPUS, BATCH).T), reference_top)
         speed = throughput(encode, sentences)
-        print(f"| {name:<36} | {cosines.min():.4f}  | {cosines.mean():.4f}   | {lengths[worst]:>17} "
-              f"| {whole.min():.4f} / {whole.mean():.4f}     | {agreement.mean():.4f} / {agreement.min():.2f}     "
-              f"| {speed:>6.1f} | {speed / fp32:>11.2f} |", flush=True)
+        print(
+            f"| {name:<36} | {cosines.min():.4f}  | {cosines.mean():.4f}   | {lengths[worst]:>17} "
+            f"| {whole.min():.4f} / {whole.mean():.4f}     | {agreement.mean():.4f} / {agreement.min():.2f}     "
+            f"| {speed:>6.1f} | {speed / fp32:>11.2f} |",
+            flush=True,
+        )
 
     for candidate in CANDIDATES:
         if args.only and candidate.name not in args.only:

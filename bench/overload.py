@@ -39,10 +39,16 @@ def run_wrk(url: str, seconds: int, connections: int, script: str | None = None)
     if script:
         command[1:1] = ["-s", script]
     out = subprocess.run(command, capture_output=True, text=True, check=True).stdout
-    found = {key: re.search(pattern, out) for key, pattern in (
-        ("p50", r"50%\s+(\S+)"), ("p99", r"99%\s+(\S+)"), ("rate", r"Requests/sec:\s+(\S+)"),
-        ("requests", r"(\d+) requests in"), ("non_2xx", r"Non-2xx or 3xx responses: (\d+)"),
-    )}
+    found = {
+        key: re.search(pattern, out)
+        for key, pattern in (
+            ("p50", r"50%\s+(\S+)"),
+            ("p99", r"99%\s+(\S+)"),
+            ("rate", r"Requests/sec:\s+(\S+)"),
+            ("requests", r"(\d+) requests in"),
+            ("non_2xx", r"Non-2xx or 3xx responses: (\d+)"),
+        )
+    }
     return {key: match.group(1) if match else "0" for key, match in found.items()}
 
 
@@ -85,8 +91,9 @@ def main() -> None:
     parser.add_argument("--queue", type=int, default=16, help="max_queued_items")
     args = parser.parse_args()
     port = free_port()
-    process = start_server(port, EMBENTO_MAX_QUEUED_ITEMS=str(args.queue),
-                           EMBENTO_MAX_CONCURRENT_REQUESTS=str(args.concurrency))
+    process = start_server(
+        port, EMBENTO_MAX_QUEUED_ITEMS=str(args.queue), EMBENTO_MAX_CONCURRENT_REQUESTS=str(args.concurrency)
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         rss_before = tree_rss_mb(process.pid)
@@ -100,10 +107,14 @@ def main() -> None:
     finally:
         stop_server(process)
     for name, figures in (("/livez (ceiling)", ceiling), ("/v1/embeddings, overloaded", overload)):
-        print(f"{name:28s} p50 {figures['p50']:>9s}  p99 {figures['p99']:>9s}  {figures['rate']:>8s} req/s  "
-              f"{figures['requests']} requests, {figures['non_2xx']} not 2xx")
+        print(
+            f"{name:28s} p50 {figures['p50']:>9s}  p99 {figures['p99']:>9s}  {figures['rate']:>8s} req/s  "
+            f"{figures['requests']} requests, {figures['non_2xx']} not 2xx"
+        )
     print(f"one client, queue held full: {refused} refusals, p50 {p50:.1f} ms, p99 {p99:.1f} ms")
-    print(f"server RSS {rss_before:.0f} MB before, {rss_after:.0f} MB after ({(rss_after / rss_before - 1) * 100:+.1f} %)")
+    print(
+        f"server RSS {rss_before:.0f} MB before, {rss_after:.0f} MB after ({(rss_after / rss_before - 1) * 100:+.1f} %)"
+    )
 
 
 if __name__ == "__main__":

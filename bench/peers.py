@@ -112,7 +112,7 @@ SEQUENTIAL = next(s for s in load.SCENARIOS if s.in_flight == 1)
 S32, S8, MIXED = (s.name for s in THROUGHPUT)
 PROBE = "Platform teams keep embedding data private and their costs fixed."
 
-NAIVE_SERVER = '''
+NAIVE_SERVER = """
 import sys
 
 import uvicorn
@@ -143,7 +143,7 @@ def embeddings(request: EmbeddingRequest) -> dict:
 
 
 uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[2]), log_level="warning")
-'''
+"""
 
 
 @dataclass(frozen=True)
@@ -154,8 +154,9 @@ class Model:
 
 
 MODELS = {
-    "minilm": Model("minilm", "all-MiniLM-L6-v2",
-                    lambda: packaged_model_path("sentence-transformers/all-MiniLM-L6-v2")),
+    "minilm": Model(
+        "minilm", "all-MiniLM-L6-v2", lambda: packaged_model_path("sentence-transformers/all-MiniLM-L6-v2")
+    ),
     "bert-base": Model("bert-base", base_checkpoint.NAME, base_checkpoint.build),
 }
 
@@ -201,12 +202,12 @@ def peer_env(**extra: str) -> dict[str, str]:
     return env
 
 
-def start_peer(argv: list[str], env: dict[str, str], port: int, health: str, route: str, log: Path,
-               cwd: Path | None = None) -> Running:
+def start_peer(
+    argv: list[str], env: dict[str, str], port: int, health: str, route: str, log: Path, cwd: Path | None = None
+) -> Running:
     started = time.monotonic()
     with log.open("w") as out:
-        process = subprocess.Popen(argv, env=env, cwd=cwd, stdout=out, stderr=subprocess.STDOUT,
-                                   start_new_session=True)
+        process = subprocess.Popen(argv, env=env, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         wait_until_ready(process, f"http://127.0.0.1:{port}{health}")
     except SystemExit as exc:
@@ -228,9 +229,22 @@ def infinity_onnx_folder(model: Model) -> tuple[Path, Path]:
         (folder / item.name).symlink_to(item)
     print(f"exporting {model.name} to ONNX for infinity --engine optimum", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
-        subprocess.run([str(Path(sys.executable).parent / "optimum-cli"), "export", "onnx", "--model", str(source),
-                        "--task", "feature-extraction", tmp], env=peer_env(), check=True,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        subprocess.run(
+            [
+                str(Path(sys.executable).parent / "optimum-cli"),
+                "export",
+                "onnx",
+                "--model",
+                str(source),
+                "--task",
+                "feature-extraction",
+                tmp,
+            ],
+            env=peer_env(),
+            check=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         shutil.move(str(Path(tmp) / "model.onnx"), folder / "model.onnx")
     hub.mkdir()
     mark.write_text(json.dumps({"source": str(source)}))
@@ -243,28 +257,69 @@ def start(server: str, model: Model, venvs: Venvs, log: Path) -> Running:
     if server.startswith("embento-"):
         started = time.monotonic()
         try:
-            process = start_server(port, EMBENTO_MODEL_ID=str(folder), EMBENTO_SERVED_MODEL_NAME=model.served,
-                                   EMBENTO_BACKEND=server.removeprefix("embento-"))
+            process = start_server(
+                port,
+                EMBENTO_MODEL_ID=str(folder),
+                EMBENTO_SERVED_MODEL_NAME=model.served,
+                EMBENTO_BACKEND=server.removeprefix("embento-"),
+            )
         except SystemExit as exc:  # its output is not kept: rerun `bentoml serve` by hand to read it
             raise RuntimeError(str(exc)) from None
         return Running(process, f"http://127.0.0.1:{port}/v1/embeddings", time.monotonic() - started)
     if server.startswith("infinity-"):
         engine = server.removeprefix("infinity-")
-        argv = [str(venvs.infinity / "bin" / "infinity_emb"), "v2", "--served-model-name", model.served,
-                "--engine", engine, "--device", "cpu", "--no-bettertransformer",
-                "--host", "127.0.0.1", "--port", str(port)]
+        argv = [
+            str(venvs.infinity / "bin" / "infinity_emb"),
+            "v2",
+            "--served-model-name",
+            model.served,
+            "--engine",
+            engine,
+            "--device",
+            "cpu",
+            "--no-bettertransformer",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+        ]
         env = peer_env(INFINITY_ANONYMOUS_USAGE_STATS="0")
         if engine == "torch":
             return start_peer([*argv, "--model-id", str(folder)], env, port, "/health", "/embeddings", log)
         onnx_folder, hub = infinity_onnx_folder(model)
         env.update(HUGGINGFACE_HUB_CACHE=str(hub), INFINITY_ONNX_DO_NOT_PREFER_QUANTIZED="true")
-        return start_peer([*argv, "--model-id", ".", "--pooling-method", "mean"], env, port, "/health",
-                          "/embeddings", log, cwd=onnx_folder)
+        return start_peer(
+            [*argv, "--model-id", ".", "--pooling-method", "mean"],
+            env,
+            port,
+            "/health",
+            "/embeddings",
+            log,
+            cwd=onnx_folder,
+        )
     if server == "vllm":
-        argv = [str(venvs.vllm / "bin" / "python"), "-m", "vllm.entrypoints.openai.api_server",
-                "--model", str(folder), "--served-model-name", model.served, "--runner", "pooling",
-                "--convert", "embed", "--enforce-eager", "--dtype", "float32",
-                "--gpu-memory-utilization", "0.05", "--host", "127.0.0.1", "--port", str(port)]
+        argv = [
+            str(venvs.vllm / "bin" / "python"),
+            "-m",
+            "vllm.entrypoints.openai.api_server",
+            "--model",
+            str(folder),
+            "--served-model-name",
+            model.served,
+            "--runner",
+            "pooling",
+            "--convert",
+            "embed",
+            "--enforce-eager",
+            "--dtype",
+            "float32",
+            "--gpu-memory-utilization",
+            "0.05",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+        ]
         return start_peer(argv, peer_env(VLLM_NO_USAGE_STATS="1"), port, "/health", "/v1/embeddings", log)
     if server == "naive":
         argv = [str(venvs.naive / "bin" / "python"), "-c", NAIVE_SERVER, str(folder), str(port)]
@@ -306,14 +361,20 @@ def one_start(server: str, model: Model, venvs: Venvs, duration: float, log: Pat
         run = measure(running, model, duration)
     finally:
         stop(running.process)
-    print(f"    ready in {run.startup_s:.1f} s, idle RSS {run.idle_rss_mb:.0f} MiB; "
-          + "; ".join(f"{name.split(' (')[0]} {run.rate(name):.1f}/s p50 {r.percentile(0.5):.1f} ms"
-                      + (f" {r.errors} errors" if r.errors else "")
-                      for name, r in run.results.items()), flush=True)
+    print(
+        f"    ready in {run.startup_s:.1f} s, idle RSS {run.idle_rss_mb:.0f} MiB; "
+        + "; ".join(
+            f"{name.split(' (')[0]} {run.rate(name):.1f}/s p50 {r.percentile(0.5):.1f} ms"
+            + (f" {r.errors} errors" if r.errors else "")
+            for name, r in run.results.items()
+        ),
+        flush=True,
+    )
     return run
 
 
 # ---- tables ----------------------------------------------------------------------------------------------
+
 
 def rate(scenario: str) -> Callable[[Run], float]:
     return lambda run: run.rate(scenario)
@@ -344,33 +405,42 @@ def median(runs: list[Run], figure: Callable[[Run], float]) -> float:
     return statistics.median(figure(r) for r in runs)
 
 
-def model_tables(model: Model, runs: dict[str, list[Run]], failures: dict[str, list[str]],
-                 reference: str | None) -> list[str]:
+def model_tables(
+    model: Model, runs: dict[str, list[Run]], failures: dict[str, list[str]], reference: str | None
+) -> list[str]:
     servers = [s for s in SERVERS if s in runs or s in failures]
-    lines = [f"### {model.name} ({model.served})", "",
-             "| figure (median of rounds) | " + " | ".join(servers) + " |",
-             "|---|" + "---|" * len(servers)]
+    lines = [
+        f"### {model.name} ({model.served})",
+        "",
+        "| figure (median of rounds) | " + " | ".join(servers) + " |",
+        "|---|" + "---|" * len(servers),
+    ]
     for label, figure in ROWS:
         fmt = "{:.0f}" if "MiB" in label else "{:.1f}"
         cells = [spread([figure(r) for r in runs[s]], fmt) if runs.get(s) else "failed" for s in servers]
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     errors = [str(sum(r.errors for run in runs.get(s, []) for r in run.results.values())) for s in servers]
     lines.append("| errors, all scenarios | " + " | ".join(errors) + " |")
-    other = [f"{max((c for run in runs.get(s, []) for c in run.other_cores.values()), default=0):.2f}"
-             for s in servers]
+    other = [f"{max((c for run in runs.get(s, []) for c in run.other_cores.values()), default=0):.2f}" for s in servers]
     lines.append("| most cores other processes used in a run | " + " | ".join(other) + " |")
     anchor = next((s for s in servers if runs.get(s)), None)
     if anchor is not None:
-        cells = [f"{min(cosine(runs[anchor][0].probe, r.probe) for r in runs[s]):.6f}" if runs.get(s) else ""
-                 for s in servers]
+        cells = [
+            f"{min(cosine(runs[anchor][0].probe, r.probe) for r in runs[s]):.6f}" if runs.get(s) else ""
+            for s in servers
+        ]
         lines.append(f"| a sentence's vector: least cosine to {anchor}'s | " + " | ".join(cells) + " |")
     lines.append("")
     if reference is None or not runs.get(reference):
         return [*lines, "No Embento run to take ratios against.", ""]
     peers = [s for s in servers if s != reference and runs.get(s)]
-    lines += [f"Ratios {reference} / peer (throughput: above 1 is {reference} faster; p50, startup, RSS: "
-              f"below 1 is {reference} better):", "",
-              "| ratio | " + " | ".join(peers) + " |", "|---|" + "---|" * len(peers)]
+    lines += [
+        f"Ratios {reference} / peer (throughput: above 1 is {reference} faster; p50, startup, RSS: "
+        f"below 1 is {reference} better):",
+        "",
+        "| ratio | " + " | ".join(peers) + " |",
+        "|---|" + "---|" * len(peers),
+    ]
     for label, figure in ROWS:
         ours = median(runs[reference], figure)
         lines.append(f"| {label} | " + " | ".join(f"{ours / median(runs[p], figure):.2f}" for p in peers) + " |")
@@ -380,46 +450,74 @@ def model_tables(model: Model, runs: dict[str, list[Run]], failures: dict[str, l
 
 def targets(runs: dict[str, list[Run]], reference: str) -> list[str]:
     """Issue 33's targets, as ratios in this run."""
+
     def ratio(peer: str, figure: Callable[[Run], float]) -> float:
         return median(runs[reference], figure) / median(runs[peer], figure)
 
     checks = []  # (what, value, met)
-    for peer, least, scenarios in (("vllm", 2.0, (S32, S8)), ("infinity-torch", 2.0, (S32, S8)),
-                                   ("infinity-optimum", 1.3, (S32, S8)), ("infinity-torch", 3.0, (MIXED,))):
+    for peer, least, scenarios in (
+        ("vllm", 2.0, (S32, S8)),
+        ("infinity-torch", 2.0, (S32, S8)),
+        ("infinity-optimum", 1.3, (S32, S8)),
+        ("infinity-torch", 3.0, (MIXED,)),
+    ):
         if runs.get(peer):
-            checks += [(f"{name} ≥ {least:g} × {peer}", ratio(peer, rate(name)), ratio(peer, rate(name)) >= least)
-                       for name in scenarios]
+            checks += [
+                (f"{name} ≥ {least:g} × {peer}", ratio(peer, rate(name)), ratio(peer, rate(name)) >= least)
+                for name in scenarios
+            ]
     if runs.get("naive"):
         latency = ratio("naive", p50)
         checks.append(("sequential p50 ≤ naive's", latency, latency <= 1.0))
     if runs.get("infinity-torch"):
         rss = ratio("infinity-torch", idle_rss)
         checks.append(("idle RSS ≤ 1.3 × infinity-torch's", rss, rss <= 1.3))
-    return ["| target | ratio | |", "|---|---|---|",
-            *[f"| {what} | {value:.2f} | {'met' if met else '**not met**'} |" for what, value, met in checks]]
+    return [
+        "| target | ratio | |",
+        "|---|---|---|",
+        *[f"| {what} | {value:.2f} | {'met' if met else '**not met**'} |" for what, value, met in checks],
+    ]
 
 
 def header(args: argparse.Namespace, started: str, load_avg: str) -> list[str]:
-    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                if line.startswith("model name")), platform.processor())
-    return ["## Embento against its peers", "",
-            f"`python bench/peers.py --models {' '.join(args.models)} --duration {args.duration:g} "
-            f"--rounds {args.rounds}`, started {started}; {os.cpu_count()} cores ({cpu}), no GPU; "
-            f"load average at the start {load_avg}. Each server alone on the machine, with the load generator "
-            "(bench/load.py, closed loop) on the same cores. Figures: median over rounds (range in brackets).",
-            ""]
+    cpu = next(
+        (
+            line.split(":", 1)[1].strip()
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if line.startswith("model name")
+        ),
+        platform.processor(),
+    )
+    return [
+        "## Embento against its peers",
+        "",
+        f"`python bench/peers.py --models {' '.join(args.models)} --duration {args.duration:g} "
+        f"--rounds {args.rounds}`, started {started}; {os.cpu_count()} cores ({cpu}), no GPU; "
+        f"load average at the start {load_avg}. Each server alone on the machine, with the load generator "
+        "(bench/load.py, closed loop) on the same cores. Figures: median over rounds (range in brackets).",
+        "",
+    ]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--only", nargs="+", choices=SERVERS, default=list(SERVERS), metavar="SERVER",
-                        help=f"servers to run, of: {', '.join(SERVERS)}")
+    parser.add_argument(
+        "--only",
+        nargs="+",
+        choices=SERVERS,
+        default=list(SERVERS),
+        metavar="SERVER",
+        help=f"servers to run, of: {', '.join(SERVERS)}",
+    )
     parser.add_argument("--models", nargs="+", choices=list(MODELS), default=list(MODELS))
     parser.add_argument("--duration", type=float, default=10.0, help="seconds per scenario and server start")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--markdown", type=Path, help="also write the tables to this file")
-    parser.add_argument("--benchmarks", action="store_true",
-                        help="also write them as the closing section of docs/benchmarks.md (bench/run_all.py keeps it)")
+    parser.add_argument(
+        "--benchmarks",
+        action="store_true",
+        help="also write them as the closing section of docs/benchmarks.md (bench/run_all.py keeps it)",
+    )
     parser.add_argument("--infinity", type=Path, default=PEERS / "infinity", help="infinity's venv")
     parser.add_argument("--vllm", type=Path, default=PEERS / "vllm", help="vLLM CPU's venv")
     parser.add_argument("--naive", type=Path, default=PEERS / "naive", help="the naive server's venv")
@@ -430,9 +528,12 @@ def main() -> None:
     if "embento-auto" in servers and not auto_backend_exists():
         print("note: config.settings.Backend has no 'auto' yet: embento-auto skipped", flush=True)
         servers.remove("embento-auto")
-    needs = {"infinity-torch": venvs.infinity / "bin" / "infinity_emb",
-             "infinity-optimum": venvs.infinity / "bin" / "infinity_emb",
-             "vllm": venvs.vllm / "bin" / "python", "naive": venvs.naive / "bin" / "python"}
+    needs = {
+        "infinity-torch": venvs.infinity / "bin" / "infinity_emb",
+        "infinity-optimum": venvs.infinity / "bin" / "infinity_emb",
+        "vllm": venvs.vllm / "bin" / "python",
+        "naive": venvs.naive / "bin" / "python",
+    }
     for server, path in needs.items():
         if server in servers and not path.exists():
             print(f"note: {path} is missing: {server} skipped (install commands: this script's docstring)")
@@ -454,14 +555,22 @@ def main() -> None:
                 log = args.logs / f"{model.name}-{server}-{round_ + 1}.log"
                 try:
                     runs[server].append(one_start(server, model, venvs, args.duration, log))
-                except (RuntimeError, subprocess.CalledProcessError, OSError, aiohttp.ClientError,
-                        asyncio.TimeoutError, httpx.HTTPError) as exc:
+                except (
+                    TimeoutError,
+                    RuntimeError,
+                    subprocess.CalledProcessError,
+                    OSError,
+                    aiohttp.ClientError,
+                    httpx.HTTPError,
+                ) as exc:
                     failures.setdefault(server, []).append(str(exc))
                     print(f"    FAILED: {exc}", flush=True)
         lines += model_tables(model, runs, failures, reference)
         for server, reasons in failures.items():
-            lines += [f"{server} failed {len(reasons)} of {args.rounds} starts; first: "
-                      f"{reasons[0].splitlines()[0]}", ""]
+            lines += [
+                f"{server} failed {len(reasons)} of {args.rounds} starts; first: {reasons[0].splitlines()[0]}",
+                "",
+            ]
     text = "\n".join(lines)
     print("\n" + text)
     if args.markdown:

@@ -38,8 +38,9 @@ def body(path: str, extra: dict, batch: list[str]) -> dict:
 
 async def measure(url: str, path: str, extra: dict, corpus: list[str], seconds: float) -> tuple[float, float]:
     """(sentences per second, mean response bytes) with IN_FLIGHT closed-loop clients."""
-    rate, sizes = await closed_loop(url, lambda batch: (path, body(path, extra, batch)), corpus, seconds,
-                                    IN_FLIGHT, PER_REQUEST)
+    rate, sizes = await closed_loop(
+        url, lambda batch: (path, body(path, extra, batch)), corpus, seconds, IN_FLIGHT, PER_REQUEST
+    )
     return rate, statistics.fmean(sizes)
 
 
@@ -64,8 +65,10 @@ def main() -> None:
         base = statistics.median(rates["float"])
         for name in FORMATS:
             rate = statistics.median(rates[name])
-            print(f"{name:20s} {rate:8.1f} sent/s (median of {args.rounds})  x{rate / base:.2f} of float   "
-                  f"{sizes[name] / 1024:7.1f} KiB per response  x{sizes[name] / sizes['float']:.2f} of float")
+            print(
+                f"{name:20s} {rate:8.1f} sent/s (median of {args.rounds})  x{rate / base:.2f} of float   "
+                f"{sizes[name] / 1024:7.1f} KiB per response  x{sizes[name] / sizes['float']:.2f} of float"
+            )
     finally:
         stop_server(server)
 

@@ -46,8 +46,11 @@ OTHER_LOAD_LIMIT = 0.15  # cores used by processes outside the server and this b
 REDOS = 2
 GUARD_RATIO = 0.40
 SEQUENTIAL = "sequential x 1 sentence"
-TEXT_TARGETS = {"32 in flight x 1 sentence": 0.75, "8 in flight x 10 sentences": 0.85,
-                "8 in flight x 10 mixed (5-200 words)": 0.90}
+TEXT_TARGETS = {
+    "32 in flight x 1 sentence": 0.75,
+    "8 in flight x 10 sentences": 0.85,
+    "8 in flight x 10 mixed (5-200 words)": 0.90,
+}
 # Ceiling encoders take the thread count; each returns `encode(items)`.
 EncoderFactory = Callable[[int], ceiling.Encode]
 
@@ -68,12 +71,16 @@ class Group:
 def text_group(backend: str) -> Group:
     path = str(packaged_model_path(MINILM))
     ceilings: dict[str, EncoderFactory] = {
-        f"Embento's {backend} engine": lambda t: ceiling.engine_encoder(path, backend, "auto", t)}
+        f"Embento's {backend} engine": lambda t: ceiling.engine_encoder(path, backend, "auto", t)
+    }
     if backend == "torch":
         ceilings["sentence-transformers encode"] = lambda t: ceiling.sentence_transformers_encoder(path, t)
     return Group(
-        name=f"text-{backend}", title=f"Text embeddings, all-MiniLM-L6-v2, {backend} backend, float32",
-        path="/v1/embeddings", unit="sent", scenarios=load.SCENARIOS,
+        name=f"text-{backend}",
+        title=f"Text embeddings, all-MiniLM-L6-v2, {backend} backend, float32",
+        path="/v1/embeddings",
+        unit="sent",
+        scenarios=load.SCENARIOS,
         targets=TEXT_TARGETS if backend == "torch" else {"32 in flight x 1 sentence": 0.75},
         settings=lambda _: {"EMBENTO_BACKEND": backend},
         body=lambda _: load.embeddings_body(MINILM),
@@ -83,12 +90,16 @@ def text_group(backend: str) -> Group:
 
 def rerank_group() -> Group:
     return Group(
-        name="rerank", title="Rerank, a MiniLM-L6 cross-encoder (ms-marco-MiniLM-L-6-v2's shape), torch",
-        path="/v1/rerank", unit="pairs",
+        name="rerank",
+        title="Rerank, a MiniLM-L6 cross-encoder (ms-marco-MiniLM-L-6-v2's shape), torch",
+        path="/v1/rerank",
+        unit="pairs",
         scenarios=(Scenario("8 in flight x 20 documents", 8, 20, 20, 80),),
         targets={"8 in flight x 20 documents": 0.85},
-        settings=lambda scratch: {"EMBENTO_MODEL_ID": str(rerank.build_reranker(scratch)),
-                                  "EMBENTO_SERVED_MODEL_NAME": rerank.NAME},
+        settings=lambda scratch: {
+            "EMBENTO_MODEL_ID": str(rerank.build_reranker(scratch)),
+            "EMBENTO_SERVED_MODEL_NAME": rerank.NAME,
+        },
         body=lambda _: rerank.rerank_body,
         ceilings=lambda scratch: {"CrossEncoder.predict": lambda t: rerank.ceiling_encoder(scratch, t)},
     )
@@ -97,18 +108,24 @@ def rerank_group() -> Group:
 def clip_group(size: str) -> Group:
     scenario = Scenario("8 in flight x 4 images", 8, 4, 1, 8)
     return Group(
-        name=f"clip-{size}", title=f"CLIP image embeddings, {size} random-weight CLIP, 256 px PNGs, torch",
-        path="/v1/embeddings", unit="img", scenarios=(scenario,), targets={scenario.name: 0.80},
+        name=f"clip-{size}",
+        title=f"CLIP image embeddings, {size} random-weight CLIP, 256 px PNGs, torch",
+        path="/v1/embeddings",
+        unit="img",
+        scenarios=(scenario,),
+        targets={scenario.name: 0.80},
         settings=lambda scratch: {
             "EMBENTO_MODEL_ID": str(images.BUILDERS[size](scratch, packaged_model_path(MINILM))),
-            "EMBENTO_SERVED_MODEL_NAME": "clip"},
+            "EMBENTO_SERVED_MODEL_NAME": "clip",
+        },
         body=lambda _: images.image_body("clip"),
         ceilings=lambda scratch: {"transformers CLIPModel": lambda t: images.ceiling_encoder(scratch, t)},
     )
 
 
-GROUPS = {g.name: g for g in (text_group("torch"), text_group("onnx"), rerank_group(), clip_group("tiny"),
-                              clip_group("base"))}
+GROUPS = {
+    g.name: g for g in (text_group("torch"), text_group("onnx"), rerank_group(), clip_group("tiny"), clip_group("base"))
+}
 
 
 @dataclass
@@ -176,16 +193,20 @@ def run_group(group: Group, duration: float, runs: int, threads: int, scenarios:
             for run in range(runs):
                 for scenario in scenarios:
                     measure_once(group, scenario, encoders, url, body, server.pid, duration, figures[scenario.name])
-                    print(f"[{group.name} run {run + 1}/{runs}] {scenario.name}: server "
-                          f"{figures[scenario.name].server[-1]:.1f} {group.unit}/s, ceiling "
-                          f"{figures[scenario.name].ceiling[-1]:.1f}", flush=True)
+                    print(
+                        f"[{group.name} run {run + 1}/{runs}] {scenario.name}: server "
+                        f"{figures[scenario.name].server[-1]:.1f} {group.unit}/s, ceiling "
+                        f"{figures[scenario.name].ceiling[-1]:.1f}",
+                        flush=True,
+                    )
         finally:
             stop_server(server)
     return GroupResult(group, startups, idle, figures)
 
 
-def warm_up(encoders: dict[str, ceiling.Encode], url: str, body: load.Body, scenarios: tuple[Scenario, ...],
-            seconds: float) -> None:
+def warm_up(
+    encoders: dict[str, ceiling.Encode], url: str, body: load.Body, scenarios: tuple[Scenario, ...], seconds: float
+) -> None:
     """Every scenario once, unrecorded: the first seconds of load on a fresh server ran at 45-70 % of the
     speed of later runs (rerank and base CLIP, whose requests take 2 s, needed more than one round)."""
     asyncio.run(load.warm_up(url, body))
@@ -195,8 +216,16 @@ def warm_up(encoders: dict[str, ceiling.Encode], url: str, body: load.Body, scen
         asyncio.run(load.run_scenario(url, body, scenario, seconds, 100_000))
 
 
-def measure_once(group: Group, scenario: Scenario, encoders: dict[str, ceiling.Encode], url: str, body: load.Body,
-                 pid: int, duration: float, figures: Figures) -> None:
+def measure_once(
+    group: Group,
+    scenario: Scenario,
+    encoders: dict[str, ceiling.Encode],
+    url: str,
+    body: load.Body,
+    pid: int,
+    duration: float,
+    figures: Figures,
+) -> None:
     """One run of a scenario, redone (up to twice) when something else loaded the machine meanwhile."""
     for attempt in range(REDOS + 1):
         with LoadWatch(pid) as watch:
@@ -250,9 +279,16 @@ def scenario_row(group: Group, name: str, f: Figures) -> TableRow:
             target = (f"≥ {group.targets[name]:.0%} of the ceiling", f"{ratio:.0%}", ratio >= group.targets[name])
         ceiling_cell = spread(f.ceiling)
     latency_cell = " / ".join(f"{statistics.median(v):.1f}" for v in (f.p50, f.p95, f.p99))
-    cells = [name, spread(f.server), ceiling_cell, spread([100 * r for r in f.ratios], "{:.0f}") + " %",
-             f"{target[0]}: {verdict(target[2])}" if target else "", latency_cell,
-             f"{statistics.median(f.rss_mb):.0f}", str(f.errors)]
+    cells = [
+        name,
+        spread(f.server),
+        ceiling_cell,
+        spread([100 * r for r in f.ratios], "{:.0f}") + " %",
+        f"{target[0]}: {verdict(target[2])}" if target else "",
+        latency_cell,
+        f"{statistics.median(f.rss_mb):.0f}",
+        str(f.errors),
+    ]
     return TableRow(cells, target)
 
 
@@ -260,52 +296,84 @@ def group_section(result: GroupResult) -> tuple[list[str], list[list[str]]]:
     """The group's markdown, and its lines of the targets summary."""
     group = result.group
     rows = {name: scenario_row(group, name, f) for name, f in result.figures.items()}
-    lines = [f"### {group.title}", "",
-             (f"Startup to `/readyz`: {spread(result.startup_s)} s. Idle RSS, whole process tree: "
-              f"{spread(result.idle_rss_mb, '{:.0f}')} MiB ({len(result.startup_s)} starts)."), "",
-             (f"| scenario | server {group.unit}/s | ceiling {group.unit}/s | ratio | target | p50 / p95 / p99 ms "
-              "| RSS MiB | errors |"),
-             "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        f"### {group.title}",
+        "",
+        (
+            f"Startup to `/readyz`: {spread(result.startup_s)} s. Idle RSS, whole process tree: "
+            f"{spread(result.idle_rss_mb, '{:.0f}')} MiB ({len(result.startup_s)} starts)."
+        ),
+        "",
+        (
+            f"| scenario | server {group.unit}/s | ceiling {group.unit}/s | ratio | target | p50 / p95 / p99 ms "
+            "| RSS MiB | errors |"
+        ),
+        "|---|---|---|---|---|---|---|---|",
+    ]
     lines += ["| " + " | ".join(row.cells) + " |" for row in rows.values()]
     sources = sorted({s for f in result.figures.values() for s in f.ceiling_source})
     redone = sum(f.redone for f in result.figures.values())
-    lines += ["", (f"Ceiling of each run: the faster of {', '.join(sorted(group.ceilings(Path())))} (the faster "
-                   f"in at least one run: {', '.join(sources)}). Runs redone for outside load: {redone}."), ""]
-    summary = [[group.name, name, *row.target[:2], verdict(row.target[2])]
-               for name, row in rows.items() if row.target]
+    lines += [
+        "",
+        (
+            f"Ceiling of each run: the faster of {', '.join(sorted(group.ceilings(Path())))} (the faster "
+            f"in at least one run: {', '.join(sources)}). Runs redone for outside load: {redone}."
+        ),
+        "",
+    ]
+    summary = [[group.name, name, *row.target[:2], verdict(row.target[2])] for name, row in rows.items() if row.target]
     if group.name == "text-torch":
         startup, rss = statistics.median(result.startup_s), statistics.median(result.idle_rss_mb)
-        summary += [[group.name, "startup to /readyz", "≤ 8 s", f"{startup:.1f} s", verdict(startup <= 8)],
-                    [group.name, "idle RSS, whole tree", "≤ 800 MiB", f"{rss:.0f} MiB", verdict(rss <= 800)]]
+        summary += [
+            [group.name, "startup to /readyz", "≤ 8 s", f"{startup:.1f} s", verdict(startup <= 8)],
+            [group.name, "idle RSS, whole tree", "≤ 800 MiB", f"{rss:.0f} MiB", verdict(rss <= 800)],
+        ]
     return lines, summary
 
 
 def write_report(results: list[GroupResult], duration: float, runs: int, threads: int) -> None:
     import torch
 
-    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                if line.startswith("model name")), platform.processor())
+    cpu = next(
+        (
+            line.split(":", 1)[1].strip()
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if line.startswith("model name")
+        ),
+        platform.processor(),
+    )
     sections, summary = [], []
     for result in results:
         lines, targets = group_section(result)
         sections += lines
         summary += targets
     lines = [
-        "# Benchmarks", "",
-        "Written by `make bench` (`python bench/run_all.py`); do not edit by hand.", "",
-        (f"Machine: {os.cpu_count()} cores ({cpu}), no GPU; torch {torch.__version__}, {threads} threads; "
-         f"Python {platform.python_version()}. The load generator (`bench/load.py`, aiohttp, closed loop) "
-         "shares the cores with the server."), "",
-        (f"Method: each scenario ran {runs} times for {duration:.0f} s against the server; before each, the "
-         f"in-process ceiling ran {duration / 2:.0f} s on the same corpus with the server idle (the model "
-         "called directly, every in-flight request's items in one call: what a perfect batcher could gather). "
-         "Figures are medians, ranges in brackets. A run is redone when processes other than the server and "
-         f"the benchmark used more than {OTHER_LOAD_LIMIT:.0%} of a core meanwhile."), "",
-        "## Targets", "",
+        "# Benchmarks",
+        "",
+        "Written by `make bench` (`python bench/run_all.py`); do not edit by hand.",
+        "",
+        (
+            f"Machine: {os.cpu_count()} cores ({cpu}), no GPU; torch {torch.__version__}, {threads} threads; "
+            f"Python {platform.python_version()}. The load generator (`bench/load.py`, aiohttp, closed loop) "
+            "shares the cores with the server."
+        ),
+        "",
+        (
+            f"Method: each scenario ran {runs} times for {duration:.0f} s against the server; before each, the "
+            f"in-process ceiling ran {duration / 2:.0f} s on the same corpus with the server idle (the model "
+            "called directly, every in-flight request's items in one call: what a perfect batcher could gather). "
+            "Figures are medians, ranges in brackets. A run is redone when processes other than the server and "
+            f"the benchmark used more than {OTHER_LOAD_LIMIT:.0%} of a core meanwhile."
+        ),
+        "",
+        "## Targets",
+        "",
         "| group | scenario | target | measured | |",
         "|---|---|---|---|---|",
-        *["| " + " | ".join(cells) + " |" for cells in summary], "",
-        "## Figures", "",
+        *["| " + " | ".join(cells) + " |" for cells in summary],
+        "",
+        "## Figures",
+        "",
         *sections,
     ]
     OUT.parent.mkdir(exist_ok=True)
@@ -317,9 +385,13 @@ def write_report(results: list[GroupResult], duration: float, runs: int, threads
 def guard(duration: float, threads: int) -> int:
     """A short run that fails only on a gross regression, so noise cannot break CI."""
     path = str(packaged_model_path(MINILM))
-    group = replace(GROUPS["text-torch"], ceilings=lambda _: {
-        "Embento's torch engine": lambda t: ceiling.engine_encoder(path, "torch", "auto", t)})
-    scenarios = tuple(s for s in load.SCENARIOS if s.name in ("32 in flight x 1 sentence", "8 in flight x 10 sentences"))
+    group = replace(
+        GROUPS["text-torch"],
+        ceilings=lambda _: {"Embento's torch engine": lambda t: ceiling.engine_encoder(path, "torch", "auto", t)},
+    )
+    scenarios = tuple(
+        s for s in load.SCENARIOS if s.name in ("32 in flight x 1 sentence", "8 in flight x 10 sentences")
+    )
     result = run_group(group, duration, 1, threads, scenarios)
     failed = False
     for name, f in result.figures.items():
@@ -342,8 +414,10 @@ def main() -> None:
     threads = torch.get_num_threads()
     if args.guard:
         sys.exit(guard(4.0, threads))
-    results = [run_group(GROUPS[name], args.duration, args.runs, threads, GROUPS[name].scenarios)
-               for name in (args.only or GROUPS)]
+    results = [
+        run_group(GROUPS[name], args.duration, args.runs, threads, GROUPS[name].scenarios)
+        for name in (args.only or GROUPS)
+    ]
     write_report(results, args.duration, args.runs, threads)
     print(OUT.read_text())
 

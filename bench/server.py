@@ -25,17 +25,26 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def start_server(port: int, service_name: str | None = None, target: str = "service:Gateway",
-                 **settings: str) -> subprocess.Popen:
+def start_server(
+    port: int, service_name: str | None = None, target: str = "service:Gateway", **settings: str
+) -> subprocess.Popen:
     """`settings` are extra environment variables, e.g. EMBENTO_MODEL_ID; other EMBENTO_* are dropped. With a
     `service_name` (say TextEmbedder), that model service alone serves on the port."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("EMBENTO_")}
     env.update(HF_HUB_OFFLINE="1", BENTOML_DO_NOT_TRACK="True", **settings)
-    serve = (["bentoml", "serve", target] if service_name is None else
-             ["bentoml_cli._internal.start", "start-http-server", target, "--service-name", service_name])
+    serve = (
+        ["bentoml", "serve", target]
+        if service_name is None
+        else ["bentoml_cli._internal.start", "start-http-server", target, "--service-name", service_name]
+    )
     process = subprocess.Popen(
         [sys.executable, "-m", *serve, "--host", "127.0.0.1", "--port", str(port)],
-        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     return wait_until_ready(process, f"http://127.0.0.1:{port}/readyz")
 
 
@@ -54,8 +63,14 @@ def wait_until_ready(process: subprocess.Popen, url: str) -> subprocess.Popen:
     raise SystemExit(f"{url} did not answer 200 (exit status {process.poll()})")
 
 
-async def closed_loop(url: str, request_for: Callable[[list[str]], tuple[str, dict]], corpus: list[str],
-                      seconds: float, in_flight: int = 8, per_request: int = 10) -> tuple[float, list[int]]:
+async def closed_loop(
+    url: str,
+    request_for: Callable[[list[str]], tuple[str, dict]],
+    corpus: list[str],
+    seconds: float,
+    in_flight: int = 8,
+    per_request: int = 10,
+) -> tuple[float, list[int]]:
     """(inputs per second, response sizes in bytes) with `in_flight` clients, each sending `per_request` inputs
     of `corpus` at a time as `request_for(batch)` = (path, body) and the next as soon as one is answered."""
     done, sizes = 0, []

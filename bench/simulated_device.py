@@ -66,15 +66,24 @@ class SimulatedEncoder:
         self._device = ThreadPoolExecutor(max_workers=1, thread_name_prefix="simulated-device")
         self._stats = os.open(os.environ["SIM_STATS"], os.O_RDWR | os.O_CREAT, 0o600)
         self._busy, self._passes, self._rows, self._tokens = 0.0, 0, 0, 0
-        self.info = ModelInfo(served_model_name=cfg.served_model_name, model_id=cfg.model_id, kind="embed",
-                              modalities=["text"], backend="torch", dimension=DIMENSION, max_input_tokens=256,
-                              normalized=True, device="cuda:0", dtype="bfloat16")
+        self.info = ModelInfo(
+            served_model_name=cfg.served_model_name,
+            model_id=cfg.model_id,
+            kind="embed",
+            modalities=["text"],
+            backend="torch",
+            dimension=DIMENSION,
+            max_input_tokens=256,
+            normalized=True,
+            device="cuda:0",
+            dtype="bfloat16",
+        )
 
     def launch(self, rows: list[Any]) -> _Pending:
         width = max(row.length for row in rows)
         ids = np.zeros((len(rows), width), dtype=np.int64)  # the host's collate, as models/padding.py does
         for index, row in enumerate(rows):
-            ids[index, :row.length] = row.input_ids
+            ids[index, : row.length] = row.input_ids
         until = time.perf_counter() + self.launch_s
         while time.perf_counter() < until:  # Python launching kernels: the GIL is held
             pass
@@ -96,7 +105,7 @@ class SimulatedEncoder:
 
 def read_stats(path: Path) -> tuple[float, int, int, int]:
     data = path.read_bytes() if path.exists() else b""
-    return STATS.unpack(data[:STATS.size]) if len(data) >= STATS.size else (0.0, 0, 0, 0)
+    return STATS.unpack(data[: STATS.size]) if len(data) >= STATS.size else (0.0, 0, 0, 0)
 
 
 def gateway_cpu_seconds(server_pid: int) -> float:
@@ -111,8 +120,9 @@ def gateway_cpu_seconds(server_pid: int) -> float:
     return total
 
 
-def measure(url: str, pid: int, stats: Path, clients: int, per_request: int, seconds: float,
-            corpus: list[str]) -> dict[str, float]:
+def measure(
+    url: str, pid: int, stats: Path, clients: int, per_request: int, seconds: float, corpus: list[str]
+) -> dict[str, float]:
     from bench.server import closed_loop
 
     def request_for(batch: list[str]) -> tuple[str, dict]:
@@ -125,10 +135,13 @@ def measure(url: str, pid: int, stats: Path, clients: int, per_request: int, sec
     wall = time.perf_counter() - started
     busy1, passes1, rows1, _ = read_stats(stats)
     cpu = gateway_cpu_seconds(pid) - cpu0
-    return {"sent_s": rate, "busy": (busy1 - busy0) / wall,
-            "rows_per_pass": (rows1 - rows0) / max(1, passes1 - passes0),
-            "gateway_cpu_ms_per_request": 1000 * cpu / max(1, rate * wall / per_request),
-            "sent_s_per_gateway_core": rate / max(1e-9, cpu / wall)}
+    return {
+        "sent_s": rate,
+        "busy": (busy1 - busy0) / wall,
+        "rows_per_pass": (rows1 - rows0) / max(1, passes1 - passes0),
+        "gateway_cpu_ms_per_request": 1000 * cpu / max(1, rate * wall / per_request),
+        "sent_s_per_gateway_core": rate / max(1e-9, cpu / wall),
+    }
 
 
 def main() -> None:
@@ -142,24 +155,35 @@ def main() -> None:
     parser.add_argument("--label", default="", help="printed with each line (e.g. before / after)")
     args = parser.parse_args()
     corpus = make_sentences(4096, seed=3)
-    print("speed | gateway workers | clients x sentences | sent/s | device busy | rows/pass | "
-          "gateway CPU ms/request | sent/s per gateway core")
+    print(
+        "speed | gateway workers | clients x sentences | sent/s | device busy | rows/pass | "
+        "gateway CPU ms/request | sent/s per gateway core"
+    )
     for speed in args.speeds.split(","):
         for workers in [int(w) for w in args.workers.split(",")]:
             stats = Path(f"/tmp/embento-sim-{os.getpid()}-{speed}-{workers}")
             stats.unlink(missing_ok=True)
             port = free_port()
-            settings = {"SIM_DEVICE": ",".join(map(str, SPEEDS[speed])), "SIM_STATS": str(stats),
-                        "EMBENTO_MODEL_ID": MODEL, "EMBENTO_DEVICE": "cuda", "EMBENTO_GATEWAY_WORKERS": str(workers),
-                        "EMBENTO_MAX_CONCURRENT_REQUESTS": "4096"}
+            settings = {
+                "SIM_DEVICE": ",".join(map(str, SPEEDS[speed])),
+                "SIM_STATS": str(stats),
+                "EMBENTO_MODEL_ID": MODEL,
+                "EMBENTO_DEVICE": "cuda",
+                "EMBENTO_GATEWAY_WORKERS": str(workers),
+                "EMBENTO_MAX_CONCURRENT_REQUESTS": "4096",
+            }
             server = start_server(port, target="bench.simulated_service:Gateway", **settings)
             try:
                 for clients, per_request in SCENARIOS:
-                    r = measure(f"http://127.0.0.1:{port}", server.pid, stats, clients, per_request, args.seconds,
-                                corpus)
-                    print(f"{args.label} {speed} | {workers} | {clients} x {per_request} | {r['sent_s']:.0f} | "
-                          f"{100 * r['busy']:.0f} % | {r['rows_per_pass']:.0f} | {r['gateway_cpu_ms_per_request']:.2f}"
-                          f" | {r['sent_s_per_gateway_core']:.0f}", flush=True)
+                    r = measure(
+                        f"http://127.0.0.1:{port}", server.pid, stats, clients, per_request, args.seconds, corpus
+                    )
+                    print(
+                        f"{args.label} {speed} | {workers} | {clients} x {per_request} | {r['sent_s']:.0f} | "
+                        f"{100 * r['busy']:.0f} % | {r['rows_per_pass']:.0f} | {r['gateway_cpu_ms_per_request']:.2f}"
+                        f" | {r['sent_s_per_gateway_core']:.0f}",
+                        flush=True,
+                    )
             finally:
                 stop_server(server)
                 stats.unlink(missing_ok=True)

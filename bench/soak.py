@@ -63,10 +63,15 @@ def bodies(kind: str, rng: random.Random) -> dict:
     if kind == "text":
         return {"model": MINILM, "input": corpus(rng.randint(1, 16), 3, 120, seed=rng.randrange(10**6))}
     if kind == "rerank":
-        return {"model": "reranker", "query": QUERY, "documents": corpus(rng.randint(2, 20), 10, 80,
-                                                                           seed=rng.randrange(10**6))}
-    images = [image_bytes(rng.randint(24, 96), rng.randint(24, 96), seed=rng.randrange(10**6))
-              for _ in range(rng.randint(1, 4))]
+        return {
+            "model": "reranker",
+            "query": QUERY,
+            "documents": corpus(rng.randint(2, 20), 10, 80, seed=rng.randrange(10**6)),
+        }
+    images = [
+        image_bytes(rng.randint(24, 96), rng.randint(24, 96), seed=rng.randrange(10**6))
+        for _ in range(rng.randint(1, 4))
+    ]
     uris = ["data:image/png;base64," + base64.b64encode(image).decode() for image in images]
     return {"model": "clip", "input": [{"image": uri} for uri in uris]}
 
@@ -104,8 +109,11 @@ async def soak(url: str, pid: int, minutes: float, clients: dict[str, int]) -> N
     started = time.monotonic()
     stop_at = started + minutes * 60
     counts: Counter = Counter()
-    tasks = [asyncio.create_task(client(url, kind, seed=i * 100 + n, stop_at=stop_at, counts=counts))
-             for i, (kind, n_clients) in enumerate(clients.items()) for n in range(n_clients)]
+    tasks = [
+        asyncio.create_task(client(url, kind, seed=i * 100 + n, stop_at=stop_at, counts=counts))
+        for i, (kind, n_clients) in enumerate(clients.items())
+        for n in range(n_clients)
+    ]
     samples: list[tuple[float, float]] = []
     processes: list[tuple[float, dict[str, float]]] = []
     while time.monotonic() < stop_at:
@@ -126,8 +134,10 @@ async def soak(url: str, pid: int, minutes: float, clients: dict[str, int]) -> N
     print(f"  errors: {errors}")
     print("  RSS (MiB) by time: " + ", ".join(f"{t:.0f}s {rss:.0f}" for t, rss in samples))
     settled = next(rss for t, rss in samples if t >= SETTLE_S)
-    print(f"  RSS after {SETTLE_S:.0f} s: {settled:.0f} MiB; at the end: {samples[-1][1]:.0f} MiB; "
-          f"growth {100 * (samples[-1][1] - settled) / settled:+.1f} %; peak {max(r for _, r in samples):.0f} MiB")
+    print(
+        f"  RSS after {SETTLE_S:.0f} s: {settled:.0f} MiB; at the end: {samples[-1][1]:.0f} MiB; "
+        f"growth {100 * (samples[-1][1] - settled) / settled:+.1f} %; peak {max(r for _, r in samples):.0f} MiB"
+    )
     settled_processes = next(sizes for t, sizes in processes if t >= SETTLE_S)
     for name, end in processes[-1][1].items():
         start = settled_processes.get(name, float("nan"))
@@ -141,16 +151,26 @@ def main() -> None:
     parser.add_argument("--text", type=int, default=6)
     parser.add_argument("--rerank", type=int, default=3)
     parser.add_argument("--image", type=int, default=2)
-    parser.add_argument("--cpu-threads", type=int, default=None,
-                        help="threads per model service (default: the cores shared among the three)")
+    parser.add_argument(
+        "--cpu-threads",
+        type=int,
+        default=None,
+        help="threads per model service (default: the cores shared among the three)",
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         reranker = build_reranker(folder / "reranker")
         clip = build_clip(folder / "clip", packaged_model_path(MINILM))
-        config = {"models": [{"model_id": MINILM}, {"model_id": str(reranker), "served_model_name": "reranker"},
-                             {"model_id": str(clip), "served_model_name": "clip"}],
-                  "cache_dir": str(folder / "cache"), "cpu_threads": args.cpu_threads}
+        config = {
+            "models": [
+                {"model_id": MINILM},
+                {"model_id": str(reranker), "served_model_name": "reranker"},
+                {"model_id": str(clip), "served_model_name": "clip"},
+            ],
+            "cache_dir": str(folder / "cache"),
+            "cpu_threads": args.cpu_threads,
+        }
         (folder / "embento.yaml").write_text(yaml.safe_dump(config))
         port = free_port()
         process = start_server(port, EMBENTO_CONFIG=str(folder / "embento.yaml"), BENTOML_HOME=str(folder / "home"))

@@ -30,9 +30,14 @@ from server import ROOT, free_port, wait_until_ready  # noqa: E402
 def serve_seconds(target: str, env: dict[str, str], cwd: Path) -> float:
     port = free_port()
     started = time.perf_counter()
-    process = subprocess.Popen([sys.executable, "-m", "bentoml", "serve", target, "--host", "127.0.0.1", "--port",
-                                str(port)], cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                               start_new_session=True)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "bentoml", "serve", target, "--host", "127.0.0.1", "--port", str(port)],
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     wait_until_ready(process, f"http://127.0.0.1:{port}/readyz")
     seconds = time.perf_counter() - started
     os.killpg(process.pid, signal.SIGTERM)
@@ -47,28 +52,47 @@ def main() -> None:
     args = parser.parse_args()
     scratch = Path(tempfile.mkdtemp(prefix="start-times-"))
     base = {k: v for k, v in os.environ.items() if not k.startswith("EMBENTO_")}
-    base.update(HF_HUB_OFFLINE="1", BENTOML_DO_NOT_TRACK="True", BENTOML_HOME=str(scratch / "bentoml"),
-                EMBENTO_MODEL_ID=args.model)
+    base.update(
+        HF_HUB_OFFLINE="1",
+        BENTOML_DO_NOT_TRACK="True",
+        BENTOML_HOME=str(scratch / "bentoml"),
+        EMBENTO_MODEL_ID=args.model,
+    )
     times: dict[str, list[float]] = {"torch": [], "auto, cold": [], "auto, warm": [], "Bento, empty cache": []}
     build_seconds = []
     for round_ in range(args.rounds):
         cache = scratch / f"cache-{round_}"
-        times["torch"].append(serve_seconds("service:Gateway", {**base, "EMBENTO_BACKEND": "torch",
-                                                                "EMBENTO_CACHE_DIR": str(cache / "t")}, ROOT))
+        times["torch"].append(
+            serve_seconds(
+                "service:Gateway", {**base, "EMBENTO_BACKEND": "torch", "EMBENTO_CACHE_DIR": str(cache / "t")}, ROOT
+            )
+        )
         for case in ("auto, cold", "auto, warm"):
             times[case].append(serve_seconds("service:Gateway", {**base, "EMBENTO_CACHE_DIR": str(cache / "a")}, ROOT))
         started = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "bentoml", "build", str(ROOT), "--version", f"start-{round_}"],
-                       cwd=ROOT, env={**base, "EMBENTO_CACHE_DIR": str(cache / "build")}, check=True,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        subprocess.run(
+            [sys.executable, "-m", "bentoml", "build", str(ROOT), "--version", f"start-{round_}"],
+            cwd=ROOT,
+            env={**base, "EMBENTO_CACHE_DIR": str(cache / "build")},
+            check=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         build_seconds.append(time.perf_counter() - started)
         elsewhere = scratch / f"elsewhere-{round_}"
         elsewhere.mkdir()
         bento_env = {k: v for k, v in base.items() if k != "EMBENTO_MODEL_ID"}  # the Bento carries its configuration
-        times["Bento, empty cache"].append(serve_seconds(f"embento:start-{round_}", {
-            **bento_env, "EMBENTO_CACHE_DIR": str(cache / "empty")}, elsewhere))
-        print(f"round {round_ + 1}: " + ", ".join(f"{k} {v[-1]:.1f} s" for k, v in times.items())
-              + f", build {build_seconds[-1]:.1f} s", flush=True)
+        times["Bento, empty cache"].append(
+            serve_seconds(
+                f"embento:start-{round_}", {**bento_env, "EMBENTO_CACHE_DIR": str(cache / "empty")}, elsewhere
+            )
+        )
+        print(
+            f"round {round_ + 1}: "
+            + ", ".join(f"{k} {v[-1]:.1f} s" for k, v in times.items())
+            + f", build {build_seconds[-1]:.1f} s",
+            flush=True,
+        )
     print(f"\n{args.model}, load average {os.getloadavg()[0]:.1f}")
     print("| start | seconds to ready (median) |\n|---|---|")
     for case, values in times.items():

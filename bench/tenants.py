@@ -105,9 +105,16 @@ def write_keys(folder: Path) -> tuple[Path, dict[str, str]]:
     """A keys file holding the tenants A and B (weight 1, no limits), and their secrets."""
     secrets = {"A": new_secret(), "B": new_secret()}
     path = folder / "keys.yaml"
-    path.write_text(yaml.safe_dump({"keys": [
-        {"name": name, "key_sha256": hashlib.sha256(secret.encode()).hexdigest(), "weight": 1}
-        for name, secret in secrets.items()]}))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "keys": [
+                    {"name": name, "key_sha256": hashlib.sha256(secret.encode()).hexdigest(), "weight": 1}
+                    for name, secret in secrets.items()
+                ]
+            }
+        )
+    )
     path.chmod(0o600)
     return path, secrets
 
@@ -125,13 +132,16 @@ def bearer(secret: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {secret}"}
 
 
-async def tenant_clients(url: str, secret: str, clients: int, seed: int, opens: float, closes: float,
-                         tally: Tally) -> None:
+async def tenant_clients(
+    url: str, secret: str, clients: int, seed: int, opens: float, closes: float, tally: Tally
+) -> None:
     """`clients` closed loops of single sentences until `closes`; those sent and answered from `opens` on count."""
     texts = corpus(clients * TEXTS_PER_CLIENT, 8, 20, seed=seed)
     connector = aiohttp.TCPConnector(limit=clients)
-    async with aiohttp.ClientSession(connector=connector, headers=bearer(secret),
-                                     timeout=aiohttp.ClientTimeout(total=120)) as session:
+    async with aiohttp.ClientSession(
+        connector=connector, headers=bearer(secret), timeout=aiohttp.ClientTimeout(total=120)
+    ) as session:
+
         async def client(index: int) -> None:
             at = index * TEXTS_PER_CLIENT
             while (sent := time.perf_counter()) < closes:
@@ -156,8 +166,13 @@ async def tenant_clients(url: str, secret: str, clients: int, seed: int, opens: 
         await asyncio.gather(*(client(i) for i in range(clients)))
 
 
-METRICS = ("embento_model_forward_seconds_sum", "embento_model_forward_seconds_count", "embento_model_batch_size_sum",
-           "embento_requests_per_call_sum", "embento_requests_per_call_count")
+METRICS = (
+    "embento_model_forward_seconds_sum",
+    "embento_model_forward_seconds_count",
+    "embento_model_batch_size_sum",
+    "embento_requests_per_call_sum",
+    "embento_requests_per_call_count",
+)
 
 
 def server_counts(url: str, headers: dict[str, str]) -> dict[str, float]:
@@ -172,14 +187,25 @@ def server_counts(url: str, headers: dict[str, str]) -> dict[str, float]:
     return found
 
 
-def phase(url: str, pid: int, loads: dict[str, tuple[str, int]], seconds: float, warm: float,
-          headers: dict[str, str], seed: int) -> Phase:
+def phase(
+    url: str,
+    pid: int,
+    loads: dict[str, tuple[str, int]],
+    seconds: float,
+    warm: float,
+    headers: dict[str, str],
+    seed: int,
+) -> Phase:
     """`loads` (tenant: (secret, clients)) all at once: `warm` seconds unrecorded, then `seconds` recorded."""
     tallies = {tenant: Tally() for tenant in loads}
 
     async def run(opens: float) -> None:
-        await asyncio.gather(*(tenant_clients(url, secret, clients, seed + i, opens, opens + seconds, tallies[name])
-                               for i, (name, (secret, clients)) in enumerate(loads.items())))
+        await asyncio.gather(
+            *(
+                tenant_clients(url, secret, clients, seed + i, opens, opens + seconds, tallies[name])
+                for i, (name, (secret, clients)) in enumerate(loads.items())
+            )
+        )
 
     opens = time.perf_counter() + warm
     with LoadWatch(pid) as watch:
@@ -191,10 +217,14 @@ def phase(url: str, pid: int, loads: dict[str, tuple[str, int]], seconds: float,
     def mean(total: str, count: str) -> float:
         return delta[total] / delta[count] if delta[count] else float("nan")
 
-    return Phase(tallies, seconds, watch.other_cores,
-                 mean("embento_model_forward_seconds_sum", "embento_model_forward_seconds_count") * 1000,
-                 mean("embento_model_batch_size_sum", "embento_model_forward_seconds_count"),
-                 mean("embento_requests_per_call_sum", "embento_requests_per_call_count"))
+    return Phase(
+        tallies,
+        seconds,
+        watch.other_cores,
+        mean("embento_model_forward_seconds_sum", "embento_model_forward_seconds_count") * 1000,
+        mean("embento_model_batch_size_sum", "embento_model_forward_seconds_count"),
+        mean("embento_requests_per_call_sum", "embento_requests_per_call_count"),
+    )
 
 
 def one_pass(url: str, headers: dict[str, str]) -> tuple[int, float]:
@@ -205,8 +235,9 @@ def one_pass(url: str, headers: dict[str, str]) -> tuple[int, float]:
     with httpx.Client(headers=headers, timeout=120) as client:
         for i in range(PASS_TRIES + 1):  # the first unrecorded
             started = time.perf_counter()
-            response = client.post(f"{url}/v1/embeddings",
-                                   json={"model": MODEL, "input": texts[i * batch_size:(i + 1) * batch_size]})
+            response = client.post(
+                f"{url}/v1/embeddings", json={"model": MODEL, "input": texts[i * batch_size : (i + 1) * batch_size]}
+            )
             response.raise_for_status()
             times.append((time.perf_counter() - started) * 1000)
     return batch_size, statistics.median(times[1:])
@@ -214,11 +245,17 @@ def one_pass(url: str, headers: dict[str, str]) -> tuple[int, float]:
 
 def show(label: str, found: Phase) -> None:
     for tenant, tally in found.tallies.items():
-        print(f"   {label:<10} {tenant}: {found.rate(tenant):6.1f} inputs/s, p50 {tally.p50:6.1f} ms, p99 "
-              f"{tally.p99:6.1f} ms" + (f"; {tally.errors} errors, the first: {tally.first_error}" if tally.errors
-                                        else ""), flush=True)
-    print(f"   {'':<10} server: passes {found.pass_ms:.1f} ms of {found.pass_inputs:.1f} inputs, calls of "
-          f"{found.call_requests:.1f} requests; other processes {found.other_cores:.2f} cores", flush=True)
+        print(
+            f"   {label:<10} {tenant}: {found.rate(tenant):6.1f} inputs/s, p50 {tally.p50:6.1f} ms, p99 "
+            f"{tally.p99:6.1f} ms"
+            + (f"; {tally.errors} errors, the first: {tally.first_error}" if tally.errors else ""),
+            flush=True,
+        )
+    print(
+        f"   {'':<10} server: passes {found.pass_ms:.1f} ms of {found.pass_inputs:.1f} inputs, calls of "
+        f"{found.call_requests:.1f} requests; other processes {found.other_cores:.2f} cores",
+        flush=True,
+    )
 
 
 def measure(name: str, config: Path, home: Path, secrets: dict[str, str], args: argparse.Namespace) -> Server:
@@ -231,8 +268,11 @@ def measure(name: str, config: Path, home: Path, secrets: dict[str, str], args: 
     try:
         phase(url, process.pid, {**a, **b}, min(args.warm, 3.0), 0.0, headers, seed=90)  # warm the server
         batch_size, pass_ms = one_pass(url, headers)
-        print(f"   one pass   a request of {batch_size} sentences (the batch size in force) on the idle server: "
-              f"{pass_ms:.1f} ms", flush=True)
+        print(
+            f"   one pass   a request of {batch_size} sentences (the batch size in force) on the idle server: "
+            f"{pass_ms:.1f} ms",
+            flush=True,
+        )
         b_alone = phase(url, process.pid, b, args.seconds, args.warm, headers, seed=10)
         show("B alone", b_alone)
         a_alone = phase(url, process.pid, a, args.seconds, args.warm, headers, seed=20)
@@ -255,22 +295,27 @@ def summary(fair: Server, single: Server) -> None:
         idle, beside = server.b_alone.tallies["B"].p50, server.both.tallies["B"].p50
         target = 2 * idle + server.pass_ms
         alone, with_b = server.a_alone.rate("A"), server.both.rate("A")
-        rows.append({
-            "B p50 alone": f"{idle:.1f} ms",
-            "B p50 beside A": f"{beside:.1f} ms (p99 {server.both.tallies['B'].p99:.1f} ms)",
-            "B target": f"<= 2 x {idle:.1f} + {server.pass_ms:.1f} = {target:.1f} ms: {verdict(beside <= target)}",
-            "A alone": f"{alone:.1f} inputs/s",
-            "A beside B": f"{with_b:.1f} inputs/s",
-            "A target": f"{with_b / alone if alone else float('nan'):.2f} x alone (>= 0.9): "
-                        f"{verdict(with_b >= 0.9 * alone)}",
-        })
+        rows.append(
+            {
+                "B p50 alone": f"{idle:.1f} ms",
+                "B p50 beside A": f"{beside:.1f} ms (p99 {server.both.tallies['B'].p99:.1f} ms)",
+                "B target": f"<= 2 x {idle:.1f} + {server.pass_ms:.1f} = {target:.1f} ms: {verdict(beside <= target)}",
+                "A alone": f"{alone:.1f} inputs/s",
+                "A beside B": f"{with_b:.1f} inputs/s",
+                "A target": f"{with_b / alone if alone else float('nan'):.2f} x alone (>= 0.9): "
+                f"{verdict(with_b >= 0.9 * alone)}",
+            }
+        )
     width = max(len(value) for value in rows[0].values())
     for key in rows[0]:
         print(f"   {key:<15} {rows[0][key]:<{width}} | {rows[1][key]}", flush=True)
     single_alone = single.a_alone.rate("A")
     ratio = fair.a_alone.rate("A") / single_alone if single_alone else float("nan")
-    print(f"   A alone, fair queue against single queue: {ratio:.2f} x (the keys' and the fair queue's own cost, "
-          f"within the run's noise)", flush=True)
+    print(
+        f"   A alone, fair queue against single queue: {ratio:.2f} x (the keys' and the fair queue's own cost, "
+        f"within the run's noise)",
+        flush=True,
+    )
 
 
 def main() -> None:
@@ -283,10 +328,20 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         keys_file, secrets = write_keys(folder)
-        fair = measure("1. fair queue (keys file: tenants A and B, weight 1 each)",
-                       write_config(folder, "fair", keys_file), folder / "home-fair", secrets, args)
-        single = measure("2. single queue (no keys: one tenant, arrival order)",
-                         write_config(folder, "single", None), folder / "home-single", secrets, args)
+        fair = measure(
+            "1. fair queue (keys file: tenants A and B, weight 1 each)",
+            write_config(folder, "fair", keys_file),
+            folder / "home-fair",
+            secrets,
+            args,
+        )
+        single = measure(
+            "2. single queue (no keys: one tenant, arrival order)",
+            write_config(folder, "single", None),
+            folder / "home-single",
+            secrets,
+            args,
+        )
     summary(fair, single)
 
 

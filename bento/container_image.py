@@ -47,8 +47,10 @@ CA_FILE_VARIABLES = ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "PIP_CERT")
 UNSERVED_PATHS = (f"{SITE_PACKAGES}/torch/test", f"{SITE_PACKAGES}/torch/include")
 # `torch==2.13.0` also matches `2.13.0+cpu`, which sorts higher: a package source holding PyTorch's CPU wheels
 # (a mirror of its CPU index, a wheel folder) would put a CPU torch in the CUDA image. The build stops instead.
-CUDA_TORCH_CHECK = ("python -c \"import sys, torch; sys.exit(torch.version.cuda is None and 'the CUDA variant got a "
-                    "CPU build of torch ' + torch.__version__ + ': remove CPU wheels from its package sources')\"")
+CUDA_TORCH_CHECK = (
+    "python -c \"import sys, torch; sys.exit(torch.version.cuda is None and 'the CUDA variant got a "
+    "CPU build of torch ' + torch.__version__ + ': remove CPU wheels from its package sources')\""
+)
 PEM_CERTIFICATE = re.compile(r"-----BEGIN CERTIFICATE-----\s.*?-----END CERTIFICATE-----", re.DOTALL)
 # The image's HOME, the one folder it writes to while serving: BentoML's home (~/bentoml: its stores, the
 # Prometheus multiprocess files), the caches that default under ~/.cache (Hugging Face, torch, numba's for
@@ -62,8 +64,9 @@ WRITABLE_HOME = "/tmp/embento"
 # activate script first, so a line there moves that home under HOME; a BENTOML_HOME given at run time stands.
 TEMPLATE_BENTOML_HOME = "/home/bentoml/"
 ACTIVATE_SCRIPT = "/app/.venv/bin/activate"
-BENTOML_HOME_LINE = (f'if [ "${{BENTOML_HOME:-}}" = {TEMPLATE_BENTOML_HOME} ]; then '
-                     'export BENTOML_HOME="$HOME/bentoml"; fi')
+BENTOML_HOME_LINE = (
+    f'if [ "${{BENTOML_HOME:-}}" = {TEMPLATE_BENTOML_HOME} ]; then export BENTOML_HOME="$HOME/bentoml"; fi'
+)
 
 
 class BuildArgs(ImageSettings):
@@ -83,13 +86,16 @@ class WheelsOnlyImage(bentoml.images.Image):
 
 def bento_image(args: BuildArgs) -> bentoml.images.Image:
     # Exact pins instead of a lock: locking resolves against PyPI alone and would miss PyTorch's CPU index.
-    image = WheelsOnlyImage(base_image=args.base_image or DEFAULT_BASE_IMAGE, python_version=PYTHON_VERSION,
-                            lock_python_packages=False)
+    image = WheelsOnlyImage(
+        base_image=args.base_image or DEFAULT_BASE_IMAGE, python_version=PYTHON_VERSION, lock_python_packages=False
+    )
     image.run(system_packages_command())
     if args.ca_bundle:
         if not Path(CA_FILE).is_file():
-            raise FileNotFoundError(f"ca_bundle {args.ca_bundle} is not in the build context as {CA_FILE}: "
-                                    "build with `embento build --ca-bundle`, which puts it there")
+            raise FileNotFoundError(
+                f"ca_bundle {args.ca_bundle} is not in the build context as {CA_FILE}: "
+                "build with `embento build --ca-bundle`, which puts it there"
+            )
         image.run(ca_install_command(Path(CA_FILE).read_text()))
     image.python_packages(*python_requirements(args))
     if args.accel == "cuda":
@@ -107,15 +113,21 @@ def writable_home_command() -> str:
 
 
 def system_packages_command() -> str:
-    return ("apt-get update && apt-get install -q -y --no-install-recommends " + " ".join(SYSTEM_PACKAGES)
-            + " && apt-get clean && rm -rf /var/lib/apt/lists/*")
+    return (
+        "apt-get update && apt-get install -q -y --no-install-recommends "
+        + " ".join(SYSTEM_PACKAGES)
+        + " && apt-get clean && rm -rf /var/lib/apt/lists/*"
+    )
 
 
 def requirement_lines(accel: str) -> list[str]:
     """`requirements.txt` and the variant's file, relative to the working directory (BentoML sets it to the
     project, or a Bento's src/)."""
-    return [line.strip() for name in ("requirements.txt", f"requirements-{accel}.txt")
-            for line in Path(name).read_text().splitlines()]
+    return [
+        line.strip()
+        for name in ("requirements.txt", f"requirements-{accel}.txt")
+        for line in Path(name).read_text().splitlines()
+    ]
 
 
 def extra_index_urls(args: BuildArgs) -> list[str]:
@@ -169,12 +181,17 @@ def ca_install_command(pem: str) -> str:
     certificates = PEM_CERTIFICATE.findall(pem)
     if not certificates:
         raise ValueError("holds no PEM certificate (-----BEGIN CERTIFICATE-----)")
-    writes = [f"echo {base64.b64encode(cert.encode()).decode()} | base64 -d "
-              f"> /usr/local/share/ca-certificates/embento-{i}.crt" for i, cert in enumerate(certificates, start=1)]
+    writes = [
+        f"echo {base64.b64encode(cert.encode()).decode()} | base64 -d "
+        f"> /usr/local/share/ca-certificates/embento-{i}.crt"
+        for i, cert in enumerate(certificates, start=1)
+    ]
     command = " && ".join(["mkdir -p /usr/local/share/ca-certificates", *writes, "update-ca-certificates"])
     if len(command) > MAX_CA_COMMAND_CHARS:
-        raise ValueError(f"its {len(certificates)} certificates are too many for one build step: keep those the "
-                         "package index needs (the proxy's or the company's roots)")
+        raise ValueError(
+            f"its {len(certificates)} certificates are too many for one build step: keep those the "
+            "package index needs (the proxy's or the company's roots)"
+        )
     return command
 
 

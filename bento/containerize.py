@@ -42,15 +42,16 @@ def choose_backend(requested: str) -> str:
     for backend in DAEMONLESS_BACKENDS:
         if shutil.which(backend):
             return backend
-    raise ConfigError("no container engine: start Docker's daemon, or install buildah or podman "
-                      "(Debian: apt-get install buildah podman runc)")
+    raise ConfigError(
+        "no container engine: start Docker's daemon, or install buildah or podman "
+        "(Debian: apt-get install buildah podman runc)"
+    )
 
 
 def local_package_folders(settings: ImageSettings) -> list[Path]:
     """The host folders the build's package sources name: `file://` URLs and plain paths."""
     sources = [settings.index_url or "", *(settings.extra_index_url or []), *settings.find_links]
-    folders = [Path(source.removeprefix("file://")) for source in sources
-               if source.startswith(("file://", "/"))]
+    folders = [Path(source.removeprefix("file://")) for source in sources if source.startswith(("file://", "/"))]
     return list(dict.fromkeys(folders))
 
 
@@ -61,12 +62,16 @@ def package_mount(folders: Iterable[Path], backend: str) -> list[str]:
     if not folders:
         return []
     if backend not in DAEMONLESS_BACKENDS:
-        raise ConfigError(f"the Bento reads packages from host folders ({', '.join(map(str, folders))}); {backend} "
-                          "cannot mount them into its build: use buildah or podman, or serve them as an index URL")
+        raise ConfigError(
+            f"the Bento reads packages from host folders ({', '.join(map(str, folders))}); {backend} "
+            "cannot mount them into its build: use buildah or podman, or serve them as an index URL"
+        )
     common = Path(os.path.commonpath([str(folder) for folder in folders]))
     if common == Path("/"):
-        raise ConfigError(f"the package folders {', '.join(map(str, folders))} share no parent below /; "
-                          "keep them under one folder, mounted read-only into the build")
+        raise ConfigError(
+            f"the package folders {', '.join(map(str, folders))} share no parent below /; "
+            "keep them under one folder, mounted read-only into the build"
+        )
     return ["--opt", f"volume={common}:{common}:ro"]
 
 
@@ -74,10 +79,25 @@ def containerize_command(tag: str, backend: str, image_tag: str, bento: Mapping)
     """`bentoml containerize` of the Bento whose bento.yaml is `bento`, labelled with how it was made."""
     arguments = {k: v for k, v in (bento.get("args") or {}).items() if k != "accel"}
     settings = ImageSettings.model_validate(arguments)
-    labels = [option for key, value in (bento.get("labels") or {}).items()
-              for option in ("--opt", f"label={LABEL_PREFIX}{key}={value}")]
+    labels = [
+        option
+        for key, value in (bento.get("labels") or {}).items()
+        for option in ("--opt", f"label={LABEL_PREFIX}{key}={value}")
+    ]
     # Build steps fetch through the host's network, as the host's own package sources are reached (a proxy,
     # a mirror routed to the host alone); a private build network also needs CNI plugins and iptables.
     network = ["--opt", "network=host"] if backend in DAEMONLESS_BACKENDS else []
-    return [sys.executable, "-m", "bentoml", "containerize", tag, "--backend", backend, "--image-tag", image_tag,
-            *network, *package_mount(local_package_folders(settings), backend), *labels]
+    return [
+        sys.executable,
+        "-m",
+        "bentoml",
+        "containerize",
+        tag,
+        "--backend",
+        backend,
+        "--image-tag",
+        image_tag,
+        *network,
+        *package_mount(local_package_folders(settings), backend),
+        *labels,
+    ]

@@ -65,8 +65,9 @@ def default_gateway_workers(cores: int, gpus: int, models: Iterable[ModelConfig]
 def gateway_workers(config: EmbentoConfig, cores: int | None = None, gpus: int | None = None) -> int:
     if config.gateway_workers is not None:
         return config.gateway_workers
-    return default_gateway_workers(usable_cores() if cores is None else cores,
-                                   visible_gpus() if gpus is None else gpus, config.models)
+    return default_gateway_workers(
+        usable_cores() if cores is None else cores, visible_gpus() if gpus is None else gpus, config.models
+    )
 
 
 def explicit_gpu(models: Iterable[ModelConfig]) -> bool:

@@ -14,7 +14,8 @@ REPORT_EVERY_S = 5.0
 PROCESS_MEMORY = bentoml.metrics.Gauge(
     name="embento_process_resident_memory_bytes",
     documentation="Resident memory of each live Embento process (gateway workers, model services), by service",
-    labelnames=["service"], multiprocess_mode="liveall",
+    labelnames=["service"],
+    multiprocess_mode="liveall",
 )
 
 

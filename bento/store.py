@@ -108,8 +108,9 @@ def check_served_bento(needed: set[str]) -> None:
         )
     overrides = sorted(name for name in os.environ if name.startswith(ENV_PREFIX) and name != BENTO_CONFIG_ENV)
     if overrides and server_context.worker_index is None:  # once, in `bentoml serve`'s own process
-        logger.warning("%s override the configuration this Bento (%s) was built with", ", ".join(overrides),
-                       bento.get("version"))
+        logger.warning(
+            "%s override the configuration this Bento (%s) was built with", ", ".join(overrides), bento.get("version")
+        )
 
 
 def pin_store_models(configs: Iterable[ModelConfig]) -> Callable[[T], T]:

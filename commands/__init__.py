@@ -14,8 +14,9 @@ from pathlib import Path
 
 from bento.containerize import CONTAINER_BACKENDS
 from commands.build import build, containerize
-from commands.keys import add_key, add_parser as add_keys_parser
 from commands.flags import ACCELERATORS, FLAGS, IMAGE_FLAGS, dest
+from commands.keys import add_key
+from commands.keys import add_parser as add_keys_parser
 from commands.serve import serve
 from commands.store import import_model
 from config.settings import CONFIG_FILE_NAME, ENV_PREFIX
@@ -41,37 +42,55 @@ def build_parser() -> argparse.ArgumentParser:
         serve.add_argument(*flag.names, **kwargs)
 
     build = commands.add_parser(
-        "build", help="build the Bento variants: embento:<version>-<accel>",
+        "build",
+        help="build the Bento variants: embento:<version>-<accel>",
         description="Runs `bentoml build` once per variant. The Bento carries the configuration in force as its "
-                    f"{CONFIG_FILE_NAME} ({CONFIG_FILE_NAME} in --project-dir, or EMBENTO_CONFIG's file, with "
-                    "EMBENTO_* variables applied; API keys left out) and serves it; it pins its store models.",
+        f"{CONFIG_FILE_NAME} ({CONFIG_FILE_NAME} in --project-dir, or EMBENTO_CONFIG's file, with "
+        "EMBENTO_* variables applied; API keys left out) and serves it; it pins its store models.",
     )
-    build.add_argument("--accel", action="append", choices=ACCELERATORS,
-                       help="variant to build; repeat for several (default: all)")
+    build.add_argument(
+        "--accel", action="append", choices=ACCELERATORS, help="variant to build; repeat for several (default: all)"
+    )
     build.add_argument("--version", help="Bento version before the variant suffix (default: pyproject's)")
-    build.add_argument("--project-dir", type=Path, default=None,
-                       help="the project to build (default: the working directory when it holds bentofile.yaml, "
-                            "else this installed project)")
+    build.add_argument(
+        "--project-dir",
+        type=Path,
+        default=None,
+        help="the project to build (default: the working directory when it holds bentofile.yaml, "
+        "else this installed project)",
+    )
     for flag in IMAGE_FLAGS:
-        build.add_argument(*flag.names, dest=dest(flag), action="append" if flag.repeats else None,
-                           help=f"{flag.help} [env: {ENV_PREFIX}{flag.env}; embento.yaml: image.{dest(flag)}]")
+        build.add_argument(
+            *flag.names,
+            dest=dest(flag),
+            action="append" if flag.repeats else None,
+            help=f"{flag.help} [env: {ENV_PREFIX}{flag.env}; embento.yaml: image.{dest(flag)}]",
+        )
 
     containerize = commands.add_parser(
-        "containerize", help="build the container image of each Bento variant",
+        "containerize",
+        help="build the container image of each Bento variant",
         description="Runs `bentoml containerize` on embento:<version>-<accel> with Docker when its daemon answers, "
-                    "else buildah, else podman; mounts the local package folders the Bento was built with "
-                    "(buildah and podman only) and labels the image with how it was made.")
-    containerize.add_argument("--accel", action="append", choices=ACCELERATORS,
-                              help="variant to containerize; repeat for several (default: all)")
+        "else buildah, else podman; mounts the local package folders the Bento was built with "
+        "(buildah and podman only) and labels the image with how it was made.",
+    )
+    containerize.add_argument(
+        "--accel",
+        action="append",
+        choices=ACCELERATORS,
+        help="variant to containerize; repeat for several (default: all)",
+    )
     containerize.add_argument("--version", help="Bento version before the variant suffix (default: pyproject's)")
-    containerize.add_argument("--backend", choices=CONTAINER_BACKENDS, default="auto",
-                              help="container engine (default: auto)")
+    containerize.add_argument(
+        "--backend", choices=CONTAINER_BACKENDS, default="auto", help="container engine (default: auto)"
+    )
     containerize.add_argument("--image-tag", help="image name (default: embento:<version>-<accel>)")
 
     models = commands.add_parser("models", help="manage checkpoints in BentoML's model store")
     model_commands = models.add_subparsers(dest="models_command", required=True)
     import_model = model_commands.add_parser(
-        "import", help="copy a checkpoint into the store; serve it as `model_id: bentoml://<name>`")
+        "import", help="copy a checkpoint into the store; serve it as `model_id: bentoml://<name>`"
+    )
     import_model.add_argument("source", help="Hugging Face Hub id or local folder")
     import_model.add_argument("--name", help="store name (default: the id's last part, lower case)")
     import_model.add_argument("--revision", help="Hub revision (branch, tag or commit)")

@@ -22,13 +22,26 @@ from config.settings import CONFIG_FILE_NAME, ENV_PREFIX, EmbentoConfig, ImageSe
 from embento.cli import is_bundle
 from models.errors import ConfigError
 
+
 def project_version(project_dir: Path) -> str:
     return tomllib.loads((project_dir / "pyproject.toml").read_text())["project"]["version"]
 
 
 def bento_build_command(project_dir: Path, accel: str, version: str, settings: ImageSettings) -> list[str]:
-    return [sys.executable, "-m", "bentoml", "build", str(project_dir), "--arg", f"accel={accel}",
-            *image_arguments(settings), "--version", f"{version}-{accel}", "--output", "tag"]
+    return [
+        sys.executable,
+        "-m",
+        "bentoml",
+        "build",
+        str(project_dir),
+        "--arg",
+        f"accel={accel}",
+        *image_arguments(settings),
+        "--version",
+        f"{version}-{accel}",
+        "--output",
+        "tag",
+    ]
 
 
 def image_arguments(settings: ImageSettings) -> list[str]:
@@ -71,8 +84,14 @@ def build(args: argparse.Namespace) -> int:
             print(f"embento: {exc.message}", file=sys.stderr)
             return 2
         for accel in args.accel or ACCELERATORS:
-            result = subprocess.run(bento_build_command(context, accel, version, settings), cwd=context, env=env,
-                                    stdout=subprocess.PIPE, text=True, check=False)
+            result = subprocess.run(
+                bento_build_command(context, accel, version, settings),
+                cwd=context,
+                env=env,
+                stdout=subprocess.PIPE,
+                text=True,
+                check=False,
+            )
             if result.returncode != 0:
                 return result.returncode
             print(f"embento: built {result.stdout.strip().removeprefix('__tag__:')}")

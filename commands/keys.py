@@ -20,8 +20,13 @@ import yaml
 from config.keys_file import Tenant, new_secret, read_keys_file
 from models.errors import ConfigError
 
-LIMIT_FLAGS = ("requests_per_minute", "tokens_per_minute", "max_concurrent_requests", "max_stored_bytes",
-               "max_queued_lines")
+LIMIT_FLAGS = (
+    "requests_per_minute",
+    "tokens_per_minute",
+    "max_concurrent_requests",
+    "max_stored_bytes",
+    "max_queued_lines",
+)
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:

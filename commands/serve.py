@@ -17,6 +17,7 @@ from commands.flags import DEFAULT_HOST, DEFAULT_PORT, FLAGS, LOG_LEVELS, PROJEC
 from config.settings import CONFIG_FILE_NAME, ENV_PREFIX, EmbentoConfig, env_names, load_config, store_tag
 from models.errors import ConfigError, EmbentoError
 
+
 def build_env(args: argparse.Namespace, environ: Mapping[str, str], cwd: Path) -> dict[str, str]:
     """The environment the server runs with: the caller's, overridden by the flags given."""
     env = dict(environ)
@@ -26,7 +27,9 @@ def build_env(args: argparse.Namespace, environ: Mapping[str, str], cwd: Path) -
             for alias in env_names(flag.env):  # so an aliased variable cannot beat the flag
                 env.pop(ENV_PREFIX + alias, None)
             env[ENV_PREFIX + flag.env] = ";".join(value) if flag.repeats else value
-    config_path = env.get(ENV_PREFIX + "CONFIG") or (str(cwd / CONFIG_FILE_NAME) if (cwd / CONFIG_FILE_NAME).is_file() else "")
+    config_path = env.get(ENV_PREFIX + "CONFIG") or (
+        str(cwd / CONFIG_FILE_NAME) if (cwd / CONFIG_FILE_NAME).is_file() else ""
+    )
     if config_path:
         env[ENV_PREFIX + "CONFIG"] = str(Path(config_path).resolve())  # the workers run in the project root
     env.setdefault("BENTOML_DO_NOT_TRACK", "True")
@@ -36,8 +39,20 @@ def build_env(args: argparse.Namespace, environ: Mapping[str, str], cwd: Path) -
 def bentoml_command(env: Mapping[str, str]) -> list[str]:
     host = env.get(ENV_PREFIX + "HOST", DEFAULT_HOST)
     port = env.get(ENV_PREFIX + "PORT", DEFAULT_PORT)
-    return [sys.executable, "-m", "bentoml", "serve", "service:Gateway", "--working-dir", str(PROJECT_ROOT),
-            "--host", host, "--port", port, *LOG_LEVELS[log_level(env)]]
+    return [
+        sys.executable,
+        "-m",
+        "bentoml",
+        "serve",
+        "service:Gateway",
+        "--working-dir",
+        str(PROJECT_ROOT),
+        "--host",
+        host,
+        "--port",
+        port,
+        *LOG_LEVELS[log_level(env)],
+    ]
 
 
 def log_level(env: Mapping[str, str]) -> str:

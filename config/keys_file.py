@@ -26,19 +26,22 @@ class Tenant(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$", description=(
-        "The tenant: in metrics, logs and bulk jobs' ownership."))
-    key_sha256: tuple[str, ...] = Field(default=(), description=(
-        "The hex SHA-256 of each secret (several: rotation)."))
+    name: str = Field(
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$",
+        description=("The tenant: in metrics, logs and bulk jobs' ownership."),
+    )
+    key_sha256: tuple[str, ...] = Field(default=(), description=("The hex SHA-256 of each secret (several: rotation)."))
     models: tuple[str, ...] | None = Field(None, description="Served model names it may use; unset: all.")
     requests_per_minute: int | None = Field(None, ge=1)
     tokens_per_minute: int | None = Field(None, ge=1, description="Tokens as the answers' `usage` counts them.")
     max_concurrent_requests: int | None = Field(None, ge=1)
-    weight: float = Field(1.0, gt=0, le=1000, description=(
-        "Its share of a saturated model service against other tenants' (default 1)."))
+    weight: float = Field(
+        1.0, gt=0, le=1000, description=("Its share of a saturated model service against other tenants' (default 1).")
+    )
     max_stored_bytes: int | None = Field(None, ge=1, description="Bytes of files (bulk jobs) it may keep.")
-    max_queued_lines: int | None = Field(None, ge=1, description=(
-        "Lines of its unfinished batches; a batch that would pass it is refused."))
+    max_queued_lines: int | None = Field(
+        None, ge=1, description=("Lines of its unfinished batches; a batch that would pass it is refused.")
+    )
 
     @field_validator("key_sha256", mode="before")
     @classmethod
@@ -58,8 +61,10 @@ class Tenant(BaseModel):
 
     @property
     def limited(self) -> bool:
-        return any(value is not None for value in (self.requests_per_minute, self.tokens_per_minute,
-                                                   self.max_concurrent_requests))
+        return any(
+            value is not None
+            for value in (self.requests_per_minute, self.tokens_per_minute, self.max_concurrent_requests)
+        )
 
 
 class KeysFile(BaseModel):
@@ -91,6 +96,7 @@ def read_keys_file(path: Path) -> list[Tenant]:
         raise ConfigError(f"auth.keys_file {path} is not a valid keys file: {exc}") from None
     names = [tenant.name for tenant in tenants]
     if repeated := sorted({name for name in names if names.count(name) > 1}):
-        raise ConfigError(f"auth.keys_file {path}: each tenant's name once (several keys: a list); repeated: "
-                          f"{repeated}")
+        raise ConfigError(
+            f"auth.keys_file {path}: each tenant's name once (several keys: a list); repeated: {repeated}"
+        )
     return tenants

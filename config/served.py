@@ -43,8 +43,9 @@ def stored_model(tag: str) -> bentoml.Model:
 @cache
 def store_tags() -> dict[str, str]:
     """Served model name → exact store tag, for every configured `bentoml://` model."""
-    return {m.served_model_name: str(stored_model(tag).tag)
-            for m in get_config().models if (tag := store_tag(m.model_id))}
+    return {
+        m.served_model_name: str(stored_model(tag).tag) for m in get_config().models if (tag := store_tag(m.model_id))
+    }
 
 
 @cache
@@ -53,7 +54,8 @@ def served_config() -> EmbentoConfig:
     tags = store_tags()
     models = [
         m.model_copy(update={"model_id": bentoml.models.get(tags[m.served_model_name]).path})
-        if m.served_model_name in tags else m
+        if m.served_model_name in tags
+        else m
         for m in get_config().models
     ]
     return get_config().model_copy(update={"models": models})

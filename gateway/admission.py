@@ -20,8 +20,9 @@ def admission_counters(model_service: str) -> list[str]:
 class Admission:
     """The work waiting on one model service, in inputs and tokens, bounded by the configuration."""
 
-    def __init__(self, model_service: str, max_items: int, max_tokens: int,
-                 counters: SharedCounters | None = None) -> None:
+    def __init__(
+        self, model_service: str, max_items: int, max_tokens: int, counters: SharedCounters | None = None
+    ) -> None:
         self.model_service = model_service
         self.max_items, self.max_tokens = max_items, max_tokens
         self._items, self._tokens = admission_counters(model_service)

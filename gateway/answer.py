@@ -27,8 +27,7 @@ B = TypeVar("B")
 T = TypeVar("T")
 
 # Every other path: "openai".
-ERROR_SHAPES: dict[str, ErrorShape] = {**{path: "tei" for path in tei.TEI_PATHS},
-                                       voyage.VOYAGE_PATH: "voyage"}
+ERROR_SHAPES: dict[str, ErrorShape] = {**{path: "tei" for path in tei.TEI_PATHS}, voyage.VOYAGE_PATH: "voyage"}
 # Paths both families share: TEI's shape when the JSON body is TEI's by the rule.
 TEI_BODIES: Mapping[str, Callable[[Mapping[str, Any]], bool]] = {"/rerank": shared_rerank.is_tei_rerank}
 
@@ -40,8 +39,9 @@ async def answered(adapter: Callable[[Engine, B], Awaitable[T]], engine: Engine,
     trace = RequestTrace(recorded=not PRIORITY.get().batch)
     token = TRACE.set(trace)
     tenant = TENANT.get()
-    priority = PRIORITY.set(replace(PRIORITY.get(), level=getattr(body, "priority", 0) or 0, tenant=tenant.name,
-                                    weight=tenant.weight))
+    priority = PRIORITY.set(
+        replace(PRIORITY.get(), level=getattr(body, "priority", 0) or 0, tenant=tenant.name, weight=tenant.weight)
+    )
     try:
         answer = await adapter(engine, body)
         trace.finish(200)

@@ -23,17 +23,23 @@ logger = logging.getLogger(__name__)
 CALIBRATION_CHUNK = 16  # rows per call: the same batches at every start, so the same vectors
 
 
-async def warm_up(info: ModelInfo, calls: ModelCalls, preprocessors: Preprocessors, config: EmbentoConfig,
-                  limits: MediaLimits) -> Quantizer | None:
+async def warm_up(
+    info: ModelInfo, calls: ModelCalls, preprocessors: Preprocessors, config: EmbentoConfig, limits: MediaLimits
+) -> Quantizer | None:
     """Raises if the model fails or answers the wrong shape; returns a dense single-vector model's quantizer."""
     rows = warmup_rows(info, preprocessors)
     outputs = await calls.send(info, rows)
     calls.learn(info)
-    wrong = [array.shape for row, output in zip(rows, outputs) for name, array in _by_representation(info, row, output)
-             if not _fits(info, name, array)]
+    wrong = [
+        array.shape
+        for row, output in zip(rows, outputs)
+        for name, array in _by_representation(info, row, output)
+        if not _fits(info, name, array)
+    ]
     if wrong:
-        raise errors.InferenceError(f"it answered outputs of shape {sorted(set(wrong))}; the model reports "
-                                    f"{info.dimension} features")
+        raise errors.InferenceError(
+            f"it answered outputs of shape {sorted(set(wrong))}; the model reports {info.dimension} features"
+        )
     if info.spec.quantizable and not info.multi_vector:
         return await _quantizer(info, calls, preprocessors, config, limits)
     return None
@@ -70,8 +76,9 @@ def _fits(info: ModelInfo, representation: str, array: np.ndarray) -> bool:
     return array.ndim == 2 and array.shape[0] == 2 and in_vocabulary
 
 
-async def _quantizer(info: ModelInfo, calls: ModelCalls, preprocessors: Preprocessors, config: EmbentoConfig,
-                     limits: MediaLimits) -> Quantizer:
+async def _quantizer(
+    info: ModelInfo, calls: ModelCalls, preprocessors: Preprocessors, config: EmbentoConfig, limits: MediaLimits
+) -> Quantizer:
     """The model's scheme, with parameters configured, or from the calibration texts embedded in fixed chunks,
     one call at a time."""
     name = info.served_model_name
@@ -81,13 +88,18 @@ async def _quantizer(info: ModelInfo, calls: ModelCalls, preprocessors: Preproce
         return Quantizer(scheme, configured=read_configured_ranges(configured, info.dimension, scheme))
     vectors, started = [], time.perf_counter()
     for start in range(0, len(CALIBRATION_TEXTS), CALIBRATION_CHUNK):
-        texts = CALIBRATION_TEXTS[start:start + CALIBRATION_CHUNK]
+        texts = CALIBRATION_TEXTS[start : start + CALIBRATION_CHUNK]
         if info.spec.preprocessor == "text":
             tokenizer = preprocessors.tokenizer(info)
             rows: list[Any] = TokenizedText.rows(name, tokenizer.encode_texts(texts, tokenizer.prompt(None)))
         else:
             rows = preprocessors.processor(info).encode(name, [("text", text) for text in texts], limits)
         vectors += await calls.send(info, rows)
-    logger.info("model '%s': int8/uint8 %s quantization calibrated on %d texts in %.2f s", name, scheme,
-                len(vectors), time.perf_counter() - started)
+    logger.info(
+        "model '%s': int8/uint8 %s quantization calibrated on %d texts in %.2f s",
+        name,
+        scheme,
+        len(vectors),
+        time.perf_counter() - started,
+    )
     return Quantizer(scheme, calibration=agreed(f"calibration {name}", np.stack(vectors)))

@@ -148,9 +148,15 @@ class LoopClock:
 
 
 class Coalescer:
-    def __init__(self, send: Send, max_rows: int, dropped: Callable[[list[Row]], None] = lambda rows: None,
-                 clock: Clock | None = None, one_pass: Callable[[list[Row]], bool] | None = None,
-                 batch_slot: BatchSlot | None = None) -> None:
+    def __init__(
+        self,
+        send: Send,
+        max_rows: int,
+        dropped: Callable[[list[Row]], None] = lambda rows: None,
+        clock: Clock | None = None,
+        one_pass: Callable[[list[Row]], bool] | None = None,
+        batch_slot: BatchSlot | None = None,
+    ) -> None:
         """`send` runs rows on the model service; `max_rows` bounds one call (a larger request goes alone);
         `dropped` hears of each abandoned request's rows that never left; `clock` times the return wait
         (the event loop's unless a test brings its own); `one_pass` tells whether rows fit one forward pass
@@ -248,9 +254,13 @@ class Coalescer:
                 if head.batch and not taken and not self._batch_slot.take():
                     self._try_again_soon()
                     break
-                if taken and (head.alone or taken[0].alone or count + len(head.rows) > self._max_rows
-                              or (head.batch and not self._fits_batch_call([*self._rows(taken), *head.rows]))
-                              or (shared and not self._one_pass([*self._rows(taken), *head.rows]))):
+                if taken and (
+                    head.alone
+                    or taken[0].alone
+                    or count + len(head.rows) > self._max_rows
+                    or (head.batch and not self._fits_batch_call([*self._rows(taken), *head.rows]))
+                    or (shared and not self._one_pass([*self._rows(taken), *head.rows]))
+                ):
                     break
             self._waiting.pop(charge=not head.future.done())
             if head.future.done():

@@ -14,9 +14,9 @@ from starlette.applications import Starlette
 
 from config.settings import EmbentoConfig
 from gateway.admission import admission_counters
+from gateway.answer import ERROR_SHAPES, TEI_BODIES
 from gateway.cache.policy import CacheControl
 from gateway.coalesce import batch_call_counter
-from gateway.answer import ERROR_SHAPES, TEI_BODIES
 from gateway.deadline import WatchDisconnect
 from gateway.errors import ErrorBodies
 from gateway.fetch import UrlFetcher, UrlPolicy
@@ -35,8 +35,16 @@ from models.base import Kind
 from models.kinds import gateway_needs_torch
 
 
-def install(gateway: Any, routes: Starlette, config: EmbentoConfig, lifecycle: Lifecycle, counters: SharedCounters,
-            keys: Keys, job_store: JobStore | None, new_jobs: asyncio.Event) -> None:
+def install(
+    gateway: Any,
+    routes: Starlette,
+    config: EmbentoConfig,
+    lifecycle: Lifecycle,
+    counters: SharedCounters,
+    keys: Keys,
+    job_store: JobStore | None,
+    new_jobs: asyncio.Event,
+) -> None:
     """Mount the GET routes, and the Files and Batches routes with jobs on, on `routes` (the Gateway's ASGI app)
     and add the middleware, outermost first. The readiness report is the probe's body itself, so it stands
     outside the error rewriting; every other error below, ours or the framework's, leaves in its route's shape."""
@@ -47,13 +55,18 @@ def install(gateway: Any, routes: Starlette, config: EmbentoConfig, lifecycle: L
     gateway.add_asgi_middleware(ReadinessReport, lifecycle=lifecycle)
     gateway.add_asgi_middleware(ErrorBodies, shapes=ERROR_SHAPES, tei_bodies=TEI_BODIES)
     gateway.add_asgi_middleware(
-        TenantGate, keys=keys, ledger=ledger(config),
+        TenantGate,
+        keys=keys,
+        ledger=ledger(config),
         open_paths=PROBE_PATHS | ({"/metrics"} if config.public_metrics else set()),
         access_log=AccessLog(config.log.access == "json"),
     )
     gateway.add_asgi_middleware(
-        RequestGuard, max_request_bytes=config.max_request_bytes,
-        max_concurrent_requests=config.max_concurrent_requests, counters=counters, upload_paths=uploads,
+        RequestGuard,
+        max_request_bytes=config.max_request_bytes,
+        max_concurrent_requests=config.max_concurrent_requests,
+        counters=counters,
+        upload_paths=uploads,
     )
     gateway.add_asgi_middleware(WatchDisconnect)
     gateway.add_asgi_middleware(CacheControl)
@@ -69,35 +82,53 @@ def ledger(config: EmbentoConfig) -> Ledger:
     limits = config.limits
     if (url := limits.redis()) is None:
         return SharedMemoryLedger()
-    return RedisLedger(url, limits.redis_timeout_ms / 1000, lease_s=config.request_timeout_s + 60,
-                       fail_open=limits.on_store_error == "open")
+    return RedisLedger(
+        url,
+        limits.redis_timeout_ms / 1000,
+        lease_s=config.request_timeout_s + 60,
+        fail_open=limits.on_store_error == "open",
+    )
 
 
 def http_settings(config: EmbentoConfig) -> dict[str, Any]:
     """The gateway's BentoML `http` settings: CORS, for the origins configured."""
-    return {"cors": {
-        "enabled": bool(config.cors_allow_origins), "access_control_allow_origins": config.cors_allow_origins,
-        "access_control_allow_methods": ["GET", "POST", "DELETE", "OPTIONS"],
-        "access_control_allow_headers": ["Authorization", "Content-Type", "Cache-Control"],
-    }}
+    return {
+        "cors": {
+            "enabled": bool(config.cors_allow_origins),
+            "access_control_allow_origins": config.cors_allow_origins,
+            "access_control_allow_methods": ["GET", "POST", "DELETE", "OPTIONS"],
+            "access_control_allow_headers": ["Authorization", "Content-Type", "Cache-Control"],
+        }
+    }
 
 
 def shared_counters(model_services: Iterable[str]) -> SharedCounters:
     """Requests in flight, the work queued and the bulk-job call in flight per model service, counted for the server
     across gateway workers."""
-    return SharedCounters([IN_FLIGHT, *(name for service in model_services
-                                        for name in (*admission_counters(service), batch_call_counter(service)))])
+    return SharedCounters(
+        [
+            IN_FLIGHT,
+            *(
+                name
+                for service in model_services
+                for name in (*admission_counters(service), batch_call_counter(service))
+            ),
+        ]
+    )
 
 
 def url_fetcher(config: EmbentoConfig) -> UrlFetcher | None:
     """The fetcher of http(s) inputs, when they are allowed."""
     if not config.allow_url_inputs:
         return None
-    return UrlFetcher(UrlPolicy(
-        allow_private=config.allow_private_urls,
-        allowed_networks=tuple(ipaddress.ip_network(n, strict=False) for n in config.url_allow_networks),
-        timeout_s=config.url_timeout_s, max_bytes=config.max_item_bytes,
-    ))
+    return UrlFetcher(
+        UrlPolicy(
+            allow_private=config.allow_private_urls,
+            allowed_networks=tuple(ipaddress.ip_network(n, strict=False) for n in config.url_allow_networks),
+            timeout_s=config.url_timeout_s,
+            max_bytes=config.max_item_bytes,
+        )
+    )
 
 
 def without_torch_unless_needed(kinds: Iterable[Kind]) -> None:
@@ -111,4 +142,5 @@ def without_torch_unless_needed(kinds: Iterable[Kind]) -> None:
     # transformers then says "PyTorch was not found. Models won't be available ...": here that is the intent,
     # not a failure, and it would be a newcomer's first alarming line.
     logging.getLogger("transformers").addFilter(
-        lambda record: not record.getMessage().startswith("PyTorch was not found"))
+        lambda record: not record.getMessage().startswith("PyTorch was not found")
+    )

@@ -30,10 +30,10 @@ from gateway.cache.tiers import Answered, Computed, EmbeddingCache
 from gateway.calibration import warm_up
 from gateway.fetch import UrlFetcher
 from gateway.lifecycle import ModelRegistry
+from gateway.long_rows import Plan
 from gateway.metrics import current_trace
 from gateway.model_calls import ModelCalls
 from gateway.preprocessors import Preprocessors
-from gateway.long_rows import Plan
 from gateway.queries import (
     ClassifyQuery,
     ContextQuery,
@@ -43,11 +43,11 @@ from gateway.queries import (
     RankQuery,
     TokenizeQuery,
 )
+from gateway.representations import asked_parts, representations_for, score_mode, scores_by_mode
 from gateway.results import Classified, ContextEmbeddings, Embeddings, Ranking, Tokens
 from gateway.routing import choose_model
-from gateway.tenants.keys import TENANT, allowed
-from gateway.representations import asked_parts, representations_for, score_mode, scores_by_mode
 from gateway.rows import Rows
+from gateway.tenants.keys import TENANT, allowed
 from gateway.validation import (
     check_classify,
     check_context,
@@ -69,8 +69,15 @@ from models.text_tokenizer import TextTokenizer
 class Engine:
     """Queries through the served models (`registry`, filled at warm-up) and their services (`calls`)."""
 
-    def __init__(self, config: EmbentoConfig, registry: ModelRegistry, calls: ModelCalls,
-                 preprocessors: Preprocessors, fetcher: UrlFetcher | None, cache: EmbeddingCache) -> None:
+    def __init__(
+        self,
+        config: EmbentoConfig,
+        registry: ModelRegistry,
+        calls: ModelCalls,
+        preprocessors: Preprocessors,
+        fetcher: UrlFetcher | None,
+        cache: EmbeddingCache,
+    ) -> None:
         self.config = config
         self.cache = cache
         self.registry = registry
@@ -85,8 +92,9 @@ class Engine:
         if not registry.done:
             raise errors.NotReady("models are still loading; retry shortly")
         if requested in registry.failed and TENANT.get().may_use(requested):
-            raise errors.ModelUnavailable(f"model '{requested}' failed to load: {registry.failed[requested]}",
-                                          param="model")
+            raise errors.ModelUnavailable(
+                f"model '{requested}' failed to load: {registry.failed[requested]}", param="model"
+            )
         info = choose_model(allowed(registry.infos), requested, capability)
         current_trace().model = info.served_model_name
         return info
@@ -100,14 +108,19 @@ class Engine:
         if info.spec.preprocessor == "media":
             answered = await self._media_outputs(info, query.items, embed_context(query, ""))
         else:
-            answered = await self.cache.answer(info.served_model_name, self._text_keys(info, query), len(query.items),
-                                               lambda at: self._embed_texts(info, _picked(query, at)))
+            answered = await self.cache.answer(
+                info.served_model_name,
+                self._text_keys(info, query),
+                len(query.items),
+                lambda at: self._embed_texts(info, _picked(query, at)),
+            )
         if answered.cached_tokens:  # the misses were checked before they ran; with the hits, the whole answer
             check_response_size(query, info, answered.tokens, self.config.max_response_bytes)
         outputs = answered.outputs
         current_trace().usage_tokens = answered.tokens
-        return Embeddings(query, info, outputs, answered.tokens, quantizer, asked_parts(query, info, outputs),
-                          answered.cached_tokens)
+        return Embeddings(
+            query, info, outputs, answered.tokens, quantizer, asked_parts(query, info, outputs), answered.cached_tokens
+        )
 
     async def _embed_texts(self, info: ModelInfo, query: EmbedQuery) -> Computed:
         plan = await self.rows.embed(info, query)
@@ -116,15 +129,15 @@ class Engine:
         assert plan.output_tokens is not None, "every embedding plan but late chunking's owns its rows"
         return Computed(outputs, plan.output_tokens)
 
-    async def _media_outputs(self, info: ModelInfo, items: Sequence[InputItem], context: dict[str, Any]
-                             ) -> Answered:
+    async def _media_outputs(self, info: ModelInfo, items: Sequence[InputItem], context: dict[str, Any]) -> Answered:
         """Images and audio are keyed by their files' bytes: fetched (or decoded) first, processed if missed."""
         payloads = await self.rows.payloads(items)
         keys = self.cache.keys(info.served_model_name, context, input_items(items, payloads))
 
         async def compute(at: list[int]) -> Computed:
-            return await self._run(info, await self.rows.processed(info, [items[i] for i in at],
-                                                                   [payloads[i] for i in at]))
+            return await self._run(
+                info, await self.rows.processed(info, [items[i] for i in at], [payloads[i] for i in at])
+            )
 
         return await self.cache.answer(info.served_model_name, keys, len(items), compute)
 
@@ -151,8 +164,10 @@ class Engine:
         documents = await self.rows.in_context(info, query)
         plan = Plan.joined(documents)
         outputs = plan.join(await self.calls.run(info, plan.rows))
-        counts = [size if document.texts is None else len(document.texts)
-                  for document, size in zip(documents, query.document_sizes)]
+        counts = [
+            size if document.texts is None else len(document.texts)
+            for document, size in zip(documents, query.document_sizes)
+        ]
         current_trace().usage_tokens = plan.tokens
         return ContextEmbeddings(Embeddings(query.embed, info, outputs, plan.tokens, quantizer), counts, plan.texts)
 
@@ -175,27 +190,39 @@ class Engine:
             answered = await self._score_pairs(info, query)
             scores = activate(np.stack(answered.outputs), query.activation or info.activation)[:, 0]
         current_trace().usage_tokens = answered.tokens
-        return Ranking(query, info, rank(scores, query.top_n), scores.tolist(), answered.tokens,
-                       by_mode if query.return_scores else None, answered.cached_tokens)
+        return Ranking(
+            query,
+            info,
+            rank(scores, query.top_n),
+            scores.tolist(),
+            answered.tokens,
+            by_mode if query.return_scores else None,
+            answered.cached_tokens,
+        )
 
     async def _score_pairs(self, info: ModelInfo, query: RankQuery) -> Answered:
         """A cross-encoder's (or causal-LM scorer's) logit per (query, document) pair, each pair cached."""
+
         async def compute(at: list[int]) -> Computed:
-            return await self._run(info, await self.rows.pairs(
-                info, replace(query, documents=tuple(query.documents[i] for i in at))))
+            return await self._run(
+                info, await self.rows.pairs(info, replace(query, documents=tuple(query.documents[i] for i in at)))
+            )
 
         keys = self.cache.keys(info.served_model_name, pairs_context(query), pairs_items(query))
         return await self.cache.answer(info.served_model_name, keys, len(query.documents), compute)
 
-    async def _ranked_outputs(self, info: ModelInfo, query: RankQuery,
-                              representations: tuple[Representation, ...] | None) -> Answered:
+    async def _ranked_outputs(
+        self, info: ModelInfo, query: RankQuery, representations: tuple[Representation, ...] | None
+    ) -> Answered:
         """The query's outputs, then each document's, of a model that ranks by its own (ColBERT, BGE-M3); each
         text cached in its role."""
         texts = [query.query, *query.documents]
 
         async def compute(at: list[int]) -> Computed:  # `at` is ascending: the query, if asked, comes first
-            rows = [*await self.rows.ranked(info, [texts[i] for i in at if i == 0], True, query, representations),
-                    *await self.rows.ranked(info, [texts[i] for i in at if i > 0], False, query, representations)]
+            rows = [
+                *await self.rows.ranked(info, [texts[i] for i in at if i == 0], True, query, representations),
+                *await self.rows.ranked(info, [texts[i] for i in at if i > 0], False, query, representations),
+            ]
             return await self._run(info, rows)
 
         keys = self.cache.keys(info.served_model_name, ranked_context(query, representations), ranked_items(query))
@@ -208,14 +235,21 @@ class Engine:
 
         async def compute(at: list[int]) -> Computed:
             pairs = None if query.pairs is None else tuple(query.pairs[i] for i in at)
-            return await self._run(info, await self.rows.classify(
-                info, replace(query, texts=tuple(query.texts[i] for i in at), pairs=pairs)))
+            return await self._run(
+                info,
+                await self.rows.classify(info, replace(query, texts=tuple(query.texts[i] for i in at), pairs=pairs)),
+            )
 
         keys = self.cache.keys(info.served_model_name, classify_context(query), classify_items(query))
         answered = await self.cache.answer(info.served_model_name, keys, len(query.texts), compute)
         current_trace().usage_tokens = answered.tokens
-        return Classified(query, info, activate(np.stack(answered.outputs), query.activation or info.activation),
-                          answered.tokens, answered.cached_tokens)
+        return Classified(
+            query,
+            info,
+            activate(np.stack(answered.outputs), query.activation or info.activation),
+            answered.tokens,
+            answered.cached_tokens,
+        )
 
     async def tokenize(self, query: TokenizeQuery) -> Tokens:
         """Each text's tokens, through the model's prompt named in the query."""

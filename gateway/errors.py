@@ -55,11 +55,13 @@ def error_type(status: int) -> str:
 def tei_error_type(status: int) -> str:
     """TEI's `error_type` for a status (TEI writes them capitalized)."""
     return {401: "Unauthorized", 429: "Overloaded", 503: "Unhealthy"}.get(
-        status, "Backend" if status >= 500 else "Validation")
+        status, "Backend" if status >= 500 else "Validation"
+    )
 
 
-def error_body(status: int, message: str, param: str | None = None, code: str | None = None,
-               shape: ErrorShape = "openai") -> dict[str, Any]:
+def error_body(
+    status: int, message: str, param: str | None = None, code: str | None = None, shape: ErrorShape = "openai"
+) -> dict[str, Any]:
     if shape == "tei":
         return {"error": message, "error_type": tei_error_type(status)}
     if shape == "voyage":
@@ -122,8 +124,13 @@ def _describe_framework_error(status: int, body: bytes) -> tuple[str, str | None
         return describe_validation(parsed["detail"][0])
     if isinstance(parsed, dict) and "error" in parsed:
         parsed = parsed["error"]
-    defaults = {404: "no such route", 405: "method not allowed on this route", 429: "too many requests",
-                503: "the model service is overloaded; retry later", 504: "the request timed out"}
+    defaults = {
+        404: "no such route",
+        405: "method not allowed on this route",
+        429: "too many requests",
+        503: "the model service is overloaded; retry later",
+        504: "the request timed out",
+    }
     if status >= 500 and status not in defaults:
         return INTERNAL_ERROR_MESSAGE, None
     return str(parsed or defaults.get(status, "request failed")), None
@@ -134,8 +141,12 @@ class ErrorBodies:
     path, and on `tei_bodies` paths TEI's when the request's JSON body is TEI's by that path's rule; else
     OpenAI's. An OpenAI-shaped body (ours) takes the route's shape; one already in another shape stays."""
 
-    def __init__(self, app: ASGIApp, shapes: Mapping[str, ErrorShape] | None = None,
-                 tei_bodies: Mapping[str, Callable[[Mapping[str, Any]], bool]] | None = None) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        shapes: Mapping[str, ErrorShape] | None = None,
+        tei_bodies: Mapping[str, Callable[[Mapping[str, Any]], bool]] | None = None,
+    ) -> None:
         self.app = app
         self.shapes = shapes or {}
         self.tei_bodies = tei_bodies or {}
@@ -156,8 +167,9 @@ class ErrorBodies:
                 request_chunks.append(message.get("body", b""))
             return message
 
-        await self._rewrite(scope, recording, send,
-                            lambda: "tei" if _json_is(b"".join(request_chunks), is_tei) else "openai")
+        await self._rewrite(
+            scope, recording, send, lambda: "tei" if _json_is(b"".join(request_chunks), is_tei) else "openai"
+        )
 
     async def _rewrite(self, scope: Scope, receive: Receive, send: Send, shape: Callable[[], ErrorShape]) -> None:
         start: Message | None = None

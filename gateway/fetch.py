@@ -70,22 +70,26 @@ class UrlFetcher:
     def _client(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
             connector = aiohttp.TCPConnector(resolver=GuardedResolver(self.policy), limit=64, use_dns_cache=False)
-            self._session = aiohttp.ClientSession(connector=connector, trust_env=False,  # no proxies from env
-                                                  timeout=aiohttp.ClientTimeout(total=self.policy.timeout_s))
+            self._session = aiohttp.ClientSession(
+                connector=connector,
+                trust_env=False,  # no proxies from env
+                timeout=aiohttp.ClientTimeout(total=self.policy.timeout_s),
+            )
         return self._session
 
     async def fetch(self, url: str, where: str) -> bytes:
         try:
             return await asyncio.wait_for(self._follow(url, where), self.policy.timeout_s)
         except TimeoutError:
-            raise InvalidRequest(f"{where}: fetching {url} timed out after {self.policy.timeout_s:g} s",
-                                 param="input") from None
+            raise InvalidRequest(
+                f"{where}: fetching {url} timed out after {self.policy.timeout_s:g} s", param="input"
+            ) from None
         except BlockedAddress as exc:
-            raise InvalidRequest(f"{where}: {exc}; URL inputs may only reach public addresses",
-                                 param="input") from None
+            raise InvalidRequest(f"{where}: {exc}; URL inputs may only reach public addresses", param="input") from None
         except (aiohttp.ClientError, OSError, ValueError) as exc:
-            raise InvalidRequest(f"{where}: fetching {url} failed ({type(exc).__name__}: {exc})",
-                                 param="input") from None
+            raise InvalidRequest(
+                f"{where}: fetching {url} failed ({type(exc).__name__}: {exc})", param="input"
+            ) from None
 
     async def _follow(self, url: str, where: str) -> bytes:
         for _ in range(MAX_REDIRECTS + 1):
@@ -113,8 +117,9 @@ class UrlFetcher:
     async def _read_capped(self, response: aiohttp.ClientResponse, url: str, where: str) -> bytes:
         declared = response.content_length
         if declared is not None and declared > self.policy.max_bytes:
-            raise InvalidRequest(f"{where}: {url} is {declared} bytes; at most {self.policy.max_bytes} are allowed",
-                                 param="input")
+            raise InvalidRequest(
+                f"{where}: {url} is {declared} bytes; at most {self.policy.max_bytes} are allowed", param="input"
+            )
         body = bytearray()
         async for chunk in response.content.iter_chunked(64 * 1024):
             body += chunk

@@ -26,10 +26,23 @@ except PackageNotFoundError:  # a Bento carries the sources, not the installed p
     VERSION = "unknown"
 STARTED = int(time.time())  # each model's `created` in the model list
 # Request limits a client may want to know before it sends: GET /info, as TEI's.
-LIMIT_FIELDS = ("max_client_batch_size", "max_item_chars", "max_request_tokens", "max_request_bytes",
-                "max_response_bytes", "request_timeout_s", "max_concurrent_requests", "max_queued_items",
-                "max_queued_tokens", "max_media_items", "max_item_bytes", "max_image_pixels", "max_audio_seconds",
-                "allow_url_inputs", "url_timeout_s")
+LIMIT_FIELDS = (
+    "max_client_batch_size",
+    "max_item_chars",
+    "max_request_tokens",
+    "max_request_bytes",
+    "max_response_bytes",
+    "request_timeout_s",
+    "max_concurrent_requests",
+    "max_queued_items",
+    "max_queued_tokens",
+    "max_media_items",
+    "max_item_bytes",
+    "max_image_pixels",
+    "max_audio_seconds",
+    "allow_url_inputs",
+    "url_timeout_s",
+)
 
 
 class ReadinessReport:
@@ -51,12 +64,21 @@ def tei_info(config: EmbentoConfig, default: ModelConfig, info: ModelInfo | None
     """TEI's /info fields, for the default model (the first the caller may use); those only a loaded model knows
     are null before."""
     return {
-        "model_id": default.model_id, "model_sha": default.revision, "model_dtype": info and info.dtype,
-        "model_type": info and _tei_model_type(info, default.pooling), "served_model_name": default.served_model_name,
+        "model_id": default.model_id,
+        "model_sha": default.revision,
+        "model_dtype": info and info.dtype,
+        "model_type": info and _tei_model_type(info, default.pooling),
+        "served_model_name": default.served_model_name,
         "max_concurrent_requests": config.max_concurrent_requests,
-        "max_input_length": info and info.max_input_tokens, "max_batch_tokens": info and info.max_batch_tokens,
-        "max_batch_requests": info and info.batch_size, "max_client_batch_size": config.max_client_batch_size,
-        "auto_truncate": True, "tokenization_workers": None, "version": VERSION, "sha": None, "docker_label": None,
+        "max_input_length": info and info.max_input_tokens,
+        "max_batch_tokens": info and info.max_batch_tokens,
+        "max_batch_requests": info and info.batch_size,
+        "max_client_batch_size": config.max_client_batch_size,
+        "auto_truncate": True,
+        "tokenization_workers": None,
+        "version": VERSION,
+        "sha": None,
+        "docker_label": None,
     }
 
 
@@ -73,10 +95,20 @@ def _model_limits(model: ModelConfig, registry: ModelRegistry) -> dict[str, Any]
     runs; before, what is configured (null: sized for the device)."""
     info = registry.infos.get(model.served_model_name)
     if info is None:
-        return {"id": model.served_model_name, "kind": registry.kinds[model.served_model_name], "device": None,
-                "batch_size": model.batch_size, "max_batch_tokens": model.max_batch_tokens}
-    return {"id": info.served_model_name, "kind": info.kind, "device": info.device, "batch_size": info.batch_size,
-            "max_batch_tokens": info.max_batch_tokens}
+        return {
+            "id": model.served_model_name,
+            "kind": registry.kinds[model.served_model_name],
+            "device": None,
+            "batch_size": model.batch_size,
+            "max_batch_tokens": model.max_batch_tokens,
+        }
+    return {
+        "id": info.served_model_name,
+        "kind": info.kind,
+        "device": info.device,
+        "batch_size": info.batch_size,
+        "max_batch_tokens": info.max_batch_tokens,
+    }
 
 
 def get_routes(config: EmbentoConfig, lifecycle: Lifecycle) -> list[Route]:
@@ -98,9 +130,16 @@ def get_routes(config: EmbentoConfig, lifecycle: Lifecycle) -> list[Route]:
     async def get_info(request: Request) -> Response:
         usable = [model for model in config.models if TENANT.get().may_use(model.served_model_name)]
         default = usable[0] if usable else ModelConfig(model_id="", served_model_name="")
-        return JSONResponse({"models": [_model_limits(model, registry) for model in usable],
-                             "limits": {name: getattr(config, name) for name in LIMIT_FIELDS},
-                             **tei_info(config, default, registry.infos.get(default.served_model_name))})
+        return JSONResponse(
+            {
+                "models": [_model_limits(model, registry) for model in usable],
+                "limits": {name: getattr(config, name) for name in LIMIT_FIELDS},
+                **tei_info(config, default, registry.infos.get(default.served_model_name)),
+            }
+        )
 
-    return [*(Route(path, get_models, methods=["GET"]) for path in ("/v1/models", "/models")),
-            Route("/health", get_health, methods=["GET"]), Route("/info", get_info, methods=["GET"])]
+    return [
+        *(Route(path, get_models, methods=["GET"]) for path in ("/v1/models", "/models")),
+        Route("/health", get_health, methods=["GET"]),
+        Route("/info", get_info, methods=["GET"]),
+    ]

@@ -16,8 +16,14 @@ IN_FLIGHT = "requests"  # the shared counter of POST requests being answered, ev
 
 
 class RequestGuard:
-    def __init__(self, app: ASGIApp, max_request_bytes: int, max_concurrent_requests: int = 2**31,
-                 counters: SharedCounters | None = None, upload_paths: Mapping[str, int] | None = None) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        max_request_bytes: int,
+        max_concurrent_requests: int = 2**31,
+        counters: SharedCounters | None = None,
+        upload_paths: Mapping[str, int] | None = None,
+    ) -> None:
         """`upload_paths`: paths that take multipart uploads instead of JSON, each with its own body limit."""
         self.app = app
         self.max_request_bytes = max_request_bytes

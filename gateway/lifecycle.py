@@ -47,15 +47,21 @@ class Lifecycle:
         self.warmup: Warmup | None = None
         self._task: asyncio.Task | None = None
 
-    def start(self, clients: Mapping[str, Any], failed_here: dict[str, str],
-              warm_up: Callable[[ModelInfo], Awaitable[None]], allow_partial: bool,
-              stop_server: Callable[[str], None]) -> None:
+    def start(
+        self,
+        clients: Mapping[str, Any],
+        failed_here: dict[str, str],
+        warm_up: Callable[[ModelInfo], Awaitable[None]],
+        allow_partial: bool,
+        stop_server: Callable[[str], None],
+    ) -> None:
         """Warm-up in the background, the only one that tries: a probe or request that tried too would wait on
         a model service still starting for the client's whole timeout. They read `registry.done` instead."""
         self.clients = clients
         mark_gateway_worker()  # the model services serve while it runs, when the server stops (bento/patches.py)
-        warmup = self.warmup = Warmup(self.registry, lambda: self._fetch_infos(failed_here), warm_up,
-                                      allow_partial, stop_server)
+        warmup = self.warmup = Warmup(
+            self.registry, lambda: self._fetch_infos(failed_here), warm_up, allow_partial, stop_server
+        )
 
         async def keep_trying() -> None:
             while not await warmup.attempt() and not warmup.stopped:

@@ -57,7 +57,7 @@ class Plan:
         def join(outputs: Sequence[np.ndarray]) -> list[np.ndarray]:
             joined, at = [], 0
             for plan, size in zip(plans, sizes):
-                joined.extend(plan.join(outputs[at:at + size]))
+                joined.extend(plan.join(outputs[at : at + size]))
                 at += size
             return joined
 
@@ -97,12 +97,16 @@ class LongTexts:
         if width <= self.settings.chunk_overlap:
             raise InvalidRequest(
                 f"{where}: a window of {self.limit} tokens holds {max(width, 0)} after special tokens "
-                f"and the prompt, not more than chunk_overlap ({self.settings.chunk_overlap})", param=self.param)
+                f"and the prompt, not more than chunk_overlap ({self.settings.chunk_overlap})",
+                param=self.param,
+            )
         content = self.tokenizer.content(text)
-        windows = [content[start:start + width]
-                   for start in window_starts(len(content), width, self.settings.chunk_overlap)]
-        rows = [self._row(prefix + prompt_ids + window + suffix, len(prefix) + len(prompt_ids), False)
-                for window in windows]
+        windows = [
+            content[start : start + width] for start in window_starts(len(content), width, self.settings.chunk_overlap)
+        ]
+        rows = [
+            self._row(prefix + prompt_ids + window + suffix, len(prefix) + len(prompt_ids), False) for window in windows
+        ]
         weights = np.array([len(window) for window in windows], dtype=np.float64)
 
         def join(outputs: Sequence[np.ndarray]) -> list[np.ndarray]:
@@ -126,8 +130,10 @@ class LongTexts:
         the plan's `texts` are the chunks."""
         size = chunking.size or self.limit - sum(map(len, self.tokenizer.frame))
         if chunking.overlap >= size:
-            raise InvalidRequest(f"{chunking.overlap_param} ({chunking.overlap}) must be less than the chunk size "
-                                 f"({size})", param=chunking.overlap_param)
+            raise InvalidRequest(
+                f"{chunking.overlap_param} ({chunking.overlap}) must be less than the chunk size ({size})",
+                param=chunking.overlap_param,
+            )
         tokens = self.tokenizer.document(document)
         starts = [start for (start, _), special in zip(tokens.offsets, tokens.special) if not special]
         cuts = auto_chunk_spans(tokens.text, starts, size, chunking.overlap)
@@ -141,8 +147,7 @@ class LongTexts:
         segments = chunk_segments(document.text, document.offsets, document.special, spans)
         empty = sorted(set(range(len(spans))) - {segment.chunk for segment in segments})
         if empty:
-            raise InvalidRequest(f"{where}: chunk {empty[0]} has no tokens (only whitespace?)",
-                                 param=self.param)
+            raise InvalidRequest(f"{where}: chunk {empty[0]} has no tokens (only whitespace?)", param=self.param)
         if total <= self.limit:
             rows = [self._spanned(document.ids, segments, 0)]
             pieces = [segments]
@@ -158,13 +163,14 @@ class LongTexts:
                     continue
                 kept = _within(segments, int(owned[0]), int(owned[-1]) + 1)
                 if kept:
-                    rows.append(self._spanned(document.ids[start:start + self.limit], kept, start))
+                    rows.append(self._spanned(document.ids[start : start + self.limit], kept, start))
                     pieces.append(kept)
         return Plan(rows, self._chunk_means(len(spans), pieces))
 
     def _spanned(self, ids: list[int], segments: list[Segment], start: int) -> TokenizedText:
-        return TokenizedText(model=self.model, input_ids=ids,
-                             spans=[(s.start - start, s.stop - start) for s in segments])
+        return TokenizedText(
+            model=self.model, input_ids=ids, spans=[(s.start - start, s.stop - start) for s in segments]
+        )
 
     def _chunk_means(self, count: int, pieces: list[list[Segment]]) -> Join:
         def join(outputs: Sequence[np.ndarray]) -> list[np.ndarray]:
@@ -182,8 +188,7 @@ class LongTexts:
     def _check_length(self, where: str, tokens: int, what: str) -> None:
         limit = self.settings.max_embed_len
         if tokens > limit:
-            raise InvalidRequest(f"{where}: the {what} is {tokens} tokens; max_embed_len is {limit}",
-                                 param=self.param)
+            raise InvalidRequest(f"{where}: the {what} is {tokens} tokens; max_embed_len is {limit}", param=self.param)
 
 
 def _within(segments: list[Segment], start: int, stop: int) -> list[Segment]:

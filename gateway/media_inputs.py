@@ -39,5 +39,4 @@ async def load_item(item: str, fetcher: UrlFetcher | None, max_bytes: int, where
                 param="input",
             )
         return await fetcher.fetch(item, where)
-    raise InvalidRequest(f"{where} must be a data URI (data:image/png;base64,...) or an http(s) URL",
-                         param="input")
+    raise InvalidRequest(f"{where} must be a data URI (data:image/png;base64,...) or an http(s) URL", param="input")

@@ -15,29 +15,50 @@ import bentoml
 
 NO_MODEL = "none"  # a request refused before a served model was chosen
 # Seconds; a request's stages range from a cached tokenization to minutes of queue under overload.
-LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 120.0,
-                   float("inf"))
+LATENCY_BUCKETS = (
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
+    120.0,
+    float("inf"),
+)
 
 REQUESTS = bentoml.metrics.Counter(
-    name="embento_requests", documentation="Requests answered, by served model and HTTP status",
+    name="embento_requests",
+    documentation="Requests answered, by served model and HTTP status",
     labelnames=["model", "status"],
 )
 INPUTS = bentoml.metrics.Counter(
-    name="embento_request_inputs", documentation="Inputs (texts, images, audio clips, documents) in requests",
+    name="embento_request_inputs",
+    documentation="Inputs (texts, images, audio clips, documents) in requests",
     labelnames=["model"],
 )
 TOKENS = bentoml.metrics.Counter(
-    name="embento_request_tokens", documentation="Tokens (or media positions) in requests, after truncation",
+    name="embento_request_tokens",
+    documentation="Tokens (or media positions) in requests, after truncation",
     labelnames=["model"],
 )
 STAGE_SECONDS = bentoml.metrics.Histogram(
     name="embento_stage_seconds",
     documentation="Request latency by stage: preprocess (validate, tokenize, decode), model_service (queue "
-                  "and inference), postprocess (scores and response), total",
-    labelnames=["model", "stage"], buckets=LATENCY_BUCKETS,
+    "and inference), postprocess (scores and response), total",
+    labelnames=["model", "stage"],
+    buckets=LATENCY_BUCKETS,
 )
 QUEUED_ITEMS = bentoml.metrics.Gauge(
-    name="embento_queued_items", documentation="Inputs sent to a model service and not yet answered",
+    name="embento_queued_items",
+    documentation="Inputs sent to a model service and not yet answered",
     labelnames=["model_service"],
 )
 QUEUED_TOKENS = bentoml.metrics.Gauge(
@@ -48,60 +69,71 @@ QUEUED_TOKENS = bentoml.metrics.Gauge(
 QUEUED_BY_CLASS = bentoml.metrics.Gauge(
     name="embento_queued_items_by_class",
     documentation="Inputs of bulk jobs (job_class=batch) sent to a model service and not yet answered; the "
-                  "interactive ones are embento_queued_items", labelnames=["model_service", "job_class"],
+    "interactive ones are embento_queued_items",
+    labelnames=["model_service", "job_class"],
     multiprocess_mode="livesum",
 )
 REJECTED = bentoml.metrics.Counter(
-    name="embento_rejected_requests", documentation="Requests refused before reaching a model service",
+    name="embento_rejected_requests",
+    documentation="Requests refused before reaching a model service",
     labelnames=["model_service", "reason"],
 )
 REQUESTS_PER_CALL = bentoml.metrics.Histogram(
     name="embento_requests_per_call",
     documentation="Requests that left together in one model-service call (gateway/coalesce.py)",
-    labelnames=["model_service"], buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, float("inf")),
+    labelnames=["model_service"],
+    buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, float("inf")),
 )
 READY = bentoml.metrics.Gauge(
-    name="embento_ready", documentation="1 when the server's last readiness check (a /readyz, or the end of "
-                                        "warm-up) found it ready, else 0",
+    name="embento_ready",
+    documentation="1 when the server's last readiness check (a /readyz, or the end of warm-up) found it ready, else 0",
     multiprocess_mode="livemostrecent",
 )
 # The queue bounds, so that a dashboard or an alert can compare the queues with them.
 MAX_QUEUED_ITEMS = bentoml.metrics.Gauge(
-    name="embento_max_queued_items", documentation="max_queued_items: the inputs one model service may have "
-                                                   "waiting", multiprocess_mode="livemax",
+    name="embento_max_queued_items",
+    documentation="max_queued_items: the inputs one model service may have waiting",
+    multiprocess_mode="livemax",
 )
 MAX_QUEUED_TOKENS = bentoml.metrics.Gauge(
-    name="embento_max_queued_tokens", documentation="max_queued_tokens: the tokens one model service may have "
-                                                    "waiting", multiprocess_mode="livemax",
+    name="embento_max_queued_tokens",
+    documentation="max_queued_tokens: the tokens one model service may have waiting",
+    multiprocess_mode="livemax",
 )
 ABANDONED = bentoml.metrics.Counter(
     name="embento_abandoned_requests",
     documentation="Requests given up while a model service had them (deadline or disconnect); their queued "
-                  "rows are dropped there",
+    "rows are dropped there",
     labelnames=["model_service", "reason"],
 )
 # The embedding cache (gateway/cache/): by tier, `memory` (each worker's) or `redis` (shared).
 CACHE_HITS = bentoml.metrics.Counter(
-    name="embento_cache_hits", documentation="Inputs answered from the embedding cache, by model and tier",
+    name="embento_cache_hits",
+    documentation="Inputs answered from the embedding cache, by model and tier",
     labelnames=["model", "tier"],
 )
 CACHE_MISSES = bentoml.metrics.Counter(
-    name="embento_cache_misses", documentation="Inputs looked up in a cache tier and not found there",
+    name="embento_cache_misses",
+    documentation="Inputs looked up in a cache tier and not found there",
     labelnames=["model", "tier"],
 )
 CACHE_ERRORS = bentoml.metrics.Counter(
-    name="embento_cache_errors", documentation="Cache tier failures (Redis down, slow past its timeout, or a "
-                                               "value that does not read back): the inputs were computed",
+    name="embento_cache_errors",
+    documentation="Cache tier failures (Redis down, slow past its timeout, or a "
+    "value that does not read back): the inputs were computed",
     labelnames=["model", "tier"],
 )
 CACHE_BYTES = bentoml.metrics.Gauge(
-    name="embento_cache_bytes", documentation="Bytes the memory tier holds, summed over gateway workers",
-    labelnames=["tier"], multiprocess_mode="livesum",
+    name="embento_cache_bytes",
+    documentation="Bytes the memory tier holds, summed over gateway workers",
+    labelnames=["tier"],
+    multiprocess_mode="livesum",
 )
 CACHE_LOOKUP_SECONDS = bentoml.metrics.Histogram(
-    name="embento_cache_lookup_seconds", documentation="One request's lookup in a cache tier",
-    labelnames=["tier"], buckets=(0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
-                                  float("inf")),
+    name="embento_cache_lookup_seconds",
+    documentation="One request's lookup in a cache tier",
+    labelnames=["tier"],
+    buckets=(0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, float("inf")),
 )
 
 

@@ -43,20 +43,33 @@ GPU_CALLS_IN_FLIGHT = 2
 class ModelCalls:
     """Calls to the model services of the served `kinds`; `clients` maps each service's name to its client."""
 
-    def __init__(self, config: EmbentoConfig, kinds: Iterable[Kind], clients: Mapping[str, Any],
-                 dispatch_rows: int, counters: SharedCounters | None = None) -> None:
+    def __init__(
+        self,
+        config: EmbentoConfig,
+        kinds: Iterable[Kind],
+        clients: Mapping[str, Any],
+        dispatch_rows: int,
+        counters: SharedCounters | None = None,
+    ) -> None:
         self.config = config
         self.clients = clients
         self.dispatch_rows = dispatch_rows
         self.apis = {spec(kind).model_service: spec(kind).service_api for kind in kinds}  # the batchable API
-        self.admission = {name: Admission(name, config.max_queued_items, config.max_queued_tokens, counters)
-                          for name in self.apis}
+        self.admission = {
+            name: Admission(name, config.max_queued_items, config.max_queued_tokens, counters) for name in self.apis
+        }
         start_series(list(self.apis), config.max_queued_items, config.max_queued_tokens)
         self.pass_limits: dict[str, tuple[int, int]] = {}  # per service: the smallest pass of its models
-        self.coalescers = {name: Coalescer(functools.partial(self._call_service, name), dispatch_rows, _count_dropped,
-                                           one_pass=functools.partial(self._fits_one_pass, name),
-                                           batch_slot=BatchSlot(counters, name) if counters else None)
-                           for name in self.apis}
+        self.coalescers = {
+            name: Coalescer(
+                functools.partial(self._call_service, name),
+                dispatch_rows,
+                _count_dropped,
+                one_pass=functools.partial(self._fits_one_pass, name),
+                batch_slot=BatchSlot(counters, name) if counters else None,
+            )
+            for name in self.apis
+        }
         self._cancelling: set[asyncio.Task] = set()
 
     async def run(self, info: ModelInfo, rows: Sequence[Row]) -> list[np.ndarray]:
@@ -65,7 +78,8 @@ class ModelCalls:
         if tokens > self.config.max_request_tokens:
             raise errors.InvalidRequest(
                 f"the request holds {tokens} tokens after truncation; at most {self.config.max_request_tokens} "
-                "are allowed", param="input",
+                "are allowed",
+                param="input",
             )
         request_id = uuid.uuid4().hex
         for row in rows:
@@ -75,8 +89,10 @@ class ModelCalls:
         service, priority = info.spec.model_service, PRIORITY.get()
         try:
             with self._queued(service, priority, len(rows), tokens):
-                outputs = await until_done(self._in_parts(service, passes(rows, info), priority),
-                                           None if priority.batch else self.config.request_timeout_s)
+                outputs = await until_done(
+                    self._in_parts(service, passes(rows, info), priority),
+                    None if priority.batch else self.config.request_timeout_s,
+                )
         except (errors.RequestTimeout, errors.ClientGone) as exc:
             self._abandon(service, request_id, "deadline" if isinstance(exc, errors.RequestTimeout) else "disconnect")
             raise

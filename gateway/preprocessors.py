@@ -34,8 +34,9 @@ class Preprocessors:
         return self.processors[info.served_model_name]
 
 
-def load_preprocessors(config: EmbentoConfig, kinds: Mapping[str, Kind],
-                       load_all: LoadAll) -> tuple[Preprocessors, dict[str, str]]:
+def load_preprocessors(
+    config: EmbentoConfig, kinds: Mapping[str, Kind], load_all: LoadAll
+) -> tuple[Preprocessors, dict[str, str]]:
     """Every configured model's preprocessor, and why those that failed to load did (under `load_all`'s
     policy: stop the server, or with `allow_partial` serve the others)."""
     loaded = Preprocessors()

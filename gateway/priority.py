@@ -40,6 +40,10 @@ PRIORITY: ContextVar[Priority] = ContextVar("embento_priority", default=INTERACT
 class Prioritized(BaseModel):
     """The `priority` field every POST body takes."""
 
-    priority: StrictInt = Field(0, description=(
-        "vLLM's: among the API key's interactive requests, a lower value is run first (default 0). Bulk jobs always "
-        "wait for interactive work."))
+    priority: StrictInt = Field(
+        0,
+        description=(
+            "vLLM's: among the API key's interactive requests, a lower value is run first (default 0). Bulk jobs "
+            "always wait for interactive work."
+        ),
+    )

@@ -77,7 +77,7 @@ class ContextQuery:
         """Each document's chunks (or its one text, to be cut)."""
         texts = [item.value for item in self.embed.items]
         starts = [sum(self.document_sizes[:i]) for i in range(len(self.document_sizes))]
-        return [texts[start:start + size] for start, size in zip(starts, self.document_sizes)]  # type: ignore[misc]
+        return [texts[start : start + size] for start, size in zip(starts, self.document_sizes)]  # type: ignore[misc]
 
 
 @dataclass(frozen=True)

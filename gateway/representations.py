@@ -15,8 +15,7 @@ from models.packing import unpack_arrays
 from models.scores import HYBRID_WEIGHTS, late_interaction, mode_scores, weighted_mean
 
 
-def row_representations(asked: tuple[Representation, ...] | None, info: ModelInfo
-                        ) -> tuple[Representation, ...] | None:
+def row_representations(asked: tuple[Representation, ...] | None, info: ModelInfo) -> tuple[Representation, ...] | None:
     """What a row names: the asked representations where the model has several, else nothing."""
     return asked if asked is not None and len(info.spec.representations) > 1 else None
 
@@ -35,8 +34,9 @@ def representations_for(mode: ScoreMode | None, info: ModelInfo) -> tuple[Repres
     return info.spec.representations if mode == "hybrid" else (mode,)
 
 
-def asked_parts(query: EmbedQuery, info: ModelInfo, outputs: list[np.ndarray]
-                ) -> list[dict[Representation, np.ndarray]] | None:
+def asked_parts(
+    query: EmbedQuery, info: ModelInfo, outputs: list[np.ndarray]
+) -> list[dict[Representation, np.ndarray]] | None:
     """Each input's asked representations by name; None when the query named none (`output_types`)."""
     asked = query.representations
     if asked is None:
@@ -46,8 +46,9 @@ def asked_parts(query: EmbedQuery, info: ModelInfo, outputs: list[np.ndarray]
     return [dict(zip(asked, unpack_arrays(output))) for output in outputs]
 
 
-def scores_by_mode(info: ModelInfo, query: RankQuery, mode: ScoreMode | None, outputs: list[np.ndarray]
-                   ) -> tuple[np.ndarray, dict[str, list[float]]]:
+def scores_by_mode(
+    info: ModelInfo, query: RankQuery, mode: ScoreMode | None, outputs: list[np.ndarray]
+) -> tuple[np.ndarray, dict[str, list[float]]]:
     """Each document's score by a model's own outputs (the query's first, then the documents'), and by every
     mode read: a ColBERT model's MaxSim (the sum over the query's vectors); a model with several
     representations by FlagEmbedding's scores, `hybrid` their weighted mean."""

@@ -9,9 +9,9 @@ from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 from gateway.fetch import UrlFetcher
+from gateway.long_rows import LongTexts, Plan
 from gateway.media_inputs import load_item
 from gateway.preprocessors import Preprocessors
-from gateway.long_rows import LongTexts, Plan
 from gateway.queries import ClassifyQuery, ContextQuery, EmbedQuery, InputItem, RankQuery
 from gateway.representations import row_representations
 from models.base import ModelInfo, ModelInput, Representation, TokenizedText
@@ -45,26 +45,48 @@ class Rows:
         prompt_length = tokenizer.prompt_length(prompt) if prompt else 0
         if query.windowed:
             texts = long_texts(info, tokenizer, query)
-            return await off_loop_if_large(lambda: Plan.joined(
-                [texts.windowed(f"{query.items_param}[{i}]", text, prompt, prompt_length)
-                 for i, text in enumerate(values)]), size)
+            return await off_loop_if_large(
+                lambda: Plan.joined(
+                    [
+                        texts.windowed(f"{query.items_param}[{i}]", text, prompt, prompt_length)
+                        for i, text in enumerate(values)
+                    ]
+                ),
+                size,
+            )
         work = functools.partial(tokenizer.encode_texts, values, prompt, query.truncation)
         token_ids = await off_loop_if_large(work, size)
-        return Plan.direct(TokenizedText.rows(info.served_model_name, token_ids, prompt_length=prompt_length,
-                                              normalize=query.normalize,
-                                              representations=row_representations(query.representations, info)))
+        return Plan.direct(
+            TokenizedText.rows(
+                info.served_model_name,
+                token_ids,
+                prompt_length=prompt_length,
+                normalize=query.normalize,
+                representations=row_representations(query.representations, info),
+            )
+        )
 
-    async def with_roles(self, info: ModelInfo, texts: list[str], is_query: bool, prompt: str,
-                         query: EmbedQuery | RankQuery) -> list[TokenizedText]:
+    async def with_roles(
+        self, info: ModelInfo, texts: list[str], is_query: bool, prompt: str, query: EmbedQuery | RankQuery
+    ) -> list[TokenizedText]:
         """A model that encodes queries and documents apart (ColBERT): each text framed for its role."""
-        work = functools.partial(self.preprocessors.tokenizer(info).encode_roles, texts, is_query, prompt,
-                                 query.truncation)
+        work = functools.partial(
+            self.preprocessors.tokenizer(info).encode_roles, texts, is_query, prompt, query.truncation
+        )
         token_ids, expansions = await off_loop_if_large(work, sum(map(len, texts)))
-        return [TokenizedText(model=info.served_model_name, input_ids=ids, is_query=is_query, expansion=expansion)
-                for ids, expansion in zip(token_ids, expansions)]
+        return [
+            TokenizedText(model=info.served_model_name, input_ids=ids, is_query=is_query, expansion=expansion)
+            for ids, expansion in zip(token_ids, expansions)
+        ]
 
-    async def ranked(self, info: ModelInfo, texts: list[str], is_query: bool, query: RankQuery,
-                     representations: tuple[Representation, ...] | None) -> list[TokenizedText]:
+    async def ranked(
+        self,
+        info: ModelInfo,
+        texts: list[str],
+        is_query: bool,
+        query: RankQuery,
+        representations: tuple[Representation, ...] | None,
+    ) -> list[TokenizedText]:
         """Texts of one role (the query, or documents) for a model that ranks by its own outputs (ColBERT,
         BGE-M3)."""
         if not texts:
@@ -73,8 +95,9 @@ class Rows:
             return await self.with_roles(info, texts, is_query, "", query)
         work = functools.partial(self.preprocessors.tokenizer(info).encode_texts, texts, "", query.truncation)
         token_ids = await off_loop_if_large(work, sum(map(len, texts)))
-        return TokenizedText.rows(info.served_model_name, token_ids,
-                                  representations=row_representations(representations, info))
+        return TokenizedText.rows(
+            info.served_model_name, token_ids, representations=row_representations(representations, info)
+        )
 
     async def in_context(self, info: ModelInfo, query: ContextQuery) -> list[Plan]:
         """Late chunking: a plan per document for its chunks, the document encoded whole (in slices past the
@@ -88,17 +111,21 @@ class Rows:
             return f"{embed.items_param} (one document)" if embed.late_chunking else f"{embed.items_param}[{index}]"
 
         def plans() -> list[Plan]:
-            return [texts.in_context(where(i), chunks, prompt) if chunking is None else
-                    texts.auto_chunked(where(i), chunks[0], prompt, chunking)
-                    for i, chunks in enumerate(query.documents())]
+            return [
+                texts.in_context(where(i), chunks, prompt)
+                if chunking is None
+                else texts.auto_chunked(where(i), chunks[0], prompt, chunking)
+                for i, chunks in enumerate(query.documents())
+            ]
 
         return await off_loop_if_large(plans, sum(len(item.value) for item in embed.items))
 
     async def pairs(self, info: ModelInfo, query: RankQuery) -> list[TokenizedText]:
         """(query, document) pairs for a cross-encoder (or a causal-LM scorer's chat template)."""
         documents = list(query.documents)
-        work = functools.partial(self.preprocessors.tokenizer(info).encode_pairs, query.query, documents,
-                                 query.instruction, query.truncation)
+        work = functools.partial(
+            self.preprocessors.tokenizer(info).encode_pairs, query.query, documents, query.instruction, query.truncation
+        )
         size = len(query.query) * len(documents) + sum(map(len, documents))
         token_ids, segments = await off_loop_if_large(work, size)
         return TokenizedText.rows(info.served_model_name, token_ids, segments)
@@ -117,6 +144,7 @@ class Rows:
 
     async def payloads(self, items: Sequence[InputItem]) -> list[str | bytes]:
         """Each item's text, or its file's bytes (a data URI's decoded, a URL's fetched)."""
+
         async def payload(index: int, item: InputItem) -> str | bytes:
             if item.modality == "text":
                 return item.value  # type: ignore[return-value]
@@ -125,19 +153,20 @@ class Rows:
 
         return list(await asyncio.gather(*(payload(i, item) for i, item in enumerate(items))))
 
-    async def processed(self, info: ModelInfo, items: Sequence[InputItem], payloads: Sequence[str | bytes]
-                        ) -> list[ModelInput]:
+    async def processed(
+        self, info: ModelInfo, items: Sequence[InputItem], payloads: Sequence[str | bytes]
+    ) -> list[ModelInput]:
         """The items' `payloads` decoded and through the model's processor, off the event loop."""
         work = [(item.modality, value) for item, value in zip(items, payloads)]
-        return await asyncio.to_thread(self.preprocessors.processor(info).encode, info.served_model_name, work,
-                                       self.limits)
+        return await asyncio.to_thread(
+            self.preprocessors.processor(info).encode, info.served_model_name, work, self.limits
+        )
 
 
 def long_texts(info: ModelInfo, tokenizer: TextTokenizer, query: EmbedQuery) -> LongTexts:
     """The long-text plans of this model under this query's limit and normalization."""
     normalize = info.normalized if query.normalize is None else query.normalize
-    return LongTexts(info.served_model_name, tokenizer, tokenizer.limit(query.truncation), normalize,
-                     query.items_param)
+    return LongTexts(info.served_model_name, tokenizer, tokenizer.limit(query.truncation), normalize, query.items_param)
 
 
 async def off_loop_if_large(work: Callable[[], T], size: int) -> T:

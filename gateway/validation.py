@@ -24,12 +24,20 @@ BASE64_FLOAT_BYTES = 16 / 3
 EMPTY_ITEM = "{param}[{index}] is empty"
 EMPTY_INPUT = EMPTY_ITEM + "; every input needs at least one character or token"
 # Where a model of each output shape is answered, for the error of a route that has no room for it.
-ROUTES_FOR_SHAPE: dict[Shape, str] = {"dense": "/v1/embeddings", "sparse": "/embed_sparse or /v1/embeddings",
-                                      "multi-vector": "/v1/embeddings or /embed"}
+ROUTES_FOR_SHAPE: dict[Shape, str] = {
+    "dense": "/v1/embeddings",
+    "sparse": "/embed_sparse or /v1/embeddings",
+    "multi-vector": "/v1/embeddings or /embed",
+}
 
 
-def check_texts(texts: Sequence[str | Sequence[int]], param: str, max_items: int, max_chars: int | None,
-                empty_item: str | None = EMPTY_ITEM) -> None:
+def check_texts(
+    texts: Sequence[str | Sequence[int]],
+    param: str,
+    max_items: int,
+    max_chars: int | None,
+    empty_item: str | None = EMPTY_ITEM,
+) -> None:
     """A list of inputs: some, at most `max_items`, none empty (unless `empty_item` is None), and no text over
     `max_chars` characters (token-id lists pass; None: no length bound)."""
     if not texts:
@@ -48,8 +56,9 @@ def check_lengths(texts: Sequence[str | Sequence[int] | None], param: str, max_c
     too_long = next((i for i, text in enumerate(texts) if isinstance(text, str) and len(text) > max_chars), None)
     if too_long is not None:
         length = len(texts[too_long])  # type: ignore[arg-type]
-        raise InvalidRequest(f"{param}[{too_long}] has {length} characters; at most {max_chars} are allowed",
-                             param=param)
+        raise InvalidRequest(
+            f"{param}[{too_long}] has {length} characters; at most {max_chars} are allowed", param=param
+        )
 
 
 def check_length(text: str | None, param: str, max_chars: int) -> None:
@@ -62,8 +71,13 @@ def shape_of(info: ModelInfo) -> Shape:
 
 
 # Embed
-def check_embed(query: EmbedQuery, info: ModelInfo, limits: EmbentoConfig, quantizer: Quantizer | None,
-                served: Mapping[str, ModelInfo]) -> None:
+def check_embed(
+    query: EmbedQuery,
+    info: ModelInfo,
+    limits: EmbentoConfig,
+    quantizer: Quantizer | None,
+    served: Mapping[str, ModelInfo],
+) -> None:
     """The output the query asks for, its inputs, and the controls that apply to some kinds of model only."""
     check_output_types(query, info, quantizer)
     _check_representations(query, info)
@@ -71,8 +85,9 @@ def check_embed(query: EmbedQuery, info: ModelInfo, limits: EmbentoConfig, quant
     check_texts([item.value for item in items], param, limits.max_client_batch_size, None, EMPTY_INPUT)
     media = sum(item.modality != "text" for item in items)
     if media > limits.max_media_items:
-        raise InvalidRequest(f"{param} holds {media} images or audio clips; at most {limits.max_media_items} are "
-                             "allowed", param=param)
+        raise InvalidRequest(
+            f"{param} holds {media} images or audio clips; at most {limits.max_media_items} are allowed", param=param
+        )
     check_lengths([item.value if item.modality == "text" else None for item in items], param, limits.max_item_chars)
     check_length(query.instruction, "instruction", limits.max_item_chars)
     if not info.spec.takes_token_ids and any(isinstance(item.value, list) for item in items):
@@ -92,7 +107,9 @@ def _check_long_input(query: EmbedQuery, info: ModelInfo) -> None:
     if not info.spec.long_inputs:
         raise InvalidRequest(
             f"model '{info.served_model_name}' is a {info.kind} model; {asked} applies to dense text embedders. "
-            "It accepts long_input 'truncate' (the default) or 'error'", param=field)
+            "It accepts long_input 'truncate' (the default) or 'error'",
+            param=field,
+        )
     if any(not isinstance(item.value, str) for item in query.items):
         raise InvalidRequest(f"{asked} takes text, not token ids", param=query.items_param)
 
@@ -105,15 +122,20 @@ def check_context(query: ContextQuery, info: ModelInfo) -> None:
     if chunking is None:
         return
     if chunking.size is not None and chunking.size < 1:
-        raise InvalidRequest(f"{chunking.size_param} must be at least 1, got {chunking.size}",
-                             param=chunking.size_param)
+        raise InvalidRequest(
+            f"{chunking.size_param} must be at least 1, got {chunking.size}", param=chunking.size_param
+        )
     if chunking.overlap < 0:
-        raise InvalidRequest(f"{chunking.overlap_param} must be at least 0, got {chunking.overlap}",
-                             param=chunking.overlap_param)
+        raise InvalidRequest(
+            f"{chunking.overlap_param} must be at least 0, got {chunking.overlap}", param=chunking.overlap_param
+        )
     several = next((i for i, size in enumerate(query.document_sizes) if size != 1), None)
     if several is not None:
-        raise InvalidRequest(f"with auto-chunking each document is one string; {query.embed.items_param}[{several}] "
-                             f"holds {query.document_sizes[several]}", param=query.embed.items_param)
+        raise InvalidRequest(
+            f"with auto-chunking each document is one string; {query.embed.items_param}[{several}] "
+            f"holds {query.document_sizes[several]}",
+            param=query.embed.items_param,
+        )
 
 
 def check_output_types(query: EmbedQuery, info: ModelInfo, quantizer: Quantizer | None) -> None:
@@ -123,17 +145,22 @@ def check_output_types(query: EmbedQuery, info: ModelInfo, quantizer: Quantizer 
     quantized = [t for t in output_types if t in PRECISIONS]
     shape = shape_of(info)
     if quantized and shape != "dense":
-        raise InvalidRequest(f"model '{name}' is {shape}: {quantized[0]} output applies to dense single vectors",
-                             param=param)
+        raise InvalidRequest(
+            f"model '{name}' is {shape}: {quantized[0]} output applies to dense single vectors", param=param
+        )
     if shape == "sparse" and "base64" in output_types:
-        raise InvalidRequest(f"model '{name}' is sparse: its embeddings are indices and values, which have no "
-                             "base64 encoding", param=param)
+        raise InvalidRequest(
+            f"model '{name}' is sparse: its embeddings are indices and values, which have no base64 encoding",
+            param=param,
+        )
     if shape not in query.shapes:
-        raise InvalidRequest(f"model '{name}' is {shape}, which this route cannot answer; use "
-                             f"{ROUTES_FOR_SHAPE[shape]}", param="model")
+        raise InvalidRequest(
+            f"model '{name}' is {shape}, which this route cannot answer; use {ROUTES_FOR_SHAPE[shape]}", param="model"
+        )
     if any(t in ("int8", "uint8") for t in quantized) and quantizer is None:
-        raise InvalidRequest(f"model '{name}' has no int8/uint8 scale (its calibration failed; see the log)",
-                             param=param)
+        raise InvalidRequest(
+            f"model '{name}' has no int8/uint8 scale (its calibration failed; see the log)", param=param
+        )
 
 
 def _check_dimensions(query: EmbedQuery, info: ModelInfo) -> None:
@@ -142,17 +169,23 @@ def _check_dimensions(query: EmbedQuery, info: ModelInfo) -> None:
     if dimensions is None:
         return
     if asked is not None and "dense" not in asked:
-        raise InvalidRequest(f"dimensions applies to dense output; {query.representations_param} {list(asked)} "
-                             "asks for none", param="dimensions")
+        raise InvalidRequest(
+            f"dimensions applies to dense output; {query.representations_param} {list(asked)} asks for none",
+            param="dimensions",
+        )
     if asked is None and info.sparse:
-        raise InvalidRequest(f"model '{name}' is sparse: dimensions does not apply (use max_active_dims)",
-                             param="dimensions")
+        raise InvalidRequest(
+            f"model '{name}' is sparse: dimensions does not apply (use max_active_dims)", param="dimensions"
+        )
     if asked is None and info.multi_vector:
-        raise InvalidRequest(f"model '{name}' returns one vector per token; dimensions does not apply",
-                             param="dimensions")
+        raise InvalidRequest(
+            f"model '{name}' returns one vector per token; dimensions does not apply", param="dimensions"
+        )
     if not 1 <= dimensions <= info.dimension:
-        raise InvalidRequest(f"dimensions must be between 1 and {info.dimension} for model '{name}', got "
-                             f"{dimensions}", param="dimensions")
+        raise InvalidRequest(
+            f"dimensions must be between 1 and {info.dimension} for model '{name}', got {dimensions}",
+            param="dimensions",
+        )
 
 
 def _check_representations(query: EmbedQuery, info: ModelInfo) -> None:
@@ -162,16 +195,20 @@ def _check_representations(query: EmbedQuery, info: ModelInfo) -> None:
         return
     served = list(info.spec.representations)
     if not asked:
-        raise InvalidRequest(f"{param} must not be empty; model '{info.served_model_name}' answers {served}",
-                             param=param)
+        raise InvalidRequest(
+            f"{param} must not be empty; model '{info.served_model_name}' answers {served}", param=param
+        )
     unknown = next((name for name in asked if name not in served), None)
     if unknown is not None:
-        raise InvalidRequest(f"model '{info.served_model_name}' answers {param} {served}; it has no '{unknown}' "
-                             "output", param=param)
+        raise InvalidRequest(
+            f"model '{info.served_model_name}' answers {param} {served}; it has no '{unknown}' output", param=param
+        )
     quantized = [t for t in query.output_types if t in PRECISIONS]
     if quantized and "colbert" in asked:
-        raise InvalidRequest(f"{quantized[0]} output applies to dense vectors; multi-vector (colbert) output is "
-                             "float or base64", param=query.output_param)
+        raise InvalidRequest(
+            f"{quantized[0]} output applies to dense vectors; multi-vector (colbert) output is float or base64",
+            param=query.output_param,
+        )
 
 
 def check_response_size(query: EmbedQuery, info: ModelInfo, tokens: int, max_bytes: int) -> None:
@@ -187,10 +224,12 @@ def check_response_size(query: EmbedQuery, info: ModelInfo, tokens: int, max_byt
         floats += tokens * info.dimension
     size = int(floats * per_float)
     if size > max_bytes:
-        raise InvalidRequest(f"the answer would hold about {size / 1e6:.0f} MB of vectors, over max_response_bytes "
-                             f"({max_bytes / 1e6:.0f} MB); send fewer or shorter inputs per request"
-                             f"{', or ask for base64' if per_float == JSON_FLOAT_BYTES else ''}",
-                             param=query.items_param)
+        raise InvalidRequest(
+            f"the answer would hold about {size / 1e6:.0f} MB of vectors, over max_response_bytes "
+            f"({max_bytes / 1e6:.0f} MB); send fewer or shorter inputs per request"
+            f"{', or ask for base64' if per_float == JSON_FLOAT_BYTES else ''}",
+            param=query.items_param,
+        )
 
 
 def _check_text_controls(query: EmbedQuery, info: ModelInfo) -> None:
@@ -198,22 +237,27 @@ def _check_text_controls(query: EmbedQuery, info: ModelInfo) -> None:
     name, spec = info.served_model_name, info.spec
     as_is = query.normalize is info.normalized  # what the model gives anyway: asking for it is no error
     if query.normalize is not None and not spec.normalize_control and not as_is:
-        raise InvalidRequest(f"normalize applies to dense text embedders; model '{name}' is a {info.kind} model",
-                             param="normalize")
+        raise InvalidRequest(
+            f"normalize applies to dense text embedders; model '{name}' is a {info.kind} model", param="normalize"
+        )
     max_tokens = query.truncation.max_tokens
     if max_tokens is not None and max_tokens < 1:
         raise InvalidRequest(f"max_tokens must be at least 1, got {max_tokens}", param="max_tokens")
     sparse = info.sparse if query.representations is None else "sparse" in query.representations
     if query.max_active_dims is not None and not sparse:
-        raise InvalidRequest(f"max_active_dims applies to sparse output; model '{name}' answers "
-                             f"{'dense' if query.representations is None else list(query.representations)} here",
-                             param="max_active_dims")
+        raise InvalidRequest(
+            f"max_active_dims applies to sparse output; model '{name}' answers "
+            f"{'dense' if query.representations is None else list(query.representations)} here",
+            param="max_active_dims",
+        )
     if query.max_active_dims is not None and query.max_active_dims < 1:
-        raise InvalidRequest(f"max_active_dims must be at least 1, got {query.max_active_dims}",
-                             param="max_active_dims")
+        raise InvalidRequest(
+            f"max_active_dims must be at least 1, got {query.max_active_dims}", param="max_active_dims"
+        )
     if query.instruction is not None and not spec.takes_instruction:
-        raise InvalidRequest(f"instruction applies to text embedders; model '{name}' is a {info.kind} model",
-                             param="instruction")
+        raise InvalidRequest(
+            f"instruction applies to text embedders; model '{name}' is a {info.kind} model", param="instruction"
+        )
 
 
 # Rank, classify, tokenize, decode
@@ -240,21 +284,29 @@ def _check_score_mode(query: RankQuery, info: ModelInfo) -> None:
     """`score_mode` and `weights` for models with several representations (BGE-M3)."""
     modes, name = list(info.spec.score_modes), info.served_model_name
     if query.score_mode is not None and not modes:
-        raise InvalidRequest(f"model '{name}' ranks one way; score_mode applies to models with several "
-                             "representations (BGE-M3: hybrid, dense, sparse, colbert)", param="score_mode")
+        raise InvalidRequest(
+            f"model '{name}' ranks one way; score_mode applies to models with several "
+            "representations (BGE-M3: hybrid, dense, sparse, colbert)",
+            param="score_mode",
+        )
     if query.score_mode is not None and query.score_mode not in modes:
-        raise InvalidRequest(f"model '{name}' has no score_mode '{query.score_mode}'; it accepts {modes}",
-                             param="score_mode")
+        raise InvalidRequest(
+            f"model '{name}' has no score_mode '{query.score_mode}'; it accepts {modes}", param="score_mode"
+        )
     if query.weights is None:
         return
     if score_mode(query, info) != "hybrid":
-        raise InvalidRequest("weights apply to score_mode 'hybrid' of models with several representations",
-                             param="weights")
+        raise InvalidRequest(
+            "weights apply to score_mode 'hybrid' of models with several representations", param="weights"
+        )
     count = len(info.spec.representations)
     if len(query.weights) != count or min(query.weights) < 0 or sum(query.weights) <= 0:
-        raise InvalidRequest(f"weights must be {count} numbers, one per representation "
-                             f"{list(info.spec.representations)}, none negative and not all zero; got "
-                             f"{list(query.weights)}", param="weights")
+        raise InvalidRequest(
+            f"weights must be {count} numbers, one per representation "
+            f"{list(info.spec.representations)}, none negative and not all zero; got "
+            f"{list(query.weights)}",
+            param="weights",
+        )
 
 
 def check_classify(query: ClassifyQuery, limits: EmbentoConfig) -> None:

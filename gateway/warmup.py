@@ -27,8 +27,14 @@ logger = logging.getLogger(__name__)
 WARN_AFTER_S = 30.0
 WARN_EVERY_S = 60.0
 # What a model service still starting, restarting or busy answers: worth another try.
-TRANSIENT = (errors.NotReady, errors.Overloaded, errors.RequestTimeout, aiohttp.ClientError, ConnectionError,
-             TimeoutError)
+TRANSIENT = (
+    errors.NotReady,
+    errors.Overloaded,
+    errors.RequestTimeout,
+    aiohttp.ClientError,
+    ConnectionError,
+    TimeoutError,
+)
 
 FetchInfos = Callable[[], Awaitable[tuple[dict[str, ModelInfo], dict[str, str]]]]
 
@@ -42,9 +48,15 @@ class Warmup:
     models served, in configuration order), `failed` (served name -> why) and `done`. `stopped`: the server
     is stopping."""
 
-    def __init__(self, registry: ModelRegistry, fetch_infos: FetchInfos,
-                 warm_up: Callable[[ModelInfo], Awaitable[None]], allow_partial: bool,
-                 stop_server: Callable[[str], None], clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        registry: ModelRegistry,
+        fetch_infos: FetchInfos,
+        warm_up: Callable[[ModelInfo], Awaitable[None]],
+        allow_partial: bool,
+        stop_server: Callable[[str], None],
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.registry = registry
         self._fetch_infos = fetch_infos
         self._warm_up = warm_up

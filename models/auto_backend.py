@@ -93,8 +93,9 @@ def _off_cpu(cfg: ModelConfig) -> str | None:
     return None if device == "cpu" else f"torch: on {device}, torch runs it in half precision"
 
 
-def _verdict(model_class: ModelClass, folder: Path, cfg: ModelConfig, kind: Kind
-             ) -> tuple[Verdict, dict[str, TokenModel]]:
+def _verdict(
+    model_class: ModelClass, folder: Path, cfg: ModelConfig, kind: Kind
+) -> tuple[Verdict, dict[str, TokenModel]]:
     """The export's verdict as its cache entry records it, else taken now: exporting, loading it on both
     backends and comparing; with the models loaded for it, by backend, for the caller to keep one. A failed
     export is recorded too, so no later start tries it again."""
@@ -129,7 +130,7 @@ def parity_rows(folder: Path, cfg: ModelConfig, kind: Kind) -> list[TokenizedTex
     from models.text_tokenizer import TextTokenizer
 
     tokenizer = TextTokenizer(folder, cfg, kind)
-    texts = [*CALIBRATION_TEXTS[:PARITY_TEXTS - 1], " ".join(CALIBRATION_TEXTS)]
+    texts = [*CALIBRATION_TEXTS[: PARITY_TEXTS - 1], " ".join(CALIBRATION_TEXTS)]
     if spec(kind).output != "scores":
         return TokenizedText.rows(cfg.served_model_name, tokenizer.encode_texts(texts))
     seconds: list[str | None] = list(reversed(texts)) if spec(kind).scores_pairs else [None] * len(texts)

@@ -16,8 +16,12 @@ from pathlib import Path
 from config.settings import ModelConfig, get_config
 from models.errors import ConfigError
 
-GPU_ONLY = {("torch", "float16"), ("ctranslate2", "float16"), ("ctranslate2", "int8_float16"),
-            ("ctranslate2", "bfloat16")}
+GPU_ONLY = {
+    ("torch", "float16"),
+    ("ctranslate2", "float16"),
+    ("ctranslate2", "int8_float16"),
+    ("ctranslate2", "bfloat16"),
+}
 CPU_ONLY = {("onnx", "int8")}
 
 

@@ -17,6 +17,7 @@ from models.kinds import (  # Kind, Modality and Representation are imported fro
     Representation,
     Scorer,
 )
+
 if TYPE_CHECKING:
     from config.settings import ModelConfig
 # How raw outputs become scores: the names `models.scores.activate` knows.
@@ -50,8 +51,13 @@ class ModelInfo:
     def of(cls, cfg: ModelConfig, kind: Kind, **facts: Any) -> ModelInfo:
         """A loaded model's info: what its configuration says, and the `facts` its class found on loading
         (its kind's modalities unless it says otherwise)."""
-        return cls(served_model_name=cfg.served_model_name, model_id=cfg.model_id, kind=kind,
-                   backend=cfg.backend, **{"modalities": list(KIND_SPECS[kind].modalities), **facts})
+        return cls(
+            served_model_name=cfg.served_model_name,
+            model_id=cfg.model_id,
+            kind=kind,
+            backend=cfg.backend,
+            **{"modalities": list(KIND_SPECS[kind].modalities), **facts},
+        )
 
     @property
     def spec(self) -> KindSpec:
@@ -182,12 +188,14 @@ class Preprocessor(Protocol):
 
     def prompt_length(self, prompt: str) -> int: ...
 
-    def encode_texts(self, texts: list[str], prompt: str = "", truncation: Truncation = Truncation()
-                     ) -> list[list[int]]: ...
+    def encode_texts(
+        self, texts: list[str], prompt: str = "", truncation: Truncation = Truncation()
+    ) -> list[list[int]]: ...
 
     def encode_ids(self, inputs: list[list[int]], truncation: Truncation = Truncation()) -> list[list[int]]: ...
 
-    def encode_pairs(self, query: str, documents: list[str], instruction: str | None = None,
-                     truncation: Truncation = Truncation()) -> tuple[list[list[int]], list[list[int]] | None]:
+    def encode_pairs(
+        self, query: str, documents: list[str], instruction: str | None = None, truncation: Truncation = Truncation()
+    ) -> tuple[list[list[int]], list[list[int]] | None]:
         """Token ids per (query, document) pair, and their segment ids if the model takes them."""
         ...

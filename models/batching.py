@@ -63,8 +63,13 @@ def activation_bytes_per_token(folder: Path, dtype_bytes: int) -> int:
     return dtype_bytes * (12 * hidden + heads * ATTENTION_SPAN)
 
 
-def batch_limits(batch_size: int | None, max_batch_tokens: int | None, device: str,
-                 free_bytes: int | None = None, bytes_per_token: int | None = None) -> BatchLimits:
+def batch_limits(
+    batch_size: int | None,
+    max_batch_tokens: int | None,
+    device: str,
+    free_bytes: int | None = None,
+    bytes_per_token: int | None = None,
+) -> BatchLimits:
     """The configured limits, or the device's: on CPU `CPU_LIMITS`; on a GPU, the tokens whose activations
     fit `ACTIVATION_SHARE` of its free memory, within `GPU_MIN_BATCH_TOKENS` and `GPU_MAX_LIMITS`, and rows
     for passes of `TOKENS_PER_ROW`-token inputs."""
@@ -109,9 +114,7 @@ def plan_batches(
     return passes[::-1]
 
 
-def run_isolated(
-    run: Callable[[list[Item]], Sequence[Result]], items: list[Item]
-) -> list[Result | Exception]:
+def run_isolated(run: Callable[[list[Item]], Sequence[Result]], items: list[Item]) -> list[Result | Exception]:
     """Run `items` together; if that fails, bisect so only the inputs that fail on their own fail."""
     try:
         return list(run(items))

@@ -35,8 +35,10 @@ class ChatPairs:
         except Exception as exc:  # Jinja raises many types
             raise ModelLoadError(f"the chat template of '{model_id}' cannot render a pair: {exc}") from exc
         if probe.count(_DOCUMENT_MARK) != 1 or probe.count(_QUERY_MARK) != 1:
-            raise ModelLoadError(f"the chat template of '{model_id}' does not write the query and the document "
-                                 "(their 'query' and 'document' messages) into the prompt once each")
+            raise ModelLoadError(
+                f"the chat template of '{model_id}' does not write the query and the document "
+                "(their 'query' and 'document' messages) into the prompt once each"
+            )
         self.takes_instruction = _INSTRUCTION_MARK in instructed
 
     def _render(self, tokenizer: Any, query: str, document: str, instruction: str | None) -> str:
@@ -45,8 +47,13 @@ class ChatPairs:
             messages.insert(0, {"role": "system", "content": instruction})
         return tokenizer.apply_chat_template(messages, chat_template=self._template, tokenize=False)
 
-    def encode(self, query: str, documents: Sequence[str], instruction: str | None = None,
-               truncation: Truncation = Truncation()) -> Encoded:
+    def encode(
+        self,
+        query: str,
+        documents: Sequence[str],
+        instruction: str | None = None,
+        truncation: Truncation = Truncation(),
+    ) -> Encoded:
         """One row of token ids per document (and no segment ids)."""
         if instruction is not None and not self.takes_instruction:
             raise InvalidRequest("this model's chat template has no place for an instruction", param="instruction")
@@ -59,8 +66,9 @@ class ChatPairs:
         suffix = self._closing_tokens(backend, head, tail)
         keep = self._max_tokens - len(suffix)
         rows = []
-        for index, encoding in enumerate(backend.encode_batch([head + d + tail for d in documents],
-                                                              add_special_tokens=False)):
+        for index, encoding in enumerate(
+            backend.encode_batch([head + d + tail for d in documents], add_special_tokens=False)
+        ):
             ids = encoding.ids
             if len(ids) <= self._max_tokens:
                 rows.append(ids)
@@ -68,14 +76,18 @@ class ChatPairs:
             if not truncation.enabled:
                 raise InvalidRequest(
                     f"documents[{index}] makes a prompt of {len(ids)} tokens with the query and the template; this "
-                    f"model takes at most {self._max_tokens} (truncate is false)", param="documents")
+                    f"model takes at most {self._max_tokens} (truncate is false)",
+                    param="documents",
+                )
             start = next(i for i, (_, end) in enumerate(encoding.offsets) if end > len(head))
             if keep <= start:
                 raise InvalidRequest(
                     f"query makes a prompt of {start + len(suffix)} tokens before any document; with a document it "
-                    f"must fit in this model's {self._max_tokens}-token limit", param="query")
+                    f"must fit in this model's {self._max_tokens}-token limit",
+                    param="query",
+                )
             if truncation.side == "left":
-                rows.append(ids[:start] + ids[len(ids) - len(suffix) - (keep - start):])
+                rows.append(ids[:start] + ids[len(ids) - len(suffix) - (keep - start) :])
             else:
                 rows.append(ids[:keep] + suffix)
         return rows, None
@@ -84,9 +96,11 @@ class ChatPairs:
     def _closing_tokens(backend: Any, head: str, tail: str) -> list[int]:
         """The tokens the template writes after the document: those two renders with different documents
         end in alike (sentence-transformers' own way of finding them)."""
-        one, other = (encoding.ids for encoding in backend.encode_batch([head + "0" + tail, head + "1 2 3 4" + tail],
-                                                                        add_special_tokens=False))
+        one, other = (
+            encoding.ids
+            for encoding in backend.encode_batch([head + "0" + tail, head + "1 2 3 4" + tail], add_special_tokens=False)
+        )
         common = 0
         while common < min(len(one), len(other)) and one[-1 - common] == other[-1 - common]:
             common += 1
-        return one[len(one) - common:]
+        return one[len(one) - common :]

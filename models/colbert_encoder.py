@@ -84,7 +84,7 @@ def _without_expansion(mask: Any, rows: Sequence[TokenizedText], offsets: list[i
         return mask
     mask = mask.clone()
     for index, (row, offset) in enumerate(zip(rows, offsets)):
-        mask[index, offset + row.length - row.expansion:offset + row.length] = 0
+        mask[index, offset + row.length - row.expansion : offset + row.length] = 0
     return mask
 
 
@@ -93,8 +93,7 @@ def load_projection(folder: Path) -> Any:
     state, plus (with `use_residual`) the state itself or its own linear map of it."""
     import torch
 
-    entry = next((m for m in json.loads((folder / "modules.json").read_text()) if m.get("type") == PYLATE_DENSE),
-                 None)
+    entry = next((m for m in json.loads((folder / "modules.json").read_text()) if m.get("type") == PYLATE_DENSE), None)
     if entry is None:
         raise ModelLoadError(f"{folder} declares a ColBERT model but modules.json names no {PYLATE_DENSE} module")
     where = folder / entry["path"]
@@ -102,8 +101,13 @@ def load_projection(folder: Path) -> Any:
     activation = config.get("activation_function", IDENTITY)
     if activation != IDENTITY:
         raise ModelLoadError(f"{where}: PyLate's Dense with activation {activation} is not served (only identity)")
-    return projection_module(config["in_features"], config["out_features"], bool(config.get("bias", False)),
-                      bool(config.get("use_residual", False)), _state_dict(where, torch))
+    return projection_module(
+        config["in_features"],
+        config["out_features"],
+        bool(config.get("bias", False)),
+        bool(config.get("use_residual", False)),
+        _state_dict(where, torch),
+    )
 
 
 def _state_dict(where: Path, torch: Any) -> dict[str, Any]:

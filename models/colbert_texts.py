@@ -35,8 +35,11 @@ class ColbertSettings:
 
     @classmethod
     def read(cls, folder: Path) -> ColbertSettings:
-        declared = {name: value for name, value in read_json(folder / SETTINGS_FILE).items()
-                    if name in cls.__dataclass_fields__ and value is not None}
+        declared = {
+            name: value
+            for name, value in read_json(folder / SETTINGS_FILE).items()
+            if name in cls.__dataclass_fields__ and value is not None
+        }
         settings = cls(**{**declared, "skiplist_words": tuple(declared.get("skiplist_words", cls.skiplist_words))})
         # PyLate: without expansion there are no expansion tokens to attend to
         return settings if settings.do_query_expansion else replace(settings, attend_to_expansion_tokens=False)
@@ -65,23 +68,30 @@ class ColbertTexts:
     def __init__(self, texts: SingleTexts, tokenizer: Any, settings: ColbertSettings) -> None:
         self._texts = texts
         self._settings = settings
-        self._prefixes = {True: token_id(tokenizer, settings.query_prefix),
-                          False: token_id(tokenizer, settings.document_prefix)}
+        self._prefixes = {
+            True: token_id(tokenizer, settings.query_prefix),
+            False: token_id(tokenizer, settings.document_prefix),
+        }
         self._expansion = expansion_token(tokenizer)
 
-    def encode(self, texts: list[str], is_query: bool, prompt: str = "", truncation: Truncation = Truncation()
-               ) -> tuple[list[list[int]], list[int]]:
+    def encode(
+        self, texts: list[str], is_query: bool, prompt: str = "", truncation: Truncation = Truncation()
+    ) -> tuple[list[list[int]], list[int]]:
         settings, prefix = self._settings, self._prefixes[is_query]
         length = settings.query_length if is_query else settings.document_length
         limit = min(length - (prefix is not None), truncation.max_tokens or length)
         # Truncation off: refused here, where the prefix is known (a text cut one token past the limit is over it).
-        encoded = self._texts.encode(texts, prompt, replace(truncation, enabled=True,
-                                                            max_tokens=limit + (not truncation.enabled)))
+        encoded = self._texts.encode(
+            texts, prompt, replace(truncation, enabled=True, max_tokens=limit + (not truncation.enabled))
+        )
         too_long = next((i for i, ids in enumerate(encoded) if len(ids) > limit), None)
         if too_long is not None:
-            raise InvalidRequest(f"input[{too_long}] is longer than this model takes per "
-                                 f"{'query' if is_query else 'document'}: {limit + (prefix is not None)} tokens "
-                                 "(truncation is off)", param="input")
+            raise InvalidRequest(
+                f"input[{too_long}] is longer than this model takes per "
+                f"{'query' if is_query else 'document'}: {limit + (prefix is not None)} tokens "
+                "(truncation is off)",
+                param="input",
+            )
         if prefix is not None:
             encoded = [ids[:1] + [prefix] + ids[1:] for ids in encoded]
         if not (is_query and settings.do_query_expansion):

@@ -16,12 +16,15 @@ class CrossEncoderPairs:
         self._pair_frame = tokenizer.template.num_special_tokens_to_add(pair=True)
         self._uses_segments = "token_type_ids" in tokenizer.template.model_input_names
 
-    def encode(self, query: str, documents: list[str], instruction: str | None = None,
-               truncation: Truncation = Truncation()) -> Encoded:
+    def encode(
+        self, query: str, documents: list[str], instruction: str | None = None, truncation: Truncation = Truncation()
+    ) -> Encoded:
         """(query, document) pairs for a reranker: the query is kept whole, documents are cut to fit."""
         if instruction is not None:
-            raise InvalidRequest("this reranker takes no instruction (only causal-LM rerankers with a chat template "
-                                 "do)", param="instruction")
+            raise InvalidRequest(
+                "this reranker takes no instruction (only causal-LM rerankers with a chat template do)",
+                param="instruction",
+            )
         if self._tokenizer.lower_case:
             query, documents = query.lower(), [document.lower() for document in documents]
         max_tokens = self._tokenizer.max_input_tokens
@@ -46,12 +49,16 @@ class CrossEncoderPairs:
         if not truncation.enabled:
             longest = max(range(len(documents)), key=lambda i: len(encoded["input_ids"][i]))
             if (length := len(encoded["input_ids"][longest])) > max_tokens:
-                raise InvalidRequest(f"documents[{longest}] makes a pair of {length} tokens with the query; this "
-                                     f"model takes at most {max_tokens} (truncate is false)", param="documents")
+                raise InvalidRequest(
+                    f"documents[{longest}] makes a pair of {length} tokens with the query; this "
+                    f"model takes at most {max_tokens} (truncate is false)",
+                    param="documents",
+                )
         return encoded["input_ids"], encoded["token_type_ids"] if self._uses_segments else None
 
-    def encode_list(self, firsts: list[str], seconds: list[str | None], truncation: Truncation = Truncation()
-                    ) -> Encoded:
+    def encode_list(
+        self, firsts: list[str], seconds: list[str | None], truncation: Truncation = Truncation()
+    ) -> Encoded:
         """Texts and text pairs for a pair classifier (TEI's /predict), each pair cut longest first."""
         if self._tokenizer.lower_case:
             firsts = [text.lower() for text in firsts]
@@ -59,9 +66,17 @@ class CrossEncoderPairs:
         tokenizer = self._tokenizer.get()
         tokenizer.truncation_side = self._tokenizer.side(truncation)  # this thread's copy
         limit = self._tokenizer.limit(truncation)
-        encoded = [tokenizer(first, second, truncation=truncation.enabled, max_length=limit,
-                             return_attention_mask=False, return_token_type_ids=self._uses_segments)
-                   for first, second in zip(firsts, seconds)]
+        encoded = [
+            tokenizer(
+                first,
+                second,
+                truncation=truncation.enabled,
+                max_length=limit,
+                return_attention_mask=False,
+                return_token_type_ids=self._uses_segments,
+            )
+            for first, second in zip(firsts, seconds)
+        ]
         ids = [e["input_ids"] for e in encoded]
         if not truncation.enabled:
             self._tokenizer.refuse_long(ids, limit)

@@ -28,8 +28,13 @@ class CTranslate2Transformer(torch.nn.Module):
         self.tokenizer = tokenizer
         self.max_seq_length = tokenizer.model_max_length
         kind, _, index = device.partition(":")
-        self.encoder = ctranslate2.Encoder(str(converted_model(folder)), device=kind, device_index=int(index or 0),
-                                           compute_type=compute_type, intra_threads=torch.get_num_threads())
+        self.encoder = ctranslate2.Encoder(
+            str(converted_model(folder)),
+            device=kind,
+            device_index=int(index or 0),
+            compute_type=compute_type,
+            intra_threads=torch.get_num_threads(),
+        )
         self._device = device
 
     def forward(self, features: dict[str, Any]) -> dict[str, Any]:

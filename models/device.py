@@ -80,8 +80,9 @@ def load_on_device(model_class: type, folder: Path, cfg: ModelConfig, task: str)
     else:  # `auto` is decided before a model class is built (models.kinds.load_model)
         raise ValueError(f"a model class was given backend '{cfg.backend}', which names no backend")
     try:
-        model = model_class(str(folder), device=device, trust_remote_code=cfg.trust_remote_code,
-                            local_files_only=True, **kwargs)
+        model = model_class(
+            str(folder), device=device, trust_remote_code=cfg.trust_remote_code, local_files_only=True, **kwargs
+        )
     except Exception as exc:
         raise ModelLoadError(f"cannot load '{cfg.model_id}' from {folder} ({cfg.backend}): {exc}") from exc
     if cfg.backend == "onnx":

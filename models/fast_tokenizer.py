@@ -54,10 +54,12 @@ class FastTokenizer:
         """Refuses the longest sequence when it is over `limit`: what truncation off means."""
         longest = max(range(len(encoded)), key=lambda i: len(encoded[i]))
         if len(encoded[longest]) > limit:
-            allowed = f"this model takes at most {limit}" if limit == self.max_input_tokens else \
-                f"max_tokens is {limit}"
-            raise InvalidRequest(f"input[{longest}] is {len(encoded[longest])} tokens; {allowed} (truncation is off)",
-                                 param="input")
+            allowed = (
+                f"this model takes at most {limit}" if limit == self.max_input_tokens else f"max_tokens is {limit}"
+            )
+            raise InvalidRequest(
+                f"input[{longest}] is {len(encoded[longest])} tokens; {allowed} (truncation is off)", param="input"
+            )
 
     def count_tokens(self, text: str) -> int:
         """Untruncated length without special tokens, measured on the Rust tokenizer: transformers would

@@ -68,8 +68,7 @@ class HybridEncoder:
             # each output in one copy to the host: the pass's dense vectors, its token weights, and the ColBERT
             # vectors of every row's tokens but its first
             dense = torch.nn.functional.normalize(first, dim=-1).float().cpu().numpy()
-            weights = torch.relu(self._sparse(states)).squeeze(-1).float().cpu().numpy() if "sparse" in wanted \
-                else None
+            weights = torch.relu(self._sparse(states)).squeeze(-1).float().cpu().numpy() if "sparse" in wanted else None
             colbert = self._colbert_vectors(states, spans) if "colbert" in wanted else None
         outputs = []
         for index, (row, span) in enumerate(zip(rows, spans)):
@@ -88,7 +87,7 @@ class HybridEncoder:
         """Each row's normalized ColBERT vectors, over its tokens but the first."""
         import torch
 
-        tails = [states[i, span.start + 1:span.stop] for i, span in enumerate(spans)]
+        tails = [states[i, span.start + 1 : span.stop] for i, span in enumerate(spans)]
         host = torch.nn.functional.normalize(self._colbert(torch.cat(tails)), dim=-1).float().cpu().numpy()
         return np.split(host, np.cumsum([len(tail) for tail in tails])[:-1])
 

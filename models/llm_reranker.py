@@ -30,11 +30,11 @@ QWEN3_RERANKER_DEFAULT_INSTRUCTION = "Given a web search query, retrieve relevan
 # system (instruction), query and document messages that sentence-transformers writes a pair as.
 QWEN3_RERANKER_TEMPLATE = (
     '{%- set ns = namespace(instruction="' + QWEN3_RERANKER_DEFAULT_INSTRUCTION + '", query="", document="") -%}'
-    '{%- for message in messages -%}'
+    "{%- for message in messages -%}"
     '{%- if message.role == "system" %}{% set ns.instruction = message.content %}'
     '{%- elif message.role == "query" %}{% set ns.query = message.content %}'
     '{%- elif message.role == "document" %}{% set ns.document = message.content %}{% endif -%}'
-    '{%- endfor -%}'
+    "{%- endfor -%}"
     '{{ "<|im_start|>system\\n' + QWEN3_RERANKER_SYSTEM.replace('"', '\\"') + '<|im_end|>\\n<|im_start|>user\\n" }}'
     '{{ "<Instruct>: " + ns.instruction + "\\n<Query>: " + ns.query + "\\n<Document>: " + ns.document }}'
     '{{ "<|im_end|>\\n<|im_start|>assistant\\n<think>\\n\\n</think>\\n\\n" }}'
@@ -93,8 +93,9 @@ def _configured_template(cfg: ModelConfig) -> str | None:
         return cfg.chat_template
     path = Path(cfg.chat_template).expanduser()
     if not path.is_file():
-        raise ModelLoadError(f"chat_template of '{cfg.served_model_name}' is neither a Jinja template nor a file: "
-                             f"{cfg.chat_template}")
+        raise ModelLoadError(
+            f"chat_template of '{cfg.served_model_name}' is neither a Jinja template nor a file: {cfg.chat_template}"
+        )
     return path.read_text()
 
 

@@ -76,14 +76,17 @@ class Segment:
     stop: int
 
 
-def chunk_segments(text: str, offsets: Sequence[tuple[int, int]], special: Sequence[bool],
-                   spans: Sequence[tuple[int, int]]) -> list[Segment]:
+def chunk_segments(
+    text: str, offsets: Sequence[tuple[int, int]], special: Sequence[bool], spans: Sequence[tuple[int, int]]
+) -> list[Segment]:
     """The runs of tokens of each chunk of `text`: a token belongs to every chunk whose characters
     [start, stop) hold its first non-whitespace character; special tokens to none. Tokens' first characters
     rise with their positions, so each chunk's tokens are found by bisection (400 chunks of a 100,000-token
     document: milliseconds, where a scan per chunk took seconds)."""
-    firsts = [None if is_special else first_character(text, start, stop)
-              for (start, stop), is_special in zip(offsets, special)]
+    firsts = [
+        None if is_special else first_character(text, start, stop)
+        for (start, stop), is_special in zip(offsets, special)
+    ]
     positions = np.array([i for i, first in enumerate(firsts) if first is not None], dtype=np.int64)
     characters = np.array([first for first in firsts if first is not None], dtype=np.int64)
     segments: list[Segment] = []

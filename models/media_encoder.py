@@ -51,8 +51,14 @@ class MediaEncoder:
             by_modality[row.modality].append(index)
         outputs: list[np.ndarray] = [np.empty(0, dtype=np.float32)] * len(rows)
         for modality, indices in by_modality.items():
-            batch = collate([rows[i].arrays for i in indices], self.processor.pad_id, self.processor.pad_left,
-                            self._device, self._dtype, non_blocking=True)  # torch models only
+            batch = collate(
+                [rows[i].arrays for i in indices],
+                self.processor.pad_id,
+                self.processor.pad_left,
+                self._device,
+                self._dtype,
+                non_blocking=True,
+            )  # torch models only
             for index, output in zip(indices, self._run(modality, batch)):
                 outputs[index] = output
         return outputs
@@ -88,8 +94,9 @@ def _load(folder: Path, cfg: ModelConfig, kind: Kind, dtype: Any) -> Any:
     else:
         model_class = transformers.AutoModel
     try:
-        model = model_class.from_pretrained(str(folder), dtype=dtype, trust_remote_code=cfg.trust_remote_code,
-                                            local_files_only=True)
+        model = model_class.from_pretrained(
+            str(folder), dtype=dtype, trust_remote_code=cfg.trust_remote_code, local_files_only=True
+        )
     except Exception as exc:
         raise ModelLoadError(f"cannot load '{cfg.model_id}' from {folder}: {exc}") from exc
     needed = [] if multi_vector else [f"get_{modality}_features" for modality in spec(kind).modalities]

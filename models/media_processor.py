@@ -90,11 +90,17 @@ class MediaProcessor:
             return [self._query(text) for text in texts]
         padded = PADDED_TEXT.get(self._model_type)
         encoded = self._processor.tokenizer(
-            texts, truncation=True, max_length=padded or self.max_input_tokens,
-            padding="max_length" if padded else False, return_attention_mask=True, return_token_type_ids=False,
+            texts,
+            truncation=True,
+            max_length=padded or self.max_input_tokens,
+            padding="max_length" if padded else False,
+            return_attention_mask=True,
+            return_token_type_ids=False,
         )
-        return [{"input_ids": np.asarray(ids, dtype=np.int64), "attention_mask": np.asarray(mask, dtype=np.int64)}
-                for ids, mask in zip(encoded["input_ids"], encoded["attention_mask"])]
+        return [
+            {"input_ids": np.asarray(ids, dtype=np.int64), "attention_mask": np.asarray(mask, dtype=np.int64)}
+            for ids, mask in zip(encoded["input_ids"], encoded["attention_mask"])
+        ]
 
     def _query(self, text: str) -> dict[str, np.ndarray]:
         """One query as its processor frames and cuts it, `max_input_tokens` long at most."""

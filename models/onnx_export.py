@@ -59,8 +59,14 @@ class ExportKey:
 
 
 def export_key(folder: Path, task: str) -> ExportKey:
-    return ExportKey(checkpoint_revision(folder), task, _version("transformers"), _version("onnxruntime"),
-                     _version("torch"), _version("onnxscript"))
+    return ExportKey(
+        checkpoint_revision(folder),
+        task,
+        _version("transformers"),
+        _version("onnxruntime"),
+        _version("torch"),
+        _version("onnxscript"),
+    )
 
 
 def onnx_entry(folder: Path, task: str) -> Path:
@@ -116,8 +122,11 @@ def checkpoint_revision(folder: Path) -> str:
                 digest.update(file.read())
                 continue
             step = size // SAMPLE_BLOCKS
-            for offset, length in [(0, SAMPLE_BYTES), *((n * step, 1 << 16) for n in range(1, SAMPLE_BLOCKS)),
-                                   (size - SAMPLE_BYTES, SAMPLE_BYTES)]:
+            for offset, length in [
+                (0, SAMPLE_BYTES),
+                *((n * step, 1 << 16) for n in range(1, SAMPLE_BLOCKS)),
+                (size - SAMPLE_BYTES, SAMPLE_BYTES),
+            ]:
                 file.seek(offset)
                 digest.update(file.read(length))
     return f"files-{digest.hexdigest()[:24]}"
@@ -166,9 +175,17 @@ def export_graph(folder: Path, task: str, file: Path, attention: str = "eager") 
     inputs = _sample_inputs(folder)
     batch, sequence = torch.export.Dim("batch"), torch.export.Dim("sequence")
     with _quiet():
-        torch.onnx.export(_graph(model, task), tuple(inputs.values()), str(file), input_names=list(inputs),
-                          output_names=[TASK_OUTPUTS[task]], dynamo=True, external_data=False, verbose=False,
-                          dynamic_shapes=tuple({0: batch, 1: sequence} for _ in inputs))
+        torch.onnx.export(
+            _graph(model, task),
+            tuple(inputs.values()),
+            str(file),
+            input_names=list(inputs),
+            output_names=[TASK_OUTPUTS[task]],
+            dynamo=True,
+            external_data=False,
+            verbose=False,
+            dynamic_shapes=tuple({0: batch, 1: sequence} for _ in inputs),
+        )
 
 
 # What the graph's one output is: the transformers output a sentence-transformers Transformer module reads.
@@ -180,8 +197,9 @@ def _task_model(folder: Path, task: str, attention: str) -> Any:  # transformers
     from transformers import AutoModel, AutoModelForSequenceClassification
 
     model_class = {"feature-extraction": AutoModel, "sequence-classification": AutoModelForSequenceClassification}[task]
-    return model_class.from_pretrained(str(folder), dtype=torch.float32, attn_implementation=attention,
-                                       local_files_only=True).eval()
+    return model_class.from_pretrained(
+        str(folder), dtype=torch.float32, attn_implementation=attention, local_files_only=True
+    ).eval()
 
 
 def _sample_inputs(folder: Path) -> dict[str, Any]:
@@ -193,8 +211,9 @@ def _sample_inputs(folder: Path) -> dict[str, Any]:
     tokenizer = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    batch = tokenizer(["An exported graph takes any batch of any length.", "Two rows."], padding=True,
-                      return_tensors="pt")
+    batch = tokenizer(
+        ["An exported graph takes any batch of any length.", "Two rows."], padding=True, return_tensors="pt"
+    )
     names = ["input_ids", "attention_mask", *(["token_type_ids"] if "token_type_ids" in batch else [])]
     return {name: batch[name].to(torch.int64) for name in names}
 

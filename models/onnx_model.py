@@ -29,8 +29,13 @@ class OnnxTransformerModel(torch.nn.Module):
         self._output = TASK_OUTPUTS[task]
         self._device = torch.device(device)
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                token_type_ids: torch.Tensor | None = None, **_: Any) -> dict[str, torch.Tensor]:
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        token_type_ids: torch.Tensor | None = None,
+        **_: Any,
+    ) -> dict[str, torch.Tensor]:
         given = {"input_ids": input_ids, "attention_mask": attention_mask, "token_type_ids": token_type_ids}
         feeds = {name: _host(given.get(name), input_ids) for name in self._inputs}
         output = self._session.run(None, feeds)[0]

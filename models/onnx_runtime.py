@@ -34,8 +34,12 @@ def onnx_checkpoint(folder: Path, task: str, quantize: bool) -> tuple[Path, str]
     return entry, quantized
 
 
-OPTIMIZATION_LEVELS = {"disable": "ORT_DISABLE_ALL", "basic": "ORT_ENABLE_BASIC", "extended": "ORT_ENABLE_EXTENDED",
-                       "all": "ORT_ENABLE_ALL"}
+OPTIMIZATION_LEVELS = {
+    "disable": "ORT_DISABLE_ALL",
+    "basic": "ORT_ENABLE_BASIC",
+    "extended": "ORT_ENABLE_EXTENDED",
+    "all": "ORT_ENABLE_ALL",
+}
 
 
 def session_options(threads: int) -> Any:
@@ -72,8 +76,9 @@ def attach_session(transformer: Any, folder: Path, task: str, quantize: bool, de
 
     entry, file_name = onnx_checkpoint(folder, task, quantize)
     try:
-        transformer.model = OnnxTransformerModel(entry / file_name, transformer.model.config, task, device,
-                                                 session_options(threads), providers(device))
+        transformer.model = OnnxTransformerModel(
+            entry / file_name, transformer.model.config, task, device, session_options(threads), providers(device)
+        )
     except Exception as exc:  # ONNX Runtime refused the graph
         raise ModelLoadError(f"ONNX Runtime cannot open {entry / file_name}: {one_line(exc)}") from exc
 
@@ -95,9 +100,15 @@ def _quantize(exported: Path, target: Path, preset: str) -> None:
     # ("Inferred shape and existing shape differ": 384 vs 1); inferred from nothing, they agree.
     del graph.graph.value_info[:]
     try:
-        quantize_dynamic(graph, scratch, op_types_to_quantize=["MatMul"], per_channel=True,
-                         weight_type=QuantType[WEIGHT_TYPES[preset]], nodes_to_exclude=float_matmuls(exported),
-                         extra_options={"WeightSymmetric": True, "ActivationSymmetric": False})
+        quantize_dynamic(
+            graph,
+            scratch,
+            op_types_to_quantize=["MatMul"],
+            per_channel=True,
+            weight_type=QuantType[WEIGHT_TYPES[preset]],
+            nodes_to_exclude=float_matmuls(exported),
+            extra_options={"WeightSymmetric": True, "ActivationSymmetric": False},
+        )
         os.replace(scratch, target)
     except Exception as exc:
         raise ModelLoadError(f"cannot quantize {exported}: {exc}") from exc

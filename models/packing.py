@@ -22,9 +22,9 @@ def unpack_arrays(packed: np.ndarray) -> list[np.ndarray]:
     arrays, at = [], 0
     while at < len(packed):
         ndim = int(packed[at])
-        shape = tuple(int(n) for n in packed[at + 1:at + 1 + ndim])
+        shape = tuple(int(n) for n in packed[at + 1 : at + 1 + ndim])
         at += 1 + ndim
         size = int(np.prod(shape))
-        arrays.append(packed[at:at + size].reshape(shape))
+        arrays.append(packed[at : at + size].reshape(shape))
         at += size
     return arrays

@@ -11,8 +11,9 @@ if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
 
-def pad_rows(rows: Sequence[TokenizedText], tokenizer: PreTrainedTokenizerBase, device: Any,
-             non_blocking: bool = False) -> dict[str, Any]:
+def pad_rows(
+    rows: Sequence[TokenizedText], tokenizer: PreTrainedTokenizerBase, device: Any, non_blocking: bool = False
+) -> dict[str, Any]:
     """`input_ids`, `attention_mask` and, where the tokenizer gives them, `token_type_ids`, padded on the
     tokenizer's side with its pad id. Rows without segment ids (single texts) get zeros, as the tokenizer itself
     would give them; a model whose tokenizer has none gets none (ModernBERT's forward refuses them).
@@ -25,15 +26,22 @@ def pad_rows(rows: Sequence[TokenizedText], tokenizer: PreTrainedTokenizerBase, 
         ids = np.asarray(row.input_ids, dtype=np.int64)
         item = {"input_ids": ids, "attention_mask": np.ones_like(ids)}
         if segmented:
-            item["token_type_ids"] = np.zeros_like(ids) if row.token_type_ids is None else \
-                np.asarray(row.token_type_ids, np.int64)
+            item["token_type_ids"] = (
+                np.zeros_like(ids) if row.token_type_ids is None else np.asarray(row.token_type_ids, np.int64)
+            )
         items.append(item)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     return collate(items, pad_id, tokenizer.padding_side == "left", device, non_blocking=non_blocking)
 
 
-def collate(items: Sequence[dict[str, Any]], pad_id: int, pad_left: bool, device: Any,
-            float_dtype: Any = None, non_blocking: bool = False) -> dict[str, Any]:
+def collate(
+    items: Sequence[dict[str, Any]],
+    pad_id: int,
+    pad_left: bool,
+    device: Any,
+    float_dtype: Any = None,
+    non_blocking: bool = False,
+) -> dict[str, Any]:
     """Per-item processor arrays -> batch tensors. Equal shapes stack; unequal ones (token sequences,
     ColQwen2's patch lists) are padded along their first axis, ids with `pad_id` and the rest with 0, on
     the tokenizer's side, as the processor would pad a batch. Floating-point arrays (pixels, audio
@@ -55,7 +63,7 @@ def collate(items: Sequence[dict[str, Any]], pad_id: int, pad_left: bool, device
             stacked = np.full((len(arrays), width, *arrays[0].shape[1:]), fill, dtype=arrays[0].dtype)
             for row, a in enumerate(arrays):
                 if pad_left:
-                    stacked[row, width - len(a):] = a
+                    stacked[row, width - len(a) :] = a
                 else:
                     stacked[row, : len(a)] = a
         tensor = torch.from_numpy(stacked)

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Literal, Union
+from typing import Literal
 
 import numpy as np
 
@@ -37,15 +37,19 @@ SCHEMES: tuple[Scheme, ...] = ("symmetric", "per_dimension")
 SYMMETRIC_LEVELS = 127  # int8 codes -127..127 (no -128: -x gets the codes of x negated); uint8 1..255
 RANGE_GRID = 4096  # scales and ranges are multiples of 1/4096: exact in float32 and in JSON
 DERIVED_KEPT = 64  # widths whose parameters are kept: `dimensions` is free, each entry up to 2 x features floats
-CALIBRATION_TEXTS = [line for line in (Path(__file__).with_name("calibration_texts.txt")).read_text(
-    encoding="utf-8").splitlines() if line.strip()]
+CALIBRATION_TEXTS = [
+    line
+    for line in (Path(__file__).with_name("calibration_texts.txt")).read_text(encoding="utf-8").splitlines()
+    if line.strip()
+]
 
 # One width's parameters: the symmetric scheme's scale, or the per-dimension scheme's (2, features) ranges.
-Parameters = Union[float, np.ndarray]
+Parameters = float | np.ndarray
 
 
-def quantize(vectors: np.ndarray, precision: Precision, *, scale: float | None = None,
-             ranges: np.ndarray | None = None) -> np.ndarray:
+def quantize(
+    vectors: np.ndarray, precision: Precision, *, scale: float | None = None, ranges: np.ndarray | None = None
+) -> np.ndarray:
     """(inputs, features) floats as codes. binary/ubinary: packed sign bits (binary offset by 128 into int8).
     int8/uint8: exactly one of `scale` (symmetric scheme) or `ranges` (per-dimension scheme, [mins; maxs])."""
     if precision in ("binary", "ubinary"):
@@ -53,8 +57,9 @@ def quantize(vectors: np.ndarray, precision: Precision, *, scale: float | None =
         return (packed - 128).astype(np.int8) if precision == "binary" else packed
     assert (scale is None) != (ranges is None), "int8 and uint8 need a scale or ranges"
     if scale is not None:
-        codes = np.clip(np.rint(vectors.astype(np.float64) / scale * SYMMETRIC_LEVELS),
-                        -SYMMETRIC_LEVELS, SYMMETRIC_LEVELS)
+        codes = np.clip(
+            np.rint(vectors.astype(np.float64) / scale * SYMMETRIC_LEVELS), -SYMMETRIC_LEVELS, SYMMETRIC_LEVELS
+        )
         return (codes + 128).astype(np.uint8) if precision == "uint8" else codes.astype(np.int8)
     assert ranges is not None
     starts = ranges[0, :]
@@ -82,8 +87,12 @@ class Quantizer:
     and re-normalizes before quantizing, which changes them): configured ones, or derived from its
     calibration vectors."""
 
-    def __init__(self, scheme: Scheme = "symmetric", calibration: np.ndarray | None = None,
-                 configured: dict[int, Parameters] | None = None) -> None:
+    def __init__(
+        self,
+        scheme: Scheme = "symmetric",
+        calibration: np.ndarray | None = None,
+        configured: dict[int, Parameters] | None = None,
+    ) -> None:
         assert (calibration is None) != (configured is None) and scheme in SCHEMES
         self.scheme = scheme
         self._calibration = calibration
@@ -98,8 +107,11 @@ class Quantizer:
         """The scale (symmetric) or the ranges (per_dimension) for vectors of `features` features."""
         if self._configured is not None:
             if features not in self._configured:
-                raise InvalidRequest(f"int8/uint8 parameters are configured for {sorted(self._configured)} features, "
-                                     f"not {features}; add them to quantization_ranges", param="dimensions")
+                raise InvalidRequest(
+                    f"int8/uint8 parameters are configured for {sorted(self._configured)} features, "
+                    f"not {features}; add them to quantization_ranges",
+                    param="dimensions",
+                )
             return self._configured[features]
         key = (features, renormalized)
         if key not in self._derived:
@@ -120,13 +132,16 @@ class Quantizer:
     def report(self, features: int, renormalized: bool) -> dict:
         """What GET /v1/models says: the scheme, the source, and the full-width parameters in
         `quantization_ranges`' format (`scales` for the symmetric scheme, `ranges` for the per-dimension one)."""
-        parameters = self._configured if self._configured is not None else {
-            features: self.parameters(features, renormalized)}
+        parameters = (
+            self._configured if self._configured is not None else {features: self.parameters(features, renormalized)}
+        )
         key = "scales" if self.scheme == "symmetric" else "ranges"
-        return {"scheme": self.scheme, "source": self.source,
-                "calibration_texts": None if self._configured else len(CALIBRATION_TEXTS),
-                key: {str(n): p if self.scheme == "symmetric" else np.asarray(p).tolist()
-                      for n, p in parameters.items()}}
+        return {
+            "scheme": self.scheme,
+            "source": self.source,
+            "calibration_texts": None if self._configured else len(CALIBRATION_TEXTS),
+            key: {str(n): p if self.scheme == "symmetric" else np.asarray(p).tolist() for n, p in parameters.items()},
+        }
 
 
 def read_configured_ranges(path: str, dimension: int, scheme: Scheme = "per_dimension") -> dict[int, Parameters]:
@@ -139,11 +154,17 @@ def read_configured_ranges(path: str, dimension: int, scheme: Scheme = "per_dime
         raise ConfigError(f"cannot read quantization_ranges '{path}': {exc}") from exc
     if scheme == "symmetric":
         for features, value in entries.items():
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf") \
-                    or not 0 < features <= dimension:
-                raise ConfigError(f"quantization_ranges '{path}': entry '{features}' must be one positive scale for "
-                                  f"at most {dimension} features, with `quantization: symmetric`; [[mins], [maxs]] "
-                                  "pairs are for `quantization: per_dimension`")
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, (int, float))
+                or not 0 < value < float("inf")
+                or not 0 < features <= dimension
+            ):
+                raise ConfigError(
+                    f"quantization_ranges '{path}': entry '{features}' must be one positive scale for "
+                    f"at most {dimension} features, with `quantization: symmetric`; [[mins], [maxs]] "
+                    "pairs are for `quantization: per_dimension`"
+                )
         return {features: float(np.float32(value)) for features, value in entries.items()}
     try:
         ranges = {features: np.asarray(pair, dtype=np.float32) for features, pair in entries.items()}
@@ -151,7 +172,9 @@ def read_configured_ranges(path: str, dimension: int, scheme: Scheme = "per_dime
         raise ConfigError(f"cannot read quantization_ranges '{path}': {exc}") from exc
     for features, pair in ranges.items():
         if pair.shape != (2, features) or features > dimension or not (pair[0] <= pair[1]).all():
-            raise ConfigError(f"quantization_ranges '{path}': entry '{features}' must be [[{features} mins], "
-                              f"[{features} maxs]] with mins <= maxs, for at most {dimension} features, with "
-                              "`quantization: per_dimension`")
+            raise ConfigError(
+                f"quantization_ranges '{path}': entry '{features}' must be [[{features} mins], "
+                f"[{features} maxs]] with mins <= maxs, for at most {dimension} features, with "
+                "`quantization: per_dimension`"
+            )
     return ranges

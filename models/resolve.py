@@ -68,7 +68,7 @@ def _from_hub(model_id: str, revision: str | None) -> Path:
             f"HF_HUB_OFFLINE=1 is set and it is not in the local Hugging Face cache ({constants.HF_HUB_CACHE})"
             if offline
             else f"the Hugging Face Hub could not be reached and it is not in the local cache "
-                 f"({constants.HF_HUB_CACHE})"
+            f"({constants.HF_HUB_CACHE})"
         )
         raise ModelLoadError(
             f"model '{model_id}'{f' (revision {revision})' if revision else ''} is not available: {how} "

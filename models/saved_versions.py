@@ -16,14 +16,17 @@ from models.resolve import read_json
 def check_saved_versions(folder: Path, model_id: str) -> None:
     """Raises when a library that saved the checkpoint is of a newer major than the installed one."""
     sentence_config = read_json(folder / "config_sentence_transformers.json").get("__version__") or {}
-    saved = {"transformers": read_json(folder / "config.json").get("transformers_version"),
-             "sentence-transformers": sentence_config.get("sentence_transformers")}
+    saved = {
+        "transformers": read_json(folder / "config.json").get("transformers_version"),
+        "sentence-transformers": sentence_config.get("sentence_transformers"),
+    }
     for package, written in saved.items():
         installed = version(package)
         if isinstance(written, str) and _major(written) > _major(installed):
             raise ModelLoadError(
                 f"'{model_id}' was saved by {package} {written}, a newer major than the installed {installed}: "
-                f"its settings could be read wrong, so it is not served (upgrade Embento's pinned stack)")
+                f"its settings could be read wrong, so it is not served (upgrade Embento's pinned stack)"
+            )
 
 
 def _major(text: str) -> int:

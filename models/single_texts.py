@@ -9,8 +9,10 @@ from models.base import Truncation
 from models.errors import InvalidRequest
 from models.fast_tokenizer import FastTokenizer
 
-TIKTOKEN_HINT = ("Token ids must come from this model's own tokenizer. LangChain's OpenAIEmbeddings sends tiktoken "
-                 "(cl100k_base) ids by default: create it with check_embedding_ctx_length=False to send text.")
+TIKTOKEN_HINT = (
+    "Token ids must come from this model's own tokenizer. LangChain's OpenAIEmbeddings sends tiktoken "
+    "(cl100k_base) ids by default: create it with check_embedding_ctx_length=False to send text."
+)
 
 
 @dataclass(frozen=True)
@@ -96,8 +98,9 @@ class SingleTexts:
     def encode_ids(self, inputs: list[list[int]], truncation: Truncation = Truncation()) -> list[list[int]]:
         """Token-id input, with or without the special tokens; framed and truncated like text."""
         if not self._allow_token_ids:
-            raise InvalidRequest(f"this model takes text, not token ids (allow_token_ids is false). {TIKTOKEN_HINT}",
-                                 param="input")
+            raise InvalidRequest(
+                f"this model takes text, not token ids (allow_token_ids is false). {TIKTOKEN_HINT}", param="input"
+            )
         limit = self._tokenizer.limit(truncation)
         body_limit = limit - len(self._prefix) - len(self._suffix)
         encoded = []
@@ -106,12 +109,13 @@ class SingleTexts:
             if bad is not None:
                 raise InvalidRequest(
                     f"input[{index}] holds token id {bad}, outside this model's vocabulary [0, {self._vocab_size}). "
-                    f"{TIKTOKEN_HINT}", param="input",
+                    f"{TIKTOKEN_HINT}",
+                    param="input",
                 )
             body = self._strip_frame(ids)
             if truncation.enabled and len(body) > body_limit:
                 left = self._tokenizer.side(truncation) == "left"
-                body = body[len(body) - body_limit:] if left else body[:body_limit]
+                body = body[len(body) - body_limit :] if left else body[:body_limit]
             encoded.append(self._prefix + body + self._suffix)
         if not truncation.enabled:
             self._tokenizer.refuse_long(encoded, limit)
@@ -120,7 +124,7 @@ class SingleTexts:
     def _strip_frame(self, ids: list[int]) -> list[int]:
         start = len(self._prefix) if self._prefix and ids[: len(self._prefix)] == self._prefix else 0
         end = len(ids) - len(self._suffix) if self._suffix and ids[-len(self._suffix) :] == self._suffix else len(ids)
-        return ids[start:max(start, end)]
+        return ids[start : max(start, end)]
 
     def tokens(self, text: str, add_special_tokens: bool = True) -> list[Token]:
         """How the model sees a text (TEI's /tokenize): each token's id, its text, whether it is special, and
@@ -130,14 +134,19 @@ class SingleTexts:
         backend = self._tokenizer.get().backend_tokenizer
         backend.no_truncation()
         encoding = backend.encode(text, add_special_tokens=add_special_tokens)
-        return [Token(id, piece, True, None, None) if special else Token(id, text[start:stop], False, start, stop)
-                for id, piece, special, (start, stop) in zip(encoding.ids, encoding.tokens,
-                                                            encoding.special_tokens_mask, encoding.offsets)]
+        return [
+            Token(id, piece, True, None, None) if special else Token(id, text[start:stop], False, start, stop)
+            for id, piece, special, (start, stop) in zip(
+                encoding.ids, encoding.tokens, encoding.special_tokens_mask, encoding.offsets
+            )
+        ]
 
     def decode(self, ids: list[list[int]], skip_special_tokens: bool = True) -> list[str]:
         for index, sequence in enumerate(ids):
             bad = next((i for i in sequence if not 0 <= i < self._vocab_size), None)
             if bad is not None:
-                raise InvalidRequest(f"ids[{index}] holds token id {bad}, outside this model's vocabulary "
-                                     f"[0, {self._vocab_size})", param="ids")
+                raise InvalidRequest(
+                    f"ids[{index}] holds token id {bad}, outside this model's vocabulary [0, {self._vocab_size})",
+                    param="ids",
+                )
         return self._tokenizer.get().backend_tokenizer.decode_batch(ids, skip_special_tokens=skip_special_tokens)

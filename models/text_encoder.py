@@ -101,7 +101,7 @@ class SpannedOutputs:
             if row.spans is None:
                 outputs.append(host[index])
             else:
-                outputs.append(host[at:at + len(row.spans)])
+                outputs.append(host[at : at + len(row.spans)])
                 at += len(row.spans)
         return outputs
 
@@ -115,7 +115,7 @@ def _span_sums(states: Any, rows: Sequence[TokenizedText], left_padded: bool) ->
     for index, row in enumerate(rows):
         offset = width - row.length if left_padded else 0
         for start, stop in row.spans or ():
-            sums.append(states[index, offset + start:offset + stop].float().sum(dim=0))
+            sums.append(states[index, offset + start : offset + stop].float().sum(dim=0))
     return torch.stack(sums)
 
 
@@ -125,7 +125,7 @@ def _without_prompts(attention_mask: Any, rows: Sequence[TokenizedText], left_pa
     width = mask.shape[1]
     for index, row in enumerate(rows):
         start = width - row.length if left_padded else 0
-        mask[index, start:start + row.prompt_length] = 0
+        mask[index, start : start + row.prompt_length] = 0
     return mask
 
 

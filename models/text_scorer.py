@@ -23,8 +23,12 @@ from models.padding import pad_rows
 from models.text_settings import read_text_settings
 
 # torch activation class -> the name `models.scores.activate` applies.
-ACTIVATIONS: dict[str, Activation] = {"Sigmoid": "sigmoid", "Identity": "identity", "Softmax": "softmax",
-                                      "Tanh": "tanh"}
+ACTIVATIONS: dict[str, Activation] = {
+    "Sigmoid": "sigmoid",
+    "Identity": "identity",
+    "Softmax": "softmax",
+    "Tanh": "tanh",
+}
 
 
 class TextScorer:
@@ -90,8 +94,9 @@ def _load_cross_encoder(folder: Path, cfg: ModelConfig) -> tuple[Any, str, str]:
     return model, device, dtype
 
 
-def _load_causal_reranker(folder: Path, cfg: ModelConfig, true_token: str | None, false_token: str | None
-                          ) -> tuple[Any, str, str]:  # CrossEncoder
+def _load_causal_reranker(
+    folder: Path, cfg: ModelConfig, true_token: str | None, false_token: str | None
+) -> tuple[Any, str, str]:  # CrossEncoder
     """A CrossEncoder over a causal LM: the folder's modules, or sentence-transformers' default for a bare
     causal LM (a `LogitScore` over "yes" and "no"); configured tokens replace its `LogitScore`."""
     from sentence_transformers import CrossEncoder
@@ -104,8 +109,10 @@ def _load_causal_reranker(folder: Path, cfg: ModelConfig, true_token: str | None
     model, device, dtype = load_on_device(CrossEncoder, folder, cfg, "text-generation")
     at = next((i for i, module in enumerate(model) if isinstance(module, LogitScore)), None)
     if getattr(model[0], "transformer_task", None) != "text-generation" or at is None:
-        raise ModelLoadError(f"'{cfg.model_id}' is a causal-LM CrossEncoder without a text-generation Transformer "
-                             "and a LogitScore module")
+        raise ModelLoadError(
+            f"'{cfg.model_id}' is a causal-LM CrossEncoder without a text-generation Transformer "
+            "and a LogitScore module"
+        )
     if true_token is not None:
         false_id = None if false_token is None else token_id(model.tokenizer, false_token, "false_token", cfg.model_id)
         model[at] = LogitScore(token_id(model.tokenizer, true_token, "true_token", cfg.model_id), false_id)
@@ -120,7 +127,5 @@ def _activation(model: Any, scores_pairs: bool, cfg: ModelConfig) -> Activation:
         return "sigmoid" if multi_label else "softmax"
     name = type(model.activation_fn).__name__
     if name not in ACTIVATIONS:
-        raise ModelLoadError(
-            f"'{cfg.model_id}' declares the activation {name}; supported: {sorted(ACTIVATIONS)}"
-        )
+        raise ModelLoadError(f"'{cfg.model_id}' declares the activation {name}; supported: {sorted(ACTIVATIONS)}")
     return ACTIVATIONS[name]

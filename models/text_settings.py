@@ -18,11 +18,27 @@ _DEFAULT_LIMIT = 512
 # text run from pad_token_id + 1, so a table of P positions takes P - pad_token_id - 1 tokens (514 -> 512).
 # transformers' text encoders that call `create_position_ids_from_input_ids`; CLAP's and AltCLIP's text
 # towers are RoBERTa and XLM-R.
-_PADDING_OFFSET_TYPES = frozenset({
-    "roberta", "xlm-roberta", "xlm-roberta-xl", "roberta-prelayernorm", "camembert", "data2vec-text", "mpnet",
-    "longformer", "luke", "ibert", "lilt", "markuplm", "layoutlmv3", "xmod", "clap_text_model",
-    "altclip_text_model", "bridgetower_text_model",
-})
+_PADDING_OFFSET_TYPES = frozenset(
+    {
+        "roberta",
+        "xlm-roberta",
+        "xlm-roberta-xl",
+        "roberta-prelayernorm",
+        "camembert",
+        "data2vec-text",
+        "mpnet",
+        "longformer",
+        "luke",
+        "ibert",
+        "lilt",
+        "markuplm",
+        "layoutlmv3",
+        "xmod",
+        "clap_text_model",
+        "altclip_text_model",
+        "bridgetower_text_model",
+    }
+)
 # The instruction-query prompt of today's decoder embedders (Qwen3-Embedding, gte-Qwen2, e5-mistral):
 # `Instruct: <task>\nQuery:`, with or without a space after the colon.
 _INSTRUCT_PROMPT = re.compile(r"Instruct: .*\nQuery:( ?)", re.DOTALL)
@@ -75,8 +91,11 @@ def read_text_settings(folder: Path, cfg: ModelConfig, tokenizer_max_length: int
     """Merge the folder's declarations with the configuration (configuration wins)."""
     st_config = read_json(folder / "sentence_bert_config.json")
     st_meta = read_json(folder / "config_sentence_transformers.json")
-    max_length = cfg.max_seq_length or st_config.get("max_seq_length") or text_limit(
-        folder, tokenizer_max_length, cfg.trust_remote_code)
+    max_length = (
+        cfg.max_seq_length
+        or st_config.get("max_seq_length")
+        or text_limit(folder, tokenizer_max_length, cfg.trust_remote_code)
+    )
     prompts = {**(st_meta.get("prompts") or {}), **cfg.prompts}
     if cfg.default_prompt_name is not None and cfg.default_prompt_name not in prompts:
         raise ConfigError(
@@ -109,12 +128,18 @@ def text_limit(folder: Path, tokenizer_max_length: int | None, trust_remote_code
 
     try:
         text = AutoConfig.from_pretrained(str(folder), trust_remote_code=trust_remote_code).get_text_config()
-        positions, model_type, pad_id = (getattr(text, "max_position_embeddings", None), text.model_type,
-                                         getattr(text, "pad_token_id", None))
+        positions, model_type, pad_id = (
+            getattr(text, "max_position_embeddings", None),
+            text.model_type,
+            getattr(text, "pad_token_id", None),
+        )
     except (ValueError, KeyError, OSError):  # a model type this transformers does not know: its file as written
         raw = read_json(folder / "config.json")
-        positions, model_type, pad_id = (raw.get("max_position_embeddings"), raw.get("model_type"),
-                                         raw.get("pad_token_id"))
+        positions, model_type, pad_id = (
+            raw.get("max_position_embeddings"),
+            raw.get("model_type"),
+            raw.get("pad_token_id"),
+        )
     limits = [tokenizer_max_length or _NO_LIMIT]
     if isinstance(positions, int) and positions > 0:  # XLNet's -1: no limit
         offset = (pad_id if pad_id is not None else 1) + 1 if model_type in _PADDING_OFFSET_TYPES else 0
@@ -128,8 +153,10 @@ def _input_type_prompts(prompts: dict[str, str], cfg: ModelConfig) -> dict[str, 
     An input type with none falls back to the default prompt."""
     unknown = {t: n for t, n in cfg.input_type_prompts.items() if n not in prompts}
     if unknown:
-        raise ConfigError(f"input_type_prompts of model '{cfg.served_model_name}' names prompts it lacks: "
-                          f"{unknown}; its prompts are {sorted(prompts)}")
+        raise ConfigError(
+            f"input_type_prompts of model '{cfg.served_model_name}' names prompts it lacks: "
+            f"{unknown}; its prompts are {sorted(prompts)}"
+        )
     declared = {t: next((n for n in names if n in prompts), None) for t, names in _INPUT_TYPE_PROMPT_NAMES.items()}
     return {**{t: n for t, n in declared.items() if n is not None}, **cfg.input_type_prompts}
 

@@ -45,11 +45,13 @@ class TextTokenizer:
             raise ModelLoadError(
                 f"'{cfg.model_id}' declares chat-message input (modality_config in sentence_bert_config.json), "
                 "which sentence-transformers renders with the chat template; Embento embeds text as text and "
-                "would not match it. Remove 'message' from that modality_config to serve it as text.")
+                "would not match it. Remove 'message' from that modality_config to serve it as text."
+            )
         causal = causal_rerank_format(folder, cfg) if model_scorer(folder, kind) == "causal-lm" else None
         # A reranker's (query, document) pairs: rendered with the chat template for a causal LM.
-        self._rerank_pairs: CrossEncoderPairs | ChatPairs = self._cross_pairs if causal is None else \
-            ChatPairs(self._tokenizer, causal.chat_template, cfg.model_id)
+        self._rerank_pairs: CrossEncoderPairs | ChatPairs = (
+            self._cross_pairs if causal is None else ChatPairs(self._tokenizer, causal.chat_template, cfg.model_id)
+        )
 
     def prompt(self, name: str | None, instruction: str | None = None, input_type: str | None = None) -> str:
         """The prefix of a named prompt (None: the one for Cohere's `input_type`, else the default one), or of
@@ -79,12 +81,14 @@ class TextTokenizer:
             self._prompt_lengths[prompt] = len(ids) - closing
         return self._prompt_lengths[prompt]
 
-    def encode_texts(self, texts: list[str], prompt: str = "", truncation: Truncation = Truncation()
-                     ) -> list[list[int]]:
+    def encode_texts(
+        self, texts: list[str], prompt: str = "", truncation: Truncation = Truncation()
+    ) -> list[list[int]]:
         return self._texts.encode(texts, prompt, truncation)
 
-    def encode_roles(self, texts: list[str], is_query: bool, prompt: str = "", truncation: Truncation = Truncation()
-                     ) -> tuple[list[list[int]], list[int]]:
+    def encode_roles(
+        self, texts: list[str], is_query: bool, prompt: str = "", truncation: Truncation = Truncation()
+    ) -> tuple[list[list[int]], list[int]]:
         """A model that encodes queries and documents apart (ColBERT): each text's ids and its trailing query
         expansion tokens."""
         assert self._roles is not None, "only for kinds that encode roles"
@@ -94,13 +98,15 @@ class TextTokenizer:
         """Token-id input, with or without the special tokens; framed and truncated like text."""
         return self._texts.encode_ids(inputs, truncation)
 
-    def encode_pairs(self, query: str, documents: list[str], instruction: str | None = None,
-                     truncation: Truncation = Truncation()) -> Encoded:
+    def encode_pairs(
+        self, query: str, documents: list[str], instruction: str | None = None, truncation: Truncation = Truncation()
+    ) -> Encoded:
         """(query, document) pairs for a reranker: the query is kept whole, documents are cut to fit."""
         return self._rerank_pairs.encode(query, documents, instruction, truncation)
 
-    def encode_pair_list(self, firsts: list[str], seconds: list[str | None], truncation: Truncation = Truncation()
-                         ) -> Encoded:
+    def encode_pair_list(
+        self, firsts: list[str], seconds: list[str | None], truncation: Truncation = Truncation()
+    ) -> Encoded:
         """Texts and text pairs for a cross-encoding classifier (TEI's /predict)."""
         return self._cross_pairs.encode_list(firsts, seconds, truncation)
 
@@ -136,9 +142,13 @@ class TextTokenizer:
 def _long_input_settings(cfg: ModelConfig, limit: int, specials: int) -> LongInputSettings:
     """The model's settings for over-long input, checked against its limit: each window must hold new tokens."""
     if cfg.chunk_overlap >= limit - specials:
-        raise ConfigError(f"chunk_overlap of model '{cfg.served_model_name}' is {cfg.chunk_overlap}; its windows "
-                          f"hold {limit - specials} tokens besides special tokens, so it must be less")
+        raise ConfigError(
+            f"chunk_overlap of model '{cfg.served_model_name}' is {cfg.chunk_overlap}; its windows "
+            f"hold {limit - specials} tokens besides special tokens, so it must be less"
+        )
     if cfg.late_chunking_overlap is not None and cfg.late_chunking_overlap >= limit:
-        raise ConfigError(f"late_chunking_overlap of model '{cfg.served_model_name}' is {cfg.late_chunking_overlap}; "
-                          f"it must be less than its limit of {limit} tokens")
+        raise ConfigError(
+            f"late_chunking_overlap of model '{cfg.served_model_name}' is {cfg.late_chunking_overlap}; "
+            f"it must be less than its limit of {limit} tokens"
+        )
     return LongInputSettings(cfg.chunk_overlap, cfg.late_chunking_overlap, cfg.max_embed_len)

@@ -19,15 +19,27 @@ def load_transformer(folder: Path, cfg: ModelConfig) -> tuple[Any, str, str]:
     return load_on_device(_transformer_only, folder, cfg, "feature-extraction")
 
 
-def _transformer_only(path: str, *, device: str, trust_remote_code: bool, local_files_only: bool,
-                      backend: str = "torch", model_kwargs: dict[str, Any] | None = None) -> Any:
+def _transformer_only(
+    path: str,
+    *,
+    device: str,
+    trust_remote_code: bool,
+    local_files_only: bool,
+    backend: str = "torch",
+    model_kwargs: dict[str, Any] | None = None,
+) -> Any:
     """`load_on_device`'s model class: its arguments, a SentenceTransformer of the Transformer module only."""
     from sentence_transformers import SentenceTransformer
     from sentence_transformers.base.modules.transformer import Transformer
 
     shared = {"trust_remote_code": trust_remote_code, "local_files_only": local_files_only}
-    module = Transformer(path, backend=backend, model_kwargs={**(model_kwargs or {}), **shared},
-                         processor_kwargs=shared, config_kwargs=shared)
+    module = Transformer(
+        path,
+        backend=backend,
+        model_kwargs={**(model_kwargs or {}), **shared},
+        processor_kwargs=shared,
+        config_kwargs=shared,
+    )
     return SentenceTransformer(modules=[module], device=device)
 
 

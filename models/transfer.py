@@ -21,8 +21,9 @@ def on_accelerator(device: Any) -> bool:
     return str(device).startswith("cuda")
 
 
-def to_device(tensor: torch.Tensor, device: Any, dtype: torch.dtype | None = None,
-              non_blocking: bool = False) -> torch.Tensor:
+def to_device(
+    tensor: torch.Tensor, device: Any, dtype: torch.dtype | None = None, non_blocking: bool = False
+) -> torch.Tensor:
     """A host tensor on `device` (and in `dtype`); with `non_blocking`, on a GPU, copied from pinned memory
     without waiting. torch's caching host allocator reuses the pinned blocks, and keeps each until its copy
     is done. Only for inputs torch itself runs on: ONNX Runtime reads them on a CUDA stream of its own, which
@@ -61,4 +62,3 @@ def to_host(tensor: torch.Tensor) -> Ready | HostCopy:
     if on_accelerator(tensor.device):
         return HostCopy(tensor)
     return Ready(tensor.cpu().numpy())  # MPS: a plain, waiting copy
-

@@ -52,12 +52,21 @@ def model_service(name: str, api: str, row: type, description: str) -> Any:
     return bentoml.service(name=name, **model_service_config(name))(pinned)
 
 
-TextEmbedder = model_service("TextEmbedder", "embed", TokenizedText,
-                             "Every configured text embedder (dense, sparse, ColBERT, BGE-M3): an output per row.")
-Reranker = model_service("Reranker", "score", TokenizedText,
-                         "Every configured reranker and text classifier, both sequence-classification heads over "
-                         "tokens ((query, document) pairs, or single texts): one row of logits per row.")
+TextEmbedder = model_service(
+    "TextEmbedder",
+    "embed",
+    TokenizedText,
+    "Every configured text embedder (dense, sparse, ColBERT, BGE-M3): an output per row.",
+)
+Reranker = model_service(
+    "Reranker",
+    "score",
+    TokenizedText,
+    "Every configured reranker and text classifier, both sequence-classification heads over "
+    "tokens ((query, document) pairs, or single texts): one row of logits per row.",
+)
 ClipEmbedder = model_service("ClipEmbedder", "encode", ModelInput, "CLIP, SigLIP and kin: texts and images.")
 ClapEmbedder = model_service("ClapEmbedder", "encode", ModelInput, "CLAP: texts and audio.")
-ColPaliEmbedder = model_service("ColPaliEmbedder", "encode", ModelInput,
-                                "ColPali and ColQwen2: page images and queries.")
+ColPaliEmbedder = model_service(
+    "ColPaliEmbedder", "encode", ModelInput, "ColPali and ColQwen2: page images and queries."
+)

@@ -52,27 +52,38 @@ BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, float("inf"))
 FORWARD_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, float("inf"))
 
 COMPUTED_INPUTS = bentoml.metrics.Counter(
-    name="embento_model_inputs", documentation="Inputs a model ran", labelnames=["model"],
+    name="embento_model_inputs",
+    documentation="Inputs a model ran",
+    labelnames=["model"],
 )
 COMPUTED_TOKENS = bentoml.metrics.Counter(
-    name="embento_model_tokens", documentation="Tokens (or media positions) a model ran", labelnames=["model"],
+    name="embento_model_tokens",
+    documentation="Tokens (or media positions) a model ran",
+    labelnames=["model"],
 )
 FAILED_INPUTS = bentoml.metrics.Counter(
-    name="embento_model_failed_inputs", documentation="Inputs a model failed on, alone", labelnames=["model"],
+    name="embento_model_failed_inputs",
+    documentation="Inputs a model failed on, alone",
+    labelnames=["model"],
 )
 PASS_SIZE = bentoml.metrics.Histogram(
-    name="embento_model_batch_size", documentation="Inputs per forward pass", labelnames=["model"],
+    name="embento_model_batch_size",
+    documentation="Inputs per forward pass",
+    labelnames=["model"],
     buckets=BATCH_BUCKETS,
 )
 PASS_SECONDS = bentoml.metrics.Histogram(
-    name="embento_model_forward_seconds", documentation="Seconds per forward pass", labelnames=["model"],
+    name="embento_model_forward_seconds",
+    documentation="Seconds per forward pass",
+    labelnames=["model"],
     buckets=FORWARD_BUCKETS,
 )
 
 
 class ModelPool:
-    def __init__(self, load: Loader, configs: list[ModelConfig], allow_partial: bool = False,
-                 threads: int | None = None) -> None:
+    def __init__(
+        self, load: Loader, configs: list[ModelConfig], allow_partial: bool = False, threads: int | None = None
+    ) -> None:
         # All torch work happens on this one thread. OpenMP gives every calling thread its own team of
         # workers; a second team (say, warm-up on the main thread, forwards on BentoML's worker threads)
         # oversubscribes the cores, and libgomp then stops spinning: a MiniLM forward took 2x as long.
@@ -90,8 +101,10 @@ class ModelPool:
         sharing = any(shares_cores(model.info) for model in self.models.values())
         self._lanes = Lanes(threads if threads and sharing else 1)
         # Per model: inputs and padded tokens per pass, and what a pass costs beyond its tokens.
-        self._limits = {name: (model.info.batch_size, model.info.max_batch_tokens,
-                               pass_overhead_tokens(model.info.device)) for name, model in self.models.items()}
+        self._limits = {
+            name: (model.info.batch_size, model.info.max_batch_tokens, pass_overhead_tokens(model.info.device))
+            for name, model in self.models.items()
+        }
         # Request id -> when it was abandoned. Written on the event loop, read on the torch thread: single
         # dict operations are atomic, and only the event loop iterates it.
         self._abandoned: dict[str, float] = {}
@@ -157,8 +170,9 @@ class ModelPool:
             run_part(list(range(len(live))))
         return outputs
 
-    def _run_passes(self, name: str, model: TokenModel, rows: list[Row], indices: list[int],
-                    outputs: list[np.ndarray | Exception]) -> None:
+    def _run_passes(
+        self, name: str, model: TokenModel, rows: list[Row], indices: list[int], outputs: list[np.ndarray | Exception]
+    ) -> None:
         """These rows of one model in passes cut by count and token budget, their outputs into `outputs`.
 
         A model that can `launch` (on a GPU) has every pass queued before the first is waited for: the host
@@ -193,8 +207,15 @@ class ModelPool:
             for index, output in zip(live, done):
                 outputs[index] = output
 
-    def _run_now(self, name: str, model: TokenModel, rows: list[Row], live: list[int],
-                 outputs: list[np.ndarray | Exception], started: float) -> None:
+    def _run_now(
+        self,
+        name: str,
+        model: TokenModel,
+        rows: list[Row],
+        live: list[int],
+        outputs: list[np.ndarray | Exception],
+        started: float,
+    ) -> None:
         done = run_isolated(lambda part: model.forward([rows[i] for i in part]), live)
         self._observe(name, [rows[i] for i in live], done, time.perf_counter() - started)
         for index, output in zip(live, done):

@@ -62,8 +62,9 @@ def _placement(service: str, models: list[ModelConfig], gpus: int) -> Placement:
     by_service: dict[str, list[ModelConfig]] = {}
     for model in models:
         by_service.setdefault(model_service_of(model), []).append(model)
-    gpu_services = sum(ARGS.accel == "cuda" or any(runs_on_gpu(m, gpus) for m in group)
-                       for group in by_service.values())
+    gpu_services = sum(
+        ARGS.accel == "cuda" or any(runs_on_gpu(m, gpus) for m in group) for group in by_service.values()
+    )
     return place_service(by_service.get(service, []), gpu_services, gpus, ARGS.accel)
 
 
@@ -77,8 +78,10 @@ def dispatch_max_rows() -> int:
 def placed(configs: list[ModelConfig], service: str) -> list[ModelConfig]:
     """The configs with `device` as this worker of the model service takes it (one GPU per worker)."""
     workers = _placement(service, served_config().models, visible_gpus()).workers
-    return [cfg.model_copy(update={"device": worker_device(cfg.device, server_context.worker_index, workers)})
-            for cfg in configs]
+    return [
+        cfg.model_copy(update={"device": worker_device(cfg.device, server_context.worker_index, workers)})
+        for cfg in configs
+    ]
 
 
 def allow_partial() -> bool:

@@ -15,7 +15,8 @@ def assert_tei_error(response: httpx.Response, status: int) -> str:
     assert set(body) == {"error", "error_type"}, body
     assert isinstance(body["error"], str) and body["error"]
     expected = {401: "Unauthorized", 429: "Overloaded", 503: "Unhealthy"}.get(
-        status, "Backend" if status >= 500 else "Validation")
+        status, "Backend" if status >= 500 else "Validation"
+    )
     assert body["error_type"] == expected, body
     return body["error"]
 

@@ -26,8 +26,14 @@ def tiny_bert_config(**overrides):  # -> transformers.BertConfig
     positions; `overrides` change any field (labels, positions, initializer range)."""
     from transformers import BertConfig
 
-    fields = {"vocab_size": 30522, "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
-              "intermediate_size": 64, "max_position_embeddings": 512}
+    fields = {
+        "vocab_size": 30522,
+        "hidden_size": 32,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 2,
+        "intermediate_size": 64,
+        "max_position_embeddings": 512,
+    }
     return BertConfig(**{**fields, **overrides})
 
 
@@ -50,9 +56,19 @@ def build_tiny_ernie(folder: Path, minilm: Path) -> Path:
 
     torch.manual_seed(0)
     fields = tiny_bert_config().to_dict()
-    config = ErnieConfig(**{name: fields[name] for name in ("vocab_size", "hidden_size", "num_hidden_layers",
-                                                            "num_attention_heads", "intermediate_size",
-                                                            "max_position_embeddings")})
+    config = ErnieConfig(
+        **{
+            name: fields[name]
+            for name in (
+                "vocab_size",
+                "hidden_size",
+                "num_hidden_layers",
+                "num_attention_heads",
+                "intermediate_size",
+                "max_position_embeddings",
+            )
+        }
+    )
     ErnieModel(config).save_pretrained(folder)
     copy_bert_tokenizer(minilm, folder)
     return folder
@@ -78,7 +94,8 @@ def build_lfs_pointer_export(folder: Path, minilm: Path) -> Path:
     current = build_tiny_bert(folder, minilm, seed=3)
     (current / "onnx").mkdir()
     (current / "onnx" / "model.onnx").write_text(
-        "version https://git-lfs.github.com/spec/v1\noid sha256:" + "0" * 64 + "\nsize 90868376\n")
+        "version https://git-lfs.github.com/spec/v1\noid sha256:" + "0" * 64 + "\nsize 90868376\n"
+    )
     return current
 
 
@@ -90,8 +107,12 @@ def build_sequence_classifier(folder: Path, minilm: Path, labels: list[str]) -> 
     from transformers import BertForSequenceClassification
 
     torch.manual_seed(len(labels))
-    config = tiny_bert_config(initializer_range=0.5, num_labels=len(labels), id2label=dict(enumerate(labels)),
-                              label2id={label: i for i, label in enumerate(labels)})
+    config = tiny_bert_config(
+        initializer_range=0.5,
+        num_labels=len(labels),
+        id2label=dict(enumerate(labels)),
+        label2id={label: i for i, label in enumerate(labels)},
+    )
     BertForSequenceClassification(config).save_pretrained(folder)
     copy_bert_tokenizer(minilm, folder)
     return folder
@@ -109,8 +130,11 @@ def build_minilm_cross_encoder(folder: Path, minilm: Path, labels: list[str], ma
     plain = folder / "fine-tuned"
     torch.manual_seed(len(labels))
     BertForSequenceClassification.from_pretrained(
-        str(minilm), num_labels=len(labels), id2label=dict(enumerate(labels)),
-        label2id={label: i for i, label in enumerate(labels)}).save_pretrained(plain)
+        str(minilm),
+        num_labels=len(labels),
+        id2label=dict(enumerate(labels)),
+        label2id={label: i for i, label in enumerate(labels)},
+    ).save_pretrained(plain)
     copy_bert_tokenizer(minilm, plain)
     saved = folder / "cross-encoder"
     CrossEncoder(str(plain), max_length=max_length, local_files_only=True, device="cpu").save_pretrained(str(saved))
@@ -136,11 +160,25 @@ def build_clip(folder: Path, minilm: Path) -> Path:
 
     torch.manual_seed(11)
     config = CLIPConfig(
-        text_config={"vocab_size": 30522, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
-                     "num_attention_heads": 2, "max_position_embeddings": 77, "bos_token_id": 101,
-                     "eos_token_id": 102, "pad_token_id": 0},
-        vision_config={"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2,
-                       "image_size": 32, "patch_size": 8},
+        text_config={
+            "vocab_size": 30522,
+            "hidden_size": 32,
+            "intermediate_size": 64,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 2,
+            "max_position_embeddings": 77,
+            "bos_token_id": 101,
+            "eos_token_id": 102,
+            "pad_token_id": 0,
+        },
+        vision_config={
+            "hidden_size": 32,
+            "intermediate_size": 64,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 2,
+            "image_size": 32,
+            "patch_size": 8,
+        },
         projection_dim=16,
     )
     CLIPModel(config).save_pretrained(folder)
@@ -157,10 +195,22 @@ def build_siglip(folder: Path, minilm: Path) -> Path:
 
     torch.manual_seed(16)
     config = SiglipConfig(
-        text_config={"vocab_size": 30522, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
-                     "num_attention_heads": 2, "max_position_embeddings": 64},
-        vision_config={"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2,
-                       "image_size": 32, "patch_size": 8},
+        text_config={
+            "vocab_size": 30522,
+            "hidden_size": 32,
+            "intermediate_size": 64,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 2,
+            "max_position_embeddings": 64,
+        },
+        vision_config={
+            "hidden_size": 32,
+            "intermediate_size": 64,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 2,
+            "image_size": 32,
+            "patch_size": 8,
+        },
     )
     SiglipModel(config).save_pretrained(folder)
     images = SiglipImageProcessor(size={"height": 32, "width": 32})
@@ -198,9 +248,17 @@ def build_roberta(folder: Path, positions: int = 66) -> Path:
 
     tokenizer = byte_level_roberta_tokenizer(512)
     torch.manual_seed(15)
-    RobertaModel(RobertaConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                               intermediate_size=64, max_position_embeddings=positions, pad_token_id=1)
-                 ).save_pretrained(folder)
+    RobertaModel(
+        RobertaConfig(
+            vocab_size=len(tokenizer),
+            hidden_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            intermediate_size=64,
+            max_position_embeddings=positions,
+            pad_token_id=1,
+        )
+    ).save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     drop_tokenizer_limit(folder)
     return folder
@@ -216,17 +274,39 @@ def build_clap(folder: Path, text_positions: int = 130, tokenizer_limit: int | N
     tokenizer = byte_level_roberta_tokenizer(tokenizer_limit or 128)
     torch.manual_seed(12)
     config = ClapConfig(
-        text_config={"vocab_size": len(tokenizer), "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
-                     "num_attention_heads": 2, "max_position_embeddings": text_positions, "pad_token_id": 1},
-        audio_config={"spec_size": 64, "num_mel_bins": 16, "window_size": 4, "depths": [1, 1],
-                      "num_attention_heads": [2, 2], "patch_embeds_hidden_size": 16, "hidden_size": 32,
-                      "enable_fusion": False},
+        text_config={
+            "vocab_size": len(tokenizer),
+            "hidden_size": 32,
+            "intermediate_size": 64,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 2,
+            "max_position_embeddings": text_positions,
+            "pad_token_id": 1,
+        },
+        audio_config={
+            "spec_size": 64,
+            "num_mel_bins": 16,
+            "window_size": 4,
+            "depths": [1, 1],
+            "num_attention_heads": [2, 2],
+            "patch_embeds_hidden_size": 16,
+            "hidden_size": 32,
+            "enable_fusion": False,
+        },
         projection_dim=16,
     )
     ClapModel(config).save_pretrained(folder)
-    features = ClapFeatureExtractor(feature_size=16, sampling_rate=48000, hop_length=480, fft_window_size=1024,
-                                    max_length_s=2, frequency_min=50, frequency_max=14000, truncation="rand_trunc",
-                                    padding="repeatpad")
+    features = ClapFeatureExtractor(
+        feature_size=16,
+        sampling_rate=48000,
+        hop_length=480,
+        fft_window_size=1024,
+        max_length_s=2,
+        frequency_min=50,
+        frequency_max=14000,
+        truncation="rand_trunc",
+        padding="repeatpad",
+    )
     ClapProcessor(feature_extractor=features, tokenizer=tokenizer).save_pretrained(folder)
     if tokenizer_limit is None:
         drop_tokenizer_limit(folder)
@@ -247,20 +327,45 @@ def build_colpali(folder: Path, text_positions: int = 8192, tokenizer_limit: int
     )
 
     specials = ["<pad>", "<eos>", "<bos>", "<unk>", "<image>"]
-    tokenizer = GemmaTokenizerFast(tokenizer_object=_word_level_tokenizer(specials), bos_token="<bos>",
-                                   eos_token="<eos>", pad_token="<pad>", unk_token="<unk>",
-                                   additional_special_tokens=["<image>"], model_max_length=tokenizer_limit or 256)
+    tokenizer = GemmaTokenizerFast(
+        tokenizer_object=_word_level_tokenizer(specials),
+        bos_token="<bos>",
+        eos_token="<eos>",
+        pad_token="<pad>",
+        unk_token="<unk>",
+        additional_special_tokens=["<image>"],
+        model_max_length=tokenizer_limit or 256,
+    )
     images = SiglipImageProcessor(size={"height": 32, "width": 32}, image_seq_length=16)
     torch.manual_seed(13)
     vocab_size = len(tokenizer)
     vlm = PaliGemmaConfig(
-        text_config={"model_type": "gemma", "vocab_size": vocab_size, "hidden_size": 32, "intermediate_size": 64,
-                     "num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 16,
-                     "pad_token_id": 0, "bos_token_id": 2, "eos_token_id": 1,
-                     "max_position_embeddings": text_positions},
-        vision_config={"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2,
-                       "image_size": 32, "patch_size": 8, "projection_dim": 32},
-        projection_dim=32, hidden_size=32, image_token_index=tokenizer.convert_tokens_to_ids("<image>"),
+        text_config={
+            "model_type": "gemma",
+            "vocab_size": vocab_size,
+            "hidden_size": 32,
+            "intermediate_size": 64,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 2,
+            "num_key_value_heads": 1,
+            "head_dim": 16,
+            "pad_token_id": 0,
+            "bos_token_id": 2,
+            "eos_token_id": 1,
+            "max_position_embeddings": text_positions,
+        },
+        vision_config={
+            "hidden_size": 32,
+            "intermediate_size": 64,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 2,
+            "image_size": 32,
+            "patch_size": 8,
+            "projection_dim": 32,
+        },
+        projection_dim=32,
+        hidden_size=32,
+        image_token_index=tokenizer.convert_tokens_to_ids("<image>"),
         vocab_size=vocab_size,
     )
     ColPaliForRetrieval(ColPaliConfig(vlm_config=vlm, embedding_dim=16)).save_pretrained(folder)
@@ -282,24 +387,57 @@ def build_colqwen2(folder: Path) -> Path:
         Qwen2VLImageProcessor,
     )
 
-    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>",
-                "<|image_pad|>", "<|video_pad|>", "<unk>"]
-    tokenizer = Qwen2TokenizerFast(tokenizer_object=_word_level_tokenizer(specials), unk_token="<unk>",
-                                   eos_token="<|im_end|>", pad_token="<|endoftext|>",
-                                   additional_special_tokens=specials[1:7], model_max_length=512)
-    images = Qwen2VLImageProcessor(min_pixels=28 * 28 * 4, max_pixels=28 * 28 * 16, patch_size=14, merge_size=2,
-                                   temporal_patch_size=2)
+    specials = [
+        "<|endoftext|>",
+        "<|im_start|>",
+        "<|im_end|>",
+        "<|vision_start|>",
+        "<|vision_end|>",
+        "<|image_pad|>",
+        "<|video_pad|>",
+        "<unk>",
+    ]
+    tokenizer = Qwen2TokenizerFast(
+        tokenizer_object=_word_level_tokenizer(specials),
+        unk_token="<unk>",
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        additional_special_tokens=specials[1:7],
+        model_max_length=512,
+    )
+    images = Qwen2VLImageProcessor(
+        min_pixels=28 * 28 * 4, max_pixels=28 * 28 * 16, patch_size=14, merge_size=2, temporal_patch_size=2
+    )
     torch.manual_seed(14)
     ids = {token: tokenizer.convert_tokens_to_ids(token) for token in specials}
     vlm = Qwen2VLConfig(
-        text_config={"vocab_size": len(tokenizer), "hidden_size": 32, "intermediate_size": 64,
-                     "num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 1,
-                     "rope_scaling": {"type": "mrope", "mrope_section": [2, 3, 3]}, "max_position_embeddings": 512},
-        vision_config={"depth": 2, "embed_dim": 32, "hidden_size": 32, "num_heads": 2, "mlp_ratio": 2,
-                       "patch_size": 14, "spatial_merge_size": 2, "temporal_patch_size": 2, "in_chans": 3},
-        image_token_id=ids["<|image_pad|>"], video_token_id=ids["<|video_pad|>"],
-        vision_start_token_id=ids["<|vision_start|>"], vision_end_token_id=ids["<|vision_end|>"],
-        vocab_size=len(tokenizer), hidden_size=32,
+        text_config={
+            "vocab_size": len(tokenizer),
+            "hidden_size": 32,
+            "intermediate_size": 64,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 2,
+            "num_key_value_heads": 1,
+            "rope_scaling": {"type": "mrope", "mrope_section": [2, 3, 3]},
+            "max_position_embeddings": 512,
+        },
+        vision_config={
+            "depth": 2,
+            "embed_dim": 32,
+            "hidden_size": 32,
+            "num_heads": 2,
+            "mlp_ratio": 2,
+            "patch_size": 14,
+            "spatial_merge_size": 2,
+            "temporal_patch_size": 2,
+            "in_chans": 3,
+        },
+        image_token_id=ids["<|image_pad|>"],
+        video_token_id=ids["<|video_pad|>"],
+        vision_start_token_id=ids["<|vision_start|>"],
+        vision_end_token_id=ids["<|vision_end|>"],
+        vocab_size=len(tokenizer),
+        hidden_size=32,
     )
     ColQwen2ForRetrieval(ColQwen2Config(vlm_config=vlm, embedding_dim=16)).save_pretrained(folder)
     ColQwen2Processor(image_processor=images, tokenizer=tokenizer).save_pretrained(folder)
@@ -312,9 +450,9 @@ QWEN3_RERANKER_CHAT_TEMPLATE = (
     '| default("Given a web search query, retrieve relevant passages that answer the query") -%}'
     '{%- set query = messages | selectattr("role", "eq", "query") | map(attribute="content") | first -%}'
     '{%- set document = messages | selectattr("role", "eq", "document") | map(attribute="content") | first -%}'
-    '<|im_start|>system\nJudge whether the Document meets the requirements based on the Query and the Instruct '
+    "<|im_start|>system\nJudge whether the Document meets the requirements based on the Query and the Instruct "
     'provided. Note that the answer can only be "yes" or "no".<|im_end|>\n<|im_start|>user\n'
-    '<Instruct>: {{ instruction }}\n<Query>: {{ query }}\n<Document>: {{ document }}<|im_end|>\n'
+    "<Instruct>: {{ instruction }}\n<Query>: {{ query }}\n<Document>: {{ document }}<|im_end|>\n"
     # an expression, not text: Jinja drops a template's final newline, and the prompt ends in two
     '{{ "<|im_start|>assistant\\n<think>\\n\\n</think>\\n\\n" }}'
 )
@@ -337,29 +475,53 @@ def qwen_tokenizer(append_eos: bool, chat_template: str | None = QWEN3_CHAT_TEMP
     bpe = Tokenizer(models.BPE())
     bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     bpe.decoder = decoders.ByteLevel()
-    corpus = [" ".join(WORDS), "yes no Instruct Query Document Judge whether meets the requirements based on "
-              "provided Note that answer can only be Given web search query retrieve relevant passages system "
-              "user assistant"] * 3
-    bpe.train_from_iterator(corpus, trainers.BpeTrainer(
-        vocab_size=600, special_tokens=QWEN3_SPECIALS, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    corpus = [
+        " ".join(WORDS),
+        "yes no Instruct Query Document Judge whether meets the requirements based on "
+        "provided Note that answer can only be Given web search query retrieve relevant passages system "
+        "user assistant",
+    ] * 3
+    bpe.train_from_iterator(
+        corpus,
+        trainers.BpeTrainer(
+            vocab_size=600, special_tokens=QWEN3_SPECIALS, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+        ),
+    )
     if append_eos:
         eos = bpe.token_to_id("<|endoftext|>")
         bpe.post_processor = processors.TemplateProcessing(
-            single="$A <|endoftext|>", pair="$A <|endoftext|> $B <|endoftext|>",
-            special_tokens=[("<|endoftext|>", eos)])
+            single="$A <|endoftext|>", pair="$A <|endoftext|> $B <|endoftext|>", special_tokens=[("<|endoftext|>", eos)]
+        )
     else:
         bpe.post_processor = processors.ByteLevel(trim_offsets=False)
-    return Qwen2TokenizerFast(tokenizer_object=bpe, eos_token="<|im_end|>", pad_token="<|endoftext|>",
-                              unk_token=None, bos_token=None, padding_side="left", model_max_length=131072,
-                              additional_special_tokens=QWEN3_SPECIALS[1:], chat_template=chat_template)
+    return Qwen2TokenizerFast(
+        tokenizer_object=bpe,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        unk_token=None,
+        bos_token=None,
+        padding_side="left",
+        model_max_length=131072,
+        additional_special_tokens=QWEN3_SPECIALS[1:],
+        chat_template=chat_template,
+    )
 
 
 def _qwen3_config(vocab_size: int, **extra):  # -> Qwen3Config
     from transformers import Qwen3Config
 
-    return Qwen3Config(vocab_size=vocab_size, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                       num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=512,
-                       tie_word_embeddings=True, **extra)
+    return Qwen3Config(
+        vocab_size=vocab_size,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        max_position_embeddings=512,
+        tie_word_embeddings=True,
+        **extra,
+    )
 
 
 def build_qwen3_embedder(folder: Path) -> Path:
@@ -378,10 +540,13 @@ def build_qwen3_embedder(folder: Path) -> Path:
     Qwen3Model(_qwen3_config(len(tokenizer), initializer_range=0.2)).save_pretrained(plain)
     tokenizer.save_pretrained(plain)
     transformer = Transformer(str(plain), max_seq_length=48)
-    prompts = {"query": "Instruct: Given a web search query, retrieve relevant passages that answer the query\n"
-               "Query:", "document": ""}
-    model = SentenceTransformer(modules=[transformer, Pooling(32, pooling_mode="lasttoken"), Normalize()],
-                                prompts=prompts, device="cpu")
+    prompts = {
+        "query": "Instruct: Given a web search query, retrieve relevant passages that answer the query\nQuery:",
+        "document": "",
+    }
+    model = SentenceTransformer(
+        modules=[transformer, Pooling(32, pooling_mode="lasttoken"), Normalize()], prompts=prompts, device="cpu"
+    )
     saved = folder / "qwen3-embedder"
     model.save_pretrained(str(saved))
     shutil.rmtree(plain)
@@ -410,8 +575,9 @@ def build_saved_qwen3_embedder(folder: Path, rope_base: float = ROPE_BASE) -> Pa
     plain = folder / "decoder"
     tokenizer = qwen_tokenizer(append_eos=True, chat_template=None)
     torch.manual_seed(48)
-    config = _qwen3_config(len(tokenizer), initializer_range=0.2,
-                           rope_parameters={"rope_type": "default", "rope_theta": rope_base})
+    config = _qwen3_config(
+        len(tokenizer), initializer_range=0.2, rope_parameters={"rope_type": "default", "rope_theta": rope_base}
+    )
     Qwen3Model(config).save_pretrained(plain)
     tokenizer.save_pretrained(plain)
     modules = [Transformer(str(plain), max_seq_length=48), Pooling(32, pooling_mode="lasttoken"), Normalize()]
@@ -447,9 +613,11 @@ def build_qwen3_reranker(folder: Path, max_length: int = 160) -> Path:
 
 # Qwen3-Reranker's model card: the prompt around "<Instruct>: ...\n<Query>: ...\n<Document>: ...", and the score
 # P(yes) over "yes" and "no" at the last position.
-QWEN3_RERANKER_PREFIX = ("<|im_start|>system\nJudge whether the Document meets the requirements based on the Query and "
-                         'the Instruct provided. Note that the answer can only be "yes" or "no".<|im_end|>\n'
-                         "<|im_start|>user\n")
+QWEN3_RERANKER_PREFIX = (
+    "<|im_start|>system\nJudge whether the Document meets the requirements based on the Query and "
+    'the Instruct provided. Note that the answer can only be "yes" or "no".<|im_end|>\n'
+    "<|im_start|>user\n"
+)
 QWEN3_RERANKER_SUFFIX = "<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"
 QWEN3_RERANKER_CARD = (
     "# Qwen3-Reranker (tiny, random weights)\n\n```python\n"
@@ -484,16 +652,16 @@ def build_splade(folder: Path, minilm: Path) -> Path:
     mlm.save_pretrained(plain)
     copy_bert_tokenizer(minilm, plain)
     transformer = Transformer(str(plain), transformer_task="fill-mask", max_seq_length=128)
-    model = SparseEncoder(modules=[transformer, SpladePooling("max")],
-                          device="cpu")
+    model = SparseEncoder(modules=[transformer, SpladePooling("max")], device="cpu")
     saved = folder / "splade"
     model.save_pretrained(str(saved))
     shutil.rmtree(plain)
     return saved
 
 
-def _sentence_transformer_folder(plain: Path, saved: Path, max_seq_length: int, pooling: str,
-                                 prompts: dict[str, str]) -> Path:
+def _sentence_transformer_folder(
+    plain: Path, saved: Path, max_seq_length: int, pooling: str, prompts: dict[str, str]
+) -> Path:
     """`plain` (a transformers checkpoint) under Pooling and Normalize, saved by sentence-transformers as a Hub
     embedder is; `plain` is removed."""
     from sentence_transformers import SentenceTransformer
@@ -501,8 +669,9 @@ def _sentence_transformer_folder(plain: Path, saved: Path, max_seq_length: int, 
 
     transformer = Transformer(str(plain), max_seq_length=max_seq_length)
     width = transformer.get_embedding_dimension()
-    model = SentenceTransformer(modules=[transformer, Pooling(width, pooling_mode=pooling), Normalize()],
-                                prompts=prompts, device="cpu")
+    model = SentenceTransformer(
+        modules=[transformer, Pooling(width, pooling_mode=pooling), Normalize()], prompts=prompts, device="cpu"
+    )
     model.save_pretrained(str(saved))
     shutil.rmtree(plain)
     return saved
@@ -513,8 +682,9 @@ def build_windowed_bert(folder: Path, minilm: Path, max_seq_length: int = 32) ->
     small (32 tokens), so a text that needs several windows, or a document several slices, stays cheap.
     Weights are drawn wide (initializer_range 0.2) so vectors differ clearly from text to text."""
     build_tiny_bert(folder / "bert", minilm, seed=31, initializer_range=0.2)
-    return _sentence_transformer_folder(folder / "bert", folder / "windowed-bert", max_seq_length, "mean",
-                                        {"query": "query: ", "document": "passage: "})
+    return _sentence_transformer_folder(
+        folder / "bert", folder / "windowed-bert", max_seq_length, "mean", {"query": "query: ", "document": "passage: "}
+    )
 
 
 MODERNBERT_SPECIALS = ["[UNK]", "[CLS]", "[SEP]", "[PAD]", "[MASK]"]
@@ -530,16 +700,29 @@ def modernbert_tokenizer(model_max_length: int = 8192):  # -> PreTrainedTokenize
     bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     bpe.decoder = decoders.ByteLevel()
     corpus = [" ".join(WORDS), "search_query: search_document: classification: clustering:"] * 3
-    bpe.train_from_iterator(corpus, trainers.BpeTrainer(
-        vocab_size=600, special_tokens=MODERNBERT_SPECIALS, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    bpe.train_from_iterator(
+        corpus,
+        trainers.BpeTrainer(
+            vocab_size=600, special_tokens=MODERNBERT_SPECIALS, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+        ),
+    )
     cls, sep = bpe.token_to_id("[CLS]"), bpe.token_to_id("[SEP]")
     bpe.post_processor = processors.TemplateProcessing(
-        single="[CLS]:0 $A:0 [SEP]:0", pair="[CLS]:0 $A:0 [SEP]:0 $B:1 [SEP]:1",
-        special_tokens=[("[CLS]", cls), ("[SEP]", sep)])
-    return PreTrainedTokenizerFast(tokenizer_object=bpe, unk_token="[UNK]", cls_token="[CLS]", sep_token="[SEP]",
-                                   pad_token="[PAD]", mask_token=AddedToken("[MASK]", lstrip=True),
-                                   model_input_names=["input_ids", "attention_mask"],
-                                   model_max_length=model_max_length, clean_up_tokenization_spaces=True)
+        single="[CLS]:0 $A:0 [SEP]:0",
+        pair="[CLS]:0 $A:0 [SEP]:0 $B:1 [SEP]:1",
+        special_tokens=[("[CLS]", cls), ("[SEP]", sep)],
+    )
+    return PreTrainedTokenizerFast(
+        tokenizer_object=bpe,
+        unk_token="[UNK]",
+        cls_token="[CLS]",
+        sep_token="[SEP]",
+        pad_token="[PAD]",
+        mask_token=AddedToken("[MASK]", lstrip=True),
+        model_input_names=["input_ids", "attention_mask"],
+        model_max_length=model_max_length,
+        clean_up_tokenization_spaces=True,
+    )
 
 
 def build_modernbert_embedder(folder: Path, max_seq_length: int = 128, local_attention: int = 16) -> Path:
@@ -555,19 +738,37 @@ def build_modernbert_embedder(folder: Path, max_seq_length: int = 128, local_att
     tokenizer = modernbert_tokenizer()
     ids = {token: tokenizer.convert_tokens_to_ids(token) for token in MODERNBERT_SPECIALS}
     config = ModernBertConfig(
-        vocab_size=len(tokenizer), hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=2,
-        max_position_embeddings=8192, global_attn_every_n_layers=2, local_attention=local_attention,
-        pad_token_id=ids["[PAD]"], bos_token_id=ids["[CLS]"], eos_token_id=ids["[SEP]"], cls_token_id=ids["[CLS]"],
-        sep_token_id=ids["[SEP]"], initializer_range=0.2, reference_compile=False)
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        intermediate_size=48,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        max_position_embeddings=8192,
+        global_attn_every_n_layers=2,
+        local_attention=local_attention,
+        pad_token_id=ids["[PAD]"],
+        bos_token_id=ids["[CLS]"],
+        eos_token_id=ids["[SEP]"],
+        cls_token_id=ids["[CLS]"],
+        sep_token_id=ids["[SEP]"],
+        initializer_range=0.2,
+        reference_compile=False,
+    )
     torch.manual_seed(32)
     ModernBertModel(config).save_pretrained(plain)
     tokenizer.save_pretrained(plain)
-    saved = _sentence_transformer_folder(plain, folder / "modernbert-embed", max_seq_length, "mean",
-                                         {"query": "search_query: ", "document": "search_document: "})
+    saved = _sentence_transformer_folder(
+        plain,
+        folder / "modernbert-embed",
+        max_seq_length,
+        "mean",
+        {"query": "search_query: ", "document": "search_document: "},
+    )
     # As published (saved by sentence-transformers 3): the limit in `sentence_bert_config.json`, where version 5
     # keeps it as the tokenizer's model_max_length only (as the windowed BERT's folder has it).
     (saved / "sentence_bert_config.json").write_text(
-        json.dumps({"max_seq_length": max_seq_length, "do_lower_case": False}))
+        json.dumps({"max_seq_length": max_seq_length, "do_lower_case": False})
+    )
     return saved
 
 
@@ -590,19 +791,34 @@ def xlm_roberta_tokenizer(model_max_length: int):  # -> XLMRobertaTokenizer (a f
 
     words = sorted(set(WORDS))
     letters = sorted(set("".join(words)))
-    vocab = ([(token, 0.0) for token in XLM_ROBERTA_SPECIALS] + [("\u2581" + word, -2.0) for word in words[::2]]
-             + [("\u2581", -3.0)] + [(symbol, -4.0) for symbol in ".,;:!?"] + [(letter, -5.0) for letter in letters]
-             + [("<mask>", 0.0)])
+    vocab = (
+        [(token, 0.0) for token in XLM_ROBERTA_SPECIALS]
+        + [("\u2581" + word, -2.0) for word in words[::2]]
+        + [("\u2581", -3.0)]
+        + [(symbol, -4.0) for symbol in ".,;:!?"]
+        + [(letter, -5.0) for letter in letters]
+        + [("<mask>", 0.0)]
+    )
     unigram = Tokenizer(models.Unigram(vocab, unk_id=XLM_ROBERTA_SPECIALS.index("<unk>")))
-    unigram.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.WhitespaceSplit(),
-                                                     pre_tokenizers.Metaspace(prepend_scheme="always")])
+    unigram.pre_tokenizer = pre_tokenizers.Sequence(
+        [pre_tokenizers.WhitespaceSplit(), pre_tokenizers.Metaspace(prepend_scheme="always")]
+    )
     unigram.decoder = decoders.Metaspace(prepend_scheme="always")
     unigram.post_processor = processors.TemplateProcessing(
-        single="<s> $A </s>", pair="<s> $A </s> </s> $B </s>", special_tokens=[("<s>", 0), ("</s>", 2)])
+        single="<s> $A </s>", pair="<s> $A </s> </s> $B </s>", special_tokens=[("<s>", 0), ("</s>", 2)]
+    )
     mask = AddedToken("<mask>", lstrip=True, rstrip=False, normalized=False, special=True)
-    return XLMRobertaTokenizer(tokenizer_object=unigram, bos_token="<s>", eos_token="</s>", sep_token="</s>",
-                               cls_token="<s>", unk_token="<unk>", pad_token="<pad>", mask_token=mask,
-                               model_max_length=model_max_length)
+    return XLMRobertaTokenizer(
+        tokenizer_object=unigram,
+        bos_token="<s>",
+        eos_token="</s>",
+        sep_token="</s>",
+        cls_token="<s>",
+        unk_token="<unk>",
+        pad_token="<pad>",
+        mask_token=mask,
+        model_max_length=model_max_length,
+    )
 
 
 def _draw_weights(model, std: float) -> None:  # model: torch.nn.Module
@@ -638,10 +854,19 @@ def build_bge_m3(folder: Path, positions: int = 130, seed: int = 137) -> Path:
 
     tokenizer = xlm_roberta_tokenizer(model_max_length=positions - 2)
     hidden = 32
-    config = XLMRobertaConfig(vocab_size=len(tokenizer), hidden_size=hidden, num_hidden_layers=2,
-                              num_attention_heads=2, intermediate_size=64, max_position_embeddings=positions,
-                              type_vocab_size=1, pad_token_id=1, bos_token_id=0, eos_token_id=2,
-                              initializer_range=0.3)
+    config = XLMRobertaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=hidden,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=positions,
+        type_vocab_size=1,
+        pad_token_id=1,
+        bos_token_id=0,
+        eos_token_id=2,
+        initializer_range=0.3,
+    )
     model = XLMRobertaModel(config)
     torch.manual_seed(seed)
     _draw_weights(model, config.initializer_range)

@@ -63,7 +63,8 @@ def merged_batches(metrics: str, model_service: str) -> float:
     gateway's requests-per-call histogram: concurrent requests leave the gateway together."""
     labels = {"model_service": model_service}
     return metric(metrics, "embento_requests_per_call_count", **labels) - metric(
-        metrics, "embento_requests_per_call_bucket", le="1.0", **labels)
+        metrics, "embento_requests_per_call_bucket", le="1.0", **labels
+    )
 
 
 SAMPLE = re.compile(r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(?P<labels>[^}]*)\})? (?P<value>\S+)$", re.M)
@@ -73,7 +74,8 @@ def metric(metrics: str, name: str, **labels: str) -> float:
     """The sum of a Prometheus metric's samples whose labels include `labels` (0 when there are none)."""
     wanted = {f'{key}="{value}"' for key, value in labels.items()}
     return sum(
-        float(sample["value"]) for sample in SAMPLE.finditer(metrics)
+        float(sample["value"])
+        for sample in SAMPLE.finditer(metrics)
         if sample["name"] == name and wanted <= set((sample["labels"] or "").split(","))
     )
 
@@ -205,15 +207,21 @@ def splade_path(tmp_path_factory: pytest.TempPathFactory, minilm_path: Path) -> 
     return build_splade(tmp_path_factory.mktemp("splade"), minilm_path)
 
 
-def apt_install(packages: Sequence[str], recommends: bool = True, timeout_s: float = 900
-                ) -> subprocess.CompletedProcess:
+def apt_install(
+    packages: Sequence[str], recommends: bool = True, timeout_s: float = 900
+) -> subprocess.CompletedProcess:
     """Debian's packages, installed without questions (as root; the caller decides what a failure means)."""
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
     update = subprocess.run(["apt-get", "update", "-qq"], env=env, capture_output=True, text=True, timeout=timeout_s)
     if update.returncode != 0:
         return update
-    return subprocess.run(["apt-get", "install", "-y", "-qq", *([] if recommends else ["--no-install-recommends"]),
-                           *packages], env=env, capture_output=True, text=True, timeout=timeout_s)
+    return subprocess.run(
+        ["apt-get", "install", "-y", "-qq", *([] if recommends else ["--no-install-recommends"]), *packages],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+    )
 
 
 _PORTS_HANDED: set[int] = set()
@@ -239,10 +247,19 @@ def free_port() -> int:
 
 @pytest.fixture(scope="session")
 def server_process(
-    tmp_path_factory: pytest.TempPathFactory, tiny_bert_path: Path, tiny_reranker_path: Path,
-    tiny_classifier_path: Path, tiny_clip_path: Path, tiny_clap_path: Path, tiny_colpali_path: Path,
-    minilm_reranker_path: Path, minilm_classifier_path: Path, qwen3_embedder_path: Path, qwen3_reranker_path: Path,
-    plain_qwen3_reranker_path: Path, splade_path: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+    tiny_bert_path: Path,
+    tiny_reranker_path: Path,
+    tiny_classifier_path: Path,
+    tiny_clip_path: Path,
+    tiny_clap_path: Path,
+    tiny_colpali_path: Path,
+    minilm_reranker_path: Path,
+    minilm_classifier_path: Path,
+    qwen3_embedder_path: Path,
+    qwen3_reranker_path: Path,
+    plain_qwen3_reranker_path: Path,
+    splade_path: Path,
 ) -> Iterator[tuple[str, int]]:
     """One production-mode `bentoml serve` on loopback, (url, pid), serving MiniLM (`backend: auto`, so on ONNX
     Runtime), one tiny BERT under four
@@ -251,26 +268,37 @@ def server_process(
     from MiniLM are, and today's families in tiny: a Qwen3 embedder, a Qwen3 reranker in sentence-transformers'
     layout and one in Qwen3-Reranker's plain one, and a SPLADE model. URL inputs stay off."""
     folder = tmp_path_factory.mktemp("server")
-    config: dict = {"models": [
-        {"model_id": MINILM},
-        {"model_id": str(tiny_bert_path), "served_model_name": TINY_MEAN, "backend": "torch"},
-        {"model_id": str(tiny_bert_path), "served_model_name": TINY_CLS, "pooling": "cls", "normalize": False,
-         "backend": "torch"},
-        {"model_id": str(tiny_bert_path), "served_model_name": TINY_MEAN_ONNX, "backend": "onnx"},
-        {"model_id": str(tiny_bert_path), "served_model_name": TINY_MEAN_CT2, "backend": "ctranslate2"},
-        {"model_id": str(tiny_reranker_path), "served_model_name": TINY_RERANKER, "backend": "onnx"},
-        {"model_id": str(tiny_classifier_path), "served_model_name": TINY_CLASSIFIER},
-        {"model_id": str(tiny_clip_path), "served_model_name": TINY_CLIP},
-        {"model_id": str(tiny_clap_path), "served_model_name": TINY_CLAP},
-        {"model_id": str(tiny_colpali_path), "served_model_name": TINY_COLPALI},
-        {"model_id": str(minilm_reranker_path), "served_model_name": MINILM_RERANKER},
-        {"model_id": str(minilm_classifier_path), "served_model_name": MINILM_CLASSIFIER},
-        {"model_id": str(qwen3_embedder_path), "served_model_name": QWEN3_EMBEDDER},
-        {"model_id": str(qwen3_reranker_path), "served_model_name": QWEN3_RERANKER},
-        {"model_id": str(plain_qwen3_reranker_path), "served_model_name": QWEN3_RERANKER_PLAIN,
-         "max_seq_length": PLAIN_RERANKER_MAX_TOKENS},
-        {"model_id": str(splade_path), "served_model_name": TINY_SPLADE},
-    ], "max_audio_seconds": MAX_AUDIO_SECONDS}
+    config: dict = {
+        "models": [
+            {"model_id": MINILM},
+            {"model_id": str(tiny_bert_path), "served_model_name": TINY_MEAN, "backend": "torch"},
+            {
+                "model_id": str(tiny_bert_path),
+                "served_model_name": TINY_CLS,
+                "pooling": "cls",
+                "normalize": False,
+                "backend": "torch",
+            },
+            {"model_id": str(tiny_bert_path), "served_model_name": TINY_MEAN_ONNX, "backend": "onnx"},
+            {"model_id": str(tiny_bert_path), "served_model_name": TINY_MEAN_CT2, "backend": "ctranslate2"},
+            {"model_id": str(tiny_reranker_path), "served_model_name": TINY_RERANKER, "backend": "onnx"},
+            {"model_id": str(tiny_classifier_path), "served_model_name": TINY_CLASSIFIER},
+            {"model_id": str(tiny_clip_path), "served_model_name": TINY_CLIP},
+            {"model_id": str(tiny_clap_path), "served_model_name": TINY_CLAP},
+            {"model_id": str(tiny_colpali_path), "served_model_name": TINY_COLPALI},
+            {"model_id": str(minilm_reranker_path), "served_model_name": MINILM_RERANKER},
+            {"model_id": str(minilm_classifier_path), "served_model_name": MINILM_CLASSIFIER},
+            {"model_id": str(qwen3_embedder_path), "served_model_name": QWEN3_EMBEDDER},
+            {"model_id": str(qwen3_reranker_path), "served_model_name": QWEN3_RERANKER},
+            {
+                "model_id": str(plain_qwen3_reranker_path),
+                "served_model_name": QWEN3_RERANKER_PLAIN,
+                "max_seq_length": PLAIN_RERANKER_MAX_TOKENS,
+            },
+            {"model_id": str(splade_path), "served_model_name": TINY_SPLADE},
+        ],
+        "max_audio_seconds": MAX_AUDIO_SECONDS,
+    }
     with running_server(folder, config) as running:
         yield running
 
@@ -313,8 +341,9 @@ def server_env(bentoml_home: Path, **extra: str) -> dict[str, str]:
 def background(command: list[str], env: dict[str, str], log_path: Path, cwd: Path = ROOT) -> Iterator[subprocess.Popen]:
     """A process group running `command` until the block ends, its output in `log_path`."""
     with open(log_path, "wb") as log:
-        process = subprocess.Popen(command, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                   start_new_session=True)
+        process = subprocess.Popen(
+            command, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
         try:
             yield process
         finally:
@@ -379,8 +408,9 @@ def client(server: str) -> Iterator[httpx.Client]:
 # tests/hybrid_reference.py's texts, computed in the reference venv (built here by `make reference-venv`). Nothing
 # is skipped: a reference that cannot be computed fails the tests that need it, with the reason.
 @pytest.fixture(scope="session")
-def colbert_checkpoint_and_reference(tmp_path_factory: pytest.TempPathFactory,
-                                     minilm_path: Path):  # -> tuple[Path, hybrid_reference.ColbertReference]
+def colbert_checkpoint_and_reference(
+    tmp_path_factory: pytest.TempPathFactory, minilm_path: Path
+):  # -> tuple[Path, hybrid_reference.ColbertReference]
     """(folder, ColbertReference): one run of PyLate builds, saves, reloads and encodes."""
     from tests.hybrid_reference import ReferenceFailed, build_colbert_reference
 

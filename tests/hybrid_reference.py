@@ -84,13 +84,16 @@ def _tail(process: subprocess.CompletedProcess, chars: int = 4000) -> str:
 def ensure_reference_venv() -> Path:
     """`make reference-venv` (a no-op once built and current); its python."""
     try:
-        process = subprocess.run(["make", "reference-venv"], cwd=ROOT, capture_output=True, text=True,
-                                 timeout=VENV_BUILD_TIMEOUT_S)
+        process = subprocess.run(
+            ["make", "reference-venv"], cwd=ROOT, capture_output=True, text=True, timeout=VENV_BUILD_TIMEOUT_S
+        )
     except subprocess.TimeoutExpired as error:
         raise ReferenceFailed(f"`make reference-venv` ran past {VENV_BUILD_TIMEOUT_S} s") from error
     if process.returncode != 0 or not REFERENCE_PYTHON.is_file():
-        raise ReferenceFailed(f"`make reference-venv` failed ({process.returncode}): the reference venv of PyLate "
-                              f"and FlagEmbedding (requirements-reference.txt) is needed:\n{_tail(process)}")
+        raise ReferenceFailed(
+            f"`make reference-venv` failed ({process.returncode}): the reference venv of PyLate "
+            f"and FlagEmbedding (requirements-reference.txt) is needed:\n{_tail(process)}"
+        )
     return REFERENCE_PYTHON
 
 
@@ -101,8 +104,7 @@ def run_reference(script: str, *args: str | Path) -> None:
     env.pop("PYTHONPATH", None)  # nothing of .venv's or the project's may leak into the reference
     command = [str(python), str(SCRIPTS / script), *map(str, args)]
     try:
-        process = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True,
-                                 timeout=SCRIPT_TIMEOUT_S)
+        process = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=SCRIPT_TIMEOUT_S)
     except subprocess.TimeoutExpired as error:
         raise ReferenceFailed(f"tests/reference/{script} ran past {SCRIPT_TIMEOUT_S} s") from error
     if process.returncode != 0:
@@ -118,21 +120,36 @@ def _write_texts(folder: Path) -> Path:
 def build_colbert_reference(tiny_bert: Path, folder: Path, seed: int = 0) -> tuple[Path, ColbertReference]:
     """PyLate's ColBERT over `tiny_bert` saved by PyLate into `folder`/colbert, and its answers for the texts."""
     checkpoint, result = folder / "colbert", folder / "colbert-reference.npz"
-    run_reference("colbert.py", tiny_bert, checkpoint, _write_texts(folder), result,
-                  "--embedding-size", str(COLBERT_EMBEDDING_SIZE), "--query-length", str(COLBERT_QUERY_LENGTH),
-                  "--document-length", str(COLBERT_DOCUMENT_LENGTH), "--seed", str(seed))
+    run_reference(
+        "colbert.py",
+        tiny_bert,
+        checkpoint,
+        _write_texts(folder),
+        result,
+        "--embedding-size",
+        str(COLBERT_EMBEDDING_SIZE),
+        "--query-length",
+        str(COLBERT_QUERY_LENGTH),
+        "--document-length",
+        str(COLBERT_DOCUMENT_LENGTH),
+        "--seed",
+        str(seed),
+    )
     with np.load(result) as arrays:
-        reference = ColbertReference(queries=[arrays[f"query_{i}"] for i in range(len(QUERIES))],
-                                     documents=[arrays[f"document_{j}"] for j in range(len(DOCUMENTS))],
-                                     scores=arrays["scores"])
+        reference = ColbertReference(
+            queries=[arrays[f"query_{i}"] for i in range(len(QUERIES))],
+            documents=[arrays[f"document_{j}"] for j in range(len(DOCUMENTS))],
+            scores=arrays["scores"],
+        )
     return checkpoint, reference
 
 
 def compute_m3_reference(checkpoint: Path, folder: Path) -> M3Reference:
     """BGEM3FlagModel's answers for the BGE-M3 folder `checkpoint`; files in `folder`."""
     arrays_path, json_path = folder / "m3-reference.npz", folder / "m3-reference.json"
-    run_reference("bge_m3.py", checkpoint, _write_texts(folder), arrays_path, json_path,
-                  "--weights", *map(str, M3_WEIGHTS))
+    run_reference(
+        "bge_m3.py", checkpoint, _write_texts(folder), arrays_path, json_path, "--weights", *map(str, M3_WEIGHTS)
+    )
     extra = json.loads(json_path.read_text())
     with np.load(arrays_path) as arrays:
         return M3Reference(

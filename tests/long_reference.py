@@ -20,8 +20,12 @@ from typing import Any
 
 import numpy as np
 
-POOLING_FLAGS = {"pooling_mode_cls_token": "cls", "pooling_mode_mean_tokens": "mean",
-                 "pooling_mode_max_tokens": "max", "pooling_mode_lasttoken": "lasttoken"}
+POOLING_FLAGS = {
+    "pooling_mode_cls_token": "cls",
+    "pooling_mode_mean_tokens": "mean",
+    "pooling_mode_max_tokens": "max",
+    "pooling_mode_lasttoken": "lasttoken",
+}
 
 
 @dataclass(frozen=True)
@@ -64,8 +68,8 @@ def _frame(tokenizer: Any) -> tuple[tuple[int, ...], tuple[int, ...]]:
     bare = tokenizer(probe, add_special_tokens=False).input_ids
     framed = tokenizer(probe, add_special_tokens=True).input_ids
     for start in range(len(framed) - len(bare) + 1):
-        if framed[start:start + len(bare)] == bare:
-            return tuple(framed[:start]), tuple(framed[start + len(bare):])
+        if framed[start : start + len(bare)] == bare:
+            return tuple(framed[:start]), tuple(framed[start + len(bare) :])
     raise ValueError(f"the tokenizer's specials do not frame the text: {bare} within {framed}")
 
 
@@ -86,9 +90,16 @@ def _load(folder: str) -> Checkpoint:
     limit = st_config.get("max_seq_length") or tokenizer.model_max_length
     prefix, suffix = _frame(tokenizer)
     mode = _pooling_mode(_read(root / pooling["path"] / "config.json"))
-    return Checkpoint(tokenizer=tokenizer, model=model, pooling=mode,
-                      normalize=any(m["type"].endswith("Normalize") for m in modules), max_seq_length=int(limit),
-                      do_lower_case=bool(st_config.get("do_lower_case", False)), prefix=prefix, suffix=suffix)
+    return Checkpoint(
+        tokenizer=tokenizer,
+        model=model,
+        pooling=mode,
+        normalize=any(m["type"].endswith("Normalize") for m in modules),
+        max_seq_length=int(limit),
+        do_lower_case=bool(st_config.get("do_lower_case", False)),
+        prefix=prefix,
+        suffix=suffix,
+    )
 
 
 def load(folder: Path | str) -> Checkpoint:
@@ -151,8 +162,14 @@ def token_windows(n: int, width: int, overlap: int) -> list[tuple[int, int]]:
         start += width - overlap
 
 
-def mean_vector(folder: Path | str, text: str, prompt: str = "", max_tokens: int | None = None, overlap: int = 0,
-                dimensions: int | None = None) -> np.ndarray:
+def mean_vector(
+    folder: Path | str,
+    text: str,
+    prompt: str = "",
+    max_tokens: int | None = None,
+    overlap: int = 0,
+    dimensions: int | None = None,
+) -> np.ndarray:
     """`long_input: mean` (section 1): today's vector when prompt + text fits in L, else the content-length
     weighted mean of the pooled windows."""
     checkpoint = load(folder)
@@ -194,7 +211,7 @@ def document_states(checkpoint: Checkpoint, ids: list[int], size: int, overlap: 
     states: np.ndarray | None = None
     best = np.full(len(ids), -1)
     for start in slice_starts(len(ids), size, overlap):
-        run = hidden_states(checkpoint, ids[start:start + size])
+        run = hidden_states(checkpoint, ids[start : start + size])
         if states is None:
             states = np.zeros((len(ids), run.shape[1]))
         for i in range(start, start + size):
@@ -208,8 +225,9 @@ def document_states(checkpoint: Checkpoint, ids: list[int], size: int, overlap: 
 def token_positions(checkpoint: Checkpoint, text: str) -> tuple[list[int], list[int | None]]:
     """The ids of `text` with specials, and for each token the first non-whitespace character of its offset
     span (None for specials and for tokens whose span is empty or all whitespace)."""
-    enc = checkpoint.tokenizer(text, add_special_tokens=True, return_offsets_mapping=True,
-                               return_special_tokens_mask=True, verbose=False)
+    enc = checkpoint.tokenizer(
+        text, add_special_tokens=True, return_offsets_mapping=True, return_special_tokens_mask=True, verbose=False
+    )
     positions: list[int | None] = []
     for (start, end), special in zip(enc["offset_mapping"], enc["special_tokens_mask"], strict=True):
         first = None if special else next((j for j in range(start, end) if not text[j].isspace()), None)
@@ -217,8 +235,14 @@ def token_positions(checkpoint: Checkpoint, text: str) -> tuple[list[int], list[
     return enc["input_ids"], positions
 
 
-def span_vectors(checkpoint: Checkpoint, text: str, spans: list[tuple[int, int]], size: int,
-                 overlap: int | None, dimensions: int | None) -> np.ndarray:
+def span_vectors(
+    checkpoint: Checkpoint,
+    text: str,
+    spans: list[tuple[int, int]],
+    size: int,
+    overlap: int | None,
+    dimensions: int | None,
+) -> np.ndarray:
     """One vector per character span of `text` (encoded with specials): the mean of the states of the tokens
     whose first non-whitespace character lies in it, then `finish`. A span without a token is an error."""
     ids, positions = token_positions(checkpoint, text)
@@ -241,14 +265,26 @@ def chunk_spans(chunks: list[str], offset: int) -> list[tuple[int, int]]:
     return spans
 
 
-def late_chunk_vectors(folder: Path | str, chunks: list[str], prompt: str = "", overlap: int | None = None,
-                       dimensions: int | None = None, max_tokens: int | None = None) -> np.ndarray:
+def late_chunk_vectors(
+    folder: Path | str,
+    chunks: list[str],
+    prompt: str = "",
+    overlap: int | None = None,
+    dimensions: int | None = None,
+    max_tokens: int | None = None,
+) -> np.ndarray:
     """Late chunking (sections 2 and 3): the chunks of one document, joined by spaces and encoded once (or as
     slices past L), one vector per chunk in order. `overlap`: late_chunking_overlap, None for L // 4."""
     checkpoint = load(folder)
     prompt, chunks = _cased(checkpoint, prompt), [_cased(checkpoint, chunk) for chunk in chunks]
-    return span_vectors(checkpoint, prompt + " ".join(chunks), chunk_spans(chunks, len(prompt)),
-                        limit(checkpoint, max_tokens), overlap, dimensions)
+    return span_vectors(
+        checkpoint,
+        prompt + " ".join(chunks),
+        chunk_spans(chunks, len(prompt)),
+        limit(checkpoint, max_tokens),
+        overlap,
+        dimensions,
+    )
 
 
 def auto_cuts(checkpoint: Checkpoint, document: str, chunk_size: int, chunk_overlap: int) -> list[tuple[int, int]]:
@@ -256,8 +292,9 @@ def auto_cuts(checkpoint: Checkpoint, document: str, chunk_size: int, chunk_over
     to a word boundary within 20% of the chunk's characters."""
     if not 0 <= chunk_overlap < chunk_size:
         raise ValueError(f"chunk_overlap {chunk_overlap} must be in [0, {chunk_size})")
-    offsets = checkpoint.tokenizer(_cased(checkpoint, document), add_special_tokens=False,
-                                   return_offsets_mapping=True, verbose=False)["offset_mapping"]
+    offsets = checkpoint.tokenizer(
+        _cased(checkpoint, document), add_special_tokens=False, return_offsets_mapping=True, verbose=False
+    )["offset_mapping"]
     n = len(offsets)
 
     def char(t: int) -> int:
@@ -284,15 +321,23 @@ def auto_cuts(checkpoint: Checkpoint, document: str, chunk_size: int, chunk_over
         a += chunk_size - chunk_overlap
 
 
-def auto_chunks(folder: Path | str, document: str, chunk_size: int, chunk_overlap: int, prompt: str = "",
-                overlap: int | None = None, dimensions: int | None = None, max_tokens: int | None = None
-                ) -> tuple[list[str], np.ndarray]:
+def auto_chunks(
+    folder: Path | str,
+    document: str,
+    chunk_size: int,
+    chunk_overlap: int,
+    prompt: str = "",
+    overlap: int | None = None,
+    dimensions: int | None = None,
+    max_tokens: int | None = None,
+) -> tuple[list[str], np.ndarray]:
     """Auto-chunking (section 4): the chunk texts (cut from the document as sent) and their vectors, read from
     one encoding of prompt + document (sliced past L; `overlap` as in `late_chunk_vectors`)."""
     checkpoint = load(folder)
     spans = auto_cuts(checkpoint, document, chunk_size, chunk_overlap)
     prompt = _cased(checkpoint, prompt)
     shifted = [(start + len(prompt), end + len(prompt)) for start, end in spans]
-    vectors = span_vectors(checkpoint, prompt + _cased(checkpoint, document), shifted, limit(checkpoint, max_tokens),
-                           overlap, dimensions)
+    vectors = span_vectors(
+        checkpoint, prompt + _cased(checkpoint, document), shifted, limit(checkpoint, max_tokens), overlap, dimensions
+    )
     return [document[start:end] for start, end in spans], vectors

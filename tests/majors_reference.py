@@ -41,14 +41,29 @@ def build_majors(folder: Path, minilm: Path) -> Majors:
 
     qwen3_st6 = build_saved_qwen3_embedder(folder / "st6")
     st6_vectors = SentenceTransformer(str(qwen3_st6), device="cpu", local_files_only=True).encode(TEXTS)
-    spec = {"qwen3_source": str(qwen3_st6), "qwen3_target": str(folder / "st5" / "qwen3-embedder"),
-            "max_seq_length": MAX_SEQ_LENGTH, "bert_vocab": str(minilm),
-            "reranker_target": str(folder / "st5" / "reranker"), "splade_target": str(folder / "st5" / "splade"),
-            "seed": 48, "texts": TEXTS, "pairs": PAIRS, "result": str(folder / "st5-reference.npz")}
+    spec = {
+        "qwen3_source": str(qwen3_st6),
+        "qwen3_target": str(folder / "st5" / "qwen3-embedder"),
+        "max_seq_length": MAX_SEQ_LENGTH,
+        "bert_vocab": str(minilm),
+        "reranker_target": str(folder / "st5" / "reranker"),
+        "splade_target": str(folder / "st5" / "splade"),
+        "seed": 48,
+        "texts": TEXTS,
+        "pairs": PAIRS,
+        "result": str(folder / "st5-reference.npz"),
+    }
     (folder / "st5").mkdir()
     (folder / "majors.json").write_text(json.dumps(spec))
     run_reference("majors.py", folder / "majors.json")
     with np.load(spec["result"]) as answers:
-        return Majors(qwen3_st6, st6_vectors, Path(spec["qwen3_target"]), answers["qwen3"],
-                      Path(spec["reranker_target"]), answers["reranker"], Path(spec["splade_target"]),
-                      answers["splade"])
+        return Majors(
+            qwen3_st6,
+            st6_vectors,
+            Path(spec["qwen3_target"]),
+            answers["qwen3"],
+            Path(spec["reranker_target"]),
+            answers["reranker"],
+            Path(spec["splade_target"]),
+            answers["splade"],
+        )

@@ -32,8 +32,10 @@ def postgres_bin() -> Path:
 
 
 def newest_bin() -> Path | None:
-    versions = sorted(Path("/usr/lib/postgresql").glob("*/bin/pg_ctl"),
-                      key=lambda pg_ctl: tuple(int(part) for part in pg_ctl.parent.parent.name.split(".")))
+    versions = sorted(
+        Path("/usr/lib/postgresql").glob("*/bin/pg_ctl"),
+        key=lambda pg_ctl: tuple(int(part) for part in pg_ctl.parent.parent.name.split(".")),
+    )
     return versions[-1].parent if versions else None
 
 
@@ -97,8 +99,20 @@ class PostgresServer:
         if not (self.data / "PG_VERSION").exists():  # initdb once: a restart keeps the data
             self._run("initdb", "-D", self.data, "-U", USER, "--auth=trust", "-E", "UTF8", "--locale=C")
         options = f"-p {self.port} -k {self.folder} -c listen_addresses=127.0.0.1 -c fsync=off"
-        started = self._run("pg_ctl", "-D", self.data, "-l", self.folder / "pg.log", "-o", options, "-w", "-t", "60",
-                            "start", check=False)
+        started = self._run(
+            "pg_ctl",
+            "-D",
+            self.data,
+            "-l",
+            self.folder / "pg.log",
+            "-o",
+            options,
+            "-w",
+            "-t",
+            "60",
+            "start",
+            check=False,
+        )
         if started.returncode != 0:
             log = (self.folder / "pg.log").read_text(errors="replace") if (self.folder / "pg.log").exists() else ""
             raise RuntimeError(f"postgres did not start: {started.stdout}{started.stderr}\n{log[-2000:]}")
@@ -115,8 +129,9 @@ class PostgresServer:
         return self._psql(USER, statement)
 
     def _psql(self, database: str, statement: str) -> str:
-        return self._run("psql", "-Atq", "-h", "127.0.0.1", "-p", str(self.port), "-U", USER,
-                         "-d", database, "-c", statement).stdout.strip()
+        return self._run(
+            "psql", "-Atq", "-h", "127.0.0.1", "-p", str(self.port), "-U", USER, "-d", database, "-c", statement
+        ).stdout.strip()
 
     def _run(self, program: str, *args: str | Path, check: bool = True) -> subprocess.CompletedProcess:
         """A PostgreSQL program as the `postgres` user, in `folder` (root's working directory may be closed to it)."""

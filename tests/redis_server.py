@@ -41,9 +41,25 @@ class RedisServer:
         return f"redis://127.0.0.1:{self.port}/0"
 
     def start(self) -> None:
-        command = [redis_server_binary(), "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-                   "--appendonly", "no", "--daemonize", "no", "--dir", str(self.folder), "--protected-mode", "no",
-                   "--enable-debug-command", "local"]
+        command = [
+            redis_server_binary(),
+            "--port",
+            str(self.port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--daemonize",
+            "no",
+            "--dir",
+            str(self.folder),
+            "--protected-mode",
+            "no",
+            "--enable-debug-command",
+            "local",
+        ]
         log = open(self.folder / "redis.log", "ab")
         self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + START_TIMEOUT_S
@@ -68,8 +84,10 @@ class RedisServer:
     def debug_sleep(self, seconds: float) -> subprocess.Popen:
         """`DEBUG SLEEP seconds` sent from a process of its own, returning once Redis has stopped answering: the
         server stalls with its sockets open."""
-        script = (f"import socket; s = socket.create_connection(('127.0.0.1', {self.port})); "
-                  f"s.sendall({resp('DEBUG', 'SLEEP', str(seconds))!r}); s.recv(64)")
+        script = (
+            f"import socket; s = socket.create_connection(('127.0.0.1', {self.port})); "
+            f"s.sendall({resp('DEBUG', 'SLEEP', str(seconds))!r}); s.recv(64)"
+        )
         sleeper = subprocess.Popen([sys.executable, "-c", script])
         deadline = time.monotonic() + START_TIMEOUT_S
         while self._answers(timeout_s=0.2):

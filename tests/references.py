@@ -41,8 +41,9 @@ def transformers_embeddings(path: Path, texts: list[str], pooling: str, normaliz
     return pooled.numpy()
 
 
-def pair_logits(tokenizer: TextTokenizer, scorer: TextScorer, documents: list[str], instruction: str | None = None
-                ) -> np.ndarray:
+def pair_logits(
+    tokenizer: TextTokenizer, scorer: TextScorer, documents: list[str], instruction: str | None = None
+) -> np.ndarray:
     """A causal-LM reranker's raw scores of (QUERY, document) pairs, by Embento's scorer without the server."""
     ids, segments = tokenizer.encode_pairs(QUERY, documents, instruction)
     assert segments is None and max(map(len, ids)) <= scorer.info.max_input_tokens

@@ -27,15 +27,23 @@ DOCUMENTS = [
     "The hiking trail climbs steeply to a glacier lake.",
 ]
 QUERIES = [
-    "Where did the cat rest?", "How much did sales increase?", "What ingredients does the baking recipe need?",
-    "When does Kubernetes add GPU nodes?", "What is on show at the art museum?", "Why is working out healthy?",
-    "Was the train to Germany on time?", "What do quantum machines compute with?", "What did she grow?",
-    "What did the bank do about prices?", "How does semantic search work?", "Where does the mountain path lead?",
+    "Where did the cat rest?",
+    "How much did sales increase?",
+    "What ingredients does the baking recipe need?",
+    "When does Kubernetes add GPU nodes?",
+    "What is on show at the art museum?",
+    "Why is working out healthy?",
+    "Was the train to Germany on time?",
+    "What do quantum machines compute with?",
+    "What did she grow?",
+    "What did the bank do about prices?",
+    "How does semantic search work?",
+    "Where does the mountain path lead?",
 ]
 CORPUS = DOCUMENTS + CALIBRATION_TEXTS + make_sentences(60, seed=23)  # 166 documents, 1 to 700 words
 CORPUS_QUERIES = QUERIES + [" ".join(s.split()[:6]) for s in make_sentences(40, seed=31)[5:33]]  # 40 queries
-# The quantized-codes set (tests/unit/models/test_quantized_retrieval.py): 500 documents of 3 to 20 words and 60 queries of
-# 2 to 10 over the 30-word vocabulary, so that near neighbours differ by little: the hard case for a ranking.
+# The quantized-codes set (tests/unit/models/test_quantized_retrieval.py): 500 documents of 3 to 20 words and 60
+# queries of 2 to 10 over the 30-word vocabulary, so that near neighbours differ by little: the hard case for a ranking.
 SHORT_DOCUMENTS = short_sentences(500, seed=1, shortest=3, longest=20)
 SHORT_QUERIES = short_sentences(60, seed=101, shortest=2, longest=10)
 K = 10

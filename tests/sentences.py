@@ -21,5 +21,7 @@ def make_sentences(count: int = 50, seed: int = 7) -> list[str]:
 def short_sentences(count: int, seed: int, shortest: int, longest: int) -> list[str]:
     """`count` sentences of `shortest` to `longest` words: over so few words, near neighbours differ by little."""
     rng = random.Random(seed)
-    return [" ".join(rng.choice(WORDS) for _ in range(rng.randint(shortest, longest))).capitalize() + "."
-            for _ in range(count)]
+    return [
+        " ".join(rng.choice(WORDS) for _ in range(rng.randint(shortest, longest))).capitalize() + "."
+        for _ in range(count)
+    ]

@@ -22,8 +22,9 @@ def assert_close(got: ArrayLike, expected: ArrayLike, rtol: float = FLOAT32_RTOL
     """Elementwise, within `rtol` of each value plus `rtol` of the largest magnitude (for values near 0)."""
     expected = np.asarray(expected, dtype=np.float64)
     scale = float(np.abs(expected).max()) if expected.size else 0.0
-    np.testing.assert_allclose(np.asarray(got, dtype=np.float64), expected, rtol=rtol,
-                               atol=rtol * max(scale, 1e-30), err_msg=err_msg)
+    np.testing.assert_allclose(
+        np.asarray(got, dtype=np.float64), expected, rtol=rtol, atol=rtol * max(scale, 1e-30), err_msg=err_msg
+    )
 
 
 def cosines(got: ArrayLike, expected: ArrayLike) -> np.ndarray:
@@ -34,11 +35,20 @@ def cosines(got: ArrayLike, expected: ArrayLike) -> np.ndarray:
     return (a * b).sum(axis=-1) / (np.linalg.norm(a, axis=-1) * np.linalg.norm(b, axis=-1))
 
 
-def assert_same_vectors(got: ArrayLike, expected: ArrayLike, min_cosine: float = FLOAT32_MIN_COSINE,
-                        norm_rtol: float = FLOAT32_RTOL, err_msg: str = "") -> None:
+def assert_same_vectors(
+    got: ArrayLike,
+    expected: ArrayLike,
+    min_cosine: float = FLOAT32_MIN_COSINE,
+    norm_rtol: float = FLOAT32_RTOL,
+    err_msg: str = "",
+) -> None:
     """Each row points the same way (cosine at least `min_cosine`) and has the same length (within `norm_rtol`)."""
     similarity = cosines(got, expected)
     assert (similarity >= min_cosine).all(), f"{err_msg} cosines {similarity.round(7).tolist()} < {min_cosine}"
     norms = np.linalg.norm(np.atleast_2d(np.asarray(expected, dtype=np.float64)), axis=-1)
-    np.testing.assert_allclose(np.linalg.norm(np.atleast_2d(np.asarray(got, dtype=np.float64)), axis=-1), norms,
-                               rtol=norm_rtol, err_msg=err_msg)
+    np.testing.assert_allclose(
+        np.linalg.norm(np.atleast_2d(np.asarray(got, dtype=np.float64)), axis=-1),
+        norms,
+        rtol=norm_rtol,
+        err_msg=err_msg,
+    )

@@ -16,9 +16,16 @@ from models.base import Representation
 def embed_context(query: EmbedQuery, prompt: str) -> dict[str, Any]:
     """An embedding depends on the prompt applied, the truncation, the input type (a ColBERT query is framed
     apart from a document even without a prompt), long-input windows, the normalization and the outputs asked."""
-    return {"operation": "embed", "capability": query.capability, "prompt": prompt,
-            "truncation": asdict(query.truncation), "input_type": query.input_type, "windowed": query.windowed,
-            "normalize": query.normalize, "representations": query.representations}
+    return {
+        "operation": "embed",
+        "capability": query.capability,
+        "prompt": prompt,
+        "truncation": asdict(query.truncation),
+        "input_type": query.input_type,
+        "windowed": query.windowed,
+        "normalize": query.normalize,
+        "representations": query.representations,
+    }
 
 
 def input_items(items: Sequence[InputItem], payloads: Sequence[str | bytes] | None = None) -> Iterator[bytes]:
@@ -39,8 +46,7 @@ def pairs_items(query: RankQuery) -> Iterator[bytes]:
 def ranked_context(query: RankQuery, representations: tuple[Representation, ...] | None) -> dict[str, Any]:
     """A model that ranks by its own outputs (ColBERT, BGE-M3): each text's outputs depend on the truncation and
     the representations the score mode reads; its role (query or document) is part of its bytes."""
-    return {"operation": "rank_outputs", "representations": representations,
-            "truncation": asdict(query.truncation)}
+    return {"operation": "rank_outputs", "representations": representations, "truncation": asdict(query.truncation)}
 
 
 def ranked_items(query: RankQuery) -> Iterator[bytes]:

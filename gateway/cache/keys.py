@@ -27,8 +27,18 @@ from models.base import ModelInfo
 
 DIGEST_BYTES = 32
 # Settings that change how outputs leave or how the model is run, never an output itself.
-OUTPUT_ONLY_SETTINGS = {"served_model_name", "model_id", "revision", "device", "batch_size", "max_batch_tokens",
-                        "quantization", "quantization_ranges", "allow_token_ids", "cache"}
+OUTPUT_ONLY_SETTINGS = {
+    "served_model_name",
+    "model_id",
+    "revision",
+    "device",
+    "batch_size",
+    "max_batch_tokens",
+    "quantization",
+    "quantization_ranges",
+    "allow_token_ids",
+    "cache",
+}
 ITEM_TAGS = {"text": b"T", "image": b"I", "audio": b"A", "ids": b"N", "pair": b"P"}
 LENGTH = struct.Struct("<Q")
 
@@ -38,7 +48,10 @@ def model_identity(cfg: ModelConfig, info: ModelInfo, folder: Path) -> bytes:
     material = {
         "weights": weights_identity(cfg.model_id, folder),
         "settings": cfg.model_dump(mode="json", exclude=OUTPUT_ONLY_SETTINGS),
-        "kind": info.kind, "backend": info.backend, "dtype": info.dtype, "format": FORMAT_VERSION,
+        "kind": info.kind,
+        "backend": info.backend,
+        "dtype": info.dtype,
+        "format": FORMAT_VERSION,
     }
     return _digest(json.dumps(material, sort_keys=True).encode())
 

@@ -23,8 +23,9 @@ def policy_of(header: str) -> CachePolicy:
     """`max-age=0` asks, as `no-cache` does, for nothing stored however fresh."""
     directives = dict(_directive(part) for part in header.split(","))
     stale = directives.get("max-age", "").isdigit() and int(directives["max-age"]) == 0
-    return CachePolicy(read=not (directives.keys() & {"no-cache", "no-store"} or stale),
-                       write="no-store" not in directives)
+    return CachePolicy(
+        read=not (directives.keys() & {"no-cache", "no-store"} or stale), write="no-store" not in directives
+    )
 
 
 def _directive(text: str) -> tuple[str, str]:

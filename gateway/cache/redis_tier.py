@@ -77,8 +77,9 @@ class RedisTier:
             return False
         keys = [KEY_PREFIX + key for key, _ in items]
         try:
-            await self._within(self._set_all(keys=keys, args=[*(value for _, value in items), self.ttl_s]),
-                               STORE_TIMEOUT_S)
+            await self._within(
+                self._set_all(keys=keys, args=[*(value for _, value in items), self.ttl_s]), STORE_TIMEOUT_S
+            )
         except Exception as exc:
             self._failed(model, "store", exc)
             return False
@@ -96,8 +97,13 @@ class RedisTier:
         self._healthy, self._probing, self._skip_until = False, False, now + RETRY_AFTER_S
         if now - self._warned_at >= WARN_EVERY_S:
             self._warned_at = now
-            logger.warning("the Redis cache tier failed a %s (%r); computing without it, retrying in %.0f s "
-                           "(this warning repeats at most once a minute)", what, exc, RETRY_AFTER_S)
+            logger.warning(
+                "the Redis cache tier failed a %s (%r); computing without it, retrying in %.0f s "
+                "(this warning repeats at most once a minute)",
+                what,
+                exc,
+                RETRY_AFTER_S,
+            )
 
     async def close(self) -> None:
         await asyncio.gather(self.lookups.aclose(), self.stores.aclose())
@@ -122,9 +128,16 @@ def redis_client(url: str, timeout_s: float) -> redis.Redis:
     on a fresh connection: a pooled one breaks once when Redis restarts. A new connection says nothing but what
     it must (no client name and version, no maintenance notifications, RESP2): 0.4 ms to open here instead of
     4.4, which a burst of requests opening connections at once would otherwise spend against the timeout."""
-    return redis.Redis.from_url(url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s,
-                                retry=Retry(NoBackoff(), 1), health_check_interval=0, protocol=2, driver_info=None,
-                                maint_notifications_config=MaintNotificationsConfig(enabled=False))
+    return redis.Redis.from_url(
+        url,
+        socket_timeout=timeout_s,
+        socket_connect_timeout=timeout_s,
+        retry=Retry(NoBackoff(), 1),
+        health_check_interval=0,
+        protocol=2,
+        driver_info=None,
+        maint_notifications_config=MaintNotificationsConfig(enabled=False),
+    )
 
 
 def _forget(tasks: set[asyncio.Task]):
@@ -132,4 +145,5 @@ def _forget(tasks: set[asyncio.Task]):
         tasks.discard(task)
         if not task.cancelled():
             task.exception()  # retrieved: a late failure of an abandoned call is not "never retrieved"
+
     return discard

@@ -111,8 +111,9 @@ class EmbeddingCache:
             self.store(model, fresh)
         entries = [entry if entry is not None else fresh[key] for key, entry in zip(keys, found)]
         cached = sum(entry.tokens for entry in found if entry is not None)
-        return Answered([entry.output for entry in entries], sum(entry.tokens for entry in entries),
-                        cached if policy.read else None)
+        return Answered(
+            [entry.output for entry in entries], sum(entry.tokens for entry in entries), cached if policy.read else None
+        )
 
     async def lookup(self, model: str, keys: Sequence[bytes]) -> list[Entry | None]:
         """Each key's entry, memory first, then Redis for those memory lacks (which memory then keeps)."""

@@ -34,8 +34,9 @@ class DatabaseBlobs:
         start = 1  # SQL's substring counts from 1
         while True:  # in pieces: a 200 MB file is not held whole for a download
             with engine.connect() as conn:
-                piece = conn.execute(select(func.substring(c.content, start, READ_PIECE_BYTES))
-                                     .where(c.file_id == file_id)).scalar()
+                piece = conn.execute(
+                    select(func.substring(c.content, start, READ_PIECE_BYTES)).where(c.file_id == file_id)
+                ).scalar()
             if not piece:
                 return
             yield bytes(piece)

@@ -39,8 +39,14 @@ def parse_batch_file(content: bytes, endpoint: str, max_lines: int) -> tuple[lis
     if not lines and not problems:
         problems.append(problem("empty_file", "the file holds no request", None, None))
     if len(lines) > max_lines:
-        problems.append(problem("too_many_requests", f"the file holds {len(lines)} requests; a batch takes at "
-                                f"most {max_lines} (jobs.max_lines)", None, None))
+        problems.append(
+            problem(
+                "too_many_requests",
+                f"the file holds {len(lines)} requests; a batch takes at most {max_lines} (jobs.max_lines)",
+                None,
+                None,
+            )
+        )
     return lines, problems[:MAX_REPORTED_PROBLEMS]
 
 
@@ -53,17 +59,20 @@ def _request(raw: str, number: int, endpoint: str, seen: set[str]) -> tuple[Batc
         return None, problem("invalid_json_line", f"line {number} is not a JSON object", None, number)
     custom_id = request.get("custom_id")
     if not isinstance(custom_id, str) or not custom_id:
-        return None, problem("missing_required_parameter", "each request needs a string `custom_id`",
-                             "custom_id", number)
+        return None, problem(
+            "missing_required_parameter", "each request needs a string `custom_id`", "custom_id", number
+        )
     if custom_id in seen:
-        return None, problem("duplicate_custom_id", f"the custom_id '{custom_id}' is used by an earlier line",
-                             "custom_id", number)
+        return None, problem(
+            "duplicate_custom_id", f"the custom_id '{custom_id}' is used by an earlier line", "custom_id", number
+        )
     seen.add(custom_id)
     if request.get("method") != "POST":
         return None, problem("invalid_method", "the method must be POST", "method", number)
     if request.get("url") != endpoint:
-        return None, problem("invalid_url", f"the url '{request.get('url')}' is not the batch's endpoint "
-                             f"'{endpoint}'", "url", number)
+        return None, problem(
+            "invalid_url", f"the url '{request.get('url')}' is not the batch's endpoint '{endpoint}'", "url", number
+        )
     if not isinstance(request.get("body"), dict):
         return None, problem("missing_required_parameter", "each request needs a `body` object", "body", number)
     return BatchLine(number, custom_id, json.dumps(request["body"], separators=(",", ":"))), None

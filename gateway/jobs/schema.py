@@ -27,7 +27,8 @@ from sqlalchemy import (
 metadata = MetaData()
 
 files = Table(
-    "embento_files", metadata,
+    "embento_files",
+    metadata,
     Column("id", String(40), primary_key=True),
     Column("purpose", String(32), nullable=False),
     Column("filename", Text, nullable=False),
@@ -43,13 +44,15 @@ files = Table(
 
 # An uploaded file's bytes, on PostgreSQL (on SQLite they are a file in the data folder).
 file_contents = Table(
-    "embento_file_contents", metadata,
+    "embento_file_contents",
+    metadata,
     Column("file_id", String(40), ForeignKey("embento_files.id", ondelete="CASCADE"), primary_key=True),
     Column("content", LargeBinary, nullable=False),
 )
 
 batches = Table(
-    "embento_batches", metadata,
+    "embento_batches",
+    metadata,
     Column("id", String(40), primary_key=True),
     Column("endpoint", String(64), nullable=False),
     Column("input_file_id", String(40), nullable=False),
@@ -64,9 +67,20 @@ batches = Table(
     Column("output_file_id", String(40)),
     Column("error_file_id", String(40)),
     Column("created_us", BigInteger, nullable=False),
-    *(Column(name, BigInteger) for name in ("created_at", "in_progress_at", "expires_at", "finalizing_at",
-                                             "completed_at", "failed_at", "expired_at", "cancelling_at",
-                                             "cancelled_at")),
+    *(
+        Column(name, BigInteger)
+        for name in (
+            "created_at",
+            "in_progress_at",
+            "expires_at",
+            "finalizing_at",
+            "completed_at",
+            "failed_at",
+            "expired_at",
+            "cancelling_at",
+            "cancelled_at",
+        )
+    ),
     # Who validates or finalizes it now, and until when (a dead worker's step is taken over after that).
     Column("lease_owner", String(80)),
     Column("lease_until", Float),
@@ -74,7 +88,8 @@ batches = Table(
 )
 
 lines = Table(
-    "embento_batch_lines", metadata,
+    "embento_batch_lines",
+    metadata,
     Column("batch_id", String(40), primary_key=True),
     Column("line", Integer, primary_key=True),  # 1-based, as the file's line numbers
     Column("custom_id", Text, nullable=False),
@@ -82,7 +97,8 @@ lines = Table(
 )
 
 chunks = Table(
-    "embento_batch_chunks", metadata,
+    "embento_batch_chunks",
+    metadata,
     Column("batch_id", String(40), primary_key=True),
     Column("first_line", Integer, primary_key=True),
     Column("end_line", Integer, nullable=False),  # exclusive
@@ -93,7 +109,8 @@ chunks = Table(
 )
 
 results = Table(
-    "embento_batch_results", metadata,
+    "embento_batch_results",
+    metadata,
     Column("batch_id", String(40), primary_key=True),
     Column("line", Integer, primary_key=True),
     Column("succeeded", Boolean, nullable=False),

@@ -108,10 +108,19 @@ class JobStore:
     def add_file(self, filename: str, purpose: str, content: bytes, tenant: Tenant = OPEN) -> dict[str, Any]:
         self.create_schema()
         now = self._now()
-        record = {"id": new_id("file-"), "purpose": purpose, "filename": filename, "bytes": len(content),
-                  "created_at": now, "created_us": self._now_us(), "expires_at": now + self.settings.retention_s,
-                  "batch_id": None, "succeeded": None, "tenant": tenant.name,
-                  "lines": content.count(b"\n") + (bool(content) and not content.endswith(b"\n"))}
+        record = {
+            "id": new_id("file-"),
+            "purpose": purpose,
+            "filename": filename,
+            "bytes": len(content),
+            "created_at": now,
+            "created_us": self._now_us(),
+            "expires_at": now + self.settings.retention_s,
+            "batch_id": None,
+            "succeeded": None,
+            "tenant": tenant.name,
+            "lines": content.count(b"\n") + (bool(content) and not content.endswith(b"\n")),
+        }
         with self.engine.begin() as conn:
             _one_creator_at_a_time(conn)
             stored_bytes = select(func.coalesce(func.sum(schema.files.c.bytes), 0))
@@ -120,13 +129,16 @@ class JobStore:
                 raise errors.InvalidRequest(
                     f"the deployment keeps at most {self.settings.max_stored_bytes} bytes of files "
                     f"(jobs.max_stored_bytes) and holds {stored}; delete files or wait for them to expire",
-                    param="file")
+                    param="file",
+                )
             if tenant.max_stored_bytes is not None:
                 own = conn.execute(stored_bytes.where(_owned(schema.files, tenant))).scalar_one()
                 if own + len(content) > tenant.max_stored_bytes:
                     raise errors.InvalidRequest(
                         f"API key '{tenant.name}' may keep {tenant.max_stored_bytes} bytes of files and holds {own}; "
-                        "delete files or wait for them to expire", param="file")
+                        "delete files or wait for them to expire",
+                        param="file",
+                    )
             conn.execute(insert(schema.files).values(record))
             self.blobs.write(conn, record["id"], content)  # before the commit: no row without its bytes
         return record
@@ -134,12 +146,14 @@ class JobStore:
     def file(self, file_id: str, tenant: Tenant | None = None) -> dict[str, Any] | None:
         self.create_schema()
         with self.reader.connect() as conn:
-            row = conn.execute(select(schema.files).where(schema.files.c.id == file_id,
-                                                          _owned(schema.files, tenant))).first()
+            row = conn.execute(
+                select(schema.files).where(schema.files.c.id == file_id, _owned(schema.files, tenant))
+            ).first()
         return dict(row._mapping) if row else None
 
-    def files(self, purpose: str | None, after: str | None, limit: int, descending: bool,
-              tenant: Tenant | None = None) -> list[dict[str, Any]]:
+    def files(
+        self, purpose: str | None, after: str | None, limit: int, descending: bool, tenant: Tenant | None = None
+    ) -> list[dict[str, Any]]:
         self.create_schema()
         query = select(schema.files).where(_owned(schema.files, tenant))
         if purpose:
@@ -160,8 +174,9 @@ class JobStore:
     def delete_file(self, file_id: str, tenant: Tenant | None = None) -> bool:
         self.create_schema()
         with self.engine.begin() as conn:
-            owned = conn.execute(select(schema.files.c.id).where(schema.files.c.id == file_id,
-                                                                 _owned(schema.files, tenant))).first()
+            owned = conn.execute(
+                select(schema.files.c.id).where(schema.files.c.id == file_id, _owned(schema.files, tenant))
+            ).first()
             return owned is not None and self._delete_files(conn, [file_id]) > 0
 
     def _delete_files(self, conn: Connection, file_ids: list[str]) -> int:
@@ -169,8 +184,11 @@ class JobStore:
         rows = conn.execute(select(schema.files).where(schema.files.c.id.in_(file_ids))).all()
         for row in rows:
             if row.batch_id is not None:
-                conn.execute(delete(schema.results).where(schema.results.c.batch_id == row.batch_id,
-                                                          schema.results.c.succeeded == row.succeeded))
+                conn.execute(
+                    delete(schema.results).where(
+                        schema.results.c.batch_id == row.batch_id, schema.results.c.succeeded == row.succeeded
+                    )
+                )
             else:
                 self.blobs.delete(conn, row.id)
         conn.execute(delete(schema.files).where(schema.files.c.id.in_(file_ids)))
@@ -186,35 +204,59 @@ class JobStore:
             with self.reader.connect() as conn:
                 page = conn.execute(
                     select(schema.results.c.line, schema.results.c.output)
-                    .where(schema.results.c.batch_id == record["batch_id"],
-                           schema.results.c.succeeded == record["succeeded"], schema.results.c.line > after)
-                    .order_by(schema.results.c.line).limit(OUTPUT_PAGE_LINES)).all()
+                    .where(
+                        schema.results.c.batch_id == record["batch_id"],
+                        schema.results.c.succeeded == record["succeeded"],
+                        schema.results.c.line > after,
+                    )
+                    .order_by(schema.results.c.line)
+                    .limit(OUTPUT_PAGE_LINES)
+                ).all()
             if not page:
                 return
             yield "".join(f"{row.output}\n" for row in page).encode()
             after = page[-1].line
 
     # Batches
-    def create_batch(self, endpoint: str, input_file_id: str, completion_window: str,
-                     metadata: dict[str, str] | None, tenant: Tenant = OPEN) -> dict[str, Any]:
+    def create_batch(
+        self,
+        endpoint: str,
+        input_file_id: str,
+        completion_window: str,
+        metadata: dict[str, str] | None,
+        tenant: Tenant = OPEN,
+    ) -> dict[str, Any]:
         self.create_schema()
         now = self._now()
-        record = {"id": new_id("batch_"), "endpoint": endpoint, "input_file_id": input_file_id,
-                  "completion_window": completion_window, "metadata": metadata, "status": "validating",
-                  "tenant": tenant.name,
-                  "errors": None, "total": 0, "completed": 0, "failed": 0, "created_at": now,
-                  "created_us": self._now_us(),
-                  "expires_at": now + BATCH_WINDOW_S[completion_window]}
+        record = {
+            "id": new_id("batch_"),
+            "endpoint": endpoint,
+            "input_file_id": input_file_id,
+            "completion_window": completion_window,
+            "metadata": metadata,
+            "status": "validating",
+            "tenant": tenant.name,
+            "errors": None,
+            "total": 0,
+            "completed": 0,
+            "failed": 0,
+            "created_at": now,
+            "created_us": self._now_us(),
+            "expires_at": now + BATCH_WINDOW_S[completion_window],
+        }
         with self.engine.begin() as conn:
             _one_creator_at_a_time(conn)
-            source = conn.execute(select(schema.files).where(schema.files.c.id == input_file_id,
-                                                             _owned(schema.files, tenant))).first()
+            source = conn.execute(
+                select(schema.files).where(schema.files.c.id == input_file_id, _owned(schema.files, tenant))
+            ).first()
             if source is None:
-                raise errors.InvalidRequest(f"no file '{input_file_id}' (unknown, expired or deleted)",
-                                            param="input_file_id")
+                raise errors.InvalidRequest(
+                    f"no file '{input_file_id}' (unknown, expired or deleted)", param="input_file_id"
+                )
             if source.purpose != "batch" or source.batch_id is not None:
-                raise errors.InvalidRequest(f"file '{input_file_id}' was not uploaded with purpose 'batch'",
-                                            param="input_file_id")
+                raise errors.InvalidRequest(
+                    f"file '{input_file_id}' was not uploaded with purpose 'batch'", param="input_file_id"
+                )
             if tenant.max_queued_lines is not None:
                 self._check_queued_lines(conn, tenant, source.lines or 0)
             conn.execute(insert(schema.batches).values(record))
@@ -224,35 +266,47 @@ class JobStore:
     def _check_queued_lines(conn: Connection, tenant: Tenant, adding: int) -> None:
         """A batch whose lines would take its tenant's unfinished ones past `max_queued_lines` is refused."""
         b, f = schema.batches.c, schema.files.c
-        queued = conn.execute(select(func.coalesce(func.sum(f.lines), 0)).select_from(
-            schema.batches.join(schema.files, f.id == b.input_file_id)).where(
-            _owned(schema.batches, tenant), b.status.in_(("validating", "in_progress", "finalizing",
-                                                          "cancelling")))).scalar_one()
+        queued = conn.execute(
+            select(func.coalesce(func.sum(f.lines), 0))
+            .select_from(schema.batches.join(schema.files, f.id == b.input_file_id))
+            .where(
+                _owned(schema.batches, tenant), b.status.in_(("validating", "in_progress", "finalizing", "cancelling"))
+            )
+        ).scalar_one()
         if queued + adding > (tenant.max_queued_lines or 0):
             raise errors.InvalidRequest(
                 f"API key '{tenant.name}' may have {tenant.max_queued_lines} lines in unfinished batches and has "
-                f"{queued}; this file adds {adding}", param="input_file_id")
+                f"{queued}; this file adds {adding}",
+                param="input_file_id",
+            )
 
     def batch(self, batch_id: str, tenant: Tenant | None = None) -> dict[str, Any] | None:
         self.create_schema()
         with self.reader.connect() as conn:
-            row = conn.execute(select(schema.batches).where(schema.batches.c.id == batch_id,
-                                                            _owned(schema.batches, tenant))).first()
+            row = conn.execute(
+                select(schema.batches).where(schema.batches.c.id == batch_id, _owned(schema.batches, tenant))
+            ).first()
         return dict(row._mapping) if row else None
 
     def batches(self, after: str | None, limit: int, tenant: Tenant | None = None) -> list[dict[str, Any]]:
         self.create_schema()
-        return self._page(select(schema.batches).where(_owned(schema.batches, tenant)), schema.batches, after, limit,
-                          descending=True)
+        return self._page(
+            select(schema.batches).where(_owned(schema.batches, tenant)), schema.batches, after, limit, descending=True
+        )
 
     def cancel(self, batch_id: str, tenant: Tenant | None = None) -> dict[str, Any] | None:
         """A batch not finished stops taking new chunks; its workers finish theirs, then it is cancelled."""
         self.create_schema()
         with self.engine.begin() as conn:
-            conn.execute(update(schema.batches)
-                         .where(schema.batches.c.id == batch_id, _owned(schema.batches, tenant),
-                                schema.batches.c.status.in_(("validating", "in_progress")))
-                         .values(status="cancelling", cancelling_at=self._now(), lease_owner=None, lease_until=None))
+            conn.execute(
+                update(schema.batches)
+                .where(
+                    schema.batches.c.id == batch_id,
+                    _owned(schema.batches, tenant),
+                    schema.batches.c.status.in_(("validating", "in_progress")),
+                )
+                .values(status="cancelling", cancelling_at=self._now(), lease_owner=None, lease_until=None)
+            )
         return self.batch(batch_id, tenant)
 
     # The worker's side
@@ -265,40 +319,76 @@ class JobStore:
         c, k = schema.batches.c, schema.chunks.c
         open_chunk = select(schema.chunks).where(k.batch_id == c.id, k.done.is_(False))
         running_chunk = open_chunk.where(k.lease_until >= now)
-        due = or_(c.status.in_(("validating", "finalizing")),
-                  and_(c.status == "in_progress", ~open_chunk.exists()),
-                  and_(c.status == "cancelling", ~running_chunk.exists()),
-                  and_(c.status.in_(("validating", "in_progress")), c.expires_at <= int(now)))
-        query = (select(c.id, c.status, c.expires_at).where(due, or_(c.lease_until.is_(None), c.lease_until < now))
-                 .order_by(c.created_at).limit(1).with_for_update(skip_locked=True, of=schema.batches))
+        due = or_(
+            c.status.in_(("validating", "finalizing")),
+            and_(c.status == "in_progress", ~open_chunk.exists()),
+            and_(c.status == "cancelling", ~running_chunk.exists()),
+            and_(c.status.in_(("validating", "in_progress")), c.expires_at <= int(now)),
+        )
+        query = (
+            select(c.id, c.status, c.expires_at)
+            .where(due, or_(c.lease_until.is_(None), c.lease_until < now))
+            .order_by(c.created_at)
+            .limit(1)
+            .with_for_update(skip_locked=True, of=schema.batches)
+        )
         with self.engine.begin() as conn:
             row = conn.execute(query).first()
             if row is None:
                 return None
-            conn.execute(update(schema.batches).where(c.id == row.id)
-                         .values(lease_owner=owner, lease_until=now + self.settings.lease_s))
+            conn.execute(
+                update(schema.batches)
+                .where(c.id == row.id)
+                .values(lease_owner=owner, lease_until=now + self.settings.lease_s)
+            )
         return dict(row._mapping)
 
-    def validated(self, batch_id: str, owner: str, parsed: list[BatchLine] | None,
-                  problems: list[dict[str, Any]]) -> None:
+    def validated(
+        self, batch_id: str, owner: str, parsed: list[BatchLine] | None, problems: list[dict[str, Any]]
+    ) -> None:
         """A validated batch's lines and chunks, now in progress; or its problems, and it has failed."""
         c = schema.batches.c
         with self.engine.begin() as conn:
             if not self._holds(conn, batch_id, owner, "validating"):
                 return
             if problems or not parsed:
-                conn.execute(update(schema.batches).where(c.id == batch_id).values(
-                    status="failed", failed_at=self._now(), errors=problems, lease_owner=None, lease_until=None))
+                conn.execute(
+                    update(schema.batches)
+                    .where(c.id == batch_id)
+                    .values(status="failed", failed_at=self._now(), errors=problems, lease_owner=None, lease_until=None)
+                )
                 return
-            conn.execute(insert(schema.lines), [{"batch_id": batch_id, "line": line.number,
-                                                 "custom_id": line.custom_id, "body": line.body} for line in parsed])
+            conn.execute(
+                insert(schema.lines),
+                [
+                    {"batch_id": batch_id, "line": line.number, "custom_id": line.custom_id, "body": line.body}
+                    for line in parsed
+                ],
+            )
             size = self.settings.chunk_lines
-            conn.execute(insert(schema.chunks), [
-                {"batch_id": batch_id, "first_line": parsed[i].number, "done": False,
-                 "end_line": parsed[min(i + size, len(parsed)) - 1].number + 1} for i in range(0, len(parsed), size)])
-            conn.execute(update(schema.batches).where(c.id == batch_id).values(
-                status="in_progress", in_progress_at=self._now(), total=len(parsed), lease_owner=None,
-                lease_until=None))
+            conn.execute(
+                insert(schema.chunks),
+                [
+                    {
+                        "batch_id": batch_id,
+                        "first_line": parsed[i].number,
+                        "done": False,
+                        "end_line": parsed[min(i + size, len(parsed)) - 1].number + 1,
+                    }
+                    for i in range(0, len(parsed), size)
+                ],
+            )
+            conn.execute(
+                update(schema.batches)
+                .where(c.id == batch_id)
+                .values(
+                    status="in_progress",
+                    in_progress_at=self._now(),
+                    total=len(parsed),
+                    lease_owner=None,
+                    lease_until=None,
+                )
+            )
 
     def _holds(self, conn: Connection, batch_id: str, owner: str, status: str) -> bool:
         c = schema.batches.c
@@ -315,8 +405,11 @@ class JobStore:
         with self.engine.begin() as conn:
             if not self._holds(conn, batch_id, owner, "in_progress"):
                 return False
-            conn.execute(update(schema.batches).where(schema.batches.c.id == batch_id)
-                         .values(status="finalizing", finalizing_at=self._now()))
+            conn.execute(
+                update(schema.batches)
+                .where(schema.batches.c.id == batch_id)
+                .values(status="finalizing", finalizing_at=self._now())
+            )
         return True
 
     def finish(self, batch_id: str, owner: str, status: str, outcome: str) -> None:
@@ -331,20 +424,41 @@ class JobStore:
             owning = conn.execute(select(c.tenant).where(c.id == batch_id)).scalar()
             for succeeded in (True, False):
                 size, count = conn.execute(
-                    select(func.coalesce(func.sum(schema.results.c.size), 0),
-                           func.count()).where(schema.results.c.batch_id == batch_id,
-                                               schema.results.c.succeeded == succeeded)).one()
+                    select(func.coalesce(func.sum(schema.results.c.size), 0), func.count()).where(
+                        schema.results.c.batch_id == batch_id, schema.results.c.succeeded == succeeded
+                    )
+                ).one()
                 file_ids[succeeded] = None
                 if count:
                     file_ids[succeeded] = new_id("file-")
-                    conn.execute(insert(schema.files).values(
-                        id=file_ids[succeeded], purpose="batch_output", bytes=size, created_at=now,
-                        created_us=self._now_us(), tenant=owning,
-                        expires_at=now + self.settings.retention_s, batch_id=batch_id, succeeded=succeeded,
-                        filename=f"{batch_id}_{'output' if succeeded else 'error'}.jsonl"))
-            conn.execute(update(schema.batches).where(c.id == batch_id).values(
-                {"status": outcome, f"{outcome}_at": now, "output_file_id": file_ids[True],
-                 "error_file_id": file_ids[False], "lease_owner": None, "lease_until": None}))
+                    conn.execute(
+                        insert(schema.files).values(
+                            id=file_ids[succeeded],
+                            purpose="batch_output",
+                            bytes=size,
+                            created_at=now,
+                            created_us=self._now_us(),
+                            tenant=owning,
+                            expires_at=now + self.settings.retention_s,
+                            batch_id=batch_id,
+                            succeeded=succeeded,
+                            filename=f"{batch_id}_{'output' if succeeded else 'error'}.jsonl",
+                        )
+                    )
+            conn.execute(
+                update(schema.batches)
+                .where(c.id == batch_id)
+                .values(
+                    {
+                        "status": outcome,
+                        f"{outcome}_at": now,
+                        "output_file_id": file_ids[True],
+                        "error_file_id": file_ids[False],
+                        "lease_owner": None,
+                        "lease_until": None,
+                    }
+                )
+            )
             conn.execute(delete(schema.lines).where(schema.lines.c.batch_id == batch_id))
             conn.execute(delete(schema.chunks).where(schema.chunks.c.batch_id == batch_id))
 
@@ -353,30 +467,55 @@ class JobStore:
         self.create_schema()
         now = self.clock()
         b, k, ln = schema.batches.c, schema.chunks.c, schema.lines.c
-        query = (select(k.batch_id, k.first_line, k.end_line, b.endpoint, b.tenant)
-                 .join(schema.batches, b.id == k.batch_id)
-                 .where(b.status == "in_progress", b.expires_at > int(now), k.done.is_(False),
-                        or_(k.lease_until.is_(None), k.lease_until < now))
-                 .order_by(b.created_at, k.first_line).limit(1).with_for_update(skip_locked=True, of=schema.chunks))
+        query = (
+            select(k.batch_id, k.first_line, k.end_line, b.endpoint, b.tenant)
+            .join(schema.batches, b.id == k.batch_id)
+            .where(
+                b.status == "in_progress",
+                b.expires_at > int(now),
+                k.done.is_(False),
+                or_(k.lease_until.is_(None), k.lease_until < now),
+            )
+            .order_by(b.created_at, k.first_line)
+            .limit(1)
+            .with_for_update(skip_locked=True, of=schema.chunks)
+        )
         with self.engine.begin() as conn:
             row = conn.execute(query).first()
             if row is None:
                 return None
-            conn.execute(update(schema.chunks).where(k.batch_id == row.batch_id, k.first_line == row.first_line)
-                         .values(lease_owner=owner, lease_until=now + self.settings.lease_s))
-            found = conn.execute(select(ln.line, ln.custom_id, ln.body).where(
-                ln.batch_id == row.batch_id, ln.line >= row.first_line, ln.line < row.end_line)
-                .order_by(ln.line)).all()
-        return Chunk(row.batch_id, row.endpoint, row.first_line,
-                     [BatchLine(line.line, line.custom_id, line.body) for line in found], row.tenant or DEFAULT_TENANT)
+            conn.execute(
+                update(schema.chunks)
+                .where(k.batch_id == row.batch_id, k.first_line == row.first_line)
+                .values(lease_owner=owner, lease_until=now + self.settings.lease_s)
+            )
+            found = conn.execute(
+                select(ln.line, ln.custom_id, ln.body)
+                .where(ln.batch_id == row.batch_id, ln.line >= row.first_line, ln.line < row.end_line)
+                .order_by(ln.line)
+            ).all()
+        return Chunk(
+            row.batch_id,
+            row.endpoint,
+            row.first_line,
+            [BatchLine(line.line, line.custom_id, line.body) for line in found],
+            row.tenant or DEFAULT_TENANT,
+        )
 
     def renew(self, chunk: Chunk, owner: str) -> bool:
         """The chunk's lease extended; False when another worker has taken it over."""
         k = schema.chunks.c
         with self.engine.begin() as conn:
-            renewed = conn.execute(update(schema.chunks).where(
-                k.batch_id == chunk.batch_id, k.first_line == chunk.first_line, k.lease_owner == owner,
-                k.done.is_(False)).values(lease_until=self.clock() + self.settings.lease_s))
+            renewed = conn.execute(
+                update(schema.chunks)
+                .where(
+                    k.batch_id == chunk.batch_id,
+                    k.first_line == chunk.first_line,
+                    k.lease_owner == owner,
+                    k.done.is_(False),
+                )
+                .values(lease_until=self.clock() + self.settings.lease_s)
+            )
         return renewed.rowcount == 1
 
     def store_chunk(self, chunk: Chunk, owner: str, outputs: list[tuple[int, bool, str]]) -> bool:
@@ -385,18 +524,38 @@ class JobStore:
         k, b = schema.chunks.c, schema.batches.c
         try:
             with self.engine.begin() as conn:
-                done = conn.execute(update(schema.chunks).where(
-                    k.batch_id == chunk.batch_id, k.first_line == chunk.first_line, k.lease_owner == owner,
-                    k.done.is_(False)).values(done=True, lease_owner=None, lease_until=None))
+                done = conn.execute(
+                    update(schema.chunks)
+                    .where(
+                        k.batch_id == chunk.batch_id,
+                        k.first_line == chunk.first_line,
+                        k.lease_owner == owner,
+                        k.done.is_(False),
+                    )
+                    .values(done=True, lease_owner=None, lease_until=None)
+                )
                 if done.rowcount != 1:
                     conn.rollback()
                     return False
-                conn.execute(insert(schema.results), [
-                    {"batch_id": chunk.batch_id, "line": line, "succeeded": ok, "output": output,
-                     "size": len(output.encode()) + 1} for line, ok, output in outputs])
+                conn.execute(
+                    insert(schema.results),
+                    [
+                        {
+                            "batch_id": chunk.batch_id,
+                            "line": line,
+                            "succeeded": ok,
+                            "output": output,
+                            "size": len(output.encode()) + 1,
+                        }
+                        for line, ok, output in outputs
+                    ],
+                )
                 succeeded = sum(ok for _, ok, _ in outputs)
-                conn.execute(update(schema.batches).where(b.id == chunk.batch_id).values(
-                    completed=b.completed + succeeded, failed=b.failed + len(outputs) - succeeded))
+                conn.execute(
+                    update(schema.batches)
+                    .where(b.id == chunk.batch_id)
+                    .values(completed=b.completed + succeeded, failed=b.failed + len(outputs) - succeeded)
+                )
         except IntegrityError:  # stored already by a worker that held it before: answered once
             return False
         return True
@@ -435,8 +594,9 @@ def _add_columns(conn: Connection) -> None:
     for table, name in schema.ADDED_COLUMNS:
         if name not in {column["name"] for column in inspector.get_columns(table.name)}:
             column = table.c[name]
-            conn.execute(text(f"ALTER TABLE {table.name} ADD COLUMN {name} "
-                              f"{column.type.compile(dialect=conn.dialect)}"))
+            conn.execute(
+                text(f"ALTER TABLE {table.name} ADD COLUMN {name} {column.type.compile(dialect=conn.dialect)}")
+            )
 
 
 def open_store(settings: JobSettings) -> JobStore | None:
@@ -455,7 +615,7 @@ def _psycopg(url: str) -> str:
     """A `postgresql://` URL through psycopg 3 (SQLAlchemy's default PostgreSQL driver is psycopg2)."""
     for prefix in ("postgresql://", "postgres://"):
         if url.startswith(prefix):
-            return "postgresql+psycopg://" + url[len(prefix):]
+            return "postgresql+psycopg://" + url[len(prefix) :]
     return url
 
 

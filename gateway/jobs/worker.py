@@ -39,8 +39,15 @@ RETRY_WAITS_S = (0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0)  # a line answered 429/503
 
 
 class JobWorker:
-    def __init__(self, store: JobStore, settings: JobSettings, engine: Engine,
-                 ready: Callable[[], Awaitable[bool]], new_work: asyncio.Event, keys: Keys) -> None:
+    def __init__(
+        self,
+        store: JobStore,
+        settings: JobSettings,
+        engine: Engine,
+        ready: Callable[[], Awaitable[bool]],
+        new_work: asyncio.Event,
+        keys: Keys,
+    ) -> None:
         """`new_work` is set when this process creates a batch: the worker looks at once instead of at its next
         poll (other processes and replicas notice within `IDLE_POLL_S`). A batch's lines run as its tenant
         (`keys`)."""
@@ -61,8 +68,10 @@ class JobWorker:
             BATCHES.labels(status=status)
 
     def start(self) -> None:
-        self._tasks = [asyncio.create_task(self._forever(self._step)),
-                       *(asyncio.create_task(self._forever(self._chunk)) for _ in range(CHUNKS_IN_FLIGHT))]
+        self._tasks = [
+            asyncio.create_task(self._forever(self._step)),
+            *(asyncio.create_task(self._forever(self._chunk)) for _ in range(CHUNKS_IN_FLIGHT)),
+        ]
 
     async def _forever(self, work: Callable[[], Awaitable[bool]]) -> None:
         """`work` again and again once the models serve; after a pass that found nothing, a pause."""
@@ -107,11 +116,18 @@ class JobWorker:
         content = await asyncio.to_thread(self.store.upload_bytes, record["input_file_id"])
         if content is None:
             parsed: list[BatchLine] = []
-            problems = [problem("file_not_found", f"the input file '{record['input_file_id']}' was deleted before "
-                                "the batch was validated", "input_file_id", None)]
+            problems = [
+                problem(
+                    "file_not_found",
+                    f"the input file '{record['input_file_id']}' was deleted before the batch was validated",
+                    "input_file_id",
+                    None,
+                )
+            ]
         else:
-            parsed, problems = await asyncio.to_thread(parse_batch_file, content, record["endpoint"],
-                                                       self.settings.max_lines)
+            parsed, problems = await asyncio.to_thread(
+                parse_batch_file, content, record["endpoint"], self.settings.max_lines
+            )
         self._crash_point("validating")
         await asyncio.to_thread(self.store.validated, batch_id, self.owner, parsed, problems)
         self.new_work.set()  # its chunks
@@ -136,8 +152,11 @@ class JobWorker:
             LINES.labels(endpoint=chunk.endpoint, outcome="succeeded").inc(succeeded)
             LINES.labels(endpoint=chunk.endpoint, outcome="failed").inc(len(outputs) - succeeded)
         else:
-            logger.warning("chunk %s:%d was not stored: another worker took it over, or its batch ended",
-                           chunk.batch_id, chunk.first_line)
+            logger.warning(
+                "chunk %s:%d was not stored: another worker took it over, or its batch ended",
+                chunk.batch_id,
+                chunk.first_line,
+            )
         return True
 
     async def _renew(self, chunk: Chunk) -> None:

@@ -30,13 +30,13 @@ from models import errors
 Headers = list[tuple[bytes, bytes]]
 # Probes stay open so orchestrators need no key; /metrics too where configured (`public_metrics`).
 PROBE_PATHS = frozenset({"/livez", "/readyz", "/healthz", "/health"})
-LIMIT_NAMES = {"requests": "requests per minute", "tokens": "tokens per minute",
-               "concurrency": "concurrent requests"}
+LIMIT_NAMES = {"requests": "requests per minute", "tokens": "tokens per minute", "concurrency": "concurrent requests"}
 
 
 class TenantGate:
-    def __init__(self, app: ASGIApp, keys: Keys, ledger: Ledger, open_paths: frozenset[str],
-                 access_log: AccessLog) -> None:
+    def __init__(
+        self, app: ASGIApp, keys: Keys, ledger: Ledger, open_paths: frozenset[str], access_log: AccessLog
+    ) -> None:
         self.app = app
         self.keys = keys
         self.ledger = ledger
@@ -119,9 +119,11 @@ def refused(tenant: Tenant, standing: Standing) -> JSONResponse:
     """The 429 of a request over its tenant's limit, with when to retry."""
     assert standing.refused is not None
     wait = max(standing.retry_after_s, 0.001)
-    response = error_response(errors.RateLimited(
-        f"rate limit reached for {LIMIT_NAMES[standing.refused]} of API key '{tenant.name}'; retry in "
-        f"{wait:.3g} s"))
+    response = error_response(
+        errors.RateLimited(
+            f"rate limit reached for {LIMIT_NAMES[standing.refused]} of API key '{tenant.name}'; retry in {wait:.3g} s"
+        )
+    )
     response.headers["retry-after"] = str(math.ceil(wait))
     response.headers["retry-after-ms"] = str(math.ceil(wait * 1000))
     for name, value in rate_headers(standing):
@@ -139,9 +141,11 @@ def rate_headers(standing: Standing) -> Headers:
 
 
 def _bucket_headers(kind: str, found: Reading) -> Headers:
-    return [(f"x-ratelimit-limit-{kind}".encode(), str(found.limit).encode()),
-            (f"x-ratelimit-remaining-{kind}".encode(), str(found.remaining).encode()),
-            (f"x-ratelimit-reset-{kind}".encode(), duration(found.reset_s).encode())]
+    return [
+        (f"x-ratelimit-limit-{kind}".encode(), str(found.limit).encode()),
+        (f"x-ratelimit-remaining-{kind}".encode(), str(found.remaining).encode()),
+        (f"x-ratelimit-reset-{kind}".encode(), duration(found.reset_s).encode()),
+    ]
 
 
 def duration(seconds: float) -> str:

@@ -79,10 +79,12 @@ def refusal(tenant: Tenant, requests: float, tokens: float, in_flight: int) -> t
     return None, 0.0
 
 
-def standing(tenant: Tenant, requests: float, tokens: float, refused: Refusal | None = None,
-             retry_after_s: float = 0.0) -> Standing:
-    return Standing(reading(requests, tenant.requests_per_minute), reading(tokens, tenant.tokens_per_minute),
-                    refused, retry_after_s)
+def standing(
+    tenant: Tenant, requests: float, tokens: float, refused: Refusal | None = None, retry_after_s: float = 0.0
+) -> Standing:
+    return Standing(
+        reading(requests, tenant.requests_per_minute), reading(tokens, tenant.tokens_per_minute), refused, retry_after_s
+    )
 
 
 class SharedMemoryLedger:
@@ -151,5 +153,10 @@ class SharedMemoryLedger:
     @staticmethod
     def _store(table, row: int, tenant: Tenant, requests: float, tokens: float, now_us: int) -> None:
         """A limit the tenant does not have keeps no time: its bucket starts full if the limit is set later."""
-        table[row, 1:] = (round(requests * 1000), now_us if tenant.requests_per_minute is not None else 0,
-                          round(tokens * 1000), now_us if tenant.tokens_per_minute is not None else 0, now_us)
+        table[row, 1:] = (
+            round(requests * 1000),
+            now_us if tenant.requests_per_minute is not None else 0,
+            round(tokens * 1000),
+            now_us if tenant.tokens_per_minute is not None else 0,
+            now_us,
+        )

@@ -43,7 +43,9 @@ end
 local rpm, tpm, most = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local requests, tokens = level('r', rpm), level('t', tpm)
 """
-ENTER = LEVELS + """
+ENTER = (
+    LEVELS
+    + """
 local in_flight = 0
 if most > 0 then
   redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
@@ -65,13 +67,17 @@ save('t', tokens, tpm)
 redis.call('EXPIRE', KEYS[1], tonumber(ARGV[6]))
 return {refused, tostring(requests), tostring(tokens), in_flight}
 """
-LEAVE = LEVELS + """
+)
+LEAVE = (
+    LEVELS
+    + """
 redis.call('ZREM', KEYS[2], ARGV[4])
 tokens = tokens - tonumber(ARGV[5])
 save('t', tokens, tpm)
 redis.call('EXPIRE', KEYS[1], tonumber(ARGV[6]))
 return {tostring(requests), tostring(tokens)}
 """
+)
 
 
 class RedisLedger:
@@ -94,8 +100,9 @@ class RedisLedger:
         if not refused:
             return standing(tenant, float(requests), float(tokens))
         reason, retry_after = refusal(tenant, float(requests), float(tokens), int(in_flight))
-        return standing(tenant, float(requests), float(tokens), reason or refused.decode(),
-                        retry_after or CONCURRENCY_RETRY_S)
+        return standing(
+            tenant, float(requests), float(tokens), reason or refused.decode(), retry_after or CONCURRENCY_RETRY_S
+        )
 
     async def leave(self, tenant: Tenant, request_id: str, tokens: int) -> Standing:
         try:
@@ -109,8 +116,14 @@ class RedisLedger:
     async def _call(self, script, tenant: Tenant, request_id: str, last: float) -> list | None:
         """The script's answer; None when Redis failed and limits fail open (NotReady when closed)."""
         keys = [f"embento:tenant:{{{tenant.name}}}:buckets", f"embento:tenant:{{{tenant.name}}}:in_flight"]
-        args = [tenant.requests_per_minute or 0, tenant.tokens_per_minute or 0,
-                tenant.max_concurrent_requests or 0, request_id, last, KEY_TTL_S]
+        args = [
+            tenant.requests_per_minute or 0,
+            tenant.tokens_per_minute or 0,
+            tenant.max_concurrent_requests or 0,
+            request_id,
+            last,
+            KEY_TTL_S,
+        ]
         try:
             if time.monotonic() < self._skip_until:
                 raise ConnectionError("Redis failed less than a second ago")
@@ -128,6 +141,10 @@ class RedisLedger:
             self._skip_until = now + RETRY_AFTER_S
         if now - self._warned_at >= WARN_EVERY_S:
             self._warned_at = now
-            logger.warning("the Redis of the API keys' limits failed (%r); requests are %s uncounted, retrying in "
-                           "%.0f s (this warning repeats at most once a minute)", exc,
-                           "let through" if self.fail_open else "refused", RETRY_AFTER_S)
+            logger.warning(
+                "the Redis of the API keys' limits failed (%r); requests are %s uncounted, retrying in "
+                "%.0f s (this warning repeats at most once a minute)",
+                exc,
+                "let through" if self.fail_open else "refused",
+                RETRY_AFTER_S,
+            )

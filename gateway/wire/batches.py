@@ -43,22 +43,45 @@ def upload_limit(settings: JobSettings) -> int:
 
 
 def file_object(record: dict[str, Any]) -> dict[str, Any]:
-    return {"id": record["id"], "object": "file", "bytes": record["bytes"], "created_at": record["created_at"],
-            "expires_at": record["expires_at"], "filename": record["filename"], "purpose": record["purpose"],
-            "status": "processed", "status_details": None}
+    return {
+        "id": record["id"],
+        "object": "file",
+        "bytes": record["bytes"],
+        "created_at": record["created_at"],
+        "expires_at": record["expires_at"],
+        "filename": record["filename"],
+        "purpose": record["purpose"],
+        "status": "processed",
+        "status_details": None,
+    }
 
 
 def batch_object(record: dict[str, Any]) -> dict[str, Any]:
     problems = record["errors"]
     return {
-        "id": record["id"], "object": "batch", "endpoint": record["endpoint"],
+        "id": record["id"],
+        "object": "batch",
+        "endpoint": record["endpoint"],
         "errors": {"object": "list", "data": problems} if problems else None,
-        "input_file_id": record["input_file_id"], "completion_window": record["completion_window"],
-        "status": record["status"], "output_file_id": record["output_file_id"],
+        "input_file_id": record["input_file_id"],
+        "completion_window": record["completion_window"],
+        "status": record["status"],
+        "output_file_id": record["output_file_id"],
         "error_file_id": record["error_file_id"],
-        **{name: record[name] for name in ("created_at", "in_progress_at", "expires_at", "finalizing_at",
-                                           "completed_at", "failed_at", "expired_at", "cancelling_at",
-                                           "cancelled_at")},
+        **{
+            name: record[name]
+            for name in (
+                "created_at",
+                "in_progress_at",
+                "expires_at",
+                "finalizing_at",
+                "completed_at",
+                "failed_at",
+                "expired_at",
+                "cancelling_at",
+                "cancelled_at",
+            )
+        },
         "request_counts": {"total": record["total"], "completed": record["completed"], "failed": record["failed"]},
         "metadata": record["metadata"],
     }
@@ -67,8 +90,13 @@ def batch_object(record: dict[str, Any]) -> dict[str, Any]:
 def listing(objects: list[dict[str, Any]], limit: int) -> dict[str, Any]:
     """OpenAI's cursor page: one object more than `limit` was read, to tell `has_more`."""
     page = objects[:limit]
-    return {"object": "list", "data": page, "first_id": page[0]["id"] if page else None,
-            "last_id": page[-1]["id"] if page else None, "has_more": len(objects) > limit}
+    return {
+        "object": "list",
+        "data": page,
+        "first_id": page[0]["id"] if page else None,
+        "last_id": page[-1]["id"] if page else None,
+        "has_more": len(objects) > limit,
+    }
 
 
 def job_routes(store: JobStore, settings: JobSettings, created: Callable[[], None]) -> list[Route]:
@@ -81,16 +109,21 @@ def job_routes(store: JobStore, settings: JobSettings, created: Callable[[], Non
             raise errors.InvalidRequest(f"the upload is not a valid multipart form: {exc}") from None
         purpose, upload = form.get("purpose"), form.get("file")
         if purpose != "batch":
-            raise errors.InvalidRequest(f"purpose '{purpose}' is not served; upload batch input files with "
-                                        "purpose 'batch'", param="purpose")
+            raise errors.InvalidRequest(
+                f"purpose '{purpose}' is not served; upload batch input files with purpose 'batch'", param="purpose"
+            )
         if not isinstance(upload, UploadFile):
             raise errors.InvalidRequest("the form needs a `file` part holding the file", param="file")
         content = await upload.read()
         if len(content) > settings.max_file_bytes:
-            raise errors.InvalidRequest(f"the file is {len(content)} bytes; at most {settings.max_file_bytes} are "
-                                        "allowed (jobs.max_file_bytes)", param="file")
-        record = await asyncio.to_thread(store.add_file, upload.filename or "upload.jsonl", purpose, content,
-                                           TENANT.get())
+            raise errors.InvalidRequest(
+                f"the file is {len(content)} bytes; at most {settings.max_file_bytes} are "
+                "allowed (jobs.max_file_bytes)",
+                param="file",
+            )
+        record = await asyncio.to_thread(
+            store.add_file, upload.filename or "upload.jsonl", purpose, content, TENANT.get()
+        )
         return JSONResponse(file_object(record))
 
     async def list_files(request: Request) -> Response:
@@ -98,9 +131,14 @@ def job_routes(store: JobStore, settings: JobSettings, created: Callable[[], Non
         order = request.query_params.get("order", "desc")
         if order not in ("asc", "desc"):
             raise errors.InvalidRequest("order must be 'asc' or 'desc'", param="order")
-        records = await asyncio.to_thread(store.files, request.query_params.get("purpose"),
-                                          request.query_params.get("after"), limit + 1, order == "desc",
-                                          TENANT.get())
+        records = await asyncio.to_thread(
+            store.files,
+            request.query_params.get("purpose"),
+            request.query_params.get("after"),
+            limit + 1,
+            order == "desc",
+            TENANT.get(),
+        )
         return JSONResponse(listing([file_object(record) for record in records], limit))
 
     async def get_file(request: Request) -> Response:
@@ -115,8 +153,9 @@ def job_routes(store: JobStore, settings: JobSettings, created: Callable[[], Non
     async def file_content(request: Request) -> Response:
         record = await _file(request)
         pieces: Iterator[bytes] = store.content(record)  # read in a thread, piece by piece
-        return StreamingResponse(pieces, media_type="application/octet-stream",
-                                 headers={"Content-Length": str(record["bytes"])})
+        return StreamingResponse(
+            pieces, media_type="application/octet-stream", headers={"Content-Length": str(record["bytes"])}
+        )
 
     async def _file(request: Request) -> dict[str, Any]:
         file_id = request.path_params["file_id"]
@@ -132,20 +171,22 @@ def job_routes(store: JobStore, settings: JobSettings, created: Callable[[], Non
             message, param = describe_validation(exc.errors()[0])
             raise errors.InvalidRequest(message, param=param) from None
         if body.endpoint not in ENDPOINTS:
-            raise errors.InvalidRequest(f"endpoint '{body.endpoint}' is not served; one of {sorted(ENDPOINTS)}",
-                                        param="endpoint")
+            raise errors.InvalidRequest(
+                f"endpoint '{body.endpoint}' is not served; one of {sorted(ENDPOINTS)}", param="endpoint"
+            )
         if body.completion_window not in BATCH_WINDOW_S:
-            raise errors.InvalidRequest(f"completion_window must be one of {sorted(BATCH_WINDOW_S)}",
-                                        param="completion_window")
-        record = await asyncio.to_thread(store.create_batch, body.endpoint, body.input_file_id,
-                                         body.completion_window, body.metadata, TENANT.get())
+            raise errors.InvalidRequest(
+                f"completion_window must be one of {sorted(BATCH_WINDOW_S)}", param="completion_window"
+            )
+        record = await asyncio.to_thread(
+            store.create_batch, body.endpoint, body.input_file_id, body.completion_window, body.metadata, TENANT.get()
+        )
         created()
         return JSONResponse(batch_object(record))
 
     async def list_batches(request: Request) -> Response:
         limit = _limit(request, default=20, most=100)
-        records = await asyncio.to_thread(store.batches, request.query_params.get("after"), limit + 1,
-                                            TENANT.get())
+        records = await asyncio.to_thread(store.batches, request.query_params.get("after"), limit + 1, TENANT.get())
         return JSONResponse(listing([batch_object(record) for record in records], limit))
 
     async def get_batch(request: Request) -> Response:

@@ -5,7 +5,7 @@ same route, so it lives here too."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Any, Literal, Union, get_args
+from typing import TYPE_CHECKING, Annotated, Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, field_validator
 
@@ -33,10 +33,11 @@ class CohereEmbedRequest(Prioritized):
     model: str | None = Field(None, description="Served model name; defaults to the first embedder.")
     input_type: InputType | None = Field(None, description="Picks the model's prompt (query:/passage:, ...).")
     embedding_types: list[OutputType] | None = Field(
-        None, description="float, int8, uint8 (one scale fixed per model, see GET /v1/models), binary, ubinary, "
-        "base64.")
-    truncate: Truncate | None = Field(None, description="END (the default) cuts the end, START the start, NONE "
-                                      "refuses over-long input.")
+        None, description="float, int8, uint8 (one scale fixed per model, see GET /v1/models), binary, ubinary, base64."
+    )
+    truncate: Truncate | None = Field(
+        None, description="END (the default) cuts the end, START the start, NONE refuses over-long input."
+    )
 
     @field_validator("embedding_types", mode="before")
     @classmethod
@@ -44,15 +45,19 @@ class CohereEmbedRequest(Prioritized):
         """Cohere's embed answers dense vectors; sparse and ColBERT outputs have a route of their own."""
         other = next((t for t in value if t in get_args(Representation)), None) if isinstance(value, list) else None
         if other is not None:
-            raise ValueError(f"embedding_types answers dense vectors as {list(get_args(OutputType))}; '{other}' "
-                             "output is answered at /v1/embeddings (output_types)")
+            raise ValueError(
+                f"embedding_types answers dense vectors as {list(get_args(OutputType))}; '{other}' "
+                "output is answered at /v1/embeddings (output_types)"
+            )
         return value
 
     def items(self) -> tuple[InputItem, ...]:
         given = [name for name in ("texts", "images") if getattr(self, name) is not None]
         if len(given) != 1:
-            raise InvalidRequest(f"give exactly one of {self._inputs_fields()}; got {given or 'none'}",
-                                 param=given[1] if len(given) > 1 else "texts")
+            raise InvalidRequest(
+                f"give exactly one of {self._inputs_fields()}; got {given or 'none'}",
+                param=given[1] if len(given) > 1 else "texts",
+            )
         if self.images is not None:
             return tuple(InputItem("image", image) for image in self.images)
         return tuple(InputItem("text", text) for text in self.texts or [])
@@ -79,7 +84,7 @@ class ImagePart(BaseModel):
 
 
 class CohereInput(BaseModel):
-    content: list[Annotated[Union[TextPart, ImagePart], Field(discriminator="type")]]
+    content: list[Annotated[TextPart | ImagePart, Field(discriminator="type")]]
 
 
 class CohereV2EmbedRequest(CohereEmbedRequest):
@@ -88,8 +93,9 @@ class CohereV2EmbedRequest(CohereEmbedRequest):
     model: str = Field(description="Served model name (required by Cohere v2).")
     inputs: list[CohereInput] | None = Field(None, description="Content lists; one text or image part each.")
     output_dimension: StrictInt | None = Field(None, description="Matryoshka: keep the first N features.")
-    max_tokens: StrictInt | None = Field(None, description="Cut (or with truncate NONE, refuse) input longer than "
-                                         "this many tokens.")
+    max_tokens: StrictInt | None = Field(
+        None, description="Cut (or with truncate NONE, refuse) input longer than this many tokens."
+    )
 
     @staticmethod
     def _inputs_fields() -> str:
@@ -105,8 +111,11 @@ class CohereV2EmbedRequest(CohereEmbedRequest):
 
 def _content_item(index: int, item: CohereInput) -> InputItem:
     if len(item.content) != 1:
-        raise InvalidRequest(f"inputs[{index}] has {len(item.content)} content parts; these models embed one text "
-                             "or one image per input: send the parts as separate inputs", param="inputs")
+        raise InvalidRequest(
+            f"inputs[{index}] has {len(item.content)} content parts; these models embed one text "
+            "or one image per input: send the parts as separate inputs",
+            param="inputs",
+        )
     part = item.content[0]
     if isinstance(part, TextPart):
         return InputItem("text", part.text)
@@ -117,11 +126,18 @@ def _content_item(index: int, item: CohereInput) -> InputItem:
 def embed_query(body: CohereEmbedRequest, dimensions: int | None = None, max_tokens: int | None = None) -> EmbedQuery:
     """v1's query; v2 adds `dimensions` and `max_tokens` (`embed_v2_query`)."""
     items = body.items()  # the inputs are checked before the types, as Cohere does
-    return EmbedQuery(items=items, model=body.model, input_type=body.input_type, output_types=_output_types(body),
-                      output_param="embedding_types", shapes=EMBED_SHAPES, dimensions=dimensions,
-                      truncation=Truncation(enabled=body.truncate != "NONE",
-                                            side="left" if body.truncate == "START" else "right",
-                                            max_tokens=max_tokens))
+    return EmbedQuery(
+        items=items,
+        model=body.model,
+        input_type=body.input_type,
+        output_types=_output_types(body),
+        output_param="embedding_types",
+        shapes=EMBED_SHAPES,
+        dimensions=dimensions,
+        truncation=Truncation(
+            enabled=body.truncate != "NONE", side="left" if body.truncate == "START" else "right", max_tokens=max_tokens
+        ),
+    )
 
 
 def embed_v2_query(body: CohereV2EmbedRequest) -> EmbedQuery:
@@ -145,8 +161,13 @@ def embed_v1_answer(embeddings: Embeddings, by_type: bool) -> dict:
 
 def embed_v2_answer(embeddings: Embeddings) -> dict:
     """v2: always by type (float when `embedding_types` is omitted)."""
-    return {"response_type": "embeddings_by_type", "id": response_id(), "embeddings": _by_type(embeddings),
-            "texts": _texts(embeddings.query), "meta": _embed_meta("2", embeddings)}
+    return {
+        "response_type": "embeddings_by_type",
+        "id": response_id(),
+        "embeddings": _by_type(embeddings),
+        "texts": _texts(embeddings.query),
+        "meta": _embed_meta("2", embeddings),
+    }
 
 
 def _texts(query: EmbedQuery) -> list[str]:
@@ -217,24 +238,38 @@ class RerankResponse(CohereV2RerankResponse):
 
 def _meta(version: str, tokens: int, images: int | None = None) -> Meta:
     """Billed units are the real tokens (and the images sent, if any)."""
-    return Meta(api_version=ApiVersion(version=version), billed_units=BilledUnits(input_tokens=tokens, images=images),
-                tokens=Tokens(input_tokens=tokens))
+    return Meta(
+        api_version=ApiVersion(version=version),
+        billed_units=BilledUnits(input_tokens=tokens, images=images),
+        tokens=Tokens(input_tokens=tokens),
+    )
 
 
 def rerank_v1_answer(ranking: Ranking, return_documents: bool) -> RerankResponse:
     results: list[RerankResultWithDocument | RerankResult] = [
-        RerankResultWithDocument(index=i, relevance_score=ranking.scores[i], scores=ranking.scores_of(i),
-                                 document=RerankDocument(text=ranking.documents[i]))
-        if return_documents else RerankResult(index=i, relevance_score=ranking.scores[i], scores=ranking.scores_of(i))
+        RerankResultWithDocument(
+            index=i,
+            relevance_score=ranking.scores[i],
+            scores=ranking.scores_of(i),
+            document=RerankDocument(text=ranking.documents[i]),
+        )
+        if return_documents
+        else RerankResult(index=i, relevance_score=ranking.scores[i], scores=ranking.scores_of(i))
         for i in ranking.order
     ]
-    return RerankResponse(id=response_id(), results=results, meta=_meta("1", ranking.tokens), model=ranking.model,
-                          usage=Usage.of(ranking.tokens, ranking.cached_tokens))
+    return RerankResponse(
+        id=response_id(),
+        results=results,
+        meta=_meta("1", ranking.tokens),
+        model=ranking.model,
+        usage=Usage.of(ranking.tokens, ranking.cached_tokens),
+    )
 
 
 def rerank_v2_answer(ranking: Ranking) -> CohereV2RerankResponse:
-    results = [RerankResult(index=i, relevance_score=ranking.scores[i], scores=ranking.scores_of(i))
-               for i in ranking.order]
+    results = [
+        RerankResult(index=i, relevance_score=ranking.scores[i], scores=ranking.scores_of(i)) for i in ranking.order
+    ]
     return CohereV2RerankResponse(id=response_id(), results=results, meta=_meta("2", ranking.tokens))
 
 

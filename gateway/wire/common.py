@@ -6,24 +6,22 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from typing import Any, Literal, TypeVar, Union
+from typing import Any, Literal, TypeVar
 
 import orjson
-
 from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    SerializerFunctionWrapHandler,
     StrictBool,
     StrictInt,
     StrictStr,
     ValidationError,
-    SerializerFunctionWrapHandler,
     ValidatorFunctionWrapHandler,
     field_validator,
     model_serializer,
 )
-
 from starlette.responses import Response
 
 from gateway.priority import Prioritized
@@ -57,19 +55,20 @@ class AudioItem(BaseModel):
     audio: StrictStr = Field(description="A data URI (data:audio/wav;base64,...) or an http(s) URL.")
 
 
-TypedItem = Union[TextItem, ImageItem, AudioItem]
-EmbeddingInput = Union[StrictStr, list[StrictStr | TypedItem], TokenIds, list[TokenIds]]
+TypedItem = TextItem | ImageItem | AudioItem
+EmbeddingInput = StrictStr | list[StrictStr | TypedItem] | TokenIds | list[TokenIds]
 
 
 def reworded_union(field: str) -> Any:
     """A validator for an `EmbeddingInput` field: one clear message instead of the union's per-branch errors,
     which help nobody. Assign it in the model's body: `_input_message = reworded_union("input")`."""
+
     def reword(cls: type, value: object, handler: ValidatorFunctionWrapHandler) -> EmbeddingInput:
         try:
             return handler(value)
         except ValidationError:
             raise ValueError(
-                f"{field} must be a string, a list of strings or typed items ({{\"text\"|\"image\"|\"audio\": "
+                f'{field} must be a string, a list of strings or typed items ({{"text"|"image"|"audio": '
                 "...}), a list of token ids, or a list of token-id lists"
             ) from None
 
@@ -98,10 +97,14 @@ def _item(value: str | list[int] | TextItem | ImageItem | AudioItem, modality: M
 class TruncationControls(Prioritized):
     """TEI's per-request truncation fields, on every text route that takes them."""
 
-    truncate: StrictBool | None = Field(None, description="Cut input longer than the model takes (the default); "
-                                        "false refuses it with a 400 naming the input.")
+    truncate: StrictBool | None = Field(
+        None,
+        description="Cut input longer than the model takes (the default); "
+        "false refuses it with a 400 naming the input.",
+    )
     truncation_direction: Literal["right", "left"] | None = Field(
-        None, description="Which end is cut: right (the default of most tokenizers) or left.")
+        None, description="Which end is cut: right (the default of most tokenizers) or left."
+    )
 
     @field_validator("truncation_direction", mode="before")
     @classmethod
@@ -166,17 +169,25 @@ class DocumentObject(BaseModel):
 class RankControls(BaseModel):
     """Every rerank body's fields for models with several representations (BGE-M3)."""
 
-    score_mode: ScoreMode | None = Field(None, description=(
-        "BGE-M3: rank by `dense`, `sparse` or `colbert` (MaxSim averaged over the query's vectors), or `hybrid` "
-        "(the default): FlagEmbedding's weighted mean of the three."))
-    weights: list[float] | None = Field(None, description=(
-        "With `hybrid`: the (dense, sparse, colbert) weights; [0.4, 0.2, 0.4] when omitted."))
+    score_mode: ScoreMode | None = Field(
+        None,
+        description=(
+            "BGE-M3: rank by `dense`, `sparse` or `colbert` (MaxSim averaged over the query's vectors), or `hybrid` "
+            "(the default): FlagEmbedding's weighted mean of the three."
+        ),
+    )
+    weights: list[float] | None = Field(
+        None, description=("With `hybrid`: the (dense, sparse, colbert) weights; [0.4, 0.2, 0.4] when omitted.")
+    )
     return_scores: StrictBool = Field(False, description="Each result carries every mode's score in `scores`.")
 
     def controls(self) -> dict[str, Any]:
         """These fields as `RankQuery` takes them."""
-        return {"score_mode": self.score_mode, "weights": None if self.weights is None else tuple(self.weights),
-                "return_scores": self.return_scores}
+        return {
+            "score_mode": self.score_mode,
+            "weights": None if self.weights is None else tuple(self.weights),
+            "return_scores": self.return_scores,
+        }
 
 
 class ModeScores(BaseModel):
@@ -199,8 +210,11 @@ class RerankRequest(TruncationControls, RankControls):
     top_n: StrictInt | None = Field(None, description="Return the best N; all when omitted.")
     return_documents: StrictBool = False
     raw_scores: StrictBool = Field(False, description="Logits instead of the model's activation.")
-    instruction: StrictStr | None = Field(None, description="For causal-LM rerankers whose chat template takes "
-                                          "one (Qwen3-Reranker's `<Instruct>`); the template's default otherwise.")
+    instruction: StrictStr | None = Field(
+        None,
+        description="For causal-LM rerankers whose chat template takes "
+        "one (Qwen3-Reranker's `<Instruct>`); the template's default otherwise.",
+    )
 
     @field_validator("documents", mode="wrap")
     @classmethod
@@ -213,9 +227,16 @@ class RerankRequest(TruncationControls, RankControls):
 
 
 def rank_query(body: RerankRequest) -> RankQuery:
-    return RankQuery(query=body.query, documents=tuple(d if isinstance(d, str) else d.text for d in body.documents),
-                     model=body.model, top_n=body.top_n, activation="identity" if body.raw_scores else None,
-                     instruction=body.instruction, truncation=body.truncation(), **body.controls())
+    return RankQuery(
+        query=body.query,
+        documents=tuple(d if isinstance(d, str) else d.text for d in body.documents),
+        model=body.model,
+        top_n=body.top_n,
+        activation="identity" if body.raw_scores else None,
+        instruction=body.instruction,
+        truncation=body.truncation(),
+        **body.controls(),
+    )
 
 
 # Classification answers
@@ -226,6 +247,9 @@ class LabelScore(BaseModel):
 
 def ranked_labels(labels: list[str], scores: list[list[float]]) -> list[list[LabelScore]]:
     """Every label per input, highest score first (as infinity and TEI order them)."""
-    return [sorted((LabelScore(label=label, score=score) for label, score in zip(labels, row)),
-                   key=lambda item: -item.score) for row in scores]
-
+    return [
+        sorted(
+            (LabelScore(label=label, score=score) for label, score in zip(labels, row)), key=lambda item: -item.score
+        )
+        for row in scores
+    ]

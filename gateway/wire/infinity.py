@@ -25,6 +25,7 @@ from gateway.wire.common import (
     ranked_labels,
     response_id,
 )
+
 # infinity's embedding answers are OpenAI's shape, so its media routes answer with OpenAI's response.
 from gateway.wire.openai import EmbeddingResponse, embedding_answer
 from models.base import Modality
@@ -44,8 +45,7 @@ class LegacyMediaRequest(Prioritized):
 
 
 def media_query(body: LegacyMediaRequest, modality: Modality) -> EmbedQuery:
-    return EmbedQuery(items=input_items(body.input, modality), model=body.model,
-                      output_types=(body.encoding_format,))
+    return EmbedQuery(items=input_items(body.input, modality), model=body.model, output_types=(body.encoding_format,))
 
 
 async def embed_images(engine: Engine, body: LegacyMediaRequest) -> EmbeddingResponse:
@@ -73,13 +73,22 @@ class InfinityRerankResponse(BaseModel):
 
 
 def rerank_response(ranking: Ranking, return_documents: bool) -> InfinityRerankResponse:
-    results = [InfinityRerankResult(relevance_score=ranking.scores[i], index=i,
-                                    document=ranking.documents[i] if return_documents else None,
-                                    scores=ranking.scores_of(i))
-               for i in ranking.order]
-    return InfinityRerankResponse(results=results, model=ranking.model,
-                                  usage=Usage.of(ranking.tokens, ranking.cached_tokens), id=response_id(),
-                                  created=int(time.time()))
+    results = [
+        InfinityRerankResult(
+            relevance_score=ranking.scores[i],
+            index=i,
+            document=ranking.documents[i] if return_documents else None,
+            scores=ranking.scores_of(i),
+        )
+        for i in ranking.order
+    ]
+    return InfinityRerankResponse(
+        results=results,
+        model=ranking.model,
+        usage=Usage.of(ranking.tokens, ranking.cached_tokens),
+        id=response_id(),
+        created=int(time.time()),
+    )
 
 
 async def rerank(engine: Engine, body: RerankRequest) -> InfinityRerankResponse:
@@ -94,8 +103,12 @@ class ClassifyRequest(TruncationControls):
 
 
 def classify_query(body: ClassifyRequest) -> ClassifyQuery:
-    return ClassifyQuery(texts=tuple(as_list(body.input)), model=body.model,
-                         activation="identity" if body.raw_scores else None, truncation=body.truncation())
+    return ClassifyQuery(
+        texts=tuple(as_list(body.input)),
+        model=body.model,
+        activation="identity" if body.raw_scores else None,
+        truncation=body.truncation(),
+    )
 
 
 class ClassifyResponse(BaseModel):
@@ -109,9 +122,13 @@ class ClassifyResponse(BaseModel):
 
 def classify_response(classified: Classified) -> ClassifyResponse:
     info = classified.info
-    return ClassifyResponse(data=ranked_labels(info.labels, classified.scores.tolist()), model=info.served_model_name,
-                            usage=Usage.of(classified.tokens, classified.cached_tokens), id=response_id(),
-                            created=int(time.time()))
+    return ClassifyResponse(
+        data=ranked_labels(info.labels, classified.scores.tolist()),
+        model=info.served_model_name,
+        usage=Usage.of(classified.tokens, classified.cached_tokens),
+        id=response_id(),
+        created=int(time.time()),
+    )
 
 
 async def classify(engine: Engine, body: ClassifyRequest) -> ClassifyResponse:

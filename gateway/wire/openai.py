@@ -22,9 +22,9 @@ from pydantic import (
 from starlette.responses import Response
 
 from gateway.lifecycle import ModelRegistry
-from gateway.tenants.keys import allowed
 from gateway.queries import EmbedQuery, InputType, OutputType
 from gateway.results import Embeddings
+from gateway.tenants.keys import allowed
 from gateway.wire.common import (
     SHORT_INPUT_TYPES,
     EmbeddingInput,
@@ -53,36 +53,64 @@ class EmbeddingRequest(TruncationControls):
         '({"text": ...}, {"image": ...}, {"audio": ...}) for multimodal models.'
     )
     model: str | None = Field(None, description="Served model name; defaults to the first configured model.")
-    encoding_format: OutputType = Field("float", description="float or base64 (OpenAI's), or Embento's quantized "
-                                        "int8, uint8 (scale fixed per model), binary, ubinary (packed sign bits).")
+    encoding_format: OutputType = Field(
+        "float",
+        description="float or base64 (OpenAI's), or Embento's quantized "
+        "int8, uint8 (scale fixed per model), binary, ubinary (packed sign bits).",
+    )
     dimensions: StrictInt | None = Field(None, description="Matryoshka: keep the first N features, re-normalized.")
     user: str | None = Field(None, description="Accepted and ignored.")
-    input_type: InputType | None = Field(None, description=(
-        "Cohere's input kind (Voyage's `query` and `document` too): the model's prompt for it (e5 `query: `, nomic "
-        "`search_query: `...), unless prompt_name is given; a ColBERT model's query or document encoding."))
-    modality: Modality = Field("text", description="infinity's field: what plain strings in `input` are; images "
-                               "and audio as data URIs or http(s) URLs.")
+    input_type: InputType | None = Field(
+        None,
+        description=(
+            "Cohere's input kind (Voyage's `query` and `document` too): the model's prompt for it (e5 `query: `, nomic "
+            "`search_query: `...), unless prompt_name is given; a ColBERT model's query or document encoding."
+        ),
+    )
+    modality: Modality = Field(
+        "text",
+        description="infinity's field: what plain strings in `input` are; images "
+        "and audio as data URIs or http(s) URLs.",
+    )
     prompt_name: str | None = Field(None, description="A named prompt of the model (e.g. 'query').")
     instruction: StrictStr | None = Field(
-        None, description="A task instruction for queries, written with the model's instruction template (Qwen3-"
-        "Embedding: `Instruct: {instruction}\\nQuery:`), else prepended as is. Not with prompt_name.")
-    normalize: StrictBool | None = Field(None, description="Unit-length vectors, or false for the raw pooled "
-                                         "vector; the model's own behaviour when omitted. Text embedders only.")
+        None,
+        description="A task instruction for queries, written with the model's instruction template (Qwen3-"
+        "Embedding: `Instruct: {instruction}\\nQuery:`), else prepended as is. Not with prompt_name.",
+    )
+    normalize: StrictBool | None = Field(
+        None,
+        description="Unit-length vectors, or false for the raw pooled "
+        "vector; the model's own behaviour when omitted. Text embedders only.",
+    )
     max_active_dims: StrictInt | None = Field(None, description="Sparse models: keep the N largest weights.")
-    max_tokens: StrictInt | None = Field(None, description="Cohere's: cut text to at most N tokens (the model's "
-                                         "own limit when that is lower).")
-    long_input: LongInput | None = Field(None, description=(
-        "Text past the model's window: `truncate` (the default) cuts it, `error` refuses it with a 400 (as "
-        "`truncate: false`), `mean` embeds it in windows of the model's limit and returns their mean, weighted "
-        "by tokens (docs/api.md: Long inputs). Dense text embedders."))
-    late_chunking: StrictBool = Field(False, description=(
-        "Jina's: the inputs are the chunks of one document, in order; each chunk's vector is the mean of its "
-        "tokens' states in the encoding of the whole document (joined with spaces). Dense text embedders."))
-    output_types: list[Representation] | None = Field(None, description=(
-        "The representations to answer, each under its own key of `data[i]`: `dense` in `embedding`, `sparse` in "
-        "`sparse` ({indices, values}), `colbert` in `multi_vector` (one vector per token). BGE-M3 gives any of "
-        "the three from one pass; other models their one (GET /v1/models: `outputs`). Omitted: the model's own "
-        "output, in `embedding`."))
+    max_tokens: StrictInt | None = Field(
+        None, description="Cohere's: cut text to at most N tokens (the model's own limit when that is lower)."
+    )
+    long_input: LongInput | None = Field(
+        None,
+        description=(
+            "Text past the model's window: `truncate` (the default) cuts it, `error` refuses it with a 400 (as "
+            "`truncate: false`), `mean` embeds it in windows of the model's limit and returns their mean, weighted "
+            "by tokens (docs/api.md: Long inputs). Dense text embedders."
+        ),
+    )
+    late_chunking: StrictBool = Field(
+        False,
+        description=(
+            "Jina's: the inputs are the chunks of one document, in order; each chunk's vector is the mean of its "
+            "tokens' states in the encoding of the whole document (joined with spaces). Dense text embedders."
+        ),
+    )
+    output_types: list[Representation] | None = Field(
+        None,
+        description=(
+            "The representations to answer, each under its own key of `data[i]`: `dense` in `embedding`, `sparse` in "
+            "`sparse` ({indices, values}), `colbert` in `multi_vector` (one vector per token). BGE-M3 gives any of "
+            "the three from one pass; other models their one (GET /v1/models: `outputs`). Omitted: the model's own "
+            "output, in `embedding`."
+        ),
+    )
 
     _input_message = reworded_union("input")
 
@@ -94,20 +122,31 @@ class EmbeddingRequest(TruncationControls):
 
 def embed_query(body: EmbeddingRequest) -> EmbedQuery:
     if body.late_chunking and (body.long_input is not None or body.truncate is False):
-        raise errors.InvalidRequest("late_chunking embeds the whole document, in slices past the model's window; "
-                                    "long_input and truncate do not apply to it",
-                                    param="long_input" if body.long_input is not None else "truncate")
+        raise errors.InvalidRequest(
+            "late_chunking embeds the whole document, in slices past the model's window; "
+            "long_input and truncate do not apply to it",
+            param="long_input" if body.long_input is not None else "truncate",
+        )
     if body.truncate is False and body.long_input not in (None, "error"):
-        raise errors.InvalidRequest(f"truncate: false refuses long input; long_input '{body.long_input}' "
-                                    "contradicts it", param="long_input")
+        raise errors.InvalidRequest(
+            f"truncate: false refuses long input; long_input '{body.long_input}' contradicts it", param="long_input"
+        )
     truncation = replace(body.truncation(), max_tokens=body.max_tokens)
     if body.long_input == "error":
         truncation = replace(truncation, enabled=False)
     return EmbedQuery(
-        items=input_items(body.input, body.modality), model=body.model, output_types=(body.encoding_format,),
-        dimensions=body.dimensions, normalize=body.normalize, max_active_dims=body.max_active_dims,
-        prompt_name=body.prompt_name, instruction=body.instruction, input_type=body.input_type,
-        truncation=truncation, windowed=body.long_input == "mean", late_chunking=body.late_chunking,
+        items=input_items(body.input, body.modality),
+        model=body.model,
+        output_types=(body.encoding_format,),
+        dimensions=body.dimensions,
+        normalize=body.normalize,
+        max_active_dims=body.max_active_dims,
+        prompt_name=body.prompt_name,
+        instruction=body.instruction,
+        input_type=body.input_type,
+        truncation=truncation,
+        windowed=body.long_input == "mean",
+        late_chunking=body.late_chunking,
         representations=None if body.output_types is None else tuple(dict.fromkeys(body.output_types)),
     )
 
@@ -158,24 +197,36 @@ def embedding_response(embeddings: Embeddings) -> EmbeddingResponse | dict:
     if embeddings.parts is not None:
         return _answer(embeddings, _representations_data(embeddings, encoding_format))
     if info.multi_vector:
-        return _answer(embeddings, [{"object": "embedding", "index": i, **_matrix("embedding", "shape", output,
-                                                                                   encoding_format)}
-                                    for i, output in enumerate(embeddings.outputs)])
+        return _answer(
+            embeddings,
+            [
+                {"object": "embedding", "index": i, **_matrix("embedding", "shape", output, encoding_format)}
+                for i, output in enumerate(embeddings.outputs)
+            ],
+        )
     if info.sparse:
-        data = [EmbeddingData.model_construct(object="embedding", index=i, embedding=SparseEmbedding.of(entries))
-                for i, entries in enumerate(embeddings.sparse_entries())]
+        data = [
+            EmbeddingData.model_construct(object="embedding", index=i, embedding=SparseEmbedding.of(entries))
+            for i, entries in enumerate(embeddings.sparse_entries())
+        ]
     else:
         encoded = embeddings.encoded(encoding_format, embeddings.vectors())
         data = [EmbeddingData.model_construct(object="embedding", index=i, embedding=v) for i, v in enumerate(encoded)]
     return EmbeddingResponse.model_construct(
-        object="list", data=data, model=info.served_model_name,
+        object="list",
+        data=data,
+        model=info.served_model_name,
         usage=Usage.of(embeddings.tokens, embeddings.cached_tokens),
     )
 
 
 def _answer(embeddings: Embeddings, data: list[dict]) -> dict:
-    return {"object": "list", "data": data, "model": embeddings.info.served_model_name,
-            "usage": Usage.of(embeddings.tokens, embeddings.cached_tokens).model_dump()}
+    return {
+        "object": "list",
+        "data": data,
+        "model": embeddings.info.served_model_name,
+        "usage": Usage.of(embeddings.tokens, embeddings.cached_tokens).model_dump(),
+    }
 
 
 def _representations_data(embeddings: Embeddings, encoding_format: OutputType) -> list[dict]:
@@ -225,19 +276,29 @@ class ModelCard(BaseModel):
     modalities: list[str]
     capabilities: list[str]
     backend: str
-    backend_reason: str = Field("", description="Why the model runs on `backend`: configured, or what `backend: "
-                                "auto` found (the model's kind, its device, its export's parity with torch).")
+    backend_reason: str = Field(
+        "",
+        description="Why the model runs on `backend`: configured, or what `backend: "
+        "auto` found (the model's kind, its device, its export's parity with torch).",
+    )
     dimension: int
     max_input_tokens: int
     multi_vector: bool = False
     sparse: bool = False  # `dimension` is then the vocabulary size
     outputs: list[str] = Field(default_factory=list, description="What `output_types` may name for it.")
-    score_modes: list[str] = Field(default_factory=list, description=(
-        "What rerank's `score_mode` may name for it (the first is its default); empty where it ranks one way."))
+    score_modes: list[str] = Field(
+        default_factory=list,
+        description=(
+            "What rerank's `score_mode` may name for it (the first is its default); empty where it ranks one way."
+        ),
+    )
     labels: list[str] | None = None
-    quantization: dict | None = Field(None, description="The int8/uint8 coding: its scheme (symmetric or "
-                                      "per_dimension), source, and per number of features its scale or "
-                                      "[[mins], [maxs]] (the quantization_ranges file format).")
+    quantization: dict | None = Field(
+        None,
+        description="The int8/uint8 coding: its scheme (symmetric or "
+        "per_dimension), source, and per number of features its scale or "
+        "[[mins], [maxs]] (the quantization_ranges file format).",
+    )
 
 
 class FailedModel(BaseModel):
@@ -256,19 +317,30 @@ class ModelList(BaseModel):
 def model_list(registry: ModelRegistry, created: int) -> ModelList:
     if not registry.done:
         raise errors.NotReady("models are still loading; retry shortly")
-    return ModelList(data=[_model_card(info, registry, created) for info in allowed(registry.infos).values()],
-                     failed=[FailedModel(id=name, error=reason) for name, reason in allowed(registry.failed).items()])
+    return ModelList(
+        data=[_model_card(info, registry, created) for info in allowed(registry.infos).values()],
+        failed=[FailedModel(id=name, error=reason) for name, reason in allowed(registry.failed).items()],
+    )
 
 
 def _model_card(info: ModelInfo, registry: ModelRegistry, created: int) -> ModelCard:
     quantizer = registry.quantizers.get(info.served_model_name)
-    return ModelCard(id=info.served_model_name, created=created, modalities=info.modalities,
-                     capabilities=info.capabilities, backend=info.backend,
-                     backend_reason=info.backend_reason, dimension=info.dimension,
-                     max_input_tokens=info.max_input_tokens, multi_vector=info.multi_vector, sparse=info.sparse,
-                     outputs=list(info.spec.representations), score_modes=list(info.spec.score_modes),
-                     labels=info.labels if _is_classifier(info) else None,
-                     quantization=quantizer.report(info.dimension, info.normalized) if quantizer else None)
+    return ModelCard(
+        id=info.served_model_name,
+        created=created,
+        modalities=info.modalities,
+        capabilities=info.capabilities,
+        backend=info.backend,
+        backend_reason=info.backend_reason,
+        dimension=info.dimension,
+        max_input_tokens=info.max_input_tokens,
+        multi_vector=info.multi_vector,
+        sparse=info.sparse,
+        outputs=list(info.spec.representations),
+        score_modes=list(info.spec.score_modes),
+        labels=info.labels if _is_classifier(info) else None,
+        quantization=quantizer.report(info.dimension, info.normalized) if quantizer else None,
+    )
 
 
 def _is_classifier(info: ModelInfo) -> bool:

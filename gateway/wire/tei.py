@@ -56,8 +56,15 @@ class TeiEmbedRequest(TruncationControls):
 
 
 def embed_query(body: TeiEmbedRequest) -> EmbedQuery:
-    return EmbedQuery(items=input_items(body.inputs), model=body.model, shapes=EMBED_SHAPES, dimensions=body.dimensions,
-                      normalize=body.normalize, prompt_name=body.prompt_name, truncation=body.truncation())
+    return EmbedQuery(
+        items=input_items(body.inputs),
+        model=body.model,
+        shapes=EMBED_SHAPES,
+        dimensions=body.dimensions,
+        normalize=body.normalize,
+        prompt_name=body.prompt_name,
+        truncation=body.truncation(),
+    )
 
 
 def embed_answer(embeddings: Embeddings) -> list:
@@ -78,9 +85,16 @@ class SparseEmbeddingRequest(TruncationControls):
 
 
 def sparse_query(body: SparseEmbeddingRequest) -> EmbedQuery:
-    return EmbedQuery(items=tuple(InputItem("text", text) for text in as_list(body.inputs)), model=body.model,
-                      capability="embed_sparse", representations=("sparse",), max_active_dims=body.max_active_dims,
-                      prompt_name=body.prompt_name, instruction=body.instruction, truncation=body.truncation())
+    return EmbedQuery(
+        items=tuple(InputItem("text", text) for text in as_list(body.inputs)),
+        model=body.model,
+        capability="embed_sparse",
+        representations=("sparse",),
+        max_active_dims=body.max_active_dims,
+        prompt_name=body.prompt_name,
+        instruction=body.instruction,
+        truncation=body.truncation(),
+    )
 
 
 class SparseValue(BaseModel):
@@ -92,8 +106,10 @@ class SparseValue(BaseModel):
 
 def sparse_answer(embeddings: Embeddings) -> list[list[SparseValue]]:
     """Per input, its active entries (the largest `max_active_dims`) as `{"index", "value"}`."""
-    return [[SparseValue.model_construct(index=int(i), value=float(v)) for i, v in zip(*entries)]
-            for entries in embeddings.sparse_entries()]
+    return [
+        [SparseValue.model_construct(index=int(i), value=float(v)) for i, v in zip(*entries)]
+        for entries in embeddings.sparse_entries()
+    ]
 
 
 class TeiRerankRequest(TruncationControls, RankControls):
@@ -110,16 +126,29 @@ class TeiRerankRequest(TruncationControls, RankControls):
 
 
 def rerank_query(body: TeiRerankRequest) -> RankQuery:
-    return RankQuery(query=body.query, documents=tuple(body.texts), model=body.model, top_n=body.top_n,
-                     activation="identity" if body.raw_scores else None, instruction=body.instruction,
-                     truncation=body.truncation(), **body.controls())
+    return RankQuery(
+        query=body.query,
+        documents=tuple(body.texts),
+        model=body.model,
+        top_n=body.top_n,
+        activation="identity" if body.raw_scores else None,
+        instruction=body.instruction,
+        truncation=body.truncation(),
+        **body.controls(),
+    )
 
 
 def rerank_answer(ranking: Ranking, return_text: bool) -> list[dict]:
     """TEI's bare list, best first."""
-    return [{"index": i, "score": ranking.scores[i], **({"text": ranking.documents[i]} if return_text else {}),
-             **({"scores": ranking.scores_of(i)} if ranking.mode_scores is not None else {})}
-            for i in ranking.order]
+    return [
+        {
+            "index": i,
+            "score": ranking.scores[i],
+            **({"text": ranking.documents[i]} if return_text else {}),
+            **({"scores": ranking.scores_of(i)} if ranking.mode_scores is not None else {}),
+        }
+        for i in ranking.order
+    ]
 
 
 class TeiPredictRequest(TruncationControls):
@@ -141,9 +170,14 @@ def predict_query(body: TeiPredictRequest, activation: Activation | None = None)
         if not 1 <= len(sequence) <= 2 or not all(isinstance(text, str) and text for text in sequence):
             raise InvalidRequest(f"inputs[{index}] must be one non-empty text or a pair of them", param="inputs")
     pairs = tuple(s[1] if len(s) == 2 else None for s in sequences)
-    return ClassifyQuery(texts=tuple(s[0] for s in sequences), pairs=pairs, model=body.model,  # type: ignore[misc]
-                         activation="identity" if body.raw_scores else activation,
-                         truncation=body.truncation(), texts_param="inputs")
+    return ClassifyQuery(
+        texts=tuple(s[0] for s in sequences),
+        pairs=pairs,
+        model=body.model,  # type: ignore[misc]
+        activation="identity" if body.raw_scores else activation,
+        truncation=body.truncation(),
+        texts_param="inputs",
+    )
 
 
 def label_scores(classified: Classified, top_k: int | None = None) -> list[list[dict]]:
@@ -185,9 +219,13 @@ def similarity_query(body: TeiSimilarityRequest) -> EmbedQuery:
     if not body.inputs.sentences:
         raise InvalidRequest("inputs.sentences must not be empty", param="inputs")
     texts = (body.inputs.source_sentence, *body.inputs.sentences)
-    return EmbedQuery(items=tuple(InputItem("text", text) for text in texts), model=body.model,
-                      shapes=SIMILARITY_SHAPES, prompt_name=parameters.prompt_name,
-                      truncation=parameters.truncation())
+    return EmbedQuery(
+        items=tuple(InputItem("text", text) for text in texts),
+        model=body.model,
+        shapes=SIMILARITY_SHAPES,
+        prompt_name=parameters.prompt_name,
+        truncation=parameters.truncation(),
+    )
 
 
 def similarity_answer(embeddings: Embeddings) -> list[float]:
@@ -207,13 +245,20 @@ class TeiTokenizeRequest(BaseModel):
 
 
 def tokenize_query(body: TeiTokenizeRequest) -> TokenizeQuery:
-    return TokenizeQuery(texts=tuple(as_list(body.inputs)), model=body.model, prompt_name=body.prompt_name,
-                         add_special_tokens=body.add_special_tokens, texts_param="inputs")
+    return TokenizeQuery(
+        texts=tuple(as_list(body.inputs)),
+        model=body.model,
+        prompt_name=body.prompt_name,
+        add_special_tokens=body.add_special_tokens,
+        texts_param="inputs",
+    )
 
 
 def tokens_answer(tokens: Tokens) -> list[list[dict]]:
-    return [[{"id": t.id, "text": t.text, "special": t.special, "start": t.start, "stop": t.stop} for t in row]
-            for row in tokens.tokens]
+    return [
+        [{"id": t.id, "text": t.text, "special": t.special, "start": t.start, "stop": t.stop} for t in row]
+        for row in tokens.tokens
+    ]
 
 
 class TeiDecodeRequest(BaseModel):
@@ -227,8 +272,11 @@ class TeiDecodeRequest(BaseModel):
 def decode_query(body: TeiDecodeRequest) -> DecodeQuery:
     ids = body.ids
     sequences = ids if ids and isinstance(ids[0], list) else [ids] if ids else []
-    return DecodeQuery(ids=tuple(tuple(sequence) for sequence in sequences), model=body.model,  # type: ignore[arg-type]
-                       skip_special_tokens=body.skip_special_tokens)
+    return DecodeQuery(
+        ids=tuple(tuple(sequence) for sequence in sequences),
+        model=body.model,  # type: ignore[arg-type]
+        skip_special_tokens=body.skip_special_tokens,
+    )
 
 
 # The routes
@@ -298,15 +346,19 @@ async def text_classification(engine: Engine, fields: dict[str, Any]) -> list[li
     return label_scores(await engine.classify(query), parameters.top_k)
 
 
-def _route(body_model: type[M], route: Callable[[Engine, M], Awaitable[Any]]
-           ) -> Callable[[Engine, dict[str, Any]], Awaitable[Any]]:
+def _route(
+    body_model: type[M], route: Callable[[Engine, M], Awaitable[Any]]
+) -> Callable[[Engine, dict[str, Any]], Awaitable[Any]]:
     return lambda engine, fields: route(engine, parsed(body_model, fields))
 
 
 ROOT_ROUTES: dict[RootTask, Callable[[Engine, dict[str, Any]], Awaitable[Any]]] = {
-    "rerank": _route(TeiRerankRequest, rerank), "similarity": _route(TeiSimilarityRequest, similarity),
-    "text-classification": text_classification, "predict": _route(TeiPredictRequest, predict),
-    "embed_sparse": _route(SparseEmbeddingRequest, embed_sparse), "embed": _route(TeiEmbedRequest, embed),
+    "rerank": _route(TeiRerankRequest, rerank),
+    "similarity": _route(TeiSimilarityRequest, similarity),
+    "text-classification": text_classification,
+    "predict": _route(TeiPredictRequest, predict),
+    "embed_sparse": _route(SparseEmbeddingRequest, embed_sparse),
+    "embed": _route(TeiEmbedRequest, embed),
 }
 
 
@@ -322,5 +374,6 @@ def parsed(model: type[M], body: dict[str, Any]) -> M:
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(part) for part in first["loc"])
-        raise InvalidRequest(f"{where}: {first['msg']}" if where else first["msg"],
-                             param=str(first["loc"][0]) if first["loc"] else None) from None
+        raise InvalidRequest(
+            f"{where}: {first['msg']}" if where else first["msg"], param=str(first["loc"][0]) if first["loc"] else None
+        ) from None

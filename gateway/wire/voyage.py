@@ -28,23 +28,41 @@ VoyageDtype = Literal["float", "int8", "uint8", "binary", "ubinary"]
 class ContextualizedRequest(Prioritized):
     """POST /v1/contextualizedembeddings. Unknown fields are ignored, as the SDK may add some."""
 
-    inputs: list[list[StrictStr]] | list[StrictStr] = Field(description=(
-        "Each document's chunks, in order; with enable_auto_chunking one string per document. A flat list of "
-        "strings is one-element lists (queries, or documents to cut)."))
+    inputs: list[list[StrictStr]] | list[StrictStr] = Field(
+        description=(
+            "Each document's chunks, in order; with enable_auto_chunking one string per document. A flat list of "
+            "strings is one-element lists (queries, or documents to cut)."
+        )
+    )
     model: str | None = Field(None, description="Served model name; defaults to the first text embedder.")
-    input_type: Literal["query", "document"] | None = Field(None, description=(
-        "query: one-element lists embedded as plain queries (the model's query prompt); document: the model's "
-        "document prompt, if any, before each document."))
+    input_type: Literal["query", "document"] | None = Field(
+        None,
+        description=(
+            "query: one-element lists embedded as plain queries (the model's query prompt); document: the model's "
+            "document prompt, if any, before each document."
+        ),
+    )
     output_dimension: StrictInt | None = Field(None, description="Matryoshka: the first N features.")
-    output_dtype: VoyageDtype | None = Field(None, description="float (the default), or Embento's int8/uint8 "
-                                             "codes (scale fixed per model), binary/ubinary packed sign bits.")
-    encoding_format: Literal["base64"] | None = Field(None, description=(
-        "base64 (the SDK's default): each embedding as the little-endian bytes of its dtype (float32, int8 or "
-        "uint8), base64-encoded; unset: JSON numbers."))
-    enable_auto_chunking: StrictBool = Field(False, description="Cut each document (one string) into chunks of "
-                                             "chunk_size tokens at whitespace; each chunk's text comes back.")
-    chunk_size: StrictInt | None = Field(None, description="Auto-chunking: tokens per chunk. Unset: the model's "
-                                         "window less its special tokens.")
+    output_dtype: VoyageDtype | None = Field(
+        None,
+        description="float (the default), or Embento's int8/uint8 "
+        "codes (scale fixed per model), binary/ubinary packed sign bits.",
+    )
+    encoding_format: Literal["base64"] | None = Field(
+        None,
+        description=(
+            "base64 (the SDK's default): each embedding as the little-endian bytes of its dtype (float32, int8 or "
+            "uint8), base64-encoded; unset: JSON numbers."
+        ),
+    )
+    enable_auto_chunking: StrictBool = Field(
+        False,
+        description="Cut each document (one string) into chunks of "
+        "chunk_size tokens at whitespace; each chunk's text comes back.",
+    )
+    chunk_size: StrictInt | None = Field(
+        None, description="Auto-chunking: tokens per chunk. Unset: the model's window less its special tokens."
+    )
     chunk_overlap: StrictInt | None = Field(None, description="Auto-chunking: tokens neighbours share; 0 unset.")
 
 
@@ -74,10 +92,16 @@ class ContextualizedResponse(BaseModel):
 
 def _embed_query(body: ContextualizedRequest, items: tuple[InputItem, ...]) -> EmbedQuery:
     input_type = SHORT_INPUT_TYPES[body.input_type] if body.input_type else None
-    return EmbedQuery(items=items, model=body.model, output_types=(body.output_dtype or "float",),
-                      output_param="output_dtype",
-                      shapes=frozenset({"dense"}), dimensions=body.output_dimension, input_type=input_type,
-                      items_param="inputs")
+    return EmbedQuery(
+        items=items,
+        model=body.model,
+        output_types=(body.output_dtype or "float",),
+        output_param="output_dtype",
+        shapes=frozenset({"dense"}),
+        dimensions=body.output_dimension,
+        input_type=input_type,
+        items_param="inputs",
+    )
 
 
 def _documents(body: ContextualizedRequest) -> list[list[str]]:
@@ -105,15 +129,29 @@ def _encoded(embeddings: Embeddings, in_base64: bool) -> list:
     return [base64.b64encode(codes.tobytes()).decode("ascii") for codes in embeddings.codes(dtype, vectors)]
 
 
-def _answer(embeddings: Embeddings, documents: list[range], texts: list[str] | None,
-            in_base64: bool) -> ContextualizedResponse:
+def _answer(
+    embeddings: Embeddings, documents: list[range], texts: list[str] | None, in_base64: bool
+) -> ContextualizedResponse:
     encoded = _encoded(embeddings, in_base64)
-    data = [DocumentEmbeddings.model_construct(object="list", index=i, data=[
-        ChunkEmbedding.model_construct(object="embedding", embedding=encoded[at], index=j,
-                                       text=texts[at] if texts is not None else None)
-        for j, at in enumerate(positions)]) for i, positions in enumerate(documents)]
-    return ContextualizedResponse.model_construct(object="list", data=data, model=embeddings.info.served_model_name,
-                                                  usage=VoyageUsage(total_tokens=embeddings.tokens))
+    data = [
+        DocumentEmbeddings.model_construct(
+            object="list",
+            index=i,
+            data=[
+                ChunkEmbedding.model_construct(
+                    object="embedding", embedding=encoded[at], index=j, text=texts[at] if texts is not None else None
+                )
+                for j, at in enumerate(positions)
+            ],
+        )
+        for i, positions in enumerate(documents)
+    ]
+    return ContextualizedResponse.model_construct(
+        object="list",
+        data=data,
+        model=embeddings.info.served_model_name,
+        usage=VoyageUsage(total_tokens=embeddings.tokens),
+    )
 
 
 async def contextualized(engine: Engine, body: ContextualizedRequest) -> ContextualizedResponse:
@@ -124,8 +162,11 @@ async def contextualized(engine: Engine, body: ContextualizedRequest) -> Context
         documents = _documents(body)
         several = next((i for i, document in enumerate(documents) if len(document) != 1), None)
         if several is not None:
-            raise InvalidRequest(f"with input_type query each inner list is one query; inputs[{several}] holds "
-                                 f"{len(documents[several])}", param="inputs")
+            raise InvalidRequest(
+                f"with input_type query each inner list is one query; inputs[{several}] holds "
+                f"{len(documents[several])}",
+                param="inputs",
+            )
         items = tuple(InputItem("text", document[0]) for document in documents)
         embeddings = await engine.embed(_embed_query(body, items))
         return _answer(embeddings, [range(i, i + 1) for i in range(len(items))], None, in_base64)

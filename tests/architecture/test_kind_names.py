@@ -46,8 +46,11 @@ def _name(node: ast.expr) -> str:
 def kind_literals(node: ast.expr) -> set[str]:
     """The kind names a literal string, tuple, list or set holds."""
     items = node.elts if isinstance(node, (ast.Tuple, ast.List, ast.Set)) else [node]
-    return {item.value for item in items
-            if isinstance(item, ast.Constant) and isinstance(item.value, str) and item.value in KIND_NAMES}
+    return {
+        item.value
+        for item in items
+        if isinstance(item, ast.Constant) and isinstance(item.value, str) and item.value in KIND_NAMES
+    }
 
 
 def keyed_by_kinds(node: ast.Dict) -> bool:
@@ -61,14 +64,19 @@ def kind_comparisons(source: str, filename: str = "<source>") -> list[str]:
     for node in ast.walk(ast.parse(source, filename=filename)):
         if isinstance(node, ast.Compare):
             sides = [node.left, *node.comparators]
-            if any(names_a_kind(a) and kind_literals(b) or names_a_kind(b) and kind_literals(a)
-                   for a, b in zip(sides, sides[1:])):
+            if any(
+                names_a_kind(a) and kind_literals(b) or names_a_kind(b) and kind_literals(a)
+                for a, b in zip(sides, sides[1:])
+            ):
                 found.append(node)
         elif isinstance(node, ast.Dict) and keyed_by_kinds(node):
             found.append(node)
         elif isinstance(node, ast.Match) and names_a_kind(node.subject):
-            found += [case.pattern for case in node.cases if isinstance(case.pattern, ast.MatchValue)
-                      and kind_literals(case.pattern.value)]
+            found += [
+                case.pattern
+                for case in node.cases
+                if isinstance(case.pattern, ast.MatchValue) and kind_literals(case.pattern.value)
+            ]
     return [f"{node.lineno}: {ast.get_source_segment(source, node)}" for node in found]
 
 
@@ -85,7 +93,7 @@ def test_kind_names_are_compared_in_the_registry_only():
 
 
 def test_the_guard_sees_each_form():
-    source = '''
+    source = """
 if kind == "sparse": pass
 if info.kind in ("embed", "clip"): pass
 if "colpali" != self.kind: pass
@@ -94,17 +102,17 @@ if KINDS[name] == "clap": pass
 TABLE = {"embed": 1, "sparse": 2}
 match cfg.kind:
     case "classify": pass
-'''
+"""
     assert len(kind_comparisons(source)) == 7
 
 
 def test_the_guard_leaves_capabilities_routes_and_outputs_alone():
-    source = '''
+    source = """
 if capability == "embed": pass
 if "rerank" in info.capabilities: pass
 if spec.output == "sparse": pass
 if kind == other_kind: pass
 ROUTES = {"embed": "/v1/embeddings", "classify": "/classify", "similarity": "/similarity"}
 BODIES = {"embed": {"input": "a"}, "rerank": {"query": "q"}, "classify": {"input": "b"}}
-'''
+"""
     assert kind_comparisons(source) == []

@@ -17,8 +17,18 @@ from tests.conftest import ROOT
 # Each package, and the modules (or packages) it must not import.
 FORBIDDEN: dict[str, tuple[str, ...]] = {
     "gateway": ("services", "bento", "commands", "config.served"),
-    "models": ("gateway", "services", "bento", "commands", "config.served", "config.server_files", "shared_metrics",
-               "bentoml", "_bentoml_impl", "_bentoml_sdk"),
+    "models": (
+        "gateway",
+        "services",
+        "bento",
+        "commands",
+        "config.served",
+        "config.server_files",
+        "shared_metrics",
+        "bentoml",
+        "_bentoml_impl",
+        "_bentoml_sdk",
+    ),
     "services": ("gateway", "commands"),
     "bento": ("gateway", "services", "commands"),
     "config": ("gateway", "services", "bento", "commands"),
@@ -59,9 +69,12 @@ def python_files(place: str) -> list[Path]:
 
 
 def breaches(place: str, forbidden: tuple[str, ...]) -> list[str]:
-    return [f"{path.relative_to(ROOT)} imports {module}"
-            for path in python_files(place)
-            for module in sorted(imported_modules(path)) if names(module, forbidden)]
+    return [
+        f"{path.relative_to(ROOT)} imports {module}"
+        for path in python_files(place)
+        for module in sorted(imported_modules(path))
+        if names(module, forbidden)
+    ]
 
 
 @pytest.mark.parametrize("folder", FORBIDDEN)
@@ -76,18 +89,28 @@ def test_nothing_imports_the_composition_root(place):
 
 @pytest.mark.parametrize("family", FAMILIES)
 def test_a_client_familys_adapter_imports_no_other_familys(family):
-    others = tuple(f"gateway.wire.{other}" for other in FAMILIES
-                   if other != family and other not in SHARED_FAMILY_MODULES.get(family, ()))
+    others = tuple(
+        f"gateway.wire.{other}"
+        for other in FAMILIES
+        if other != family and other not in SHARED_FAMILY_MODULES.get(family, ())
+    )
     assert breaches(f"gateway/wire/{family}.py", others) == []
 
 
 def import_module_calls(path: Path) -> list[tuple[str, bool]]:
     """Each `import_module(name)` call in `path`: the name, and whether it runs only inside a function."""
     tree = ast.parse(path.read_text())
-    in_functions = {id(node) for function in ast.walk(tree)
-                    if isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)) for node in ast.walk(function)}
-    return [(ast.literal_eval(node.args[0]), id(node) in in_functions) for node in ast.walk(tree)
-            if isinstance(node, ast.Call) and called_name(node) == "import_module"]
+    in_functions = {
+        id(node)
+        for function in ast.walk(tree)
+        if isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef))
+        for node in ast.walk(function)
+    }
+    return [
+        (ast.literal_eval(node.args[0]), id(node) in in_functions)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call) and called_name(node) == "import_module"
+    ]
 
 
 def called_name(call: ast.Call) -> str:
@@ -107,8 +130,10 @@ def test_config_settings_holds_no_bentoml():
 
 
 def test_models_package_has_no_bentoml_import():
-    code = "import sys, config.settings, models.kinds, models.scores, models.text_encoder, models.text_scorer, " \
-           "models.text_tokenizer, models.batching; print('bentoml' in sys.modules)"
+    code = (
+        "import sys, config.settings, models.kinds, models.scores, models.text_encoder, models.text_scorer, "
+        "models.text_tokenizer, models.batching; print('bentoml' in sys.modules)"
+    )
     result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "False"
 

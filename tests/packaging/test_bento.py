@@ -40,8 +40,20 @@ from tests.tolerance import assert_close, assert_same_vectors
 
 pytestmark = pytest.mark.server
 
-PROJECT_FILES = ("service.py", "gateway", "services", "bento", "config", "shared_metrics.py", "models",
-                 "bentofile.yaml", "pyproject.toml", "requirements.txt", "requirements-cpu.txt", "requirements-cuda.txt")
+PROJECT_FILES = (
+    "service.py",
+    "gateway",
+    "services",
+    "bento",
+    "config",
+    "shared_metrics.py",
+    "models",
+    "bentofile.yaml",
+    "pyproject.toml",
+    "requirements.txt",
+    "requirements-cpu.txt",
+    "requirements-cuda.txt",
+)
 VERSION = project_version(ROOT)
 # The Bento's own configuration: three store models, so it holds three model services.
 STORE_MODELS = [
@@ -53,8 +65,15 @@ MODEL_SERVICES = {"TextEmbedder", "Reranker", "ClipEmbedder"}
 
 
 def embento(home: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "commands", *args], cwd=ROOT, env=server_env(home, **env),
-                          capture_output=True, text=True, check=False, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "commands", *args],
+        cwd=ROOT,
+        env=server_env(home, **env),
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=600,
+    )
 
 
 def requirement_lines(path: Path) -> list[str]:
@@ -105,7 +124,10 @@ def test_bento_records_its_variant_models_and_pins(bentos, store_tags, accel):
     info = yaml.safe_load((bentos[accel] / "bento.yaml").read_text())
     assert (info["name"], info["version"], info["entry_service"]) == ("embento", f"{VERSION}-{accel}", "Embento")
     assert {k: info["labels"][k] for k in ("owner", "accel", "models")} == {
-        "owner": "embento", "accel": accel, "models": f"{MINILM},{TINY_RERANKER},{TINY_CLIP}"}
+        "owner": "embento",
+        "accel": accel,
+        "models": f"{MINILM},{TINY_RERANKER},{TINY_CLIP}",
+    }
     assert info["args"] == {"accel": accel}
     # `bentoml://<name>` (no version) is pinned to the exact version in the store at build time; each
     # model service declares the models it loads, the gateway every one (it reads their tokenizers).
@@ -114,18 +136,22 @@ def test_bento_records_its_variant_models_and_pins(bentos, store_tags, accel):
     pins = {service["name"]: [m["tag"] for m in service["models"]] for service in info["services"]}
     exports = {name: [tag.split(":")[0] for tag in tags if tag.startswith("onnx-")] for name, tags in pins.items()}
     pins = {name: [tag for tag in tags if not tag.startswith("onnx-")] for name, tags in pins.items()}
-    assert pins == {"Embento": [store_tags["minilm"], store_tags[TINY_RERANKER], store_tags[TINY_CLIP]],
-                    "TextEmbedder": [store_tags["minilm"]], "Reranker": [store_tags[TINY_RERANKER]],
-                    "ClipEmbedder": [store_tags[TINY_CLIP]]}
-    carried = {"cpu": {"TextEmbedder": ["onnx-all-minilm-l6-v2"], "Reranker": [f"onnx-{TINY_RERANKER}"]},
-               "cuda": {}}[accel]  # `auto` serves torch on a GPU: a CUDA Bento carries no export for it
+    assert pins == {
+        "Embento": [store_tags["minilm"], store_tags[TINY_RERANKER], store_tags[TINY_CLIP]],
+        "TextEmbedder": [store_tags["minilm"]],
+        "Reranker": [store_tags[TINY_RERANKER]],
+        "ClipEmbedder": [store_tags[TINY_CLIP]],
+    }
+    carried = {"cpu": {"TextEmbedder": ["onnx-all-minilm-l6-v2"], "Reranker": [f"onnx-{TINY_RERANKER}"]}, "cuda": {}}[
+        accel
+    ]  # `auto` serves torch on a GPU: a CUDA Bento carries no export for it
     assert exports == {"Embento": [], "TextEmbedder": [], "Reranker": [], "ClipEmbedder": [], **carried}
     gateway = next(service for service in info["services"] if service["name"] == "Embento")
     assert {d["service"] for d in gateway["dependencies"]} == MODEL_SERVICES
     carried = yaml.safe_load((bentos[accel] / "src" / "embento.yaml").read_text())
     assert [(m["model_id"], m["served_model_name"]) for m in carried["models"]] == [
-        (m["model_id"], m.get("served_model_name", m["model_id"].removeprefix("bentoml://")))
-        for m in STORE_MODELS]
+        (m["model_id"], m.get("served_model_name", m["model_id"].removeprefix("bentoml://"))) for m in STORE_MODELS
+    ]
 
 
 def test_variant_images_differ_only_in_their_accelerator_packages(bentos):
@@ -152,14 +178,24 @@ def test_variant_images_differ_only_in_their_accelerator_packages(bentos):
     assert f"torch=={version('torch')}" in cpu
 
 
-def test_built_cpu_bento_serves_offline_with_its_pinned_store_model(home, bentos, minilm_path, tiny_bert_path,
-                                                                    tmp_path):
+def test_built_cpu_bento_serves_offline_with_its_pinned_store_model(
+    home, bentos, minilm_path, tiny_bert_path, tmp_path
+):
     # A newer `minilm` (a 32-dimension model) lands in the store after the build; the Bento keeps its pin.
     newer = embento(home, "models", "import", str(tiny_bert_path), "--name", "minilm")
     assert newer.returncode == 0, newer.stderr
     port = free_port()
-    command = [sys.executable, "-m", "bentoml", "serve", f"embento:{VERSION}-cpu", "--host", "127.0.0.1",
-               "--port", str(port)]
+    command = [
+        sys.executable,
+        "-m",
+        "bentoml",
+        "serve",
+        f"embento:{VERSION}-cpu",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+    ]
     # An empty export cache, as in a container: the exports come from the Bento, made at its build.
     fresh_cache = tmp_path / "fresh-cache"
     env = server_env(home, EMBENTO_CACHE_DIR=str(fresh_cache))
@@ -172,8 +208,9 @@ def test_built_cpu_bento_serves_offline_with_its_pinned_store_model(home, bentos
         assert [m["backend"] for m in models] == ["onnx", "onnx", "torch"], [m["backend_reason"] for m in models]
         assert all(m["backend_reason"].startswith("onnx: its export matches torch") for m in models[:2])
         exports = sorted(fresh_cache.glob("onnx/*/onnx/model.onnx"))
-        assert len(exports) == 2 and all(p.is_symlink() and p.resolve().is_relative_to(home / "models")
-                                         for p in exports), exports
+        assert len(exports) == 2 and all(
+            p.is_symlink() and p.resolve().is_relative_to(home / "models") for p in exports
+        ), exports
         sentences = make_sentences(8)
         response = httpx.post(f"{url}/v1/embeddings", json={"input": sentences, "model": MINILM}, timeout=60)
     assert response.status_code == 200, response.text
@@ -187,8 +224,14 @@ def test_built_cpu_bento_serves_offline_with_its_pinned_store_model(home, bentos
 
 def test_export_carries_the_model_weights(home, bentos, minilm_tag, tmp_path):
     archive = tmp_path / "embento.tar"  # the same members as a .bento, without its xz pass (80 s here)
-    result = subprocess.run([sys.executable, "-m", "bentoml", "export", f"embento:{VERSION}-cpu", str(archive)],
-                            env=server_env(home), capture_output=True, text=True, check=False, timeout=300)
+    result = subprocess.run(
+        [sys.executable, "-m", "bentoml", "export", f"embento:{VERSION}-cpu", str(archive)],
+        env=server_env(home),
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr
     with tarfile.open(archive) as tar:
         members = {member.name.removeprefix("./"): member.size for member in tar.getmembers()}
@@ -202,21 +245,34 @@ def test_split_topology_answers_like_one_process(home, bentos, client, tmp_path)
     """The CPU Bento as one server per model service plus the gateway with `--depends`, as on Kubernetes,
     answers as the single-process server does on the same checkpoints."""
     env = server_env(home)
-    start = [sys.executable, "-m", "bentoml_cli._internal.start", "start-http-server", str(bentos["cpu"]),
-             "--host", "127.0.0.1"]
+    start = [
+        sys.executable,
+        "-m",
+        "bentoml_cli._internal.start",
+        "start-http-server",
+        str(bentos["cpu"]),
+        "--host",
+        "127.0.0.1",
+    ]
     ports = {name: free_port() for name in sorted(MODEL_SERVICES)}
     depends = [f"--depends={name}=http://127.0.0.1:{port}" for name, port in ports.items()]
     gateway_port = free_port()
     with contextlib.ExitStack() as stack:
         # The model services side by side (free_port's ports lie outside the range their own endpoints come
         # from), the gateway once they listen.
-        services = {name: stack.enter_context(background([*start, "--service-name", name, "--port", str(port)],
-                                                         env, tmp_path / f"{name}.log", cwd=tmp_path))
-                    for name, port in ports.items()}
+        services = {
+            name: stack.enter_context(
+                background(
+                    [*start, "--service-name", name, "--port", str(port)], env, tmp_path / f"{name}.log", cwd=tmp_path
+                )
+            )
+            for name, port in ports.items()
+        }
         for name, service in services.items():
             wait_listening(ports[name], service, tmp_path / f"{name}.log")
-        gateway = stack.enter_context(background([*start, *depends, "--port", str(gateway_port)], env,
-                                                 tmp_path / "gateway.log", cwd=tmp_path))
+        gateway = stack.enter_context(
+            background([*start, *depends, "--port", str(gateway_port)], env, tmp_path / "gateway.log", cwd=tmp_path)
+        )
         url = f"http://127.0.0.1:{gateway_port}"
         wait_ready(url, gateway, tmp_path / "gateway.log")
         with httpx.Client(base_url=url, timeout=60) as split:
@@ -238,22 +294,29 @@ def _assert_same_answers(split: httpx.Client, single: httpx.Client) -> None:
         if path == "/v1/rerank":
             # The single-process server runs this reranker on ONNX Runtime, the split one on torch.
             assert [r["index"] for r in split_json["results"]] == [r["index"] for r in single_json["results"]]
-            assert_close([r["relevance_score"] for r in split_json["results"]],
-                         [r["relevance_score"] for r in single_json["results"]])
+            assert_close(
+                [r["relevance_score"] for r in split_json["results"]],
+                [r["relevance_score"] for r in single_json["results"]],
+            )
         else:
-            assert_same_vectors([d["embedding"] for d in split_json["data"]],
-                                [d["embedding"] for d in single_json["data"]])
+            assert_same_vectors(
+                [d["embedding"] for d in split_json["data"]], [d["embedding"] for d in single_json["data"]]
+            )
             assert split_json["usage"] == single_json["usage"]
 
 
 def _assert_a_batch_runs(gateway: httpx.Client) -> None:
     """A bulk job on the gateway pod runs its lines on the model-service pods: its bodies are the online ones."""
     bodies = [{"model": MINILM, "input": sentences} for sentences in (make_sentences(3), make_sentences(1))]
-    lines = "\n".join(json.dumps({"custom_id": f"c{i}", "method": "POST", "url": "/v1/embeddings", "body": body})
-                      for i, body in enumerate(bodies))
+    lines = "\n".join(
+        json.dumps({"custom_id": f"c{i}", "method": "POST", "url": "/v1/embeddings", "body": body})
+        for i, body in enumerate(bodies)
+    )
     upload = gateway.post("/v1/files", files={"file": ("in.jsonl", lines.encode())}, data={"purpose": "batch"})
-    batch = gateway.post("/v1/batches", json={"input_file_id": upload.json()["id"], "endpoint": "/v1/embeddings",
-                                              "completion_window": "24h"}).json()
+    batch = gateway.post(
+        "/v1/batches",
+        json={"input_file_id": upload.json()["id"], "endpoint": "/v1/embeddings", "completion_window": "24h"},
+    ).json()
     deadline = time.monotonic() + 120
     while (batch := gateway.get(f"/v1/batches/{batch['id']}").json())["status"] not in ("completed", "failed"):
         assert time.monotonic() < deadline, batch
@@ -266,19 +329,28 @@ def _assert_a_batch_runs(gateway: httpx.Client) -> None:
 
 
 def test_a_bento_refuses_a_configuration_that_needs_services_it_lacks(home, bentos, tiny_clap_path, tmp_path):
-    config = in_session_cache({"models": [*STORE_MODELS, {"model_id": str(tiny_clap_path),
-                                                           "served_model_name": "added"}]})
+    config = in_session_cache(
+        {"models": [*STORE_MODELS, {"model_id": str(tiny_clap_path), "served_model_name": "added"}]}
+    )
     (tmp_path / "more.yaml").write_text(yaml.safe_dump(config))
     # By tag, as users serve it: BentoML first imports `embento` as a module (the installed client package),
     # then loads the Bento of that name. The refusal is one line, without that first try's traceback.
     command = [sys.executable, "-m", "bentoml", "serve", f"embento:{VERSION}-cpu", "--port", str(free_port())]
-    result = subprocess.run(command, env=server_env(home, EMBENTO_CONFIG=str(tmp_path / "more.yaml")), cwd=tmp_path,
-                            capture_output=True, text=True, check=False, timeout=300)
+    result = subprocess.run(
+        command,
+        env=server_env(home, EMBENTO_CONFIG=str(tmp_path / "more.yaml")),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+    )
     assert result.returncode != 0
     assert result.stdout + result.stderr == (
         f"embento: this Bento ({VERSION}-cpu) was built with the services "
         "['ClipEmbedder', 'Embento', 'Reranker', 'TextEmbedder'], but the configuration needs ['ClapEmbedder'] "
-        "too: rebuild it with that configuration in embento.yaml\n")
+        "too: rebuild it with that configuration in embento.yaml\n"
+    )
 
 
 @contextlib.contextmanager
@@ -301,10 +373,19 @@ def serve_bento(home: Path, tag: str, folder: Path, **env: str) -> Iterator[str]
 def test_a_bento_serves_the_configuration_it_was_built_with(home, store_tags, tmp_path):
     """Built under EMBENTO_CONFIG (a file outside the project) and a variable, served from elsewhere with no
     configuration: it serves what it was built with, not the default model."""
-    (tmp_path / "other.yaml").write_text(yaml.safe_dump(in_session_cache(
-        {"models": [{"model_id": f"bentoml://{TINY_RERANKER}"}]})))
-    built = embento(home, "build", "--accel", "cpu", "--version", "from-env",
-                    EMBENTO_CONFIG=str(tmp_path / "other.yaml"), EMBENTO_MAX_CLIENT_BATCH_SIZE="16")
+    (tmp_path / "other.yaml").write_text(
+        yaml.safe_dump(in_session_cache({"models": [{"model_id": f"bentoml://{TINY_RERANKER}"}]}))
+    )
+    built = embento(
+        home,
+        "build",
+        "--accel",
+        "cpu",
+        "--version",
+        "from-env",
+        EMBENTO_CONFIG=str(tmp_path / "other.yaml"),
+        EMBENTO_MAX_CLIENT_BATCH_SIZE="16",
+    )
     assert built.returncode == 0, built.stderr
     elsewhere, overridden = tmp_path / "elsewhere", tmp_path / "overridden"
     elsewhere.mkdir()
@@ -312,7 +393,8 @@ def test_a_bento_serves_the_configuration_it_was_built_with(home, store_tags, tm
     with contextlib.ExitStack() as both:  # side by side, then each one ready
         (url, process), (overridden_url, overridden_process) = [
             both.enter_context(started_bento(home, "embento:from-env-cpu", folder, **env))
-            for folder, env in ((elsewhere, {}), (overridden, {"EMBENTO_MAX_CLIENT_BATCH_SIZE": "8"}))]
+            for folder, env in ((elsewhere, {}), (overridden, {"EMBENTO_MAX_CLIENT_BATCH_SIZE": "8"}))
+        ]
         wait_ready(url, process, elsewhere / "bento.log")
         wait_ready(overridden_url, overridden_process, overridden / "bento.log")
         assert [m["id"] for m in httpx.get(f"{url}/v1/models", timeout=30).json()["data"]] == [TINY_RERANKER]
@@ -328,12 +410,26 @@ def test_a_plain_bentoml_build_under_embento_config_serves_that_configuration(ho
     variable: the Bento carries that configuration in its bento.yaml, API keys left out, and serves it from
     another folder with no configuration in the environment (it used to carry the project's instead, and be
     refused at start)."""
-    (tmp_path / "other.yaml").write_text(yaml.safe_dump(in_session_cache({"api_key": ["not-in-the-bento"], "models": [
-        {"model_id": f"bentoml://{store_tags['minilm']}", "served_model_name": "carried"}]})))  # newer ones come
+    (tmp_path / "other.yaml").write_text(
+        yaml.safe_dump(
+            in_session_cache(
+                {
+                    "api_key": ["not-in-the-bento"],
+                    "models": [{"model_id": f"bentoml://{store_tags['minilm']}", "served_model_name": "carried"}],
+                }
+            )
+        )
+    )  # newer ones come
     command = [sys.executable, "-m", "bentoml", "build", str(ROOT), "--version", "plain-build", "--output", "tag"]
-    built = subprocess.run(command, cwd=ROOT, env=server_env(home, EMBENTO_CONFIG=str(tmp_path / "other.yaml"),
-                                                             EMBENTO_MAX_CLIENT_BATCH_SIZE="16"),
-                           capture_output=True, text=True, check=False, timeout=600)
+    built = subprocess.run(
+        command,
+        cwd=ROOT,
+        env=server_env(home, EMBENTO_CONFIG=str(tmp_path / "other.yaml"), EMBENTO_MAX_CLIENT_BATCH_SIZE="16"),
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=600,
+    )
     assert built.returncode == 0, built.stderr
     bento = home / "bentos" / "embento" / "plain-build"
     assert "not-in-the-bento" not in (bento / "bento.yaml").read_text()
@@ -352,11 +448,20 @@ def test_store_errors_name_the_way_out(home, tmp_path):
     (tmp_path / "empty").mkdir()
     result = embento(home, "models", "import", str(tmp_path / "empty"))
     assert result.returncode == 2 and "holds no config.json" in result.stderr
-    lookups = ("from config.served import stored_model\n"
-               "for tag in ('nope', 'Not A Name'):\n"
-               "    try:\n        stored_model(tag)\n    except Exception as exc:\n        print(exc.message)\n")
-    result = subprocess.run([sys.executable, "-c", lookups], cwd=ROOT, env=server_env(home), capture_output=True,
-                            text=True, check=True, timeout=120)
+    lookups = (
+        "from config.served import stored_model\n"
+        "for tag in ('nope', 'Not A Name'):\n"
+        "    try:\n        stored_model(tag)\n    except Exception as exc:\n        print(exc.message)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", lookups],
+        cwd=ROOT,
+        env=server_env(home),
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    )
     missing, invalid = result.stdout.splitlines()
     assert missing.startswith("model 'bentoml://nope:latest' is not in the BentoML model store")
     assert "embento models import <hub id or folder> --name nope" in missing

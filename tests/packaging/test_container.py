@@ -33,8 +33,14 @@ pytestmark = pytest.mark.container
 
 TOOLS = ("buildah", "podman", "runc", "mmdebstrap")  # each the name of its Debian package too
 # What podman and buildah need besides themselves on a minimal Debian 12 (their Recommends, named).
-DEBIAN_PACKAGES = (*TOOLS, "uidmap", "conmon", "containernetworking-plugins",
-                   "golang-github-containers-common", "iptables")
+DEBIAN_PACKAGES = (
+    *TOOLS,
+    "uidmap",
+    "conmon",
+    "containernetworking-plugins",
+    "golang-github-containers-common",
+    "iptables",
+)
 BASE_IMAGE = "localhost/embento-base-test:bookworm"
 IMAGE = "localhost/embento-test:cpu"
 CONTAINER = "embento-test"
@@ -127,22 +133,26 @@ def engine_files(folder: Path) -> dict[str, str]:
     hard limits (else `setrlimit RLIMIT_NOFILE: Operation not permitted`) and runc (crun refuses hybrid
     cgroups)."""
     storage, conf = folder / "storage.conf", folder / "containers.conf"
-    storage.write_text(f'[storage]\ndriver = "{storage_driver(folder)}"\ngraphroot = "{folder}/graph"\n'
-                       f'runroot = "{folder}/run"\n')
+    storage.write_text(
+        f'[storage]\ndriver = "{storage_driver(folder)}"\ngraphroot = "{folder}/graph"\nrunroot = "{folder}/run"\n'
+    )
     import resource
 
     nofile = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
     nproc = min(resource.getrlimit(resource.RLIMIT_NPROC)[1], 32768)
-    conf.write_text(f'[containers]\ndefault_ulimits = ["nofile={nofile}:{nofile}", "nproc={nproc}:{nproc}"]\n'
-                    '[engine]\nruntime = "runc"\n')
+    conf.write_text(
+        f'[containers]\ndefault_ulimits = ["nofile={nofile}:{nofile}", "nproc={nproc}:{nproc}"]\n'
+        '[engine]\nruntime = "runc"\n'
+    )
     return {"CONTAINERS_STORAGE_CONF": str(storage), "CONTAINERS_CONF": str(conf)}
 
 
 def host_package_flags() -> list[str]:
     """`embento build` flags for the package sources this machine's pip uses (its index, extra indexes and
     wheel folders), where it has any: on an open network, none, and the build uses PyPI and PyTorch's index."""
-    listed = subprocess.run([sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True,
-                            check=False).stdout
+    listed = subprocess.run(
+        [sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True, check=False
+    ).stdout
     values: dict[str, list[str]] = {}
     for key, value in re.findall(r"^(?:\S+\.)?(index-url|extra-index-url|find-links)='(.*)'$", listed, re.MULTILINE):
         values.setdefault(key, []).extend(value.split())
@@ -196,8 +206,11 @@ def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]
 def remove_storage(folder: Path, env: dict[str, str]) -> None:
     """Everything the engines made, then the folder. Not `podman system reset`: it also deletes the machine's
     podman networks."""
-    for command in (["podman", "rm", "--force", "--all"], ["buildah", "rm", "--all"],
-                    ["podman", "rmi", "--force", "--all"]):
+    for command in (
+        ["podman", "rm", "--force", "--all"],
+        ["buildah", "rm", "--all"],
+        ["podman", "rmi", "--force", "--all"],
+    ):
         subprocess.run(command, env=env, capture_output=True, check=False)
     mounts = [point for point, _ in mount_points() if Path(point).is_relative_to(folder)]
     for mount in sorted(mounts, reverse=True):  # a failed build's leftovers, innermost first
@@ -220,10 +233,25 @@ def image(engine: dict[str, str], tmp_path_factory: pytest.TempPathFactory, tiny
     config = folder / "embento.yaml"
     # MiniLM on `backend: auto` and the reranker on `onnx`: both run on ONNX Runtime from exports the build made
     # and the Bento carries; each start links them into cache_dir, which must be writable.
-    config.write_text(json.dumps({"models": [{"model_id": MINILM},
-                                             {"model_id": f"bentoml://{TINY_RERANKER}", "backend": "onnx"}]}))
-    run([*embento, "build", "--accel", "cpu", "--project-dir", str(ROOT), "--base-image", BASE_IMAGE,
-         *host_package_flags(), *host_ca_flags(folder)], {**env, "EMBENTO_CONFIG": str(config)}, cwd=ROOT)
+    config.write_text(
+        json.dumps({"models": [{"model_id": MINILM}, {"model_id": f"bentoml://{TINY_RERANKER}", "backend": "onnx"}]})
+    )
+    run(
+        [
+            *embento,
+            "build",
+            "--accel",
+            "cpu",
+            "--project-dir",
+            str(ROOT),
+            "--base-image",
+            BASE_IMAGE,
+            *host_package_flags(),
+            *host_ca_flags(folder),
+        ],
+        {**env, "EMBENTO_CONFIG": str(config)},
+        cwd=ROOT,
+    )
     started = time.monotonic()
     with peak_disk_use(folder) as disk:
         run([*embento, "containerize", "--accel", "cpu", "--image-tag", IMAGE], env, cwd=ROOT)
@@ -256,19 +284,27 @@ def host_results(minilm_path: Path, tiny_reranker_path: Path) -> dict[str, np.nd
     from sentence_transformers import CrossEncoder, SentenceTransformer
 
     cross_encoder = CrossEncoder(str(tiny_reranker_path), local_files_only=True, device="cpu")
-    return {"embeddings": SentenceTransformer(str(minilm_path), device="cpu").encode(SENTENCES),
-            "scores": cross_encoder.predict([(QUERY, s) for s in SENTENCES])}
+    return {
+        "embeddings": SentenceTransformer(str(minilm_path), device="cpu").encode(SENTENCES),
+        "scores": cross_encoder.predict([(QUERY, s) for s in SENTENCES]),
+    }
 
 
 def probe(engine: dict[str, str], container: str, sentences: list[str]) -> dict:
     """The answers of the server in the container once it is ready; its log if it never is."""
-    result = subprocess.run(["podman", "exec", container, "python", "-c", PROBE,
-                             json.dumps([sentences, QUERY, TINY_RERANKER])],
-                            env=engine, capture_output=True, text=True, timeout=400, check=False)
+    result = subprocess.run(
+        ["podman", "exec", container, "python", "-c", PROBE, json.dumps([sentences, QUERY, TINY_RERANKER])],
+        env=engine,
+        capture_output=True,
+        text=True,
+        timeout=400,
+        check=False,
+    )
     if result.returncode != 0:
         logs = subprocess.run(["podman", "logs", container], env=engine, capture_output=True, text=True, check=False)
-        pytest.fail(f"{container} never answered ({result.stderr[-2000:]}); its log:\n"
-                    f"{(logs.stdout + logs.stderr)[-4000:]}")
+        pytest.fail(
+            f"{container} never answered ({result.stderr[-2000:]}); its log:\n{(logs.stdout + logs.stderr)[-4000:]}"
+        )
     return json.loads(result.stdout)
 
 
@@ -318,15 +354,25 @@ def test_it_serves_under_an_arbitrary_uid_in_group_0(engine, image, host_results
         assert ids.split() == [ARBITRARY_UID, "0", ARBITRARY_UID]
         environ = run(["podman", "exec", container, "cat", "/proc/1/environ"], engine).stdout.split("\0")
         assert f"BENTOML_HOME={IMAGE_HOME}/bentoml" in environ  # the server's, not BentoML's template's
-        exports = run(["podman", "exec", container, "find", IMAGE_HOME, "-name", "model.onnx", "-printf",
-                       "%u:%g %p -> %l\n"], engine).stdout.splitlines()
+        exports = run(
+            ["podman", "exec", container, "find", IMAGE_HOME, "-name", "model.onnx", "-printf", "%u:%g %p -> %l\n"],
+            engine,
+        ).stdout.splitlines()
         assert len(exports) == 2, exports  # links to the exports the Bento carries: none was made at start
-        assert all(line.startswith(f"{ARBITRARY_UID}:root {IMAGE_HOME}/.cache/embento/onnx/")
-                   and "/models/onnx-" in line.split(" -> ")[1] for line in exports), exports
+        assert all(
+            line.startswith(f"{ARBITRARY_UID}:root {IMAGE_HOME}/.cache/embento/onnx/")
+            and "/models/onnx-" in line.split(" -> ")[1]
+            for line in exports
+        ), exports
         assert run(["podman", "exec", container, "python", "-c", DECODE_AUDIO], engine).stdout.split() == ["48001"]
         if "--read-only" in RUN_AS[case]:
-            write = subprocess.run(["podman", "exec", container, "touch", "/home/bentoml/bento/written"], env=engine,
-                                   capture_output=True, text=True, check=False)
+            write = subprocess.run(
+                ["podman", "exec", container, "touch", "/home/bentoml/bento/written"],
+                env=engine,
+                capture_output=True,
+                text=True,
+                check=False,
+            )
             assert write.returncode != 0 and "Read-only file system" in write.stderr, write
     with capsys.disabled():
         print(f"\n{case}: ready_s {ready_s:.2f}")

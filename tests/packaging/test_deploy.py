@@ -19,8 +19,16 @@ KUBERNETES = DEPLOY / "kubernetes"
 PORT = 3000
 # Kubernetes' restricted Pod Security Standard, the rules its admission controller applies to a pod
 # (https://kubernetes.io/docs/concepts/security/pod-security-standards/: baseline's and restricted's).
-RESTRICTED_VOLUME_TYPES = {"configMap", "csi", "downwardAPI", "emptyDir", "ephemeral", "persistentVolumeClaim",
-                           "projected", "secret"}
+RESTRICTED_VOLUME_TYPES = {
+    "configMap",
+    "csi",
+    "downwardAPI",
+    "emptyDir",
+    "ephemeral",
+    "persistentVolumeClaim",
+    "projected",
+    "secret",
+}
 RESTRICTED_ADDED_CAPABILITIES = {"NET_BIND_SERVICE"}
 ALLOWED_SECCOMP_TYPES = {"RuntimeDefault", "Localhost"}
 ALLOWED_SELINUX_TYPES = {"", "container_t", "container_init_t", "container_kvm_t", "container_engine_t"}
@@ -28,16 +36,38 @@ IMAGE_TEMP_DIR = Path("/tmp")  # Python's temporary folder in the image, which s
 # core/v1 field names of the objects the security settings use: the API server's strict field validation
 # (kubectl's default) refuses any other, and a misspelt one would otherwise be dropped unnoticed.
 FIELDS = {
-    "PodSecurityContext": {"appArmorProfile", "fsGroup", "fsGroupChangePolicy", "runAsGroup", "runAsNonRoot",
-                           "runAsUser", "seLinuxChangePolicy", "seLinuxOptions", "seccompProfile",
-                           "supplementalGroups", "supplementalGroupsPolicy", "sysctls", "windowsOptions"},
-    "SecurityContext": {"allowPrivilegeEscalation", "appArmorProfile", "capabilities", "privileged", "procMount",
-                        "readOnlyRootFilesystem", "runAsGroup", "runAsNonRoot", "runAsUser", "seLinuxOptions",
-                        "seccompProfile", "windowsOptions"},
+    "PodSecurityContext": {
+        "appArmorProfile",
+        "fsGroup",
+        "fsGroupChangePolicy",
+        "runAsGroup",
+        "runAsNonRoot",
+        "runAsUser",
+        "seLinuxChangePolicy",
+        "seLinuxOptions",
+        "seccompProfile",
+        "supplementalGroups",
+        "supplementalGroupsPolicy",
+        "sysctls",
+        "windowsOptions",
+    },
+    "SecurityContext": {
+        "allowPrivilegeEscalation",
+        "appArmorProfile",
+        "capabilities",
+        "privileged",
+        "procMount",
+        "readOnlyRootFilesystem",
+        "runAsGroup",
+        "runAsNonRoot",
+        "runAsUser",
+        "seLinuxOptions",
+        "seccompProfile",
+        "windowsOptions",
+    },
     "Capabilities": {"add", "drop"},
     "SeccompProfile": {"type", "localhostProfile"},
-    "VolumeMount": {"name", "mountPath", "readOnly", "recursiveReadOnly", "subPath", "subPathExpr",
-                    "mountPropagation"},
+    "VolumeMount": {"name", "mountPath", "readOnly", "recursiveReadOnly", "subPath", "subPathExpr", "mountPropagation"},
     "EmptyDirVolumeSource": {"medium", "sizeLimit"},
 }
 
@@ -80,8 +110,10 @@ def restricted_violations(pod: dict) -> list[str]:
     contexts = [(c["name"], c.get("securityContext", {})) for c in containers]
     for kind, values in [("PodSecurityContext", pod_context), *(("SecurityContext", c) for _, c in contexts)]:
         found += [f"unknown {kind} field {key}" for key in set(values) - FIELDS[kind]]
-        found += [f"unknown SeccompProfile field {key}" for key in set(values.get("seccompProfile", {}))
-                  - FIELDS["SeccompProfile"]]
+        found += [
+            f"unknown SeccompProfile field {key}"
+            for key in set(values.get("seccompProfile", {})) - FIELDS["SeccompProfile"]
+        ]
     found += [f"host namespace {key}" for key in ("hostNetwork", "hostPID", "hostIPC") if pod.get(key)]
     found += [f"sysctl {s['name']}" for s in pod_context.get("sysctls", [])]  # none is needed, none is allowed
     for volume in pod.get("volumes", []):
@@ -89,13 +121,18 @@ def restricted_violations(pod: dict) -> list[str]:
         if kind not in RESTRICTED_VOLUME_TYPES:
             found.append(f"volume {volume['name']} of type {kind}")
         if kind == "emptyDir":
-            found += [f"unknown EmptyDirVolumeSource field {key}"
-                      for key in set(volume[kind] or {}) - FIELDS["EmptyDirVolumeSource"]]
+            found += [
+                f"unknown EmptyDirVolumeSource field {key}"
+                for key in set(volume[kind] or {}) - FIELDS["EmptyDirVolumeSource"]
+            ]
     for name, context in contexts:
         container = next(c for c in containers if c["name"] == name)
         found += [f"{name}: host port" for port in container.get("ports", []) if port.get("hostPort")]
-        found += [f"{name}: unknown VolumeMount field {key}" for mount in container.get("volumeMounts", [])
-                  for key in set(mount) - FIELDS["VolumeMount"]]
+        found += [
+            f"{name}: unknown VolumeMount field {key}"
+            for mount in container.get("volumeMounts", [])
+            for key in set(mount) - FIELDS["VolumeMount"]
+        ]
         if context.get("privileged"):
             found.append(f"{name}: privileged")
         if context.get("allowPrivilegeEscalation") is not False:
@@ -106,8 +143,9 @@ def restricted_violations(pod: dict) -> list[str]:
         found += [f"{name}: unknown Capabilities field {key}" for key in set(capabilities) - FIELDS["Capabilities"]]
         if "ALL" not in capabilities.get("drop", []):
             found.append(f"{name}: capabilities do not drop ALL")
-        found += [f"{name}: adds capability {cap}" for cap in set(capabilities.get("add", []))
-                  - RESTRICTED_ADDED_CAPABILITIES]
+        found += [
+            f"{name}: adds capability {cap}" for cap in set(capabilities.get("add", [])) - RESTRICTED_ADDED_CAPABILITIES
+        ]
         if context.get("runAsNonRoot", pod_context.get("runAsNonRoot")) is not True:
             found.append(f"{name}: runAsNonRoot is not true")
         if 0 in (context.get("runAsUser"), pod_context.get("runAsUser")):
@@ -129,19 +167,33 @@ def test_every_pod_meets_the_restricted_pod_security_standard(manifests):
         assert restricted_violations(deployment["spec"]["template"]["spec"]) == [], name
 
 
-@pytest.mark.parametrize("change, violation", [
-    (lambda pod: pod["securityContext"].pop("seccompProfile"), "seccompProfile None"),
-    (lambda pod: pod["containers"][0]["securityContext"]["capabilities"].update(add=["SYS_ADMIN"]),
-     "adds capability SYS_ADMIN"),
-    (lambda pod: pod["containers"][0]["securityContext"]["capabilities"].update(drop=["NET_RAW"]),
-     "capabilities do not drop ALL"),
-    (lambda pod: pod["containers"][0]["securityContext"].pop("allowPrivilegeEscalation"),
-     "allowPrivilegeEscalation is not false"),
-    (lambda pod: pod["securityContext"].pop("runAsNonRoot"), "runAsNonRoot is not true"),
-    (lambda pod: pod["volumes"].append({"name": "host", "hostPath": {"path": "/"}}), "volume host of type hostPath"),
-    (lambda pod: pod["containers"][0]["securityContext"].update(readOnlyRootFileSystem=True),
-     "unknown SecurityContext field readOnlyRootFileSystem"),
-])
+@pytest.mark.parametrize(
+    "change, violation",
+    [
+        (lambda pod: pod["securityContext"].pop("seccompProfile"), "seccompProfile None"),
+        (
+            lambda pod: pod["containers"][0]["securityContext"]["capabilities"].update(add=["SYS_ADMIN"]),
+            "adds capability SYS_ADMIN",
+        ),
+        (
+            lambda pod: pod["containers"][0]["securityContext"]["capabilities"].update(drop=["NET_RAW"]),
+            "capabilities do not drop ALL",
+        ),
+        (
+            lambda pod: pod["containers"][0]["securityContext"].pop("allowPrivilegeEscalation"),
+            "allowPrivilegeEscalation is not false",
+        ),
+        (lambda pod: pod["securityContext"].pop("runAsNonRoot"), "runAsNonRoot is not true"),
+        (
+            lambda pod: pod["volumes"].append({"name": "host", "hostPath": {"path": "/"}}),
+            "volume host of type hostPath",
+        ),
+        (
+            lambda pod: pod["containers"][0]["securityContext"].update(readOnlyRootFileSystem=True),
+            "unknown SecurityContext field readOnlyRootFileSystem",
+        ),
+    ],
+)
 def test_the_pod_security_check_catches_each_kind_of_violation(manifests, change, violation):
     pod = copy.deepcopy(of_kind(manifests, "Deployment")["embento"]["spec"]["template"]["spec"])
     change(pod)
@@ -158,8 +210,11 @@ def test_every_container_writes_only_to_an_emptydir_that_holds_the_images_home(m
         empty_dirs = {v["name"] for v in pod.get("volumes", []) if "emptyDir" in v}
         main = container(deployment)
         assert main["securityContext"]["readOnlyRootFilesystem"] is True, name
-        writable = [Path(m["mountPath"]) for m in main.get("volumeMounts", [])
-                    if m["name"] in empty_dirs and not m.get("readOnly")]
+        writable = [
+            Path(m["mountPath"])
+            for m in main.get("volumeMounts", [])
+            if m["name"] in empty_dirs and not m.get("readOnly")
+        ]
         for path in (Path(WRITABLE_HOME), IMAGE_TEMP_DIR):
             assert any(path.is_relative_to(mount) for mount in writable), (name, path)
         assert "HOME" not in {item["name"] for item in main.get("env", [])}, name  # the image's HOME stands
@@ -181,11 +236,13 @@ def test_one_deployment_and_service_per_model_service(manifests, needed_services
         gpus = main["resources"].get("limits", {}).get("nvidia.com/gpu")
         assert gpus == (1 if name in model_services else None)
         if name in model_services:  # what the CUDA Bento, built where no GPU is, declares as BentoML `resources`
-            from config.settings import ModelConfig
             from bento.placement import place_service
+            from config.settings import ModelConfig
 
             assert place_service([ModelConfig()], len(model_services), 0, "cuda").gpus == gpus
-        (service,) = [s for s in services.values() if s["spec"]["selector"] == deployment["spec"]["selector"]["matchLabels"]]
+        (service,) = [
+            s for s in services.values() if s["spec"]["selector"] == deployment["spec"]["selector"]["matchLabels"]
+        ]
         assert service["spec"]["ports"] == [{"name": "http", "port": PORT, "targetPort": "http"}]
 
 
@@ -230,8 +287,9 @@ def test_bentocloud_file_follows_bentomls_schema_and_the_code(needed_services):
 
     config = yaml.safe_load((DEPLOY / "bentocloud.yaml").read_text())
     assert config["bento"] == f"embento:{project_version(ROOT)}-cuda"
-    schema = bentoml_cattr.structure({k: v for k, v in config.items() if k not in ("name", "bento")},
-                                     DeploymentConfigSchema)
+    schema = bentoml_cattr.structure(
+        {k: v for k, v in config.items() if k not in ("name", "bento")}, DeploymentConfigSchema
+    )
     assert set(schema.services) == needed_services | {Gateway.name}
     assert all(s.scaling.max_replicas >= (s.scaling.min_replicas or 0) for s in schema.services.values())
     assert schema.services[Gateway.name].instance_type.startswith("cpu")
@@ -251,8 +309,15 @@ def test_deploy_folder_has_nothing_unchecked():
     # image/base-image.sh: tests/packaging/test_container.py builds its base with it; grafana/ and prometheus/:
     # tests/server/test_observability.py.
     assert sorted(p.relative_to(DEPLOY).as_posix() for p in DEPLOY.rglob("*") if p.is_file()) == [
-        "bentocloud.yaml", "embento.yaml", "grafana/embento.json", "image/base-image.sh",
-        "kubernetes/clip-embedder.yaml", "kubernetes/gateway.yaml",
-        "kubernetes/kustomization.yaml", "kubernetes/network-policy.yaml", "kubernetes/reranker.yaml",
-        "kubernetes/text-embedder.yaml", "prometheus/alerts.yaml",
+        "bentocloud.yaml",
+        "embento.yaml",
+        "grafana/embento.json",
+        "image/base-image.sh",
+        "kubernetes/clip-embedder.yaml",
+        "kubernetes/gateway.yaml",
+        "kubernetes/kustomization.yaml",
+        "kubernetes/network-policy.yaml",
+        "kubernetes/reranker.yaml",
+        "kubernetes/text-embedder.yaml",
+        "prometheus/alerts.yaml",
     ]

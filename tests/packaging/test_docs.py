@@ -12,15 +12,25 @@ from config.settings import EmbentoConfig, ImageSettings, ModelConfig, load_conf
 from tests.conftest import ROOT
 
 DOCS = ROOT / "docs"
-PAGES = ("api.md", "configuration.md", "models.md", "deployment.md", "operations.md", "architecture.md",
-         "benchmarks.md", "bulk-jobs.md", "tenants.md")
+PAGES = (
+    "api.md",
+    "configuration.md",
+    "models.md",
+    "deployment.md",
+    "operations.md",
+    "architecture.md",
+    "benchmarks.md",
+    "bulk-jobs.md",
+    "tenants.md",
+)
 README_MAX_BYTES = 12 * 1024
 LINK = re.compile(r"\]\((?!https?://|#|mailto:)([^)#\s]+)(?:#[^)]*)?\)")
 
 
 def test_configuration_md_is_generated_from_the_configuration_object():
-    result = subprocess.run([sys.executable, str(DOCS / "make_configuration.py"), "--check"], capture_output=True,
-                            text=True)
+    result = subprocess.run(
+        [sys.executable, str(DOCS / "make_configuration.py"), "--check"], capture_output=True, text=True
+    )
     assert result.returncode == 0, result.stderr
     text = (DOCS / "configuration.md").read_text()
     for model in (EmbentoConfig, ModelConfig, ImageSettings):
@@ -40,8 +50,9 @@ def test_every_route_is_in_api_md(client):
     served = {(method.upper(), path) for path, methods in openapi.items() for method in methods}
     config = load_config({}, cwd=ROOT / "tests")
     lifecycle = Lifecycle(ModelRegistry({config.models[0].served_model_name: "embed"}))
-    served |= {(method, route.path) for route in get_routes(config, lifecycle) for method in route.methods
-               if method != "HEAD"}
+    served |= {
+        (method, route.path) for route in get_routes(config, lifecycle) for method in route.methods if method != "HEAD"
+    }
     assert served - documented == set(), "routes the server has that docs/api.md does not"
 
 

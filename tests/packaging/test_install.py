@@ -24,8 +24,11 @@ BUILD_BACKEND = ("setuptools", "_distutils_hack", "pkg_resources")
 
 def checkout_copy(folder: Path) -> Path:
     """The project's files, so that building it leaves nothing in the real checkout."""
-    shutil.copytree(ROOT, folder, ignore=shutil.ignore_patterns(".git", ".venv", "build", "*.egg-info",
-                                                                 "__pycache__", ".pytest_cache", "bench"))
+    shutil.copytree(
+        ROOT,
+        folder,
+        ignore=shutil.ignore_patterns(".git", ".venv", "build", "*.egg-info", "__pycache__", ".pytest_cache", "bench"),
+    )
     return folder
 
 
@@ -38,20 +41,44 @@ def fresh_venv(folder: Path, project: Path, editable: bool) -> Path:
         if name.split("-")[0] in BUILD_BACKEND:
             (backend / name).symlink_to(SUITE_PACKAGES / name)
     before = set(os.listdir(site_packages(python)))
-    subprocess.run([str(python), "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation", "--no-index",
-                    *(["-e"] if editable else []), str(project)], check=True, capture_output=True, cwd=folder,
-                   env={**os.environ, "PYTHONPATH": str(backend)})
+    subprocess.run(
+        [
+            str(python),
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--no-deps",
+            "--no-build-isolation",
+            "--no-index",
+            *(["-e"] if editable else []),
+            str(project),
+        ],
+        check=True,
+        capture_output=True,
+        cwd=folder,
+        env={**os.environ, "PYTHONPATH": str(backend)},
+    )
     added = set(os.listdir(site_packages(python))) - before
-    importable = {name.removesuffix(".py") for name in added
-                  if not name.endswith((".dist-info", ".pth")) and not name.startswith(("__editable__", "_"))}
+    importable = {
+        name.removesuffix(".py")
+        for name in added
+        if not name.endswith((".dist-info", ".pth")) and not name.startswith(("__editable__", "_"))
+    }
     assert importable <= {"embento"}, f"the install added top-level {sorted(importable)}"
     (site_packages(python) / "suite-dependencies.pth").write_text(f"{SUITE_PACKAGES}\n")
     return python
 
 
 def site_packages(python: Path) -> Path:
-    return Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                               check=True, capture_output=True, text=True).stdout.strip())
+    return Path(
+        subprocess.run(
+            [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+    )
 
 
 @pytest.mark.parametrize("editable", [False, True], ids=["wheel", "editable"])
@@ -74,8 +101,11 @@ def test_a_fresh_install_adds_only_embento_and_the_command_finds_the_bundle(tmp_
     assert all(command in help_text.stdout for command in ("serve", "build", "containerize", "models"))
     serve_help = run(str(python.parent / "embento"), "serve", "--help")
     assert serve_help.returncode == 0 and "--model-id" in serve_help.stdout, serve_help.stderr
-    found = run(str(python), "-c", "from embento.cli import find_bundle; import os, pathlib; "
-                                   "print(find_bundle(pathlib.Path.cwd(), os.environ))")
+    found = run(
+        str(python),
+        "-c",
+        "from embento.cli import find_bundle; import os, pathlib; print(find_bundle(pathlib.Path.cwd(), os.environ))",
+    )
     assert found.stdout.strip() == str(project.resolve()), found.stderr  # the checkout it was installed from
 
 

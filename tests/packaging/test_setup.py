@@ -12,8 +12,9 @@ from tests.conftest import ROOT
 
 def requirements_installed(venv: Path, *make_args: str) -> set[str]:
     """Every `name==version` the recipe would pip-install into a fresh venv, and the indexes it would ask."""
-    recipe = subprocess.run(["make", "-n", "setup", f"VENV={venv}", *make_args], cwd=ROOT, capture_output=True,
-                            text=True, check=True).stdout
+    recipe = subprocess.run(
+        ["make", "-n", "setup", f"VENV={venv}", *make_args], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout
     installs = [line for line in recipe.splitlines() if re.search(r"/pip install ", line)]
     return {word for line in installs for word in line.split() if "==" in word or word.startswith("http")}
 
@@ -41,4 +42,3 @@ def test_the_accelerator_chosen_is_remembered(tmp_path):
 def test_an_unknown_accelerator_is_refused():
     result = subprocess.run(["make", "-n", "setup", "ACCEL=rocm"], cwd=ROOT, capture_output=True, text=True)
     assert result.returncode != 0 and "ACCEL must be cpu or cuda" in result.stderr
-

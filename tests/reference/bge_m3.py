@@ -57,8 +57,9 @@ def main() -> None:
     # limit (8192) is its model's, so truncating at the tokenizer's limit is what BGE-M3 itself does.
     config = json.loads((args.checkpoint / "tokenizer_config.json").read_text())
     limit = int(config["model_max_length"])
-    model = BGEM3FlagModel(str(args.checkpoint), use_fp16=False, devices="cpu", query_max_length=limit,
-                           passage_max_length=limit)
+    model = BGEM3FlagModel(
+        str(args.checkpoint), use_fp16=False, devices="cpu", query_max_length=limit, passage_max_length=limit
+    )
     encoded = model.encode(queries + documents, return_dense=True, return_sparse=True, return_colbert_vecs=True)
     # One pair a call: in a batch, FlagEmbedding pads passages' ColBERT vectors with zero rows that enter its max.
     pair_scores = {key: np.zeros((len(queries), len(documents)), dtype=np.float64) for key in SCORE_KEYS}
@@ -68,12 +69,16 @@ def main() -> None:
             for key, name in SCORE_KEYS.items():
                 pair_scores[key][i, j] = result[name][0]
 
-    np.savez(args.result_npz, dense=np.asarray(encoded["dense_vecs"], dtype=np.float32),
-             **{f"colbert_{i}": np.asarray(v, dtype=np.float32) for i, v in enumerate(encoded["colbert_vecs"])},
-             **{f"scores_{key}": matrix for key, matrix in pair_scores.items()})
+    np.savez(
+        args.result_npz,
+        dense=np.asarray(encoded["dense_vecs"], dtype=np.float32),
+        **{f"colbert_{i}": np.asarray(v, dtype=np.float32) for i, v in enumerate(encoded["colbert_vecs"])},
+        **{f"scores_{key}": matrix for key, matrix in pair_scores.items()},
+    )
     sparse = [{token: float(weight) for token, weight in weights.items()} for weights in encoded["lexical_weights"]]
-    args.result_json.write_text(json.dumps({"sparse": sparse,
-                                            "sparse_margin": sparse_margin(model, queries + documents, limit)}))
+    args.result_json.write_text(
+        json.dumps({"sparse": sparse, "sparse_margin": sparse_margin(model, queries + documents, limit)})
+    )
 
 
 if __name__ == "__main__":

@@ -36,17 +36,27 @@ def main() -> None:
     # PyLate draws the Dense projection and the rows of its added [Q]/[D] tokens at random: seeded, so the
     # checkpoint is the same every session.
     torch.manual_seed(args.seed)
-    models.ColBERT(str(args.base), embedding_size=args.embedding_size, query_length=args.query_length,
-                   document_length=args.document_length, device="cpu").save(str(args.checkpoint))
+    models.ColBERT(
+        str(args.base),
+        embedding_size=args.embedding_size,
+        query_length=args.query_length,
+        document_length=args.document_length,
+        device="cpu",
+    ).save(str(args.checkpoint))
     # The reference reads the saved files, the same ones the server loads.
     model = models.ColBERT(str(args.checkpoint), device="cpu")
     queries = [np.asarray(v, dtype=np.float32) for v in model.encode(texts["queries"], is_query=True)]
     documents = [np.asarray(v, dtype=np.float32) for v in model.encode(texts["documents"], is_query=False)]
     # One pair a call: colbert_scores takes equal-length stacks only, and zero rows padded in would enter the max.
-    matrix = np.array([[float(scores.colbert_scores(q[None], d[None])[0, 0]) for d in documents] for q in queries],
-                      dtype=np.float32)
-    np.savez(args.result, scores=matrix, **{f"query_{i}": v for i, v in enumerate(queries)},
-             **{f"document_{j}": v for j, v in enumerate(documents)})
+    matrix = np.array(
+        [[float(scores.colbert_scores(q[None], d[None])[0, 0]) for d in documents] for q in queries], dtype=np.float32
+    )
+    np.savez(
+        args.result,
+        scores=matrix,
+        **{f"query_{i}": v for i, v in enumerate(queries)},
+        **{f"document_{j}": v for j, v in enumerate(documents)},
+    )
 
 
 if __name__ == "__main__":

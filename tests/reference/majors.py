@@ -23,8 +23,15 @@ from safetensors.torch import load_file
 from sentence_transformers import CrossEncoder, SentenceTransformer, SparseEncoder
 from sentence_transformers.models import Normalize, Pooling, Transformer
 from sentence_transformers.sparse_encoder.models import MLMTransformer, SpladePooling
-from transformers import (BertConfig, BertForMaskedLM, BertForSequenceClassification, BertTokenizerFast,
-                          Qwen2TokenizerFast, Qwen3Config, Qwen3Model)
+from transformers import (
+    BertConfig,
+    BertForMaskedLM,
+    BertForSequenceClassification,
+    BertTokenizerFast,
+    Qwen2TokenizerFast,
+    Qwen3Config,
+    Qwen3Model,
+)
 
 QWEN3_SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>", "</think>"]
 
@@ -38,19 +45,35 @@ def save_qwen3(source: Path, target: Path, max_seq_length: int) -> SentenceTrans
     model = Qwen3Model(config)
     model.load_state_dict(load_file(str(source / "model.safetensors")))
     model.save_pretrained(plain)
-    Qwen2TokenizerFast(tokenizer_file=str(source / "tokenizer.json"), eos_token="<|im_end|>",
-                       pad_token="<|endoftext|>", unk_token=None, bos_token=None, padding_side="left",
-                       model_max_length=131072, additional_special_tokens=QWEN3_SPECIALS[1:]).save_pretrained(plain)
+    Qwen2TokenizerFast(
+        tokenizer_file=str(source / "tokenizer.json"),
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        unk_token=None,
+        bos_token=None,
+        padding_side="left",
+        model_max_length=131072,
+        additional_special_tokens=QWEN3_SPECIALS[1:],
+    ).save_pretrained(plain)
     transformer = Transformer(str(plain), max_seq_length=max_seq_length)
-    embedder = SentenceTransformer(modules=[transformer, Pooling(config.hidden_size, pooling_mode="lasttoken"),
-                                            Normalize()], device="cpu")
+    embedder = SentenceTransformer(
+        modules=[transformer, Pooling(config.hidden_size, pooling_mode="lasttoken"), Normalize()], device="cpu"
+    )
     embedder.save(str(target))
     return SentenceTransformer(str(target), device="cpu", local_files_only=True)
 
 
 def tiny_bert(vocab_size: int, **extra) -> BertConfig:
-    return BertConfig(vocab_size=vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                      intermediate_size=64, max_position_embeddings=128, initializer_range=0.2, **extra)
+    return BertConfig(
+        vocab_size=vocab_size,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=128,
+        initializer_range=0.2,
+        **extra,
+    )
 
 
 def save_reranker(vocab: Path, target: Path, seed: int) -> CrossEncoder:
@@ -69,8 +92,9 @@ def save_splade(vocab: Path, target: Path, seed: int) -> SparseEncoder:
     plain = target.parent / "splade-plain"
     BertForMaskedLM(tiny_bert(tokenizer.vocab_size)).save_pretrained(plain)
     tokenizer.save_pretrained(plain)
-    SparseEncoder(modules=[MLMTransformer(str(plain), max_seq_length=128), SpladePooling("max")],
-                  device="cpu").save(str(target))
+    SparseEncoder(modules=[MLMTransformer(str(plain), max_seq_length=128), SpladePooling("max")], device="cpu").save(
+        str(target)
+    )
     return SparseEncoder(str(target), device="cpu", local_files_only=True)
 
 
@@ -81,10 +105,12 @@ def main() -> None:
     reranker = save_reranker(Path(spec["bert_vocab"]), Path(spec["reranker_target"]), spec["seed"])
     splade = save_splade(Path(spec["bert_vocab"]), Path(spec["splade_target"]), spec["seed"])
     with torch.inference_mode():
-        np.savez(spec["result"],
-                 qwen3=embedder.encode(texts, convert_to_numpy=True),
-                 reranker=reranker.predict(pairs, activation_fn=torch.nn.Identity(), convert_to_numpy=True),
-                 splade=splade.encode(texts, convert_to_tensor=True).to_dense().numpy())
+        np.savez(
+            spec["result"],
+            qwen3=embedder.encode(texts, convert_to_numpy=True),
+            reranker=reranker.predict(pairs, activation_fn=torch.nn.Identity(), convert_to_numpy=True),
+            splade=splade.encode(texts, convert_to_tensor=True).to_dense().numpy(),
+        )
 
 
 if __name__ == "__main__":

@@ -34,8 +34,10 @@ WAIT_S = 240
 
 
 def jobs_config(folder: Path, **jobs) -> dict:
-    return {"models": [{"model_id": MINILM}], "jobs": {"data_dir": str(folder / "jobs"), "lease_s": LEASE_S,
-                                                       "chunk_lines": CHUNK_LINES, **jobs}}
+    return {
+        "models": [{"model_id": MINILM}],
+        "jobs": {"data_dir": str(folder / "jobs"), "lease_s": LEASE_S, "chunk_lines": CHUNK_LINES, **jobs},
+    }
 
 
 @pytest.fixture(scope="module")
@@ -62,8 +64,10 @@ def request_line(custom_id: str, body: dict, url: str = "/v1/embeddings") -> dic
 
 
 def embedding_lines(count: int, prefix: str = "line") -> list[dict]:
-    return [request_line(f"{prefix}-{i}", {"model": MINILM, "input": [f"{prefix} sentence {i}", f"and {i * 7}"]})
-            for i in range(count)]
+    return [
+        request_line(f"{prefix}-{i}", {"model": MINILM, "input": [f"{prefix} sentence {i}", f"and {i * 7}"]})
+        for i in range(count)
+    ]
 
 
 def finished(client: OpenAI, batch_id: str, timeout_s: float = WAIT_S):
@@ -88,10 +92,12 @@ def output_lines(client: OpenAI, file_id: str | None) -> list[dict]:
 def test_the_sdk_runs_a_batch_whose_bodies_are_the_online_answers(jobs_server):
     client = sdk(jobs_server)
     lines = embedding_lines(9)
-    lines += [request_line("base64", {"model": MINILM, "input": "encoded", "encoding_format": "base64"}),
-              request_line("refused", {"model": MINILM, "input": []}),
-              request_line("unknown-model", {"model": "nope", "input": "x"}),
-              request_line("no-input", {"model": MINILM})]
+    lines += [
+        request_line("base64", {"model": MINILM, "input": "encoded", "encoding_format": "base64"}),
+        request_line("refused", {"model": MINILM, "input": []}),
+        request_line("unknown-model", {"model": "nope", "input": "x"}),
+        request_line("no-input", {"model": MINILM}),
+    ]
     batch = finished(client, submitted(client, lines).id)
     assert batch.status == "completed", batch
     assert (batch.request_counts.total, batch.request_counts.completed, batch.request_counts.failed) == (13, 10, 3)
@@ -108,12 +114,26 @@ def test_the_sdk_runs_a_batch_whose_bodies_are_the_online_answers(jobs_server):
         assert batched["response"]["body"] == online.json(), line["custom_id"]
 
 
-@pytest.mark.parametrize(("endpoint", "body", "online_path"), [
-    ("/v1/rerank", {"model": TINY_RERANKER, "query": "a fox", "documents": ["a fox jumps", "a dog", "x"]},
-     "/v1/rerank"),
-    ("/v2/embed", {"model": MINILM, "texts": ["one", "two"], "input_type": "search_document",
-                   "embedding_types": ["float", "int8"]}, "/v2/embed"),
-])
+@pytest.mark.parametrize(
+    ("endpoint", "body", "online_path"),
+    [
+        (
+            "/v1/rerank",
+            {"model": TINY_RERANKER, "query": "a fox", "documents": ["a fox jumps", "a dog", "x"]},
+            "/v1/rerank",
+        ),
+        (
+            "/v2/embed",
+            {
+                "model": MINILM,
+                "texts": ["one", "two"],
+                "input_type": "search_document",
+                "embedding_types": ["float", "int8"],
+            },
+            "/v2/embed",
+        ),
+    ],
+)
 def test_rerank_and_cohere_embed_batches_answer_as_their_routes(jobs_server, endpoint, body, online_path):
     client = sdk(jobs_server)
     batch = finished(client, submitted(client, [request_line("only", body, endpoint)], endpoint).id)
@@ -146,14 +166,21 @@ def test_uploads_and_creations_are_refused_in_openai_shape(jobs_server):
 
 def test_a_file_that_is_not_a_valid_batch_fails_with_each_problem_on_its_line(jobs_server):
     client = sdk(jobs_server)
-    lines = [jsonl(embedding_lines(2)).decode(), "{not json", json.dumps(request_line("line-0", {"input": "x"})),
-             json.dumps(request_line("other", {"query": "q", "documents": ["d"]}, "/v1/rerank"))]
+    lines = [
+        jsonl(embedding_lines(2)).decode(),
+        "{not json",
+        json.dumps(request_line("line-0", {"input": "x"})),
+        json.dumps(request_line("other", {"query": "q", "documents": ["d"]}, "/v1/rerank")),
+    ]
     upload = client.files.create(file=("bad.jsonl", "\n".join(lines).encode()), purpose="batch")
     batch = client.batches.create(input_file_id=upload.id, endpoint="/v1/embeddings", completion_window="24h")
     batch = finished(client, batch.id)
     assert batch.status == "failed" and batch.failed_at is not None and batch.output_file_id is None
     assert [(error.code, error.line) for error in batch.errors.data] == [
-        ("invalid_json_line", 3), ("duplicate_custom_id", 4), ("invalid_url", 5)]
+        ("invalid_json_line", 3),
+        ("duplicate_custom_id", 4),
+        ("invalid_url", 5),
+    ]
 
 
 def test_a_cancelled_batch_stops_within_the_chunks_running_and_keeps_its_partial_output(jobs_server):
@@ -244,8 +271,10 @@ def test_two_servers_on_postgresql_share_a_batch_and_one_survives_the_other_kill
         folder.mkdir()
     configs = [{**jobs_config(folder, database_url=postgres.url)} for folder in folders]
     lines = embedding_lines(60 * CHUNK_LINES, "shared")
-    with listening_server(folders[0], configs[0]) as (first, first_process), \
-            listening_server(folders[1], configs[1]) as (second, second_process):
+    with (
+        listening_server(folders[0], configs[0]) as (first, first_process),
+        listening_server(folders[1], configs[1]) as (second, second_process),
+    ):
         wait_ready(first, first_process, folders[0] / "server.log")
         wait_ready(second, second_process, folders[1] / "server.log")
         batch = submitted(sdk(first), lines)

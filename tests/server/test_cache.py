@@ -32,22 +32,28 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServ
 
 
 def _config(redis_server: RedisServer, workers: int) -> dict:
-    return {"models": [{"model_id": MINILM, "cache": True}], "gateway_workers": workers,
-            "cache": {"redis_url": redis_server.url, "memory_bytes": 8 * 1024 * 1024}}
+    return {
+        "models": [{"model_id": MINILM, "cache": True}],
+        "gateway_workers": workers,
+        "cache": {"redis_url": redis_server.url, "memory_bytes": 8 * 1024 * 1024},
+    }
 
 
 @pytest.fixture(scope="module")
 def two_servers(redis_server: RedisServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
     """A server of two gateway workers, and a server of one, both on the same Redis."""
-    with running_server(tmp_path_factory.mktemp("cache-a"), _config(redis_server, 2)) as (first, _), \
-            running_server(tmp_path_factory.mktemp("cache-b"), _config(redis_server, 1)) as (second, _):
+    with (
+        running_server(tmp_path_factory.mktemp("cache-a"), _config(redis_server, 2)) as (first, _),
+        running_server(tmp_path_factory.mktemp("cache-b"), _config(redis_server, 1)) as (second, _),
+    ):
         yield first, second
 
 
 def _embed(url: str, texts: list[str], cache_control: str | None = None, **fields) -> dict:
     headers = {"Connection": "close", **({"Cache-Control": cache_control} if cache_control else {})}
-    response = httpx.post(f"{url}/v1/embeddings", json={"input": texts, "model": MINILM, **fields},
-                          headers=headers, timeout=60)
+    response = httpx.post(
+        f"{url}/v1/embeddings", json={"input": texts, "model": MINILM, **fields}, headers=headers, timeout=60
+    )
     assert response.status_code == 200, response.text
     return response.json()
 
@@ -183,12 +189,17 @@ def test_a_stalled_redis_fails_no_request(two_servers, redis_server):
 
 
 @pytest.fixture(scope="module")
-def media_and_reranker(tiny_clip_path: Path, tiny_reranker_path: Path, bge_m3_path: Path,
-                       tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def media_and_reranker(
+    tiny_clip_path: Path, tiny_reranker_path: Path, bge_m3_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[str]:
     """CLIP, a cross-encoder and BGE-M3 with the memory tier alone."""
-    config = {"models": [{"model_id": str(tiny_clip_path), "served_model_name": TINY_CLIP, "cache": True},
-                         {"model_id": str(tiny_reranker_path), "served_model_name": TINY_RERANKER, "cache": True},
-                         {"model_id": str(bge_m3_path), "served_model_name": M3, "backend": "torch", "cache": True}]}
+    config = {
+        "models": [
+            {"model_id": str(tiny_clip_path), "served_model_name": TINY_CLIP, "cache": True},
+            {"model_id": str(tiny_reranker_path), "served_model_name": TINY_RERANKER, "cache": True},
+            {"model_id": str(bge_m3_path), "served_model_name": M3, "backend": "torch", "cache": True},
+        ]
+    }
     with running_server(tmp_path_factory.mktemp("cache-media"), config) as (url, _):
         yield url
 
@@ -196,8 +207,10 @@ def media_and_reranker(tiny_clip_path: Path, tiny_reranker_path: Path, bge_m3_pa
 @pytest.mark.server
 def test_images_are_cached_by_their_bytes(media_and_reranker):
     image, _ = IMAGES["jpeg"]
-    first = {"input": [{"image": data_uri(image, "image/jpeg")}, {"text": f"a photo {uuid.uuid4().hex}"}],
-             "model": TINY_CLIP}
+    first = {
+        "input": [{"image": data_uri(image, "image/jpeg")}, {"text": f"a photo {uuid.uuid4().hex}"}],
+        "model": TINY_CLIP,
+    }
     computed = httpx.post(f"{media_and_reranker}/v1/embeddings", json=first, timeout=60).json()
     # The same bytes under another media type: the file's bytes make the key, not how they were sent.
     again = {**first, "input": [{"image": data_uri(image, "image/png")}, first["input"][1]]}

@@ -22,7 +22,8 @@ def logits(tiny_classifier_path) -> np.ndarray:
 
     model = AutoModelForSequenceClassification.from_pretrained(str(tiny_classifier_path)).eval()
     features = AutoTokenizer.from_pretrained(str(tiny_classifier_path))(
-        TEXTS, padding=True, truncation=True, max_length=512, return_tensors="pt")
+        TEXTS, padding=True, truncation=True, max_length=512, return_tensors="pt"
+    )
     with torch.inference_mode():
         return model(**features).logits.numpy()
 
@@ -53,8 +54,10 @@ def test_a_classifier_saved_from_minilm_scores_as_cross_encoder_predicts(client,
     texts = TEXTS + [" ".join(["private embeddings on our own machines"] * 40)]
     response = client.post("/v1/classify", json={"model": MINILM_CLASSIFIER, "input": texts, "raw_scores": raw})
     assert response.status_code == 200, response.text
-    got = [[next(i["score"] for i in row if i["label"] == label) for label in CLASSIFIER_LABELS]
-           for row in response.json()["data"]]
+    got = [
+        [next(i["score"] for i in row if i["label"] == label) for label in CLASSIFIER_LABELS]
+        for row in response.json()["data"]
+    ]
     reference = CrossEncoder(str(minilm_classifier_path), local_files_only=True, device="cpu")
     # one text at a time: CrossEncoder.predict reads a list of two strings as one pair
     assert_close(got, [reference.predict(text, apply_softmax=not raw) for text in texts])
@@ -83,6 +86,7 @@ def test_a_bad_classify_request_gets_openais_error_shape(client):
 
 
 def test_embedding_a_classifier_is_refused(client):
-    error = assert_openai_error(client.post("/v1/embeddings", json={"model": TINY_CLASSIFIER, "input": "x"}),
-                                400, "model")
+    error = assert_openai_error(
+        client.post("/v1/embeddings", json={"model": TINY_CLASSIFIER, "input": "x"}), 400, "model"
+    )
     assert MINILM in error["message"]

@@ -30,13 +30,39 @@ def test_embento_serve_runs_the_configured_models(tiny_bert_path, tmp_path):
 
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("EMBENTO_")}
-    env.update(HF_HUB_OFFLINE="1", BENTOML_HOME=str(tmp_path / "bentoml"), EMBENTO_BATCH_SIZE="999999",
-               EMBENTO_CACHE_DIR=os.environ["EMBENTO_CACHE_DIR"])
-    command = [sys.executable, "-m", "commands", "serve", "--model-id", str(tiny_bert_path), "--served-model-name",
-               "flagged", "--pooling-method", "cls", "--batch-size", "4", "--host", "127.0.0.1", "--port", str(port)]
+    env.update(
+        HF_HUB_OFFLINE="1",
+        BENTOML_HOME=str(tmp_path / "bentoml"),
+        EMBENTO_BATCH_SIZE="999999",
+        EMBENTO_CACHE_DIR=os.environ["EMBENTO_CACHE_DIR"],
+    )
+    command = [
+        sys.executable,
+        "-m",
+        "commands",
+        "serve",
+        "--model-id",
+        str(tiny_bert_path),
+        "--served-model-name",
+        "flagged",
+        "--pooling-method",
+        "cls",
+        "--batch-size",
+        "4",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+    ]
     log = tmp_path / "serve.log"
-    process = subprocess.Popen(command, cwd=tmp_path, env={**env, "PYTHONPATH": str(PROJECT_ROOT)},
-                               stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True)
+    process = subprocess.Popen(
+        command,
+        cwd=tmp_path,
+        env={**env, "PYTHONPATH": str(PROJECT_ROOT)},
+        stdout=log.open("w"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     try:
         deadline = time.monotonic() + 180
         while time.monotonic() < deadline and process.poll() is None:
@@ -73,8 +99,12 @@ def test_the_ready_banner_lists_routes_that_exist_and_a_curl_that_works(server, 
 
     banner = ready_banner(server, client.get("/v1/models").json(), needs_key=False)
     paths = set(client.get("/docs.json").json()["paths"])
-    listed = {path for line in banner.splitlines() if ": POST " in line
-              for path in line.split(": POST ")[1].replace(";", ",").split(", ")}
+    listed = {
+        path
+        for line in banner.splitlines()
+        if ": POST " in line
+        for path in line.split(": POST ")[1].replace(";", ",").split(", ")
+    }
     assert listed and listed <= paths, listed - paths
     command = banner.splitlines()[-1].removeprefix("  try: ")
     result = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=60, check=True)

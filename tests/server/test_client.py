@@ -48,16 +48,16 @@ def test_embed_images_and_audio(embento, client, tmp_path):
     assert images.shape == (2, 16)
     pages = embento.embed_images([IMAGES["png"][0]], model=TINY_COLPALI)
     assert isinstance(pages, list) and pages[0].ndim == 2 and pages[0].shape[1] == 16
-    expected = _floats(client, {"input": [{"image": data_uri(*IMAGES["png"])}],
-                                "model": TINY_COLPALI})[0]
+    expected = _floats(client, {"input": [{"image": data_uri(*IMAGES["png"])}], "model": TINY_COLPALI})[0]
     assert_same_vectors(pages[0], expected)
     clips = embento.embed_audio([AUDIO["wav-16k-mono"][0], AUDIO["flac-44k-mono"][0]], model=TINY_CLAP)
     assert clips.shape == (2, 16)
 
 
 def test_rerank_and_classify(embento):
-    ranking = embento.rerank("how to keep data private", ["own machines", "a public cloud", "a diary"],
-                             model=TINY_RERANKER, top_n=2)
+    ranking = embento.rerank(
+        "how to keep data private", ["own machines", "a public cloud", "a diary"], model=TINY_RERANKER, top_n=2
+    )
     assert len(ranking) == 2 and ranking[0][1] >= ranking[1][1]
     labels = embento.classify(["good", "bad"], model=TINY_CLASSIFIER)
     assert [sorted(row) for row in labels] == [sorted(CLASSIFIER_LABELS)] * 2
@@ -108,8 +108,7 @@ def assert_same(got, expected, where: str = "") -> None:
     elif isinstance(expected, float):
         assert_close(got, expected, err_msg=where)
     elif where.endswith(".embedding") and isinstance(expected, str):
-        decode = lambda text: np.frombuffer(base64.b64decode(text), dtype="<f4")
-        assert_same_vectors(decode(got), decode(expected), err_msg=where)
+        assert_same_vectors(_float32s(got), _float32s(expected), err_msg=where)
     else:
         assert got == expected, where
 
@@ -135,3 +134,7 @@ def test_bentoml_clients_call_every_post_endpoint(server, client):
 
     for method, got in zip(ENDPOINT_BODIES, asyncio.run(concurrently())):
         assert_same(got, expected[method], method)
+
+
+def _float32s(base64_text: str) -> np.ndarray:
+    return np.frombuffer(base64.b64decode(base64_text), dtype="<f4")

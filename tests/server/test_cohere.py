@@ -112,14 +112,23 @@ def test_v2_every_embedding_type_and_inputs(co2, client, minilm_st):
     response = co2.embed(texts=TEXTS, model=MINILM, input_type="search_query", embedding_types=ALL_TYPES)
     assert response.meta.api_version.version == "2" and response.texts == TEXTS
     _check_every_type(response.embeddings, _scale(client, MINILM), minilm_st.encode(TEXTS))
-    contents = co2.embed(model=MINILM, input_type="search_document", embedding_types=["float"],
-                         inputs=[{"content": [{"type": "text", "text": text}]} for text in TEXTS[:3]])
+    contents = co2.embed(
+        model=MINILM,
+        input_type="search_document",
+        embedding_types=["float"],
+        inputs=[{"content": [{"type": "text", "text": text}]} for text in TEXTS[:3]],
+    )
     assert_same_vectors(contents.embeddings.float_, minilm_st.encode(TEXTS[:3]))
 
 
 def test_v2_output_dimension_truncates_and_renormalizes_before_quantizing(co2, minilm_st):
-    response = co2.embed(texts=TEXTS, model=MINILM, output_dimension=128, input_type="search_document",
-                         embedding_types=["float", "int8", "binary"])
+    response = co2.embed(
+        texts=TEXTS,
+        model=MINILM,
+        output_dimension=128,
+        input_type="search_document",
+        embedding_types=["float", "int8", "binary"],
+    )
     full = minilm_st.encode(TEXTS)[:, :128]
     floats = np.asarray(response.embeddings.float_, dtype=np.float32)
     assert_same_vectors(floats, full / np.linalg.norm(full, axis=1, keepdims=True))
@@ -142,8 +151,9 @@ def test_served_codes_are_the_offline_ones(co, co2, client, minilm_st):
     scale = _scale(client, MINILM)
     # equal, unless another processor's float noise carries the largest value across a grid step
     assert abs(offline.parameters(384, True) - scale) <= 1 / RANGE_GRID
-    served = co2.embed(texts=texts, model=MINILM, input_type="search_document",
-                       embedding_types=["float", "int8", "uint8"]).embeddings
+    served = co2.embed(
+        texts=texts, model=MINILM, input_type="search_document", embedding_types=["float", "int8", "uint8"]
+    ).embeddings
     floats = np.asarray(served.float_, dtype=np.float32)
     assert_same_vectors(floats, minilm_st.encode(texts))
     for precision in ("int8", "uint8"):
@@ -192,12 +202,21 @@ def test_int8_codes_do_not_depend_on_the_batch_or_a_restart(server, client, tmp_
     narrow = np.vstack([np.full(384, -0.125), np.full(384, 0.125)])
     (folder / "ranges.json").write_text(json.dumps({"384": narrow.tolist()}))
     (folder / "scale.json").write_text(json.dumps({"384": scale / 2}))
-    models = [{"model_id": MINILM},
-              {"model_id": MINILM, "served_model_name": "per-dimension", "quantization": "per_dimension"},
-              {"model_id": MINILM, "served_model_name": "configured", "quantization": "per_dimension",
-               "quantization_ranges": str(folder / "ranges.json")},
-              {"model_id": MINILM, "served_model_name": "configured-scale",
-               "quantization_ranges": str(folder / "scale.json")}]
+    models = [
+        {"model_id": MINILM},
+        {"model_id": MINILM, "served_model_name": "per-dimension", "quantization": "per_dimension"},
+        {
+            "model_id": MINILM,
+            "served_model_name": "configured",
+            "quantization": "per_dimension",
+            "quantization_ranges": str(folder / "ranges.json"),
+        },
+        {
+            "model_id": MINILM,
+            "served_model_name": "configured-scale",
+            "quantization_ranges": str(folder / "scale.json"),
+        },
+    ]
     with running_server(folder, {"models": models, "cache_dir": str(folder / "cache")}) as (url, _):
         with httpx.Client(base_url=url, timeout=60) as other:
             assert _scale(other, MINILM) == scale
@@ -208,13 +227,21 @@ def test_int8_codes_do_not_depend_on_the_batch_or_a_restart(server, client, tmp_
             for precision in ("int8", "uint8"):
                 assert np.array_equal(option[precision], _quantize(option["float"], precision, ranges)), precision
             report, _ = _report(other, "configured")
-            assert report == {"scheme": "per_dimension", "source": "configured", "calibration_texts": None,
-                              "ranges": {"384": narrow.tolist()}}
+            assert report == {
+                "scheme": "per_dimension",
+                "source": "configured",
+                "calibration_texts": None,
+                "ranges": {"384": narrow.tolist()},
+            }
             configured = other.post("/v2/embed", json={**body, "model": "configured"}).json()["embeddings"]
             assert np.array_equal(configured["int8"], _quantize(configured["float"], "int8", narrow))
             report, _ = _report(other, "configured-scale")
-            assert report == {"scheme": "symmetric", "source": "configured", "calibration_texts": None,
-                              "scales": {"384": scale / 2}}
+            assert report == {
+                "scheme": "symmetric",
+                "source": "configured",
+                "calibration_texts": None,
+                "scales": {"384": scale / 2},
+            }
             halved = other.post("/v2/embed", json={**body, "model": "configured-scale"}).json()["embeddings"]
             assert np.array_equal(halved["int8"], _symmetric(halved["float"], "int8", scale / 2))
             cut = other.post("/v2/embed", json={**body, "model": "configured", "output_dimension": 64})
@@ -228,8 +255,9 @@ def test_input_type_picks_the_model_prompt(co2, qwen3_embedder_path):
     reference = SentenceTransformer(str(qwen3_embedder_path), device="cpu", local_files_only=True)
     queries = co2.embed(texts=TEXTS[:3], model=QWEN3_EMBEDDER, input_type="search_query", embedding_types=["float"])
     assert_same_vectors(queries.embeddings.float_, reference.encode(TEXTS[:3], prompt_name="query"))
-    documents = co2.embed(texts=TEXTS[:3], model=QWEN3_EMBEDDER, input_type="search_document",
-                          embedding_types=["float"])
+    documents = co2.embed(
+        texts=TEXTS[:3], model=QWEN3_EMBEDDER, input_type="search_document", embedding_types=["float"]
+    )
     assert_same_vectors(documents.embeddings.float_, reference.encode(TEXTS[:3], prompt_name="document"))
 
 
@@ -242,18 +270,26 @@ def test_v2_images_for_a_clip_model(client):
     openai = client.post("/v1/embeddings", json={"model": TINY_CLIP, "input": [{"image": image}]}).json()
     assert_close(by_type["float"][0], openai["data"][0]["embedding"])
     assert np.array_equal(by_type["ubinary"], _quantize(by_type["float"], "ubinary"))
-    mixed = {"model": TINY_CLIP, "embedding_types": ["float"], "inputs": [
-        {"content": [{"type": "text", "text": "a red square"}]},
-        {"content": [{"type": "image_url", "image_url": {"url": image}}]}]}
+    mixed = {
+        "model": TINY_CLIP,
+        "embedding_types": ["float"],
+        "inputs": [
+            {"content": [{"type": "text", "text": "a red square"}]},
+            {"content": [{"type": "image_url", "image_url": {"url": image}}]},
+        ],
+    }
     assert len(client.post("/v2/embed", json=mixed).json()["embeddings"]["float"]) == 2
 
 
 # The refusals, each with the field it names, are tests/unit/gateway/wire/test_cohere.py's, through the engine;
 # here one the framework makes and one the engine makes with a real model's facts.
-@pytest.mark.parametrize(("path", "body", "param"), [
-    ("/v2/embed", {"texts": ["a"]}, "model"),
-    ("/v2/embed", {"model": TINY_COLPALI, "texts": ["a"]}, "model"),  # multi-vector: no dense vector to give
-])
+@pytest.mark.parametrize(
+    ("path", "body", "param"),
+    [
+        ("/v2/embed", {"texts": ["a"]}, "model"),
+        ("/v2/embed", {"model": TINY_COLPALI, "texts": ["a"]}, "model"),  # multi-vector: no dense vector to give
+    ],
+)
 def test_bad_cohere_requests_get_openai_shaped_errors(client, path, body, param):
     assert_openai_error(client.post(path, json=body), 400, param)
 
@@ -273,8 +309,9 @@ def test_openai_sdk_gets_the_same_codes_as_an_encoding_format(server, client):
             assert (np.abs(codes - expected.astype(int)) <= 1).all() and (codes == expected).mean() > 0.99
         else:
             assert np.array_equal(codes, expected), precision
-    cut = client.post("/v1/embeddings", json={"model": MINILM, "input": TEXTS, "dimensions": 64,
-                                              "encoding_format": "ubinary"}).json()
+    cut = client.post(
+        "/v1/embeddings", json={"model": MINILM, "input": TEXTS, "dimensions": 64, "encoding_format": "ubinary"}
+    ).json()
     assert np.asarray(cut["data"][0]["embedding"]).shape == (8,)
     refused = client.post("/v1/embeddings", json={"model": TINY_COLPALI, "input": "a", "encoding_format": "binary"})
     assert_openai_error(refused, 400, "encoding_format")

@@ -26,30 +26,39 @@ POLL_S = 0.02
 
 @pytest.fixture(scope="module")
 def short_deadline(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    config = {"models": [{"model_id": MINILM, "device": "cpu", "batch_size": BLOCKER_PASS}],
-              "request_timeout_s": TIMEOUT_S, "cpu_threads": 1, "gateway_workers": 1}
+    config = {
+        "models": [{"model_id": MINILM, "device": "cpu", "batch_size": BLOCKER_PASS}],
+        "request_timeout_s": TIMEOUT_S,
+        "cpu_threads": 1,
+        "gateway_workers": 1,
+    }
     with running_server(tmp_path_factory.mktemp("deadline"), config) as (url, _):
         yield url
 
 
 async def counts(http: httpx.AsyncClient) -> dict[str, float]:
     text = (await http.get("/metrics")).text
-    queued = [float(sample["value"]) for sample in SAMPLE.finditer(text) if sample["name"] == "embento_queued_items"
-              and 'model_service="TextEmbedder"' in (sample["labels"] or "")]
+    queued = [
+        float(sample["value"])
+        for sample in SAMPLE.finditer(text)
+        if sample["name"] == "embento_queued_items" and 'model_service="TextEmbedder"' in (sample["labels"] or "")
+    ]
     return {
         "computed": metric(text, "embento_model_inputs_total", model=MINILM),
         "dropped": metric(text, "embento_dropped_inputs_total", model=MINILM),
         "passes": metric(text, "embento_model_forward_seconds_count", model=MINILM),
         "pass_seconds": metric(text, "embento_model_forward_seconds_sum", model=MINILM),
         "deadline": metric(text, "embento_abandoned_requests_total", model_service="TextEmbedder", reason="deadline"),
-        "disconnect": metric(text, "embento_abandoned_requests_total", model_service="TextEmbedder",
-                             reason="disconnect"),
+        "disconnect": metric(
+            text, "embento_abandoned_requests_total", model_service="TextEmbedder", reason="disconnect"
+        ),
         "queued": max(queued, default=0.0),  # inputs admitted and not yet answered
     }
 
 
-async def wait_for(http: httpx.AsyncClient, reached: Callable[[dict[str, float]], bool], what: str,
-                   timeout_s: float = 60) -> dict[str, float]:
+async def wait_for(
+    http: httpx.AsyncClient, reached: Callable[[dict[str, float]], bool], what: str, timeout_s: float = 60
+) -> dict[str, float]:
     """The metrics once `reached` holds for them."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -85,12 +94,15 @@ async def deadline_and_disconnect(url: str) -> None:
         # The blocker is admitted, so its call is the one in flight: the leavers queue behind it.
         await wait_for(http, lambda now: now["queued"] >= BLOCKER_INPUTS, "the blocker admitted")
         leavers = [asyncio.create_task(leave(url, i)) for i in range(LEAVERS)]
-        await wait_for(http, lambda now: now["queued"] >= BLOCKER_INPUTS + LEAVERS * LEAVER_INPUTS,
-                       "every leaver queued")
+        await wait_for(
+            http, lambda now: now["queued"] >= BLOCKER_INPUTS + LEAVERS * LEAVER_INPUTS, "every leaver queued"
+        )
         for leaver in leavers:  # the clients give up and disconnect
             leaver.cancel()
-        assert all(isinstance(outcome, asyncio.CancelledError)
-                   for outcome in await asyncio.gather(*leavers, return_exceptions=True))
+        assert all(
+            isinstance(outcome, asyncio.CancelledError)
+            for outcome in await asyncio.gather(*leavers, return_exceptions=True)
+        )
         await wait_for(http, lambda now: now["disconnect"] - before["disconnect"] >= LEAVERS, "every leaver let go")
         assert not blocker.done(), "the leavers left only after the blocker's deadline"
 
@@ -98,8 +110,11 @@ async def deadline_and_disconnect(url: str) -> None:
         at_answer = await counts(http)
         sent = BLOCKER_INPUTS + LEAVERS * LEAVER_INPUTS
         # every row is either computed or dropped, once
-        after = await wait_for(http, lambda now: now["computed"] + now["dropped"] - before["computed"]
-                               - before["dropped"] >= sent, "every row computed or dropped")
+        after = await wait_for(
+            http,
+            lambda now: now["computed"] + now["dropped"] - before["computed"] - before["dropped"] >= sent,
+            "every row computed or dropped",
+        )
         fresh = await http.post("/v1/embeddings", json={"model": MINILM, "input": ["still serving"]})
 
     assert response.status_code == 504, response.text

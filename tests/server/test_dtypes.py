@@ -69,8 +69,13 @@ def cpu_dtypes(backend: str) -> list[str]:
 
 # Every pair and CPU dtype but those the main server already serves (and other tests compare with
 # sentence-transformers and transformers directly).
-VARIANTS = [(kind, backend, dtype) for kind, kind_spec in KIND_SPECS.items() for backend in kind_spec.backends
-            for dtype in cpu_dtypes(backend) if not (dtype == "float32" and backend in KINDS[kind][1])]
+VARIANTS = [
+    (kind, backend, dtype)
+    for kind, kind_spec in KIND_SPECS.items()
+    for backend in kind_spec.backends
+    for dtype in cpu_dtypes(backend)
+    if not (dtype == "float32" and backend in KINDS[kind][1])
+]
 
 
 def name(kind: str, backend: str, dtype: str) -> str:
@@ -88,9 +93,17 @@ def float32_reference(kind: str, backend: str) -> tuple[bool, str]:
 
 @pytest.fixture(scope="module")
 def dtype_server(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Iterator[str]:
-    models = [{"model_id": str(request.getfixturevalue(KINDS[kind][0])), "kind": kind, "backend": backend,
-               "dtype": dtype, "device": "cpu", "served_model_name": name(kind, backend, dtype)}
-              for kind, backend, dtype in VARIANTS]
+    models = [
+        {
+            "model_id": str(request.getfixturevalue(KINDS[kind][0])),
+            "kind": kind,
+            "backend": backend,
+            "dtype": dtype,
+            "device": "cpu",
+            "served_model_name": name(kind, backend, dtype),
+        }
+        for kind, backend, dtype in VARIANTS
+    ]
     folder = tmp_path_factory.mktemp("dtype-server")
     with running_server(folder, {"models": models, "cache_dir": str(folder / "cache")}) as (url, _):
         yield url
@@ -106,8 +119,9 @@ def outputs(http: httpx.Client, kind: str, model: str) -> list[np.ndarray]:
     if kind == "classify":
         body = http.post("/v1/classify", json={"model": model, "input": TEXTS, "raw_scores": True})
         assert body.status_code == 200, body.text
-        return [np.array([item["score"] for item in sorted(row, key=lambda i: i["label"])])
-                for row in body.json()["data"]]
+        return [
+            np.array([item["score"] for item in sorted(row, key=lambda i: i["label"])]) for row in body.json()["data"]
+        ]
     if kind == "sparse":  # the active entries, as dense vectors: an entry near zero may be active in one only
         body = http.post("/v1/embeddings", json={"model": model, "input": TEXTS})
         assert body.status_code == 200, body.text

@@ -132,8 +132,9 @@ def test_string_input_and_default_model(client, sentences, reference):
 
 
 def test_infinity_path_and_fields(client, sentences, reference):
-    response = client.post("/embeddings", json={"input": [sentences[0]], "model": MINILM, "modality": "text",
-                                                "user": "someone"})
+    response = client.post(
+        "/embeddings", json={"input": [sentences[0]], "model": MINILM, "modality": "text", "user": "someone"}
+    )
     assert response.status_code == 200
     assert_same_vectors(vectors(response.json())[0], reference[0])
 
@@ -152,11 +153,24 @@ def test_models_list(client):
     assert response.status_code == 200
     body = response.json()
     cards = {card["id"]: card for card in body["data"]}
-    assert body["object"] == "list" and set(cards) == {MINILM, TINY_MEAN, TINY_CLS, TINY_MEAN_ONNX, TINY_MEAN_CT2,
-                                                       TINY_RERANKER, TINY_CLASSIFIER, TINY_CLIP, TINY_CLAP,
-                                                       TINY_COLPALI, MINILM_RERANKER, MINILM_CLASSIFIER,
-                                                       QWEN3_EMBEDDER, QWEN3_RERANKER, QWEN3_RERANKER_PLAIN,
-                                                       TINY_SPLADE}
+    assert body["object"] == "list" and set(cards) == {
+        MINILM,
+        TINY_MEAN,
+        TINY_CLS,
+        TINY_MEAN_ONNX,
+        TINY_MEAN_CT2,
+        TINY_RERANKER,
+        TINY_CLASSIFIER,
+        TINY_CLIP,
+        TINY_CLAP,
+        TINY_COLPALI,
+        MINILM_RERANKER,
+        MINILM_CLASSIFIER,
+        QWEN3_EMBEDDER,
+        QWEN3_RERANKER,
+        QWEN3_RERANKER_PLAIN,
+        TINY_SPLADE,
+    }
     assert [cards[n]["backend"] for n in (TINY_MEAN, TINY_MEAN_ONNX, TINY_MEAN_CT2)] == ["torch", "onnx", "ctranslate2"]
     assert cards[TINY_CLIP]["modalities"] == ["text", "image"]
     assert cards[TINY_CLIP]["capabilities"] == ["embed", "rerank"]
@@ -165,12 +179,17 @@ def test_models_list(client):
     assert cards[MINILM]["dimension"] == 384 and cards[MINILM]["max_input_tokens"] == 256
     assert cards[TINY_MEAN]["dimension"] == 32 and cards[TINY_MEAN]["max_input_tokens"] == 512
     embedders = [cards[name] for name in (MINILM, TINY_MEAN, TINY_CLS)]
-    assert all(c["object"] == "model" and c["modalities"] == ["text"] and c["capabilities"] == ["embed"]
-               for c in embedders)
+    assert all(
+        c["object"] == "model" and c["modalities"] == ["text"] and c["capabilities"] == ["embed"] for c in embedders
+    )
     # `backend: auto` (the default): ONNX Runtime where the export matches, torch where it cannot run
-    assert [(cards[n]["backend"], cards[n]["backend_reason"].split(" (")[0]) for n in (MINILM, TINY_MEAN, TINY_CLIP)] == [
-        ("onnx", "onnx: its export matches torch"), ("torch", "configured"),
-        ("torch", "torch: ONNX Runtime does not run clip models here")]
+    assert [
+        (cards[n]["backend"], cards[n]["backend_reason"].split(" (")[0]) for n in (MINILM, TINY_MEAN, TINY_CLIP)
+    ] == [
+        ("onnx", "onnx: its export matches torch"),
+        ("torch", "configured"),
+        ("torch", "torch: ONNX Runtime does not run clip models here"),
+    ]
     assert client.get("/models").json() == body
 
 

@@ -59,8 +59,9 @@ def test_qwen3_embedder_matches_sentence_transformers(client, qwen3_embedder_pat
     reference = SentenceTransformer(str(qwen3_embedder_path), device="cpu", local_files_only=True)
     assert_same_vectors(_vectors(client, model=QWEN3_EMBEDDER, input=TEXTS), reference.encode(TEXTS))
     with ThreadPoolExecutor(8) as pool:  # one at a time, concurrently: merged into batches of mixed lengths
-        singles = list(pool.map(lambda text: _vectors(client, model=QWEN3_EMBEDDER, input=text, prompt_name="query"),
-                                TEXTS))
+        singles = list(
+            pool.map(lambda text: _vectors(client, model=QWEN3_EMBEDDER, input=text, prompt_name="query"), TEXTS)
+        )
     assert_same_vectors(np.concatenate(singles), reference.encode(TEXTS, prompt_name="query"))
     instructed = _vectors(client, model=QWEN3_EMBEDDER, input=TEXTS, instruction=INSTRUCTION)
     assert_same_vectors(instructed, reference.encode(TEXTS, prompt=f"Instruct: {INSTRUCTION}\nQuery:"))
@@ -68,8 +69,9 @@ def test_qwen3_embedder_matches_sentence_transformers(client, qwen3_embedder_pat
 
 def test_usage_counts_the_instruction_tokens(client):
     plain = client.post("/v1/embeddings", json={"model": QWEN3_EMBEDDER, "input": "fox"}).json()["usage"]
-    instructed = client.post("/v1/embeddings", json={"model": QWEN3_EMBEDDER, "input": "fox",
-                                                     "instruction": INSTRUCTION}).json()["usage"]
+    instructed = client.post(
+        "/v1/embeddings", json={"model": QWEN3_EMBEDDER, "input": "fox", "instruction": INSTRUCTION}
+    ).json()["usage"]
     assert instructed["prompt_tokens"] > plain["prompt_tokens"] + 5
 
 
@@ -80,14 +82,17 @@ def test_causal_rerankers_score_as_in_process(client, served, qwen3_reranker_pat
     path = qwen3_reranker_path if served == QWEN3_RERANKER else plain_qwen3_reranker_path
     cfg = ModelConfig(backend="torch", model_id=str(path), max_seq_length=PLAIN_RERANKER_MAX_TOKENS)
     expected = pair_logits(TextTokenizer(path, cfg, "rerank"), TextScorer(path, cfg, "rerank"), TEXTS, INSTRUCTION)
-    response = client.post("/v1/rerank", json={"model": served, "query": QUERY, "documents": TEXTS,
-                                               "instruction": INSTRUCTION, "raw_scores": True})
+    response = client.post(
+        "/v1/rerank",
+        json={"model": served, "query": QUERY, "documents": TEXTS, "instruction": INSTRUCTION, "raw_scores": True},
+    )
     assert response.status_code == 200, response.text
     results = response.json()["results"]
     scores = np.array([r["relevance_score"] for r in sorted(results, key=lambda r: r["index"])])
     assert_close(scores, expected)
-    sigmoid = client.post("/rerank", json={"model": served, "query": QUERY, "documents": TEXTS[:3],
-                                           "instruction": INSTRUCTION}).json()["results"]
+    sigmoid = client.post(
+        "/rerank", json={"model": served, "query": QUERY, "documents": TEXTS[:3], "instruction": INSTRUCTION}
+    ).json()["results"]
     by_index = {r["index"]: r["relevance_score"] for r in sigmoid}
     assert_close([by_index[i] for i in range(3)], 1 / (1 + np.exp(-expected[:3])))
 
@@ -111,8 +116,10 @@ def test_splade_on_both_routes(client, splade_path):
 
 def test_sparse_refusals(client):
     assert _error(client, "/v1/embeddings", model=TINY_SPLADE, input="a", dimensions=8)["param"] == "dimensions"
-    assert _error(client, "/v1/embeddings", model=TINY_SPLADE, input="a",
-                  encoding_format="base64")["param"] == "encoding_format"
+    assert (
+        _error(client, "/v1/embeddings", model=TINY_SPLADE, input="a", encoding_format="base64")["param"]
+        == "encoding_format"
+    )
     assert _error(client, "/v1/embeddings", model=MINILM, input="a", max_active_dims=3)["param"] == "max_active_dims"
     assert "cannot embed_sparse" in _tei_error(client, "/embed_sparse", model=MINILM, inputs="a")
     # TEI's /embed has no sparse shape: refused before any work, naming the route that has (TEI's normalize: true
@@ -149,12 +156,20 @@ def test_normalize_false_and_its_refusals(client):
 
 
 def test_instruction_refusals(client):
-    assert _error(client, "/v1/embeddings", model=QWEN3_EMBEDDER, input="a", instruction="x",
-                  prompt_name="query")["param"] == "instruction"
-    assert _error(client, "/v1/rerank", model=TINY_RERANKER, query="q", documents=["a"],
-                  instruction="x")["param"] == "instruction"
+    assert (
+        _error(client, "/v1/embeddings", model=QWEN3_EMBEDDER, input="a", instruction="x", prompt_name="query")["param"]
+        == "instruction"
+    )
+    assert (
+        _error(client, "/v1/rerank", model=TINY_RERANKER, query="q", documents=["a"], instruction="x")["param"]
+        == "instruction"
+    )
     too_long = "x" * (EmbentoConfig().max_item_chars + 1)  # the instruction is tokenized on the event loop
-    assert _error(client, "/v1/embeddings", model=QWEN3_EMBEDDER, input="a", instruction=too_long)["param"] == \
-        "instruction"
-    assert _error(client, "/v1/rerank", model=QWEN3_RERANKER, query="q", documents=["a"],
-                  instruction=too_long)["param"] == "instruction"
+    assert (
+        _error(client, "/v1/embeddings", model=QWEN3_EMBEDDER, input="a", instruction=too_long)["param"]
+        == "instruction"
+    )
+    assert (
+        _error(client, "/v1/rerank", model=QWEN3_RERANKER, query="q", documents=["a"], instruction=too_long)["param"]
+        == "instruction"
+    )

@@ -29,7 +29,6 @@ from tests.checkpoints import build_tiny_bert, copy_bert_tokenizer
 from tests.conftest import (
     MINILM,
     ROOT,
-    background,
     free_port,
     in_session_cache,
     listening_server,
@@ -60,8 +59,12 @@ def short_positions_path(tmp_path_factory: pytest.TempPathFactory, tiny_bert_pat
 @pytest.fixture(scope="module")
 def fragile(tmp_path_factory: pytest.TempPathFactory, short_positions_path: str) -> Iterator[tuple[str, int]]:
     # An operator's mistake, as happens: max_seq_length set past what the checkpoint can take.
-    config = {"models": [{"model_id": MINILM},
-                         {"model_id": short_positions_path, "served_model_name": POISONED, "max_seq_length": 256}]}
+    config = {
+        "models": [
+            {"model_id": MINILM},
+            {"model_id": short_positions_path, "served_model_name": POISONED, "max_seq_length": 256},
+        ]
+    }
     with running_server(tmp_path_factory.mktemp("fragile"), config) as running:
         yield running
 
@@ -74,8 +77,9 @@ def test_an_input_that_makes_the_model_raise_fails_alone(fragile, short_position
     async def together() -> list[httpx.Response]:
         async with httpx.AsyncClient(base_url=url, timeout=60) as http:
             texts = good[:7] + [poison] + good[7:]
-            return await asyncio.gather(*(http.post("/v1/embeddings", json={"input": text, "model": POISONED})
-                                          for text in texts))
+            return await asyncio.gather(
+                *(http.post("/v1/embeddings", json={"input": text, "model": POISONED}) for text in texts)
+            )
 
     metrics_before = httpx.get(f"{url}/metrics", timeout=30).text
     responses = asyncio.run(together())
@@ -84,7 +88,9 @@ def test_an_input_that_makes_the_model_raise_fails_alone(fragile, short_position
     assert "the model failed on input(s) [0]" in responses[7].json()["error"]["message"]
     got = np.array([r.json()["data"][0]["embedding"] for i, r in enumerate(responses) if i != 7])
     assert_same_vectors(got, transformers_embeddings(Path(short_positions_path), good, "mean", True))
-    shared = merged_batches(httpx.get(f"{url}/metrics", timeout=30).text, "TextEmbedder") - merged_batches(metrics_before, "TextEmbedder")
+    shared = merged_batches(httpx.get(f"{url}/metrics", timeout=30).text, "TextEmbedder") - merged_batches(
+        metrics_before, "TextEmbedder"
+    )
     assert shared >= 1  # the poison really rode in a batch with good requests
     assert httpx.get(f"{url}/health", timeout=30).status_code == 200
 
@@ -151,8 +157,11 @@ def test_killed_model_service_is_restarted_and_nothing_hangs(fragile):
         await until(lambda: sum(t > back_at for t, _, _ in answers) >= len(clients), "answers after the restart")
         stop.set()
         await asyncio.gather(*clients)
-        return [(t - killed_at, s, m) for t, s, m in answers if t >= killed_at], \
-            [(t - killed_at, s) for t, s in probes], back_at - killed_at
+        return (
+            [(t - killed_at, s, m) for t, s, m in answers if t >= killed_at],
+            [(t - killed_at, s) for t, s in probes],
+            back_at - killed_at,
+        )
 
     answers, probes, back_after = asyncio.run(scenario())
     probe_statuses = [status for _, status in probes]
@@ -217,21 +226,22 @@ def tiny_mpnet(folder: Path, minilm_path: Path) -> Path:
     from transformers import MPNetConfig, MPNetModel
 
     torch.manual_seed(2)
-    MPNetModel(MPNetConfig(vocab_size=30527, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                           intermediate_size=64)).save_pretrained(folder)
+    MPNetModel(
+        MPNetConfig(vocab_size=30527, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64)
+    ).save_pretrained(folder)
     copy_bert_tokenizer(minilm_path, folder)
     return folder
 
 
-def serve_until_it_stops(folder: Path, config: dict, command: list[str] | None = None, timeout_s: float = 300
-                         ) -> tuple[int, str]:
+def serve_until_it_stops(
+    folder: Path, config: dict, command: list[str] | None = None, timeout_s: float = 300
+) -> tuple[int, str]:
     """`bentoml serve` (or `command`) with this configuration, run until it exits: (status, log)."""
     folder.mkdir(exist_ok=True)
     (folder / "embento.yaml").write_text(yaml.safe_dump(in_session_cache(config)))
     command = command or [sys.executable, "-m", "bentoml", "serve", "service:Gateway", "--port", str(free_port())]
     env = server_env(folder / "home", EMBENTO_CONFIG=str(folder / "embento.yaml"))
-    result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout_s,
-                            check=False)
+    result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout_s, check=False)
     return result.returncode, result.stdout + result.stderr
 
 
@@ -240,8 +250,16 @@ def embento_serve(*args: str) -> list[str]:
 
 
 def refused_on_import(debug: bool) -> list[str]:
-    return [sys.executable, "-m", "bentoml", "serve", "service:Gateway", "--port", str(free_port()),
-            *(["--debug"] if debug else [])]
+    return [
+        sys.executable,
+        "-m",
+        "bentoml",
+        "serve",
+        "service:Gateway",
+        "--port",
+        str(free_port()),
+        *(["--debug"] if debug else []),
+    ]
 
 
 REFUSED_DTYPE = "dtype 'bfloat16' with backend 'ctranslate2' needs a CUDA device, and it runs on 'cpu'"
@@ -249,8 +267,13 @@ NO_INT8_ON_TORCH = "dtype 'int8' is not available with backend 'torch'"
 
 
 @pytest.fixture(scope="module")
-def stopped(tmp_path_factory: pytest.TempPathFactory, minilm_path: Path, tiny_bert_path: Path,
-            minilm_reranker_path: Path, no_weights: Path) -> Iterator[dict[str, Future[tuple[int, str]]]]:
+def stopped(
+    tmp_path_factory: pytest.TempPathFactory,
+    minilm_path: Path,
+    tiny_bert_path: Path,
+    minilm_reranker_path: Path,
+    no_weights: Path,
+) -> Iterator[dict[str, Future[tuple[int, str]]]]:
     """The servers that stop at start-up, each test's case, run three at a time as the module starts (each
     spends seconds importing and loading before it stops): case -> its (status, log) once it has stopped.
     Their ports come from free_port, outside the range the servers' own endpoints come from."""
@@ -264,14 +287,34 @@ def stopped(tmp_path_factory: pytest.TempPathFactory, minilm_path: Path, tiny_be
         "warm-up": ({"models": [{"model_id": MINILM}, too_short_reranker(minilm_reranker_path)]}, None, 300),
         "no weights": ({"models": [{"model_id": MINILM}, {"model_id": str(no_weights)}]}, None, 300),
         "no converter": (minilm, embento_serve("--model-id", str(mpnet), "--backend", "ctranslate2"), 90),
-        "debug dtype": (minilm, embento_serve("--model-id", str(tiny_bert_path), "--backend", "ctranslate2",
-                                              "--dtype", "bfloat16", "--log-level", "debug"), 120),
-        **{f"on import, debug={debug}": ({"models": [{"model_id": MINILM, "backend": "torch", "dtype": "int8"}]},
-                                         refused_on_import(debug), 120) for debug in (False, True)},
+        "debug dtype": (
+            minilm,
+            embento_serve(
+                "--model-id",
+                str(tiny_bert_path),
+                "--backend",
+                "ctranslate2",
+                "--dtype",
+                "bfloat16",
+                "--log-level",
+                "debug",
+            ),
+            120,
+        ),
+        **{
+            f"on import, debug={debug}": (
+                {"models": [{"model_id": MINILM, "backend": "torch", "dtype": "int8"}]},
+                refused_on_import(debug),
+                120,
+            )
+            for debug in (False, True)
+        },
     }
     with ThreadPoolExecutor(max_workers=3) as pool:
-        yield {case: pool.submit(serve_until_it_stops, root / case, config, command, timeout_s)
-               for case, (config, command, timeout_s) in cases.items()}
+        yield {
+            case: pool.submit(serve_until_it_stops, root / case, config, command, timeout_s)
+            for case, (config, command, timeout_s) in cases.items()
+        }
 
 
 def assert_said_once(log: str, reason: str) -> None:
@@ -333,8 +376,9 @@ def test_a_warm_up_that_cannot_succeed_stops_the_server(stopped):
 
 
 @pytest.fixture(scope="module")
-def partial(tmp_path_factory: pytest.TempPathFactory, minilm_reranker_path: Path, no_weights: Path
-            ) -> Iterator[dict[str, tuple[str, subprocess.Popen, Path]]]:
+def partial(
+    tmp_path_factory: pytest.TempPathFactory, minilm_reranker_path: Path, no_weights: Path
+) -> Iterator[dict[str, tuple[str, subprocess.Popen, Path]]]:
     """The servers with allow_partial, each test's own, started side by side (each once the one before
     listens): case -> (url, process, log). Each test waits for what it needs of its own."""
     configs = {
@@ -366,8 +410,7 @@ def test_with_allow_partial_a_failed_warm_up_is_reported_and_the_others_serve(pa
     listed = httpx.get(f"{url}/v1/models", timeout=30).json()
     assert [card["id"] for card in listed["data"]] == [MINILM]
     assert [entry["id"] for entry in listed["failed"]] == ["too-short"]
-    refused = httpx.post(f"{url}/v1/rerank", json={"model": "too-short", "query": "q", "documents": ["d"]},
-                         timeout=30)
+    refused = httpx.post(f"{url}/v1/rerank", json={"model": "too-short", "query": "q", "documents": ["d"]}, timeout=30)
     assert refused.status_code == 503 and refused.json()["error"]["code"] == "model_unavailable"
     assert httpx.post(f"{url}/v1/embeddings", json={"input": "still here"}, timeout=30).status_code == 200
     warnings = [line for line in log.read_text().splitlines() if "too-short" in line]
@@ -387,8 +430,7 @@ def test_readyz_answers_its_report_when_not_ready(partial):
         time.sleep(1)
     assert probe is not None and process.poll() is None, log.read_text()[-3000:]
     assert probe.status_code == 503
-    assert probe.json() == {"ready": False, "models": [],
-                            "failed": {"too-short": probe.json()["failed"]["too-short"]}}
+    assert probe.json() == {"ready": False, "models": [], "failed": {"too-short": probe.json()["failed"]["too-short"]}}
     assert "warm-up failed" in probe.json()["failed"]["too-short"]
 
 
@@ -405,8 +447,10 @@ def test_with_allow_partial_the_other_models_serve_and_the_failures_are_reported
     assert [card["id"] for card in listed["data"]] == [MINILM]
     assert {entry["id"] for entry in listed["failed"]} == {"broken", "broken-reranker"}
 
-    for path, body in (("/v1/embeddings", {"model": "broken", "input": "x"}),
-                       ("/v1/rerank", {"model": "broken-reranker", "query": "q", "documents": ["d"]})):
+    for path, body in (
+        ("/v1/embeddings", {"model": "broken", "input": "x"}),
+        ("/v1/rerank", {"model": "broken-reranker", "query": "q", "documents": ["d"]}),
+    ):
         refused = httpx.post(f"{url}{path}", json=body, timeout=30)
         assert refused.status_code == 503
         error = refused.json()["error"]

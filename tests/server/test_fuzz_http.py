@@ -39,9 +39,15 @@ def test_no_generated_request_gets_a_5xx(server, client):
 
     for operation in operations:
         for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):
+
             @given(case=operation.as_strategy(generation_mode=mode))
-            @settings(max_examples=EXAMPLES, deadline=None, phases=[Phase.generate], database=None,
-                      suppress_health_check=list(HealthCheck))
+            @settings(
+                max_examples=EXAMPLES,
+                deadline=None,
+                phases=[Phase.generate],
+                database=None,
+                suppress_health_check=list(HealthCheck),
+            )
             def exchange(case: schemathesis.Case) -> None:
                 response = case.call(timeout=60)
                 label = f"{case.method} {case.path}"

@@ -30,14 +30,17 @@ def two_workers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str,
 def _held_request(port: int) -> socket.socket:
     """A POST whose body never finishes arriving: in flight, at whichever worker took it, until closed."""
     sock = socket.create_connection(("127.0.0.1", port))
-    sock.sendall(b"POST /v1/embeddings HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                 b"Content-Length: 100\r\n\r\n{\"input\": ")
+    sock.sendall(
+        b"POST /v1/embeddings HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b'Content-Length: 100\r\n\r\n{"input": '
+    )
     return sock
 
 
 def _embed(url: str) -> httpx.Response:
-    return httpx.post(f"{url}/v1/embeddings", json={"input": "hello", "model": MINILM}, timeout=60,
-                      headers={"Connection": "close"})
+    return httpx.post(
+        f"{url}/v1/embeddings", json={"input": "hello", "model": MINILM}, timeout=60, headers={"Connection": "close"}
+    )
 
 
 @pytest.mark.server
@@ -79,8 +82,12 @@ def _admit_and_hold(worker_index: int, items: int, started, release, result) -> 
     from models import errors
 
     server_context.worker_index = worker_index
-    admission = Admission("TextEmbedder", max_items=16, max_tokens=10**6,
-                          counters=SharedCounters(admission_counters("TextEmbedder"), file_name="test-admission"))
+    admission = Admission(
+        "TextEmbedder",
+        max_items=16,
+        max_tokens=10**6,
+        counters=SharedCounters(admission_counters("TextEmbedder"), file_name="test-admission"),
+    )
     try:
         with admission.admit(items, items):
             result.put(("admitted", admission.items))
@@ -125,8 +132,8 @@ def test_workers_agree_on_the_first_calibration_offered(monkeypatch):
     import numpy as np
     from bentoml._internal.context import server_context
 
-    from gateway.shared import agreed
     from config.server_files import _process_key, _server_folder
+    from gateway.shared import agreed
 
     monkeypatch.setattr(server_context, "worker_index", 1)
     first, second = np.full((3, 4), 0.25, np.float32), np.full((3, 4), 0.2500001, np.float32)

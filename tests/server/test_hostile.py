@@ -49,12 +49,18 @@ CASES = [
     # Images and audio
     case("/embeddings_image", {"model": TINY_CLIP, "input": ["not-a-uri"]}, case_id="image-not-a-uri"),
     case("/embeddings_image", {"model": TINY_CLIP, "input": ["data:image/png;base64,!!!"]}, case_id="image-bad-base64"),
-    case("/embeddings_image", {"model": TINY_CLIP, "input": ["data:image/png;base64,aGVsbG8="]},
-         case_id="image-not-an-image"),
+    case(
+        "/embeddings_image",
+        {"model": TINY_CLIP, "input": ["data:image/png;base64,aGVsbG8="]},
+        case_id="image-not-an-image",
+    ),
     case("/embeddings_image", {"model": TINY_CLIP, "input": ["http://127.0.0.1:1/x.png"]}, case_id="image-url-off"),
     case("/embeddings_image", {"model": MINILM, "input": [PNG]}, case_id="image-on-a-text-model"),
-    case("/embeddings_audio", {"model": TINY_CLAP, "input": ["data:audio/wav;base64,UklGRg=="]},
-         case_id="audio-truncated-wav"),
+    case(
+        "/embeddings_audio",
+        {"model": TINY_CLAP, "input": ["data:audio/wav;base64,UklGRg=="]},
+        case_id="audio-truncated-wav",
+    ),
     case("/embeddings_audio", {"model": TINY_CLAP, "input": [PNG]}, case_id="audio-that-is-an-image"),
     case("/v1/embeddings", {"model": TINY_CLIP, "input": [{"video": "x"}]}, case_id="unknown-typed-item"),
     case("/v1/embeddings", {"model": TINY_CLIP, "input": "x", "modality": "video"}, case_id="unknown-modality"),
@@ -65,21 +71,27 @@ CASES = [
     case("/v1/embeddings", b'{"input": "x", "dimensions": NaN}', case_id="nan-literal"),
     case("/v1/embeddings", b'{"input": "x", "dimensions": 1e999}', case_id="infinite-number"),
     case("/v1/embeddings", b'{"input": "\\ud800"}', case_id="lone-surrogate"),
-    case("/v1/rerank", b'{"query": "\\udfff", "documents": ["a"], "model": "tiny-reranker"}',
-         case_id="lone-surrogate-query"),
+    case(
+        "/v1/rerank",
+        b'{"query": "\\udfff", "documents": ["a"], "model": "tiny-reranker"}',
+        case_id="lone-surrogate-query",
+    ),
     case("/v1/embeddings", b"null", case_id="null-body"),
     case("/v1/embeddings", b'"just a string"', case_id="string-body"),
     case("/v1/embeddings", b"", case_id="empty-body"),
     case("/v1/embeddings", "\ufeff".encode() + b'{"input": "x"}', case_id="byte-order-mark"),
     case("/v1/embeddings", {"model": "m" * 10_000, "input": "x"}, 404, case_id="huge-model-name"),
-    case("/v1/embeddings", {"input": "x", "model": MINILM, "extra": {"deep": [1] * 1000}}, 200,
-         case_id="unknown-fields-ignored"),
+    case(
+        "/v1/embeddings",
+        {"input": "x", "model": MINILM, "extra": {"deep": [1] * 1000}},
+        200,
+        case_id="unknown-fields-ignored",
+    ),
     # Beyond the configured limits (max_item_chars)
     case("/v1/embeddings", {"model": MINILM, "input": ["a", "x" * TOO_MANY_CHARS]}, case_id="input-too-long"),
     case("/v1/rerank", {**RERANK, "query": "q" * TOO_MANY_CHARS}, case_id="query-too-long"),
     case("/rerank", {**RERANK, "documents": ["a", "d" * TOO_MANY_CHARS]}, case_id="document-too-long"),
-    case("/v1/classify", {"model": TINY_CLASSIFIER, "input": "c" * TOO_MANY_CHARS},
-         case_id="classify-input-too-long"),
+    case("/v1/classify", {"model": TINY_CLASSIFIER, "input": "c" * TOO_MANY_CHARS}, case_id="classify-input-too-long"),
     # Methods and routes
     case("/v1/embeddings", None, 405, "DELETE", case_id="delete-embeddings"),
     case("/v1/rerank", None, 405, "GET", case_id="get-rerank"),
@@ -93,8 +105,12 @@ def test_hostile_input_is_a_clean_4xx(client, method, path, body, status):
     if isinstance(body, bytes):
         response = client.request(method, path, content=body, headers={"content-type": "application/json"})
     else:
-        response = client.request(method, path, content=None if body is None else json.dumps(body),
-                                  headers={"content-type": "application/json"})
+        response = client.request(
+            method,
+            path,
+            content=None if body is None else json.dumps(body),
+            headers={"content-type": "application/json"},
+        )
     if status == 200:
         assert response.status_code == 200, response.text
     else:
@@ -104,6 +120,14 @@ def test_hostile_input_is_a_clean_4xx(client, method, path, body, status):
 
 def test_the_suite_covers_every_endpoint():
     posted = {p.values[1] for p in CASES if p.values[0] == "POST"}
-    assert {"/rerank", "/v1/rerank", "/v2/rerank", "/v1/classify", "/classify", "/embeddings_image",
-            "/embeddings_audio", "/v1/embeddings"} <= posted
+    assert {
+        "/rerank",
+        "/v1/rerank",
+        "/v2/rerank",
+        "/v1/classify",
+        "/classify",
+        "/embeddings_image",
+        "/embeddings_audio",
+        "/v1/embeddings",
+    } <= posted
     assert len(CASES) >= 40

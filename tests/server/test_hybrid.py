@@ -30,10 +30,12 @@ MAX_RESPONSE_BYTES = 400_000
 
 @pytest.fixture(scope="module")
 def hybrid_server(tmp_path_factory: pytest.TempPathFactory, colbert_path, bge_m3_path, splade_path) -> Iterator[str]:
-    models = [{"model_id": str(colbert_path), "served_model_name": COLBERT, "backend": "torch"},
-              {"model_id": str(colbert_path), "served_model_name": COLBERT_ONNX, "backend": "onnx"},
-              {"model_id": str(bge_m3_path), "served_model_name": M3, "backend": "torch"},
-              {"model_id": str(splade_path), "served_model_name": SPLADE, "backend": "torch"}]
+    models = [
+        {"model_id": str(colbert_path), "served_model_name": COLBERT, "backend": "torch"},
+        {"model_id": str(colbert_path), "served_model_name": COLBERT_ONNX, "backend": "onnx"},
+        {"model_id": str(bge_m3_path), "served_model_name": M3, "backend": "torch"},
+        {"model_id": str(splade_path), "served_model_name": SPLADE, "backend": "torch"},
+    ]
     config = {"models": models, "max_response_bytes": MAX_RESPONSE_BYTES}
     with running_server(tmp_path_factory.mktemp("hybrid"), config) as (url, _):
         yield url
@@ -61,8 +63,10 @@ def multi_vector(item: dict) -> np.ndarray:
 def test_colbert_queries_and_documents_equal_pylates(http, colbert_reference, model):
     queries = post(http, "/v1/embeddings", {"model": model, "input": list(QUERIES), "input_type": "search_query"})
     documents = post(http, "/v1/embeddings", {"model": model, "input": list(DOCUMENTS)})  # default: documents
-    for data, expected in ((queries["data"], colbert_reference.queries),
-                           (documents["data"], colbert_reference.documents)):
+    for data, expected in (
+        (queries["data"], colbert_reference.queries),
+        (documents["data"], colbert_reference.documents),
+    ):
         for item, reference in zip(data, expected):
             assert_same_vectors(item["embedding"], reference, min_cosine=MIN_COSINE)
 
@@ -93,14 +97,18 @@ def test_colbert_ranks_by_pylates_maxsim(http, colbert_reference, path):
         results = post(http, path, {"model": COLBERT, "query": query, "documents": list(DOCUMENTS)})["results"]
         scores = {item["index"]: item["relevance_score"] for item in results}
         assert_close([scores[i] for i in range(len(DOCUMENTS))], colbert_reference.scores[query_index])
-        assert [item["index"] for item in results] == list(np.argsort(-colbert_reference.scores[query_index],
-                                                                      kind="stable"))
+        assert [item["index"] for item in results] == list(
+            np.argsort(-colbert_reference.scores[query_index], kind="stable")
+        )
 
 
 # BGE-M3
 def m3_embed(http: httpx.Client, texts: list[str], output_types: list[str], encoding_format: str = "float") -> list:
-    return post(http, "/v1/embeddings", {"model": M3, "input": texts, "output_types": output_types,
-                                         "encoding_format": encoding_format})["data"]
+    return post(
+        http,
+        "/v1/embeddings",
+        {"model": M3, "input": texts, "output_types": output_types, "encoding_format": encoding_format},
+    )["data"]
 
 
 def test_m3_all_three_equal_flagembeddings(http, m3_reference):
@@ -109,9 +117,13 @@ def test_m3_all_three_equal_flagembeddings(http, m3_reference):
         data = m3_embed(http, texts, ALL_THREE, encoding_format)
         for index, (item, sparse, colbert) in enumerate(zip(data, m3_reference.sparse, m3_reference.colbert)):
             assert set(item) == {"object", "index", "embedding", "sparse", "multi_vector"} | (
-                {"multi_vector_shape"} if encoding_format == "base64" else set())
-            dense = item["embedding"] if encoding_format == "float" else \
-                np.frombuffer(base64.b64decode(item["embedding"]), dtype="<f4")
+                {"multi_vector_shape"} if encoding_format == "base64" else set()
+            )
+            dense = (
+                item["embedding"]
+                if encoding_format == "float"
+                else np.frombuffer(base64.b64decode(item["embedding"]), dtype="<f4")
+            )
             assert_same_vectors(dense, m3_reference.dense[index])
             assert item["sparse"]["indices"] == sorted(sparse)
             assert_close(item["sparse"]["values"], [sparse[i] for i in item["sparse"]["indices"]])
@@ -121,15 +133,17 @@ def test_m3_all_three_equal_flagembeddings(http, m3_reference):
 
 def test_m3_answers_only_what_is_asked(http, m3_reference):
     plain = post(http, "/v1/embeddings", {"model": M3, "input": list(QUERIES)})["data"]
-    assert_same_vectors([item["embedding"] for item in plain], m3_reference.dense[:len(QUERIES)])
+    assert_same_vectors([item["embedding"] for item in plain], m3_reference.dense[: len(QUERIES)])
     assert all(set(item) == {"object", "index", "embedding"} for item in plain)
     sparse_only = m3_embed(http, list(QUERIES), ["sparse"])
     assert all(set(item) == {"object", "index", "sparse"} for item in sparse_only)
-    capped = post(http, "/v1/embeddings", {"model": M3, "input": list(QUERIES), "output_types": ["sparse"],
-                                           "max_active_dims": 2})["data"]
+    capped = post(
+        http, "/v1/embeddings", {"model": M3, "input": list(QUERIES), "output_types": ["sparse"], "max_active_dims": 2}
+    )["data"]
     for item, full in zip(capped, sparse_only):
-        largest = sorted(sorted(zip(full["sparse"]["values"], full["sparse"]["indices"]), reverse=True)[:2],
-                         key=lambda pair: pair[1])
+        largest = sorted(
+            sorted(zip(full["sparse"]["values"], full["sparse"]["indices"]), reverse=True)[:2], key=lambda pair: pair[1]
+        )
         assert item["sparse"]["indices"] == [index for _, index in largest]
 
 
@@ -154,14 +168,15 @@ def test_a_sparse_model_answers_its_one_output_type_under_its_key(http):
 def test_m3_on_tei_and_cohere_routes(http, m3_reference):
     texts = list(DOCUMENTS)
     dense = post(http, "/embed", {"model": M3, "inputs": texts})
-    assert_same_vectors(dense, m3_reference.dense[len(QUERIES):])
+    assert_same_vectors(dense, m3_reference.dense[len(QUERIES) :])
     sparse = post(http, "/embed_sparse", {"model": M3, "inputs": texts})
-    for entries, expected in zip(sparse, m3_reference.sparse[len(QUERIES):]):
+    for entries, expected in zip(sparse, m3_reference.sparse[len(QUERIES) :]):
         assert [entry["index"] for entry in entries] == sorted(expected)
         assert_close([entry["value"] for entry in entries], [expected[e["index"]] for e in entries])
-    cohere = post(http, "/v2/embed", {"model": M3, "texts": texts, "input_type": "search_document",
-                                      "embedding_types": ["float"]})
-    assert_same_vectors(cohere["embeddings"]["float"], m3_reference.dense[len(QUERIES):])
+    cohere = post(
+        http, "/v2/embed", {"model": M3, "texts": texts, "input_type": "search_document", "embedding_types": ["float"]}
+    )
+    assert_same_vectors(cohere["embeddings"]["float"], m3_reference.dense[len(QUERIES) :])
 
 
 @pytest.mark.parametrize("mode", ["hybrid", "dense", "sparse", "colbert"])
@@ -180,8 +195,9 @@ def test_m3_rerank_equals_compute_score(http, m3_reference, mode):
 
 def test_m3_hybrid_weights_are_the_requests(http, m3_reference):
     weights = [1.0, 0.0, 3.0]
-    results = post(http, "/rerank", {"model": M3, "query": QUERIES[0], "documents": list(DOCUMENTS),
-                                     "weights": weights})["results"]
+    results = post(
+        http, "/rerank", {"model": M3, "query": QUERIES[0], "documents": list(DOCUMENTS), "weights": weights}
+    )["results"]
     by_index = {item["index"]: item["relevance_score"] for item in results}
     expected = (weights[0] * m3_reference.scores["dense"][0] + weights[2] * m3_reference.scores["colbert"][0]) / 4
     assert_close([by_index[i] for i in range(len(DOCUMENTS))], expected)
@@ -193,7 +209,10 @@ def test_models_list_outputs_and_score_modes(http):
     assert (cards[M3]["outputs"], cards[M3]["score_modes"]) == (ALL_THREE, ["hybrid", *ALL_THREE])
     assert cards[M3]["capabilities"] == ["embed", "embed_sparse", "rerank"]
     assert (cards[COLBERT]["outputs"], cards[COLBERT]["score_modes"], cards[COLBERT]["multi_vector"]) == (
-        ["colbert"], [], True)
+        ["colbert"],
+        [],
+        True,
+    )
     assert cards[COLBERT_ONNX]["backend"] == "onnx"
 
 
@@ -230,26 +249,66 @@ def test_bentoml_client_takes_output_types(hybrid_server, m3_reference):
 
 # Refusals
 REFUSALS = {  # case -> (path, body, param, words the message names)
-    "dimensions on multi-vector": ("/v1/embeddings", {"model": COLBERT, "input": ["a"], "dimensions": 8},
-                                   "dimensions", ["dimensions"]),
-    "dimensions on colbert output": ("/v1/embeddings", {"model": M3, "input": ["a"], "dimensions": 8,
-                                                        "output_types": ["colbert"]}, "dimensions", ["dense"]),
-    "output type not served": ("/v1/embeddings", {"model": COLBERT, "input": ["a"], "output_types": ["sparse"]},
-                               "output_types", ["['colbert']"]),
-    "dense of a sparse model": ("/v1/embeddings", {"model": SPLADE, "input": ["a"], "output_types": ["dense"]},
-                                "output_types", ["['sparse']"]),
-    "score_mode without one": ("/v1/rerank", {"model": COLBERT, "query": "a", "documents": ["b"],
-                                              "score_mode": "sparse"}, "score_mode", ["BGE-M3"]),
-    "unknown score_mode": ("/v1/rerank", {"model": M3, "query": "a", "documents": ["b"], "score_mode": "mean"},
-                           "score_mode", ["hybrid", "colbert"]),
-    "weights of the wrong size": ("/v1/rerank", {"model": M3, "query": "a", "documents": ["b"], "weights": [1, 1]},
-                                  "weights", ["3 numbers"]),
-    "int8 multi-vector": ("/v1/embeddings", {"model": M3, "input": ["a"], "output_types": ["colbert"],
-                                             "encoding_format": "int8"}, "encoding_format", ["float or base64"]),
-    "cohere embed asked for sparse": ("/v2/embed", {"model": M3, "texts": ["a"], "input_type": "search_document",
-                                                    "embedding_types": ["sparse"]}, None, ["/v1/embeddings"]),
-    "answer past max_response_bytes": ("/v1/embeddings", {"model": COLBERT, "input": [DOCUMENTS[4]] * 60},
-                                       "input", ["max_response_bytes", "base64"]),
+    "dimensions on multi-vector": (
+        "/v1/embeddings",
+        {"model": COLBERT, "input": ["a"], "dimensions": 8},
+        "dimensions",
+        ["dimensions"],
+    ),
+    "dimensions on colbert output": (
+        "/v1/embeddings",
+        {"model": M3, "input": ["a"], "dimensions": 8, "output_types": ["colbert"]},
+        "dimensions",
+        ["dense"],
+    ),
+    "output type not served": (
+        "/v1/embeddings",
+        {"model": COLBERT, "input": ["a"], "output_types": ["sparse"]},
+        "output_types",
+        ["['colbert']"],
+    ),
+    "dense of a sparse model": (
+        "/v1/embeddings",
+        {"model": SPLADE, "input": ["a"], "output_types": ["dense"]},
+        "output_types",
+        ["['sparse']"],
+    ),
+    "score_mode without one": (
+        "/v1/rerank",
+        {"model": COLBERT, "query": "a", "documents": ["b"], "score_mode": "sparse"},
+        "score_mode",
+        ["BGE-M3"],
+    ),
+    "unknown score_mode": (
+        "/v1/rerank",
+        {"model": M3, "query": "a", "documents": ["b"], "score_mode": "mean"},
+        "score_mode",
+        ["hybrid", "colbert"],
+    ),
+    "weights of the wrong size": (
+        "/v1/rerank",
+        {"model": M3, "query": "a", "documents": ["b"], "weights": [1, 1]},
+        "weights",
+        ["3 numbers"],
+    ),
+    "int8 multi-vector": (
+        "/v1/embeddings",
+        {"model": M3, "input": ["a"], "output_types": ["colbert"], "encoding_format": "int8"},
+        "encoding_format",
+        ["float or base64"],
+    ),
+    "cohere embed asked for sparse": (
+        "/v2/embed",
+        {"model": M3, "texts": ["a"], "input_type": "search_document", "embedding_types": ["sparse"]},
+        None,
+        ["/v1/embeddings"],
+    ),
+    "answer past max_response_bytes": (
+        "/v1/embeddings",
+        {"model": COLBERT, "input": [DOCUMENTS[4]] * 60},
+        "input",
+        ["max_response_bytes", "base64"],
+    ),
 }
 
 

@@ -92,8 +92,9 @@ def check_colpali(http: httpx.Client, card: dict) -> None:
 
 
 def check_colbert(http: httpx.Client, card: dict) -> None:
-    response = http.post("/v1/embeddings", json={"model": NAME, "input": ["what is a panda?"],
-                                                 "input_type": "search_query"})
+    response = http.post(
+        "/v1/embeddings", json={"model": NAME, "input": ["what is a panda?"], "input_type": "search_query"}
+    )
     assert response.status_code == 200, response.text
     (query,) = [np.array(item["embedding"]) for item in response.json()["data"]]
     documents = [np.array(matrix) for matrix in embeddings(http, [*DOCUMENTS, LONG_TEXT])]
@@ -106,8 +107,9 @@ def check_colbert(http: httpx.Client, card: dict) -> None:
 
 def check_hybrid(http: httpx.Client, card: dict) -> None:
     check_embed(http, card)
-    response = http.post("/v1/embeddings", json={"model": NAME, "input": DOCUMENTS,
-                                                 "output_types": ["dense", "sparse", "colbert"]})
+    response = http.post(
+        "/v1/embeddings", json={"model": NAME, "input": DOCUMENTS, "output_types": ["dense", "sparse", "colbert"]}
+    )
     assert response.status_code == 200, response.text
     for item in response.json()["data"]:
         assert {"embedding", "sparse", "multi_vector"} <= set(item)
@@ -141,8 +143,9 @@ CASES: dict[str, tuple[str, list[str], Callable[[httpx.Client, dict], None]]] = 
 
 
 @pytest.fixture(scope="module")
-def ready_alone(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-                ) -> Iterator[Callable[[str], str]]:
+def ready_alone(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Callable[[str], str]]:
     """case -> the URL of its own server, once ready. Asking for a case starts the next one too, and stops
     the ones before it."""
     stacks: dict[str, contextlib.ExitStack] = {}
@@ -161,7 +164,7 @@ def ready_alone(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPat
 
     def ready(case: str) -> str:
         order = list(CASES)
-        for earlier in order[:order.index(case)]:
+        for earlier in order[: order.index(case)]:
             if earlier in stacks:
                 stacks.pop(earlier).close()
         start(case)

@@ -20,11 +20,15 @@ pytestmark = pytest.mark.server
 
 @pytest.fixture(scope="module")
 def client(tmp_path_factory: pytest.TempPathFactory, majors) -> Iterator[httpx.Client]:
-    models = [{"model_id": str(majors.qwen3_st5), "served_model_name": "qwen3-st5"},
-              {"model_id": str(majors.qwen3_st6), "served_model_name": "qwen3-st6"},
-              {"model_id": str(majors.reranker_st5), "served_model_name": "reranker-st5"}]
-    with running_server(tmp_path_factory.mktemp("majors-server"), {"models": models}) as (url, _), \
-            httpx.Client(base_url=url, timeout=120) as http:
+    models = [
+        {"model_id": str(majors.qwen3_st5), "served_model_name": "qwen3-st5"},
+        {"model_id": str(majors.qwen3_st6), "served_model_name": "qwen3-st6"},
+        {"model_id": str(majors.reranker_st5), "served_model_name": "reranker-st5"},
+    ]
+    with (
+        running_server(tmp_path_factory.mktemp("majors-server"), {"models": models}) as (url, _),
+        httpx.Client(base_url=url, timeout=120) as http,
+    ):
         yield http
 
 
@@ -43,8 +47,9 @@ def test_a_sentence_transformers_5_cross_encoder_answers_its_own_logits(client, 
     query = PAIRS[0][0]
     assert all(pair[0] == query for pair in PAIRS)
     documents = [document for _, document in PAIRS]
-    response = client.post("/v1/rerank", json={"model": "reranker-st5", "query": query, "documents": documents,
-                                               "raw_scores": True})
+    response = client.post(
+        "/v1/rerank", json={"model": "reranker-st5", "query": query, "documents": documents, "raw_scores": True}
+    )
     assert response.status_code == 200, response.text
     scores = {result["index"]: result["relevance_score"] for result in response.json()["results"]}
     assert_close([scores[i] for i in range(len(documents))], majors.reranker_st5_logits)

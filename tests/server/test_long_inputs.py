@@ -52,8 +52,7 @@ QUERY = {
     "qwen3_embedder_path": ({"instruction": INSTRUCTION}, f"Instruct: {INSTRUCTION}\nQuery:"),
 }
 # The prompt of Voyage's input_type "document" (the checkpoints' `document` prompts).
-DOCUMENT_PROMPT = {"windowed_bert_path": "passage: ", "modernbert_path": "search_document: ",
-                   "qwen3_embedder_path": ""}
+DOCUMENT_PROMPT = {"windowed_bert_path": "passage: ", "modernbert_path": "search_document: ", "qwen3_embedder_path": ""}
 # MODERNBERT_CAPPED's 10 windows under its max_embed_len: a request's max_tokens makes L 32.
 MEAN_MAX_TOKENS = {MODERNBERT_CAPPED: 32}
 DTYPES = ("float", "int8", "uint8", "binary", "ubinary")
@@ -67,8 +66,10 @@ def paths(request: pytest.FixtureRequest) -> dict[str, Path]:
 
 @pytest.fixture(scope="module")
 def long_server(tmp_path_factory: pytest.TempPathFactory, paths: dict[str, Path]) -> Iterator[str]:
-    models = [{"model_id": str(paths[name]), "served_model_name": name, "backend": backend,
-               "chunk_overlap": overlap, **more} for name, (_, backend, overlap, more) in SERVED.items()]
+    models = [
+        {"model_id": str(paths[name]), "served_model_name": name, "backend": backend, "chunk_overlap": overlap, **more}
+        for name, (_, backend, overlap, more) in SERVED.items()
+    ]
     with running_server(tmp_path_factory.mktemp("long-inputs"), {"models": models}) as (url, _):
         yield url
 
@@ -109,12 +110,10 @@ LONG = (0.75, 0.33, 1.0, 0.5, 0.25)  # 2.8 L: four slices
 def _width(checkpoint: reference.Checkpoint, prompt: str, max_tokens: int | None) -> int:
     """W: a window's content tokens."""
     prompt_ids = checkpoint.tokenizer(prompt, add_special_tokens=False).input_ids if prompt else []
-    return (reference.limit(checkpoint, max_tokens) - len(checkpoint.prefix) - len(checkpoint.suffix)
-            - len(prompt_ids))
+    return reference.limit(checkpoint, max_tokens) - len(checkpoint.prefix) - len(checkpoint.suffix) - len(prompt_ids)
 
 
-def _mean_tokens(checkpoint: reference.Checkpoint, text: str, prompt: str, max_tokens: int | None,
-                 overlap: int) -> int:
+def _mean_tokens(checkpoint: reference.Checkpoint, text: str, prompt: str, max_tokens: int | None, overlap: int) -> int:
     """Tokens run for one `long_input: mean` input: today's count within L, else every window with its
     specials and prompt."""
     size = reference.limit(checkpoint, max_tokens)
@@ -152,8 +151,11 @@ def _contextualized(http: httpx.Client, **body) -> tuple[list[np.ndarray], list[
     assert [document["index"] for document in answer["data"]] == list(range(len(body["inputs"])))
     for document in answer["data"]:
         assert [chunk["index"] for chunk in document["data"]] == list(range(len(document["data"])))
-    return ([np.array([chunk["embedding"] for chunk in document["data"]]) for document in answer["data"]],
-            [[chunk.get("text") for chunk in document["data"]] for document in answer["data"]], answer["usage"])
+    return (
+        [np.array([chunk["embedding"] for chunk in document["data"]]) for document in answer["data"]],
+        [[chunk.get("text") for chunk in document["data"]] for document in answer["data"]],
+        answer["usage"],
+    )
 
 
 def _assert_parity(got, expected, what: str = "") -> None:
@@ -174,8 +176,11 @@ def test_mean_matches_the_reference_on_1_2_and_10_windows(http, paths, served):
     width = _width(checkpoint, prompt, max_tokens)
     step = width - overlap
     # 1 window (prompt and specials included, within L), 2 windows, 10 windows
-    texts = [_text(folder, width - 4, 1), _text(folder, width + step // 2, 2),
-             _text(folder, width + 8 * step + step // 2, 3)]
+    texts = [
+        _text(folder, width - 4, 1),
+        _text(folder, width + step // 2, 2),
+        _text(folder, width + 8 * step + step // 2, 3),
+    ]
     size = reference.limit(checkpoint, max_tokens)
     assert len(checkpoint.tokenizer(prompt + texts[0]).input_ids) <= size
     assert [len(reference.token_windows(_count(checkpoint, text), width, overlap)) for text in texts[1:]] == [2, 10]
@@ -202,8 +207,16 @@ def test_late_chunking_within_and_past_the_limit(http, paths, served):
     checkpoint = reference.load(folder)
     short, long = _chunks(folder, SHORT, 1), _chunks(folder, LONG, 2)
     assert len(checkpoint.tokenizer(" ".join(short)).input_ids) <= checkpoint.max_seq_length
-    assert len(reference.slice_starts(len(checkpoint.tokenizer(" ".join(long)).input_ids),
-                                      checkpoint.max_seq_length, checkpoint.max_seq_length // 4)) >= 3
+    assert (
+        len(
+            reference.slice_starts(
+                len(checkpoint.tokenizer(" ".join(long)).input_ids),
+                checkpoint.max_seq_length,
+                checkpoint.max_seq_length // 4,
+            )
+        )
+        >= 3
+    )
     documents = [long, short, long[1:3]]
     expected = [reference.late_chunk_vectors(folder, chunks) for chunks in documents]
     for chunks, want in zip(documents[:2], expected, strict=False):
@@ -231,8 +244,15 @@ def test_auto_chunking_matches_the_reference(http, paths, served):
     chunk_size = size // 3
     for chunk_overlap, input_type in ((0, None), (chunk_size // 3, "document")):
         prompt = DOCUMENT_PROMPT[fixture] if input_type else ""
-        vectors, texts, _ = _contextualized(http, model=served, inputs=[document], enable_auto_chunking=True,
-                                            chunk_size=chunk_size, chunk_overlap=chunk_overlap, input_type=input_type)
+        vectors, texts, _ = _contextualized(
+            http,
+            model=served,
+            inputs=[document],
+            enable_auto_chunking=True,
+            chunk_size=chunk_size,
+            chunk_overlap=chunk_overlap,
+            input_type=input_type,
+        )
         want_texts, want_vectors = reference.auto_chunks(folder, document, chunk_size, chunk_overlap, prompt=prompt)
         assert texts == [want_texts] and len(want_texts) >= 6
         if chunk_overlap == 0:
@@ -250,12 +270,14 @@ def test_auto_chunking_defaults_and_cuts_mid_word(http, paths):
     assert texts == [want_texts] and len(want_texts) == 3
     _assert_parity(vectors[0], want_vectors, "default chunk_size")
     glued = _text(paths[MODERNBERT], 20, 6) + " " + "".join(_text(paths[MODERNBERT], 60, 7).split())
-    vectors, texts, _ = _contextualized(http, model=MODERNBERT, inputs=[glued], enable_auto_chunking=True,
-                                        chunk_size=16)
+    vectors, texts, _ = _contextualized(
+        http, model=MODERNBERT, inputs=[glued], enable_auto_chunking=True, chunk_size=16
+    )
     want_texts, want_vectors = reference.auto_chunks(paths[MODERNBERT], glued, 16, 0)
     assert texts == [want_texts] and "".join(texts[0]) == glued
-    assert any(not text.endswith(" ") and not following.startswith(" ")
-               for text, following in zip(want_texts, want_texts[1:]))  # a mid-word cut
+    assert any(
+        not text.endswith(" ") and not following.startswith(" ") for text, following in zip(want_texts, want_texts[1:])
+    )  # a mid-word cut
     _assert_parity(vectors[0], want_vectors, "mid-word cuts")
 
 
@@ -268,13 +290,17 @@ def test_openai_sdk_mean_and_late_chunking(long_server, paths):
     sdk = openai.OpenAI(base_url=f"{long_server}/v1", api_key="x", max_retries=0)
     folder = paths[BERT_OVERLAP]
     text = _text(folder, 150, 8)
-    answer = sdk.embeddings.create(model=BERT_OVERLAP, input=[text],
-                                   extra_body={"long_input": "mean", "prompt_name": "query"})
+    answer = sdk.embeddings.create(
+        model=BERT_OVERLAP, input=[text], extra_body={"long_input": "mean", "prompt_name": "query"}
+    )
     _assert_parity([answer.data[0].embedding], [reference.mean_vector(folder, text, "query: ", overlap=4)], "sdk mean")
     chunks = _chunks(paths[QWEN3], LONG, 3)
     answer = sdk.embeddings.create(model=QWEN3, input=chunks, extra_body={"late_chunking": True})
-    _assert_parity([item.embedding for item in answer.data], reference.late_chunk_vectors(paths[QWEN3], chunks),
-                   "sdk late chunking")
+    _assert_parity(
+        [item.embedding for item in answer.data],
+        reference.late_chunk_vectors(paths[QWEN3], chunks),
+        "sdk late chunking",
+    )
 
 
 def _codes_match(codes: np.ndarray, floats: np.ndarray, dtype: str, scale: float) -> None:
@@ -282,8 +308,9 @@ def _codes_match(codes: np.ndarray, floats: np.ndarray, dtype: str, scale: float
     request: int8/uint8 within one code (rounding boundaries), sign bits equal wherever the float is clearly
     not 0."""
     if dtype in ("binary", "ubinary"):
-        bits = np.unpackbits((codes.astype(np.int16) + 128).astype(np.uint8) if dtype == "binary"
-                             else codes.astype(np.uint8), axis=-1)[:, :floats.shape[1]]
+        bits = np.unpackbits(
+            (codes.astype(np.int16) + 128).astype(np.uint8) if dtype == "binary" else codes.astype(np.uint8), axis=-1
+        )[:, : floats.shape[1]]
         clear = np.abs(floats) > 1e-5
         assert (bits[clear] == (floats[clear] > 0)).all(), dtype
         assert codes.shape == (floats.shape[0], (floats.shape[1] + 7) // 8)
@@ -300,28 +327,38 @@ def test_voyage_sdk_contextualized_embed(long_server, http, paths):
 
     voyage = voyageai.Client(api_key="any", base_url=f"{long_server}/v1", max_retries=1)
     folder = paths[BERT]
-    scale = next(card for card in _ok(http.get("/v1/models"))["data"]
-                 if card["id"] == BERT)["quantization"]["scales"]["32"]
+    scale = next(card for card in _ok(http.get("/v1/models"))["data"] if card["id"] == BERT)["quantization"]["scales"][
+        "32"
+    ]
     documents = [_chunks(folder, LONG, 4), _chunks(folder, SHORT, 5)]
     document = _text(folder, 75, 6)
     floats: dict[str, list[np.ndarray]] = {}
     for dtype in DTYPES:
         result = voyage.contextualized_embed(inputs=documents, model=BERT, input_type="document", output_dtype=dtype)
         chunked = [np.array(item.embeddings) for item in result.results]
-        auto = voyage.contextualized_embed(inputs=[document], model=BERT, input_type="document", output_dtype=dtype,
-                                           enable_auto_chunking=True, chunk_size=10, chunk_overlap=3)
+        auto = voyage.contextualized_embed(
+            inputs=[document],
+            model=BERT,
+            input_type="document",
+            output_dtype=dtype,
+            enable_auto_chunking=True,
+            chunk_size=10,
+            chunk_overlap=3,
+        )
         texts, want_vectors = reference.auto_chunks(folder, document, 10, 3, prompt="passage: ")
         assert auto.results[0].chunk_texts == texts
         if dtype == "float":
             for got, chunks in zip(chunked, documents, strict=True):
                 _assert_parity(got, reference.late_chunk_vectors(folder, chunks, prompt="passage: "), "voyage sdk")
             _assert_parity(auto.results[0].embeddings, want_vectors, "voyage sdk auto-chunking")
-            assert result.total_tokens == sum(_document_tokens(reference.load(folder), "passage: " + " ".join(c))
-                                              for c in documents)
+            assert result.total_tokens == sum(
+                _document_tokens(reference.load(folder), "passage: " + " ".join(c)) for c in documents
+            )
             floats = {"chunked": chunked, "auto": [np.array(auto.results[0].embeddings)]}
             continue
-        for got, want in zip([*chunked, np.array(auto.results[0].embeddings)], [*floats["chunked"], *floats["auto"]],
-                             strict=True):
+        for got, want in zip(
+            [*chunked, np.array(auto.results[0].embeddings)], [*floats["chunked"], *floats["auto"]], strict=True
+        ):
             _codes_match(got, want, dtype, scale)
     queries = ["quick brown fox", "private embedding servers"]
     result = voyage.contextualized_embed(inputs=[[query] for query in queries], model=BERT, input_type="query")
@@ -335,28 +372,39 @@ def test_voyage_sdk_contextualized_embed(long_server, http, paths):
 def test_past_max_embed_len_is_refused(http, paths):
     folder = paths[MODERNBERT_CAPPED]
     over = _text(folder, CAP + 10, 9)
-    error = assert_openai_error(http.post("/v1/embeddings", json={"model": MODERNBERT_CAPPED, "input": ["a", over],
-                                                                  "long_input": "mean"}), 400)
+    error = assert_openai_error(
+        http.post("/v1/embeddings", json={"model": MODERNBERT_CAPPED, "input": ["a", over], "long_input": "mean"}), 400
+    )
     assert "max_embed_len" in error["message"] and str(CAP) in error["message"] and "input[1]" in error["message"]
     chunks = [_text(folder, CAP // 3, seed) for seed in (10, 11, 12, 13)]
     for body in ({"input": chunks}, {"input": [over]}):  # several chunks past it, or one
-        error = assert_openai_error(http.post("/v1/embeddings", json={"model": MODERNBERT_CAPPED,
-                                                                      "late_chunking": True, **body}), 400)
+        error = assert_openai_error(
+            http.post("/v1/embeddings", json={"model": MODERNBERT_CAPPED, "late_chunking": True, **body}), 400
+        )
         assert "max_embed_len" in error["message"] and str(CAP) in error["message"]
     for body in ({"inputs": [["a"], chunks]}, {"inputs": [over], "enable_auto_chunking": True}):
-        message = assert_voyage_error(http.post("/v1/contextualizedembeddings",
-                                                json={"model": MODERNBERT_CAPPED, **body}), 400)
+        message = assert_voyage_error(
+            http.post("/v1/contextualizedembeddings", json={"model": MODERNBERT_CAPPED, **body}), 400
+        )
         assert "max_embed_len" in message and str(CAP) in message
     # within it, several windows are fine
-    assert _ok(http.post("/v1/embeddings", json={"model": MODERNBERT_CAPPED, "input": _text(folder, CAP - 20, 9),
-                                                 "long_input": "mean"}))
+    assert _ok(
+        http.post(
+            "/v1/embeddings",
+            json={"model": MODERNBERT_CAPPED, "input": _text(folder, CAP - 20, 9), "long_input": "mean"},
+        )
+    )
 
 
 def test_auto_chunking_refusals(http):
     """Raw HTTP: the voyageai SDK checks these before sending."""
-    refused = [({"inputs": ["the quick brown fox"], "enable_auto_chunking": True, "chunk_size": 8, "chunk_overlap": 8},
-                "chunk_overlap"),
-               ({"inputs": [["the quick", "brown fox"]], "enable_auto_chunking": True}, "one string")]
+    refused = [
+        (
+            {"inputs": ["the quick brown fox"], "enable_auto_chunking": True, "chunk_size": 8, "chunk_overlap": 8},
+            "chunk_overlap",
+        ),
+        ({"inputs": [["the quick", "brown fox"]], "enable_auto_chunking": True}, "one string"),
+    ]
     for body, named in refused:
         message = assert_voyage_error(http.post("/v1/contextualizedembeddings", json={"model": BERT, **body}), 400)
         assert named in message, message
@@ -366,29 +414,40 @@ def test_long_input_error_names_the_input_and_its_length(http, paths):
     checkpoint = reference.load(paths[BERT])
     over = _text(paths[BERT], 40, 14)
     length = len(checkpoint.tokenizer(over).input_ids)
-    error = assert_openai_error(http.post("/v1/embeddings", json={"model": BERT, "input": ["short", over],
-                                                                  "long_input": "error"}), 400, param="input")
+    error = assert_openai_error(
+        http.post("/v1/embeddings", json={"model": BERT, "input": ["short", over], "long_input": "error"}),
+        400,
+        param="input",
+    )
     assert f"input[1] is {length} tokens" in error["message"], error
 
 
 def test_sparse_and_multi_vector_models_refuse_long_inputs(client):
     """On the shared server: they name what they accept."""
     for model in (TINY_SPLADE, TINY_COLPALI):
-        error = assert_openai_error(client.post("/v1/embeddings", json={"model": model, "input": ["a b"],
-                                                                        "long_input": "mean"}), 400, "long_input")
+        error = assert_openai_error(
+            client.post("/v1/embeddings", json={"model": model, "input": ["a b"], "long_input": "mean"}),
+            400,
+            "long_input",
+        )
         assert "'truncate'" in error["message"] and "'error'" in error["message"], error
-        error = assert_openai_error(client.post("/v1/embeddings", json={"model": model, "input": ["a", "b"],
-                                                                        "late_chunking": True}), 400, "late_chunking")
+        error = assert_openai_error(
+            client.post("/v1/embeddings", json={"model": model, "input": ["a", "b"], "late_chunking": True}),
+            400,
+            "late_chunking",
+        )
         assert "dense text embedders" in error["message"], error
-        message = assert_voyage_error(client.post("/v1/contextualizedembeddings",
-                                                  json={"model": model, "inputs": [["a", "b"]]}), 400)
+        message = assert_voyage_error(
+            client.post("/v1/contextualizedembeddings", json={"model": model, "inputs": [["a", "b"]]}), 400
+        )
         assert f"model '{model}' is" in message and "/v1/embeddings" in message, message  # the route that answers it
 
 
 def test_cohere_truncate_none_refuses_a_long_input(client):
     long_text = " ".join(WORDS * 8)  # past MiniLM's 256 tokens
-    error = assert_openai_error(client.post("/v1/embed", json={"model": MINILM, "texts": ["short", long_text],
-                                                               "truncate": "NONE"}), 400)
+    error = assert_openai_error(
+        client.post("/v1/embed", json={"model": MINILM, "texts": ["short", long_text], "truncate": "NONE"}), 400
+    )
     assert "[1] is" in error["message"] and "at most 256" in error["message"], error
 
 

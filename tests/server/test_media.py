@@ -58,8 +58,9 @@ def clip_reference(tiny_clip_path):
 
 def test_clip_images_and_text_match_transformers(client, clip_reference):
     names = sorted(IMAGES)
-    response = client.post("/v1/embeddings", json={"model": TINY_CLIP, "modality": "image",
-                                                   "input": [image_uri(n) for n in names]})
+    response = client.post(
+        "/v1/embeddings", json={"model": TINY_CLIP, "modality": "image", "input": [image_uri(n) for n in names]}
+    )
     assert response.status_code == 200, response.text
     for name, item in zip(names, response.json()["data"]):
         assert cosine(item["embedding"], clip_reference("image", IMAGES[name][0])) >= 0.9999, name
@@ -82,8 +83,9 @@ def test_openai_sdk_with_modality_extra(server, clip_reference):
     from openai import OpenAI
 
     sdk = OpenAI(base_url=f"{server}/v1", api_key="unused")
-    result = sdk.embeddings.create(model=TINY_CLIP, input=[image_uri("png")], encoding_format="float",
-                                   extra_body={"modality": "image"})
+    result = sdk.embeddings.create(
+        model=TINY_CLIP, input=[image_uri("png")], encoding_format="float", extra_body={"modality": "image"}
+    )
     assert cosine(result.data[0].embedding, clip_reference("image", IMAGES["png"][0])) >= 0.9999
 
 
@@ -95,8 +97,9 @@ def test_clap_audio_matches_transformers_after_resampling(client, tiny_clap_path
     model = AutoModel.from_pretrained(str(tiny_clap_path)).eval()
     processor = AutoProcessor.from_pretrained(str(tiny_clap_path))
     names = sorted(AUDIO)
-    response = client.post("/v1/embeddings", json={"model": TINY_CLAP, "modality": "audio",
-                                                   "input": [audio_uri(n) for n in names]})
+    response = client.post(
+        "/v1/embeddings", json={"model": TINY_CLAP, "modality": "audio", "input": [audio_uri(n) for n in names]}
+    )
     assert response.status_code == 200, response.text
     window = processor.feature_extractor.nb_max_samples
     for name, item in zip(names, response.json()["data"]):
@@ -118,8 +121,11 @@ def test_colpali_keeps_the_multi_vector_shape(client, tiny_colpali_path):
     floats = client.post("/v1/embeddings", json=body).json()["data"]
     packed = client.post("/v1/embeddings", json={**body, "encoding_format": "base64"}).json()["data"]
     with torch.inference_mode():
-        page = model(**processor(images=[Image.open(io.BytesIO(IMAGES["png"][0])).convert("RGB")],
-                                 return_tensors="pt")).embeddings[0].numpy()
+        page = (
+            model(**processor(images=[Image.open(io.BytesIO(IMAGES["png"][0])).convert("RGB")], return_tensors="pt"))
+            .embeddings[0]
+            .numpy()
+        )
         query = model(**processor(text=["what is the chart about"], return_tensors="pt")).embeddings[0].numpy()
     for item, base64_item, expected in zip(floats, packed, (page, query)):
         matrix = np.asarray(item["embedding"])
@@ -143,8 +149,9 @@ def test_image_rerank_maxsim_and_cosine(client):
     documents = [image_uri(p) for p in pages]
     for model in (TINY_COLPALI, TINY_CLIP):
         ranked = client.post("/v1/rerank", json={"model": model, "query": query, "documents": documents}).json()
-        vectors = client.post("/v1/embeddings", json={
-            "model": model, "input": [{"text": query}] + [{"image": d} for d in documents]}).json()["data"]
+        vectors = client.post(
+            "/v1/embeddings", json={"model": model, "input": [{"text": query}] + [{"image": d} for d in documents]}
+        ).json()["data"]
         q, docs = np.asarray(vectors[0]["embedding"]), [np.asarray(v["embedding"]) for v in vectors[1:]]
         expected = [float((q @ d.T).max(axis=1).sum()) if model == TINY_COLPALI else float(q @ d) for d in docs]
         got = {r["index"]: r["relevance_score"] for r in ranked["results"]}
@@ -155,31 +162,60 @@ def test_image_rerank_maxsim_and_cosine(client):
 # Bad media a real decoder refuses, and the media models' refusals; the count and input-type checks (65 images,
 # token ids to CLIP) are tests/unit/gateway/test_engine.py's, through the engine.
 BAD_MEDIA = [
-    pytest.param({"model": TINY_CLIP, "modality": "image", "input": ["data:image/png;base64,not*base64"]},
-                 "input", id="corrupt-base64"),
-    pytest.param({"model": TINY_CLIP, "modality": "image", "input": [data_uri(b"hello, I am text", "image/png")]},
-                 "input", id="text-labelled-png"),
-    pytest.param({"model": TINY_CLIP, "modality": "image", "input": [data_uri(image_bytes(300, 300)[:400],
-                                                                               "image/png")]},
-                 "input", id="truncated-png"),
-    pytest.param({"model": TINY_CLIP, "modality": "image", "input": [data_uri(image_bytes(1, 1), "image/png")]},
-                 "input", id="one-pixel"),
-    pytest.param({"model": TINY_CLIP, "modality": "image", "input": [data_uri(bomb_png(), "image/png")]},
-                 "input", id="decompression-bomb"),
-    pytest.param({"model": TINY_CLAP, "modality": "audio", "input": [data_uri(audio_bytes(16000, 0.0), "audio/wav")]},
-                 "input", id="empty-audio"),
-    pytest.param({"model": TINY_CLAP, "modality": "audio",
-                  "input": [data_uri(audio_bytes(8000, MAX_AUDIO_SECONDS + 1), "audio/wav")]},
-                 "input", id="audio-over-the-cap"),
-    pytest.param({"model": TINY_CLIP, "modality": "image", "input": ["https://example.com/cat.png"]},
-                 "input", id="url-when-urls-are-off"),
-    pytest.param({"model": TINY_CLIP, "modality": "image", "input": ["just a string"]}, "input",
-                 id="neither-data-uri-nor-url"),
-    pytest.param({"model": TINY_COLPALI, "input": "query", "dimensions": 8}, "dimensions",
-                 id="dimensions-on-multi-vector"),
+    pytest.param(
+        {"model": TINY_CLIP, "modality": "image", "input": ["data:image/png;base64,not*base64"]},
+        "input",
+        id="corrupt-base64",
+    ),
+    pytest.param(
+        {"model": TINY_CLIP, "modality": "image", "input": [data_uri(b"hello, I am text", "image/png")]},
+        "input",
+        id="text-labelled-png",
+    ),
+    pytest.param(
+        {"model": TINY_CLIP, "modality": "image", "input": [data_uri(image_bytes(300, 300)[:400], "image/png")]},
+        "input",
+        id="truncated-png",
+    ),
+    pytest.param(
+        {"model": TINY_CLIP, "modality": "image", "input": [data_uri(image_bytes(1, 1), "image/png")]},
+        "input",
+        id="one-pixel",
+    ),
+    pytest.param(
+        {"model": TINY_CLIP, "modality": "image", "input": [data_uri(bomb_png(), "image/png")]},
+        "input",
+        id="decompression-bomb",
+    ),
+    pytest.param(
+        {"model": TINY_CLAP, "modality": "audio", "input": [data_uri(audio_bytes(16000, 0.0), "audio/wav")]},
+        "input",
+        id="empty-audio",
+    ),
+    pytest.param(
+        {
+            "model": TINY_CLAP,
+            "modality": "audio",
+            "input": [data_uri(audio_bytes(8000, MAX_AUDIO_SECONDS + 1), "audio/wav")],
+        },
+        "input",
+        id="audio-over-the-cap",
+    ),
+    pytest.param(
+        {"model": TINY_CLIP, "modality": "image", "input": ["https://example.com/cat.png"]},
+        "input",
+        id="url-when-urls-are-off",
+    ),
+    pytest.param(
+        {"model": TINY_CLIP, "modality": "image", "input": ["just a string"]}, "input", id="neither-data-uri-nor-url"
+    ),
+    pytest.param(
+        {"model": TINY_COLPALI, "input": "query", "dimensions": 8}, "dimensions", id="dimensions-on-multi-vector"
+    ),
     pytest.param({"model": MINILM, "input": [{"image": image_uri("png")}]}, "model", id="image-to-text-model"),
-    pytest.param({"model": TINY_CLAP, "modality": "image", "input": [image_uri("png")]}, "model",
-                 id="image-to-audio-model"),
+    pytest.param(
+        {"model": TINY_CLAP, "modality": "image", "input": [image_uri("png")]}, "model", id="image-to-audio-model"
+    ),
 ]
 
 
@@ -205,6 +241,7 @@ async def _mixed_load(url: str) -> Counter:
     ]
     statuses: Counter = Counter()
     async with httpx.AsyncClient(base_url=url, timeout=120) as http:
+
         async def one_client(index: int) -> None:
             for step in range(6):
                 path, body = bodies[(index + step) % len(bodies)]

@@ -21,8 +21,21 @@ ALERTS = ROOT / "deploy" / "prometheus" / "alerts.yaml"
 CACHE_SERIES = "embento_cache_"
 # Only a server with limited API keys (throttled) or a limits Redis (store errors) has these: test_tenants.py.
 TENANT_LIMIT_SERIES = ("embento_tenant_throttled", "embento_limit_store_errors")
-PROMQL_KEYWORDS = {"by", "without", "on", "ignoring", "group_left", "group_right", "bool", "and", "or", "unless",
-                   "offset", "inf", "nan"}
+PROMQL_KEYWORDS = {
+    "by",
+    "without",
+    "on",
+    "ignoring",
+    "group_left",
+    "group_right",
+    "bool",
+    "and",
+    "or",
+    "unless",
+    "offset",
+    "inf",
+    "nan",
+}
 # What the dashboard must show (the issue's list), by the series that show it.
 COVERED = {
     "request rate and status": "embento_requests_total",
@@ -42,8 +55,11 @@ def metric_names(expression: str) -> set[str]:
     text = re.sub(r'"(?:[^"\\]|\\.)*"', '""', expression)
     text = re.sub(r"\{[^}]*\}|\[[^\]]*\]", "", text)  # label matchers, ranges
     text = re.sub(r"\b(by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)", "", text)
-    return {match.group() for match in re.finditer(r"[a-zA-Z_:][a-zA-Z0-9_:]*", text)
-            if match.group() not in PROMQL_KEYWORDS and not text[match.end():].lstrip().startswith("(")}
+    return {
+        match.group()
+        for match in re.finditer(r"[a-zA-Z_:][a-zA-Z0-9_:]*", text)
+        if match.group() not in PROMQL_KEYWORDS and not text[match.end() :].lstrip().startswith("(")
+    }
 
 
 def shared_server_series(names: set[str]) -> set[str]:
@@ -71,8 +87,10 @@ def exported(client) -> str:
 
 
 def test_the_query_parser_finds_the_series():
-    expression = ('histogram_quantile(0.95, sum by (le, stage) (rate(embento_stage_seconds_bucket{model=~"$m"}'
-                  '[$__rate_interval]))) / on (instance) group_left max(embento_max_queued_items) or vector(0)')
+    expression = (
+        'histogram_quantile(0.95, sum by (le, stage) (rate(embento_stage_seconds_bucket{model=~"$m"}'
+        "[$__rate_interval]))) / on (instance) group_left max(embento_max_queued_items) or vector(0)"
+    )
     assert metric_names(expression) == {"embento_stage_seconds_bucket", "embento_max_queued_items"}
 
 
@@ -87,8 +105,14 @@ def test_every_series_the_dashboard_reads_is_exported(exported):
 def test_every_series_the_alerts_read_is_exported(exported):
     names = {sample["name"] for sample in SAMPLE.finditer(exported)}
     rules = alert_expressions()
-    assert set(rules) == {"EmbentoNotReady", "EmbentoHigh5xxRatio", "EmbentoSustained429s", "EmbentoQueueNearBound",
-                          "EmbentoRedisCacheFailing", "EmbentoTenantThrottled"}
+    assert set(rules) == {
+        "EmbentoNotReady",
+        "EmbentoHigh5xxRatio",
+        "EmbentoSustained429s",
+        "EmbentoQueueNearBound",
+        "EmbentoRedisCacheFailing",
+        "EmbentoTenantThrottled",
+    }
     for alert, expression in rules.items():
         assert shared_server_series(metric_names(expression)) - names == set(), alert
 
@@ -143,12 +167,20 @@ def rules_unit_test() -> dict:
         labels = {"instance": "sick", **extra}
         annotations = {key: rendered(text, labels) for key, text in rules[alert]["annotations"].items()}
         expected = {"exp_labels": {**labels, **rules[alert]["labels"]}, "exp_annotations": annotations}
-        cases += [{"eval_time": f"{minute}m", "alertname": alert, "exp_alerts": [expected]},
-                  {"eval_time": "2m", "alertname": alert, "exp_alerts": []}]  # not for long enough yet
-    inputs = [{"series": with_instance(series, instance), "values": values}
-              for series, per_instance in SERIES.items() for instance, values in zip(("sick", "well"), per_instance)]
-    return {"rule_files": [str(ALERTS)], "evaluation_interval": "1m",
-            "tests": [{"interval": "1m", "input_series": inputs, "alert_rule_test": cases}]}
+        cases += [
+            {"eval_time": f"{minute}m", "alertname": alert, "exp_alerts": [expected]},
+            {"eval_time": "2m", "alertname": alert, "exp_alerts": []},
+        ]  # not for long enough yet
+    inputs = [
+        {"series": with_instance(series, instance), "values": values}
+        for series, per_instance in SERIES.items()
+        for instance, values in zip(("sick", "well"), per_instance)
+    ]
+    return {
+        "rule_files": [str(ALERTS)],
+        "evaluation_interval": "1m",
+        "tests": [{"interval": "1m", "input_series": inputs, "alert_rule_test": cases}],
+    }
 
 
 def test_promtool_accepts_the_rules_and_each_alert_fires_when_it_should(tmp_path):

@@ -27,8 +27,12 @@ SERVICE = {"model_service": "TextEmbedder"}
 
 @pytest.fixture(scope="module")
 def small_queue(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    config = {"models": [{"model_id": MINILM}], "max_queued_items": MAX_QUEUED_ITEMS,
-              "max_concurrent_requests": MAX_CONCURRENT_REQUESTS, "max_request_tokens": MAX_REQUEST_TOKENS}
+    config = {
+        "models": [{"model_id": MINILM}],
+        "max_queued_items": MAX_QUEUED_ITEMS,
+        "max_concurrent_requests": MAX_CONCURRENT_REQUESTS,
+        "max_request_tokens": MAX_REQUEST_TOKENS,
+    }
     with running_server(tmp_path_factory.mktemp("small-queue"), config) as (url, _):
         yield url
 
@@ -37,13 +41,14 @@ def test_overload_is_a_quick_429_and_admitted_work_is_right(small_queue, minilm_
     from sentence_transformers import SentenceTransformer
 
     sentences = make_sentences(CLIENTS * PER_REQUEST, seed=11)
-    bodies = [sentences[i * PER_REQUEST:(i + 1) * PER_REQUEST] for i in range(CLIENTS)]
+    bodies = [sentences[i * PER_REQUEST : (i + 1) * PER_REQUEST] for i in range(CLIENTS)]
 
     async def storm() -> list[httpx.Response]:
         limits = httpx.Limits(max_connections=CLIENTS, max_keepalive_connections=CLIENTS)
         async with httpx.AsyncClient(base_url=small_queue, timeout=120, limits=limits) as http:
-            return await asyncio.gather(*(http.post("/v1/embeddings", json={"input": body, "model": MINILM})
-                                          for body in bodies))
+            return await asyncio.gather(
+                *(http.post("/v1/embeddings", json={"input": body, "model": MINILM}) for body in bodies)
+            )
 
     before = httpx.get(f"{small_queue}/metrics", timeout=30).text
     responses = asyncio.run(storm())
@@ -52,10 +57,14 @@ def test_overload_is_a_quick_429_and_admitted_work_is_right(small_queue, minilm_
     # A queue of 16 inputs holds 4 requests of 4, the one in flight included: each request admitted left in
     # exactly one model-service call, and no call carried more than 4 (however fast the model answers).
     after = httpx.get(f"{small_queue}/metrics", timeout=30).text
-    per_call = {name: metric(after, f"embento_requests_per_call_{name}", **SERVICE)
-                - metric(before, f"embento_requests_per_call_{name}", **SERVICE) for name in ("count", "sum")}
-    within = (metric(after, "embento_requests_per_call_bucket", le="4.0", **SERVICE)
-              - metric(before, "embento_requests_per_call_bucket", le="4.0", **SERVICE))
+    per_call = {
+        name: metric(after, f"embento_requests_per_call_{name}", **SERVICE)
+        - metric(before, f"embento_requests_per_call_{name}", **SERVICE)
+        for name in ("count", "sum")
+    }
+    within = metric(after, "embento_requests_per_call_bucket", le="4.0", **SERVICE) - metric(
+        before, "embento_requests_per_call_bucket", le="4.0", **SERVICE
+    )
     assert per_call["sum"] == statuses[200] and within == per_call["count"], (per_call, within, statuses)
     for response in responses:
         if response.status_code == 429:

@@ -32,8 +32,9 @@ def _scores_by_index(results: list[dict]) -> np.ndarray:
 
 @pytest.mark.parametrize("raw", [False, True])
 def test_scores_match_cross_encoder_predict(client, cross_encoder, raw):
-    response = client.post("/v1/rerank", json={"model": TINY_RERANKER, "query": QUERY, "documents": DOCUMENTS,
-                                               "raw_scores": raw})
+    response = client.post(
+        "/v1/rerank", json={"model": TINY_RERANKER, "query": QUERY, "documents": DOCUMENTS, "raw_scores": raw}
+    )
     assert response.status_code == 200, response.text
     results = response.json()["results"]
     assert sorted(r["index"] for r in results) == list(range(len(DOCUMENTS)))
@@ -82,8 +83,14 @@ def test_cohere_v2_sdk(server, cross_encoder):
 
 
 def test_infinity_request_gets_infinity_response(client):
-    body = {"model": TINY_RERANKER, "query": QUERY, "documents": DOCUMENTS[:4], "return_documents": True,
-            "raw_scores": False, "top_n": 2}
+    body = {
+        "model": TINY_RERANKER,
+        "query": QUERY,
+        "documents": DOCUMENTS[:4],
+        "return_documents": True,
+        "raw_scores": False,
+        "top_n": 2,
+    }
     response = client.post("/rerank", json=body).json()
     assert set(response) == {"object", "results", "model", "usage", "id", "created"}
     assert response["object"] == "rerank" and response["model"] == TINY_RERANKER
@@ -99,14 +106,19 @@ def test_jina_style_document_objects_and_usage(client, tiny_reranker_path):
     from transformers import AutoTokenizer
 
     documents = [{"text": d, "id": i} for i, d in enumerate(DOCUMENTS[:3])]
-    response = client.post("/v1/rerank", json={"model": TINY_RERANKER, "query": QUERY, "documents": documents,
-                                               "return_documents": True}).json()
+    response = client.post(
+        "/v1/rerank", json={"model": TINY_RERANKER, "query": QUERY, "documents": documents, "return_documents": True}
+    ).json()
     assert {r["document"]["text"] for r in response["results"]} == set(DOCUMENTS[:3])
     tokenizer = AutoTokenizer.from_pretrained(str(tiny_reranker_path))
     tokens = sum(len(tokenizer(QUERY, d)["input_ids"]) for d in DOCUMENTS[:3])
     assert response["usage"] == {"prompt_tokens": tokens, "total_tokens": tokens}
-    assert all("document" not in r for r in client.post("/v1/rerank", json={
-        "model": TINY_RERANKER, "query": QUERY, "documents": DOCUMENTS[:3]}).json()["results"])
+    assert all(
+        "document" not in r
+        for r in client.post(
+            "/v1/rerank", json={"model": TINY_RERANKER, "query": QUERY, "documents": DOCUMENTS[:3]}
+        ).json()["results"]
+    )
 
 
 def test_top_n_larger_than_the_list_and_the_default_model(client):
@@ -119,12 +131,15 @@ def test_long_documents_are_truncated_not_refused(client, tiny_reranker_path):
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
     long_document = " ".join(["private embeddings on our own machines"] * 300)
-    response = client.post("/v1/rerank", json={"model": TINY_RERANKER, "query": QUERY,
-                                               "documents": [long_document, "short"], "raw_scores": True})
+    response = client.post(
+        "/v1/rerank",
+        json={"model": TINY_RERANKER, "query": QUERY, "documents": [long_document, "short"], "raw_scores": True},
+    )
     assert response.status_code == 200, response.text
     assert response.json()["usage"]["prompt_tokens"] < 512 + 20
     features = AutoTokenizer.from_pretrained(str(tiny_reranker_path))(
-        QUERY, long_document, truncation="only_second", max_length=512, return_tensors="pt")
+        QUERY, long_document, truncation="only_second", max_length=512, return_tensors="pt"
+    )
     model = AutoModelForSequenceClassification.from_pretrained(str(tiny_reranker_path)).eval()
     with torch.inference_mode():
         expected = model(**features).logits[0, 0].item()
@@ -133,10 +148,13 @@ def test_long_documents_are_truncated_not_refused(client, tiny_reranker_path):
 
 # Every refusal, with the field it names, is tests/unit/gateway's (test_engine.py BAD_RERANKS, and Cohere's v2 in
 # wire/test_cohere.py), through the engine; here one the framework makes and one the engine makes, in OpenAI's shape.
-@pytest.mark.parametrize(("body", "param"), [
-    pytest.param({"documents": ["a"]}, "query", id="missing-query"),
-    pytest.param({"model": MINILM, "query": QUERY, "documents": ["a"]}, "model", id="embedder-cannot-rerank"),
-])
+@pytest.mark.parametrize(
+    ("body", "param"),
+    [
+        pytest.param({"documents": ["a"]}, "query", id="missing-query"),
+        pytest.param({"model": MINILM, "query": QUERY, "documents": ["a"]}, "model", id="embedder-cannot-rerank"),
+    ],
+)
 def test_bad_rerank_requests(client, body, param):
     error = assert_openai_error(client.post("/v1/rerank", json=body), 400, param)
     if param == "model":

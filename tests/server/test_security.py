@@ -44,8 +44,12 @@ PROBES = ("/livez", "/readyz", "/healthz", "/health")
 def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
     folder = tmp_path_factory.mktemp("secured")
     (folder / "keys.txt").write_text(f"{FILE_KEY}\n")
-    config = {"models": [{"model_id": MINILM}], "api_key": [KEY], "api_key_file": str(folder / "keys.txt"),
-              "cors_allow_origins": [ORIGIN]}
+    config = {
+        "models": [{"model_id": MINILM}],
+        "api_key": [KEY],
+        "api_key_file": str(folder / "keys.txt"),
+        "cors_allow_origins": [ORIGIN],
+    }
     with running_server(folder, config) as (url, _):
         yield url, folder / "server.log"
 
@@ -54,8 +58,13 @@ def test_every_route_but_the_probes_needs_a_current_key(secured):
     url, _ = secured
     with httpx.Client(base_url=url, timeout=60) as http:
         for method, path, body in GUARDED:
-            for headers in ({}, {"Authorization": f"Bearer {WRONG}"}, {"Authorization": f"Bearer {RETIRED}"},
-                            {"Authorization": KEY}, {"Authorization": f"Basic {KEY}"}):
+            for headers in (
+                {},
+                {"Authorization": f"Bearer {WRONG}"},
+                {"Authorization": f"Bearer {RETIRED}"},
+                {"Authorization": KEY},
+                {"Authorization": f"Basic {KEY}"},
+            ):
                 response = http.request(method, path, json=body, headers=headers)
                 shape = ERROR_SHAPES.get(path, "openai") if method == "POST" else "openai"
                 if shape == "tei":

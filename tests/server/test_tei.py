@@ -106,8 +106,9 @@ def test_embed_takes_every_input_form(client, minilm_st):
 
 
 def test_embed_normalizes_by_default_as_tei_does(client):
-    raw = np.asarray(client.post("/v1/embeddings", json={"model": TINY_CLS, "input": TEXTS}).json()["data"][0]
-                     ["embedding"])
+    raw = np.asarray(
+        client.post("/v1/embeddings", json={"model": TINY_CLS, "input": TEXTS}).json()["data"][0]["embedding"]
+    )
     assert abs(np.linalg.norm(raw) - 1) > 1e-3  # this model's own vectors are not unit length
     tei = np.asarray(client.post("/embed", json={"model": TINY_CLS, "inputs": TEXTS[0]}).json()[0])
     assert_same_vectors(tei, raw / np.linalg.norm(raw))
@@ -120,7 +121,8 @@ def test_rerank_answers_each_client_in_its_shape_on_one_path(client, minilm_rera
     from sentence_transformers import CrossEncoder
 
     expected = CrossEncoder(str(minilm_reranker_path), local_files_only=True, device="cpu").predict(
-        [(QUERY, text) for text in TEXTS])
+        [(QUERY, text) for text in TEXTS]
+    )
     tei = client.post("/rerank", json={"query": QUERY, "texts": TEXTS, "model": MINILM_RERANKER, "return_text": True})
     assert tei.status_code == 200, tei.text
     results = tei.json()
@@ -138,8 +140,9 @@ def test_predict_single_pair_and_batch(client, classifier_logits, minilm_classif
 
     single = client.post("/predict", json={"inputs": TEXTS[0], "model": TINY_CLASSIFIER}).json()
     assert_close(_by_label(single), _softmax(classifier_logits[0]))
-    raw = client.post("/predict", json={"inputs": [[t] for t in TEXTS], "model": TINY_CLASSIFIER,
-                                        "raw_scores": True}).json()
+    raw = client.post(
+        "/predict", json={"inputs": [[t] for t in TEXTS], "model": TINY_CLASSIFIER, "raw_scores": True}
+    ).json()
     assert_close([_by_label(row) for row in raw], classifier_logits)
     reference = CrossEncoder(str(minilm_classifier_path), local_files_only=True, device="cpu")
     pair = client.post("/predict", json={"inputs": [QUERY, TEXTS[0]], "model": MINILM_CLASSIFIER}).json()
@@ -164,9 +167,12 @@ def test_tokenize_equals_the_tokenizers_own_offsets(client, minilm_path):
     assert len(tokens) == 2
     encoded = tokenizer(text, return_offsets_mapping=True, return_special_tokens_mask=True)
     assert [t["id"] for t in tokens[0]] == encoded["input_ids"]
-    for token, (start, stop), special, piece in zip(tokens[0], encoded["offset_mapping"],
-                                                    encoded["special_tokens_mask"],
-                                                    tokenizer.convert_ids_to_tokens(encoded["input_ids"])):
+    for token, (start, stop), special, piece in zip(
+        tokens[0],
+        encoded["offset_mapping"],
+        encoded["special_tokens_mask"],
+        tokenizer.convert_ids_to_tokens(encoded["input_ids"]),
+    ):
         assert token["special"] is bool(special)
         if special:
             assert (token["text"], token["start"], token["stop"]) == (piece, None, None)
@@ -214,11 +220,14 @@ def test_info_carries_teis_fields(client):
 # Errors: TEI's shape on TEI's routes. Each refusal, with the field it names, is
 # tests/unit/gateway/wire/test_tei.py's, through the engine; here the shape, for one the framework makes, one the
 # engine makes before any work, and one at the root.
-@pytest.mark.parametrize(("path", "body"), [
-    ("/embed", {"inputs": 5}),
-    ("/similarity", {"inputs": {"source_sentence": "a", "sentences": ["b"]}, "model": TINY_COLPALI}),
-    ("/", {"query": "q", "model": MINILM_RERANKER}),
-])
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("/embed", {"inputs": 5}),
+        ("/similarity", {"inputs": {"source_sentence": "a", "sentences": ["b"]}, "model": TINY_COLPALI}),
+        ("/", {"query": "q", "model": MINILM_RERANKER}),
+    ],
+)
 def test_bad_tei_requests_get_teis_error_shape(client, path, body):
     assert_tei_error(client.post(path, json=body), 400)
 
@@ -237,11 +246,13 @@ def test_rerank_errors_follow_the_body(client):
     assert_openai_error(client.post("/rerank", json={"query": "q", "documents": [], "model": MINILM_RERANKER}), 400)
     # refused by the framework before any of our code runs: the shape still follows the body
     assert_tei_error(client.post("/rerank", json={"query": 5, "texts": ["a"], "model": MINILM_RERANKER}), 400)
-    assert_openai_error(client.post("/rerank", json={"query": 5, "documents": ["a"], "model": MINILM_RERANKER}), 400,
-                        "query")
+    assert_openai_error(
+        client.post("/rerank", json={"query": 5, "documents": ["a"], "model": MINILM_RERANKER}), 400, "query"
+    )
 
 
 def test_tiktoken_ids_get_an_error_naming_the_cause(client):
-    error = assert_openai_error(client.post("/v1/embeddings", json={"model": MINILM, "input": [[100263, 5]]}), 400,
-                                "input")
+    error = assert_openai_error(
+        client.post("/v1/embeddings", json={"model": MINILM, "input": [[100263, 5]]}), 400, "input"
+    )
     assert "tiktoken" in error["message"] and "check_embedding_ctx_length=False" in error["message"]

@@ -27,16 +27,33 @@ def replicas(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[RedisSe
     folder = tmp_path_factory.mktemp("replicas")
     secret = new_secret()
     keys = folder / "keys.yaml"
-    keys.write_text(yaml.safe_dump({"keys": [{"name": "shared", "requests_per_minute": RATE,
-                                              "key_sha256": hashlib.sha256(secret.encode()).hexdigest()}]}))
+    keys.write_text(
+        yaml.safe_dump(
+            {
+                "keys": [
+                    {
+                        "name": "shared",
+                        "requests_per_minute": RATE,
+                        "key_sha256": hashlib.sha256(secret.encode()).hexdigest(),
+                    }
+                ]
+            }
+        )
+    )
     os.chmod(keys, 0o600)
     with running_redis(tmp_path_factory.mktemp("redis"), free_port()) as redis_server:
-        def config(on_error: str) -> dict:
-            return {"models": [{"model_id": MINILM}], "auth": {"keys_file": str(keys)},
-                    "limits": {"redis_url": redis_server.url, "on_store_error": on_error}}
 
-        with running_server(tmp_path_factory.mktemp("open"), config("open")) as (fails_open, _), \
-                running_server(tmp_path_factory.mktemp("closed"), config("closed")) as (fails_closed, _):
+        def config(on_error: str) -> dict:
+            return {
+                "models": [{"model_id": MINILM}],
+                "auth": {"keys_file": str(keys)},
+                "limits": {"redis_url": redis_server.url, "on_store_error": on_error},
+            }
+
+        with (
+            running_server(tmp_path_factory.mktemp("open"), config("open")) as (fails_open, _),
+            running_server(tmp_path_factory.mktemp("closed"), config("closed")) as (fails_closed, _),
+        ):
             yield redis_server, fails_open, fails_closed, secret
 
 

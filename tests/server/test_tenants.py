@@ -53,8 +53,9 @@ class Deployment:
     def headers(self, tenant: str) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.keys[tenant]}", "Connection": "close"}
 
-    def embed(self, tenant: str, texts: list[str] | str = SENTENCE, path: str = "/v1/embeddings",
-              timeout: float = 120) -> httpx.Response:
+    def embed(
+        self, tenant: str, texts: list[str] | str = SENTENCE, path: str = "/v1/embeddings", timeout: float = 120
+    ) -> httpx.Response:
         body = {"input": texts, "model": MINILM} if path == "/v1/embeddings" else {"inputs": texts}
         return httpx.post(f"{self.url}{path}", json=body, headers=self.headers(tenant), timeout=timeout)
 
@@ -63,8 +64,10 @@ class Deployment:
 
 
 def keys_file_entries(keys: dict[str, str]) -> list[dict]:
-    return [{"name": name, "key_sha256": hashlib.sha256(keys[name].encode()).hexdigest(), **settings}
-            for name, settings in TENANTS.items()]
+    return [
+        {"name": name, "key_sha256": hashlib.sha256(keys[name].encode()).hexdigest(), **settings}
+        for name, settings in TENANTS.items()
+    ]
 
 
 def write_keys(path: Path, entries: list[dict]) -> None:
@@ -79,9 +82,14 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]
     folder = tmp_path_factory.mktemp("tenants")
     keys = {name: new_secret() for name in TENANTS}
     write_keys(folder / "keys.yaml", keys_file_entries(keys))
-    config = {"models": [{"model_id": MINILM}], "gateway_workers": 2, "api_key": [LEGACY_KEY],
-              "auth": {"keys_file": str(folder / "keys.yaml")}, "log": {"access": "json"},
-              "jobs": {"data_dir": str(folder / "jobs")}}
+    config = {
+        "models": [{"model_id": MINILM}],
+        "gateway_workers": 2,
+        "api_key": [LEGACY_KEY],
+        "auth": {"keys_file": str(folder / "keys.yaml")},
+        "log": {"access": "json"},
+        "jobs": {"data_dir": str(folder / "jobs")},
+    }
     with running_server(folder, config) as (url, pid):
         yield Deployment(url, pid, folder, {**keys, "default": LEGACY_KEY})
 
@@ -146,12 +154,18 @@ def test_concurrency_is_counted_per_key_and_freed(deployment):
     """A long request and short ones of a key allowed one at a time: whichever holds the slot, the others meanwhile
     are 429s naming concurrency (the long one too, should a short one have got in first); another key is not
     held; and the slot is free again after."""
+
     async def scenario() -> list[httpx.Response]:
         async with httpx.AsyncClient(timeout=120) as http:
+
             def post(tenant: str, texts: list[str] | str) -> asyncio.Future:
-                return asyncio.ensure_future(http.post(f"{deployment.url}/v1/embeddings",
-                                                       json={"input": texts, "model": MINILM},
-                                                       headers=deployment.headers(tenant)))
+                return asyncio.ensure_future(
+                    http.post(
+                        f"{deployment.url}/v1/embeddings",
+                        json={"input": texts, "model": MINILM},
+                        headers=deployment.headers(tenant),
+                    )
+                )
 
             long = post("single", LONG_REQUEST)
             answers = []
@@ -173,12 +187,16 @@ def test_a_model_outside_the_keys_list_is_not_named(deployment):
     """Refused as a model that is not served: the same 404, naming only what the client sent."""
     response = deployment.embed("outsider")
     assert response.status_code == 404 and response.json()["error"]["code"] == "model_not_found"
-    unknown = httpx.post(f"{deployment.url}/v1/embeddings", json={"input": "hi", "model": "no-such-model"},
-                         headers=deployment.headers("outsider"))
+    unknown = httpx.post(
+        f"{deployment.url}/v1/embeddings",
+        json={"input": "hi", "model": "no-such-model"},
+        headers=deployment.headers("outsider"),
+    )
     assert response.json()["error"]["message"] == unknown.json()["error"]["message"].replace("no-such-model", MINILM)
     assert response.json()["error"]["message"].endswith("served models: []")
-    no_model = httpx.post(f"{deployment.url}/v1/embeddings", json={"input": "hi"},
-                          headers=deployment.headers("outsider"), timeout=60)
+    no_model = httpx.post(
+        f"{deployment.url}/v1/embeddings", json={"input": "hi"}, headers=deployment.headers("outsider"), timeout=60
+    )
     assert no_model.status_code == 400 and MINILM not in no_model.text
     models = httpx.get(f"{deployment.url}/v1/models", headers=deployment.headers("outsider")).json()
     assert models["data"] == [] and MINILM not in json.dumps(models)
@@ -229,8 +247,11 @@ def test_bulk_job_files_are_their_keys_own_and_within_its_limits(deployment):
 
 
 def test_usage_by_tenant_in_metrics_and_the_access_log(deployment):
-    before = metric(httpx.get(f"{deployment.url}/metrics", headers=deployment.headers("other")).text,
-                    "embento_tenant_tokens_total", tenant="other")
+    before = metric(
+        httpx.get(f"{deployment.url}/metrics", headers=deployment.headers("other")).text,
+        "embento_tenant_tokens_total",
+        tenant="other",
+    )
     answer = deployment.embed("other", [SENTENCE, SENTENCE]).json()
     metrics = httpx.get(f"{deployment.url}/metrics", headers=deployment.headers("other")).text
     after = metric(metrics, "embento_tenant_tokens_total", tenant="other", model=MINILM)
@@ -247,11 +268,13 @@ def test_keys_reload_on_change_and_sighup_without_dropping_requests(deployment):
     late = new_secret()
     gateway_pids = sorted(child.pid for child in psutil.Process(deployment.pid).children(recursive=True))
     in_flight: dict[str, int] = {}
-    worker = threading.Thread(target=lambda: in_flight.update(status=deployment.embed("other", LONG_REQUEST)
-                                                                   .status_code))
+    worker = threading.Thread(
+        target=lambda: in_flight.update(status=deployment.embed("other", LONG_REQUEST).status_code)
+    )
     worker.start()
     entries = keys_file_entries(deployment.keys) + [
-        {"name": "late", "key_sha256": hashlib.sha256(late.encode()).hexdigest()}]
+        {"name": "late", "key_sha256": hashlib.sha256(late.encode()).hexdigest()}
+    ]
     write_keys(deployment.folder / "keys.yaml", entries)
     headers = {"Authorization": f"Bearer {late}", "Connection": "close"}
     deadline = time.monotonic() + 10
@@ -276,8 +299,11 @@ def test_keys_reload_on_change_and_sighup_without_dropping_requests(deployment):
 
 def test_secrets_are_nowhere_a_client_or_operator_reads(deployment):
     deployment.embed("other")
-    httpx.post(f"{deployment.url}/v1/embeddings", json={"input": "hi"},
-               headers={"Authorization": "Bearer " + deployment.keys["other"] + "x"})  # a near miss, in no log
+    httpx.post(
+        f"{deployment.url}/v1/embeddings",
+        json={"input": "hi"},
+        headers={"Authorization": "Bearer " + deployment.keys["other"] + "x"},
+    )  # a near miss, in no log
     readable = [
         deployment.log,
         httpx.get(f"{deployment.url}/metrics", headers=deployment.headers("other")).text,
@@ -304,8 +330,10 @@ def test_a_wrong_key_takes_as_long_whatever_its_length(deployment):
                 timings[same].append(time.perf_counter() - started)
                 assert response.status_code == 401
     same, other = statistics.median(timings[True]), statistics.median(timings[False])
-    spread = min(statistics.quantiles(timings[True], n=4)[2] - statistics.quantiles(timings[True], n=4)[0],
-                 statistics.quantiles(timings[False], n=4)[2] - statistics.quantiles(timings[False], n=4)[0])
+    spread = min(
+        statistics.quantiles(timings[True], n=4)[2] - statistics.quantiles(timings[True], n=4)[0],
+        statistics.quantiles(timings[False], n=4)[2] - statistics.quantiles(timings[False], n=4)[0],
+    )
     assert abs(same - other) < max(spread, 0.1 * min(same, other)), (same, other, spread)
 
 
@@ -316,8 +344,17 @@ def test_a_world_writable_keys_file_stops_the_server_at_start(tmp_path):
     config = {"models": [{"model_id": MINILM}], "auth": {"keys_file": str(keys)}}
     (tmp_path / "embento.yaml").write_text(yaml.safe_dump(config))
     env = server_env(tmp_path / "bentoml", EMBENTO_CONFIG=str(tmp_path / "embento.yaml"))
-    command = [sys.executable, "-m", "bentoml", "serve", "service:Gateway", "--host", "127.0.0.1", "--port",
-               str(free_port())]
+    command = [
+        sys.executable,
+        "-m",
+        "bentoml",
+        "serve",
+        "service:Gateway",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(free_port()),
+    ]
     with background(command, env, tmp_path / "server.log", cwd=ROOT) as process:
         assert process.wait(timeout=180) != 0
     assert "world-writable" in (tmp_path / "server.log").read_text()

@@ -47,7 +47,7 @@ class Handler(BaseHTTPRequestHandler):
             self.send_header("Transfer-Encoding", "chunked")
             self.end_headers()
             for start in range(0, len(body), 65536):
-                part = body[start:start + 65536]
+                part = body[start : start + 65536]
                 self.wfile.write(f"{len(part):x}\r\n".encode() + part + b"\r\n")
             self.wfile.write(b"0\r\n\r\n")
         else:
@@ -78,9 +78,13 @@ def files() -> Iterator[str]:
 
 @pytest.fixture(scope="module")
 def url_client(tmp_path_factory, tiny_clip_path) -> Iterator[httpx.Client]:
-    config = {"models": [{"model_id": str(tiny_clip_path), "served_model_name": TINY_CLIP}],
-              "allow_url_inputs": True, "url_allow_networks": ["127.0.0.2/32"], "url_timeout_s": TIMEOUT_S,
-              "max_item_bytes": MAX_ITEM_BYTES}
+    config = {
+        "models": [{"model_id": str(tiny_clip_path), "served_model_name": TINY_CLIP}],
+        "allow_url_inputs": True,
+        "url_allow_networks": ["127.0.0.2/32"],
+        "url_timeout_s": TIMEOUT_S,
+        "max_item_bytes": MAX_ITEM_BYTES,
+    }
     with running_server(tmp_path_factory.mktemp("url-server"), config) as (url, _):
         with httpx.Client(base_url=url, timeout=60) as http:
             yield http
@@ -98,19 +102,22 @@ def test_an_allowed_url_embeds_like_the_same_bytes(url_client, files):
     assert _embed(url_client, f"{files}/redirect-ok").status_code == 200
 
 
-@pytest.mark.parametrize(("path", "fragment"), [
-    ("http://127.0.0.1:9/x.png", "non-public"),
-    ("http://169.254.169.254/latest/meta-data/", "non-public"),
-    ("http://localhost:9/x.png", "non-public"),
-    ("http://[::1]:9/x.png", "non-public"),
-    ("ftp://127.0.0.2/x.png", "data URI"),
-    ("{files}/redirect-loopback", "non-public"),
-    ("{files}/redirect-metadata", "non-public"),
-    ("{files}/slow", "timed out"),
-    ("{files}/big", "at most 300000"),
-    ("{files}/big-chunked", "larger than 300000"),
-    ("{files}/missing.png", "HTTP 404"),
-])
+@pytest.mark.parametrize(
+    ("path", "fragment"),
+    [
+        ("http://127.0.0.1:9/x.png", "non-public"),
+        ("http://169.254.169.254/latest/meta-data/", "non-public"),
+        ("http://localhost:9/x.png", "non-public"),
+        ("http://[::1]:9/x.png", "non-public"),
+        ("ftp://127.0.0.2/x.png", "data URI"),
+        ("{files}/redirect-loopback", "non-public"),
+        ("{files}/redirect-metadata", "non-public"),
+        ("{files}/slow", "timed out"),
+        ("{files}/big", "at most 300000"),
+        ("{files}/big-chunked", "larger than 300000"),
+        ("{files}/missing.png", "HTTP 404"),
+    ],
+)
 def test_refused_urls(url_client, files, path, fragment):
     started = time.monotonic()
     error = assert_openai_error(_embed(url_client, path.format(files=files)), 400, "input")

@@ -14,9 +14,9 @@ from tests.hybrid_reference import (
     COLBERT_EMBEDDING_SIZE,
     COLBERT_QUERY_LENGTH,
     DOCUMENTS,
+    M3_WEIGHTS,
     QUERIES,
     ColbertReference,
-    M3_WEIGHTS,
     M3Reference,
     ReferenceFailed,
     run_reference,
@@ -60,8 +60,9 @@ def test_colbert_reference_shapes(colbert_reference: ColbertReference) -> None:
 def test_colbert_scores_are_maxsim_sums(colbert_reference: ColbertReference) -> None:
     scores = colbert_reference.scores
     assert scores.shape == (len(QUERIES), len(DOCUMENTS))
-    expected = np.array([[(q @ d.T).max(axis=1).sum() for d in colbert_reference.documents]
-                         for q in colbert_reference.queries])
+    expected = np.array(
+        [[(q @ d.T).max(axis=1).sum() for d in colbert_reference.documents] for q in colbert_reference.queries]
+    )
     np.testing.assert_allclose(scores, expected, rtol=1e-5)
     assert len(np.unique(np.round(scores, 3))) == scores.size  # scores tell the documents apart
 

@@ -18,8 +18,11 @@ from tests.long_reference import auto_chunks, late_chunk_vectors, load, mean_vec
 
 CHECKPOINTS = ["windowed_bert_path", "modernbert_path", "qwen3_embedder_path"]
 # The specials around one text, by name: what `load` must find by encoding with and without them.
-FRAMES = {"windowed_bert_path": (["[CLS]"], ["[SEP]"]), "modernbert_path": (["[CLS]"], ["[SEP]"]),
-          "qwen3_embedder_path": ([], ["<|endoftext|>"])}
+FRAMES = {
+    "windowed_bert_path": (["[CLS]"], ["[SEP]"]),
+    "modernbert_path": (["[CLS]"], ["[SEP]"]),
+    "qwen3_embedder_path": ([], ["<|endoftext|>"]),
+}
 SHORT = "the quick brown fox jumps over a lazy dog"
 CHUNKS = ["the quick brown fox", "jumps over a lazy dog", "while engineers deploy embedding servers"]
 
@@ -100,7 +103,7 @@ def test_a_long_text_is_the_weighted_mean_of_its_windows(checkpoint: tuple[str, 
     assert n > width and last >= 2
     total, weight = 0.0, 0
     for k in range(last + 1):
-        window = content[k * step:k * step + width]
+        window = content[k * step : k * step + width]
         total = total + len(window) * modules_run(folder, prefix + prompt_ids + window + suffix, pooled=True)
         weight += len(window)
     vector = mean_vector(folder, text, prompt, overlap=overlap)
@@ -169,8 +172,11 @@ def test_a_long_document_runs_as_slices(checkpoint: tuple[str, Path]) -> None:
     enc = model.tokenizer(document, return_offsets_mapping=True, return_special_tokens_mask=True)
     assert len(enc.input_ids) > 2 * size
     pieces = [(document[start:end], start) for start, end in enc.offset_mapping]
-    first = [i for i, ((piece, start), special) in enumerate(zip(pieces, enc.special_tokens_mask))
-             if not special and piece.strip() and start + len(piece) - len(piece.lstrip()) < len(chunks[0])]
+    first = [
+        i
+        for i, ((piece, start), special) in enumerate(zip(pieces, enc.special_tokens_mask))
+        if not special and piece.strip() and start + len(piece) - len(piece.lstrip()) < len(chunks[0])
+    ]
     assert max(first) < size - size // 4
     vectors = late_chunk_vectors(folder, chunks)
     assert vectors.shape == (len(chunks), 32)
@@ -192,8 +198,9 @@ def test_auto_chunks_cut_the_document_at_words(windowed_bert_path: Path, modernb
         assert len(overlapping) > len(texts) and overlapping[0].startswith(texts[0][:10])
         assert overlapping[-1] and document.endswith(overlapping[-1]) and document.startswith(overlapping[0])
         positions = [document.index(text) for text in overlapping]
-        assert all(positions[k] < positions[k + 1] < positions[k] + len(overlapping[k])
-                   for k in range(len(overlapping) - 1))  # each starts inside the one before
+        assert all(
+            positions[k] < positions[k + 1] < positions[k] + len(overlapping[k]) for k in range(len(overlapping) - 1)
+        )  # each starts inside the one before
     # WordPiece drops whitespace: the chunks joined by spaces are the same tokens, so late chunking of the
     # auto-chunks' texts reads the same states.
     texts, vectors = auto_chunks(windowed_bert_path, document, chunk_size=12, chunk_overlap=0)
@@ -204,7 +211,11 @@ def test_auto_chunks_cut_mid_word_without_whitespace(modernbert_path: Path) -> N
     """A document with no whitespace is cut where its token windows end."""
     document = "abcdefghijklmnopqrstuvwxyz" * 8
     texts, _ = auto_chunks(modernbert_path, document, chunk_size=16, chunk_overlap=0)
-    starts = [start for start, _ in load(modernbert_path).tokenizer(
-        document, add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]]
+    starts = [
+        start
+        for start, _ in load(modernbert_path).tokenizer(
+            document, add_special_tokens=False, return_offsets_mapping=True
+        )["offset_mapping"]
+    ]
     assert "".join(texts) == document and len(texts) == math.ceil(len(starts) / 16)
     assert list(np.cumsum([len(text) for text in texts])[:-1]) == starts[16::16]

@@ -35,8 +35,15 @@ def certificates(count: int) -> str:
 
 
 def build(home: Path, *flags: str, **env: str) -> dict[str, Path]:
-    result = subprocess.run([sys.executable, "-m", "commands", "build", "--project-dir", str(ROOT), *flags], cwd=ROOT,
-                            env=server_env(home, **env), capture_output=True, text=True, check=False, timeout=300)
+    result = subprocess.run(
+        [sys.executable, "-m", "commands", "build", "--project-dir", str(ROOT), *flags],
+        cwd=ROOT,
+        env=server_env(home, **env),
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr
     return {accel: home / "bentos" / "embento" / f"{VERSION}-{accel}" for accel in ACCELERATORS}
 
@@ -62,9 +69,17 @@ def ca_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def mirrored(tmp_path_factory: pytest.TempPathFactory, ca_file: Path) -> dict[str, Path]:
     """Both variants built behind a private mirror: flags for the base and the CA, variables for the indexes."""
-    return build(tmp_path_factory.mktemp("home"), "--base-image", "registry.internal/debian-python:3.11",
-                 "--ca-bundle", str(ca_file), "--find-links", WHEELS,
-                 EMBENTO_INDEX_URL=MIRROR, EMBENTO_EXTRA_INDEX_URL=TORCH_MIRROR)
+    return build(
+        tmp_path_factory.mktemp("home"),
+        "--base-image",
+        "registry.internal/debian-python:3.11",
+        "--ca-bundle",
+        str(ca_file),
+        "--find-links",
+        WHEELS,
+        EMBENTO_INDEX_URL=MIRROR,
+        EMBENTO_EXTRA_INDEX_URL=TORCH_MIRROR,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -83,8 +98,11 @@ def test_defaults_build_from_docker_hub_pypi_and_the_variants_own_index(default,
     info = yaml.safe_load((bento / "bento.yaml").read_text())
     assert info["args"] == {"accel": accel}
     assert {k: v for k, v in info["labels"].items() if k not in ("owner", "models")} == {
-        "accel": accel, "base-image": "python:3.11-slim", "index-url": "https://pypi.org/simple",
-        "extra-index-url": expected[0].split()[1] if expected else "none"}
+        "accel": accel,
+        "base-image": "python:3.11-slim",
+        "index-url": "https://pypi.org/simple",
+        "extra-index-url": expected[0].split()[1] if expected else "none",
+    }
 
 
 @pytest.mark.parametrize("accel", ACCELERATORS)
@@ -99,7 +117,9 @@ def test_image_installs_no_compilers_and_keeps_no_package_caches(default, accel)
     packages = next(i for i, run in enumerate(runs) if "pip install -r $BENTO_PATH/env/python/requirements.txt" in run)
     removal = next(i for i, run in enumerate(runs) if run.startswith("rm -rf "))
     assert removal > packages and runs[removal].split()[2:] == [
-        "/app/.venv/lib/python3.11/site-packages/torch/test", "/app/.venv/lib/python3.11/site-packages/torch/include"]
+        "/app/.venv/lib/python3.11/site-packages/torch/test",
+        "/app/.venv/lib/python3.11/site-packages/torch/include",
+    ]
 
 
 @pytest.mark.parametrize("accel", ACCELERATORS)
@@ -121,20 +141,28 @@ def test_image_writes_under_a_home_in_tmp_that_it_does_not_ship(default, accel):
     assert f"source {ACTIVATE_SCRIPT}" in (bento / "env" / "docker" / "entrypoint.sh").read_text()
 
 
-@pytest.mark.parametrize(("variables", "expected"), [
-    ({"HOME": "/tmp/embento", "BENTOML_HOME": "/home/bentoml/"}, "/tmp/embento/bentoml"),
-    ({"HOME": "/data", "BENTOML_HOME": "/home/bentoml/"}, "/data/bentoml"),  # HOME given at run time
-    ({"HOME": "/tmp/embento", "BENTOML_HOME": "/srv/bentoml"}, "/srv/bentoml"),  # BENTOML_HOME given: it stands
-    ({"HOME": "/tmp/embento"}, "unset"),
-])
+@pytest.mark.parametrize(
+    ("variables", "expected"),
+    [
+        ({"HOME": "/tmp/embento", "BENTOML_HOME": "/home/bentoml/"}, "/tmp/embento/bentoml"),
+        ({"HOME": "/data", "BENTOML_HOME": "/home/bentoml/"}, "/data/bentoml"),  # HOME given at run time
+        ({"HOME": "/tmp/embento", "BENTOML_HOME": "/srv/bentoml"}, "/srv/bentoml"),  # BENTOML_HOME given: it stands
+        ({"HOME": "/tmp/embento"}, "unset"),
+    ],
+)
 def test_the_activate_line_moves_only_the_templates_bentoml_home(tmp_path, variables, expected):
     """As BentoML's entrypoint runs it: sourced under `set -Eeuo pipefail`."""
     from bento.container_image import BENTOML_HOME_LINE
 
     script = tmp_path / "activate"
     script.write_text(BENTOML_HOME_LINE + "\n")
-    result = subprocess.run(["bash", "-c", f"set -Eeuo pipefail; source {script}; echo ${{BENTOML_HOME:-unset}}"],
-                            env={"PATH": "/usr/bin:/bin", **variables}, capture_output=True, text=True, check=False)
+    result = subprocess.run(
+        ["bash", "-c", f"set -Eeuo pipefail; source {script}; echo ${{BENTOML_HOME:-unset}}"],
+        env={"PATH": "/usr/bin:/bin", **variables},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert (result.returncode, result.stdout.strip()) == (0, expected), result.stderr
 
 
@@ -144,8 +172,15 @@ def test_a_stored_checkpoint_is_readable_by_any_uid(tmp_path, tiny_reranker_path
     assert (tiny_reranker_path / "model.safetensors").stat().st_mode & 0o077 == 0  # the premises
     assert tiny_reranker_path.stat().st_mode & 0o077 == 0
     home = tmp_path / "home"
-    result = subprocess.run([sys.executable, "-m", "commands", "models", "import", str(tiny_reranker_path), "--name", "r"],
-                            cwd=ROOT, env=server_env(home), capture_output=True, text=True, check=False, timeout=300)
+    result = subprocess.run(
+        [sys.executable, "-m", "commands", "models", "import", str(tiny_reranker_path), "--name", "r"],
+        cwd=ROOT,
+        env=server_env(home),
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr
     stored = [path for path in (home / "models" / "r").rglob("*") if path.is_file()]
     assert "model.safetensors" in {path.name for path in stored}
@@ -159,8 +194,11 @@ def test_mirror_settings_replace_base_and_indexes_in_both_variants(mirrored, acc
     bento = mirrored[accel]
     dockerfile = (bento / "env" / "docker" / "Dockerfile").read_text()
     assert "FROM registry.internal/debian-python:3.11 AS base-container" in dockerfile
-    assert requirement_options(bento) == [f"--index-url {MIRROR}", f"--extra-index-url {TORCH_MIRROR}",
-                                          f"--find-links {WHEELS}"]
+    assert requirement_options(bento) == [
+        f"--index-url {MIRROR}",
+        f"--extra-index-url {TORCH_MIRROR}",
+        f"--find-links {WHEELS}",
+    ]
     pins = (bento / "env" / "python" / "requirements.txt").read_text()
     assert ("torch==2.13.0+cpu" in pins) == (accel == "cpu") and "onnxruntime" in pins
     info = yaml.safe_load((bento / "bento.yaml").read_text())
@@ -205,9 +243,15 @@ def test_cuda_variant_runs_on_wheels_of_the_cuda_runtime(mirrored):
 
 def test_a_bundle_without_certificates_stops_the_build(tmp_path):
     (tmp_path / "empty.pem").write_text("not a certificate\n")
-    result = subprocess.run([sys.executable, "-m", "commands", "build", "--accel", "cpu", "--ca-bundle",
-                             str(tmp_path / "empty.pem")], cwd=ROOT, env=server_env(tmp_path), capture_output=True,
-                            text=True, check=False, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-m", "commands", "build", "--accel", "cpu", "--ca-bundle", str(tmp_path / "empty.pem")],
+        cwd=ROOT,
+        env=server_env(tmp_path),
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
     assert result.returncode == 2
     assert "holds no PEM certificate" in result.stderr and "empty.pem" in result.stderr
     assert not (tmp_path / "bentos").exists()
@@ -221,15 +265,27 @@ def test_a_bundle_too_large_for_one_build_step_is_refused():
 
 
 def test_flags_beat_variables_which_beat_the_file(tmp_path):
-    (tmp_path / "embento.yaml").write_text(yaml.safe_dump({"image": {
-        "base_image": "from-file", "find_links": ["/file/wheels"], "index_url": "https://file/simple"}}))
+    (tmp_path / "embento.yaml").write_text(
+        yaml.safe_dump(
+            {"image": {"base_image": "from-file", "find_links": ["/file/wheels"], "index_url": "https://file/simple"}}
+        )
+    )
     config = load_config({"EMBENTO_BASE_IMAGE": "from-env", "EMBENTO_FIND_LINKS": "/env/a;/env/b"}, cwd=tmp_path)
     args = build_parser().parse_args(["build", "--base-image", "from-flag", "--extra-index-url", "none"])
     settings = image_settings(args, config)
-    assert settings == ImageSettings(base_image="from-flag", index_url="https://file/simple", extra_index_url=[],
-                                     find_links=["/env/a", "/env/b"])
-    assert image_arguments(settings) == ["--arg", "base_image=from-flag", "--arg", "index_url=https://file/simple",
-                                         "--arg", "extra_index_url=none", "--arg", "find_links=/env/a;/env/b"]
+    assert settings == ImageSettings(
+        base_image="from-flag", index_url="https://file/simple", extra_index_url=[], find_links=["/env/a", "/env/b"]
+    )
+    assert image_arguments(settings) == [
+        "--arg",
+        "base_image=from-flag",
+        "--arg",
+        "index_url=https://file/simple",
+        "--arg",
+        "extra_index_url=none",
+        "--arg",
+        "find_links=/env/a;/env/b",
+    ]
     assert image_arguments(ImageSettings()) == []
 
 
@@ -242,8 +298,11 @@ def test_invalid_image_settings_are_config_errors(tmp_path):
 
 
 def test_local_package_folders_are_mounted_at_their_common_parent():
-    settings = ImageSettings(index_url="file:///opt/pypi/simple", extra_index_url=["https://download.pytorch.org/whl"],
-                             find_links=["/opt/wheels", "https://wheels.example/"])
+    settings = ImageSettings(
+        index_url="file:///opt/pypi/simple",
+        extra_index_url=["https://download.pytorch.org/whl"],
+        find_links=["/opt/wheels", "https://wheels.example/"],
+    )
     folders = local_package_folders(settings)
     assert folders == [Path("/opt/pypi/simple"), Path("/opt/wheels")]
     assert package_mount(folders, "buildah") == ["--opt", "volume=/opt:/opt:ro"]
@@ -256,23 +315,34 @@ def test_local_package_folders_are_mounted_at_their_common_parent():
 
 
 def test_containerize_command_labels_the_image_with_how_it_was_made():
-    bento = {"args": {"accel": "cpu", "find_links": "/opt/wheels", "extra_index_url": "none"},
-             "labels": {"accel": "cpu", "base-image": "localhost/base:1", "find-links": "/opt/wheels"}}
+    bento = {
+        "args": {"accel": "cpu", "find_links": "/opt/wheels", "extra_index_url": "none"},
+        "labels": {"accel": "cpu", "base-image": "localhost/base:1", "find-links": "/opt/wheels"},
+    }
     command = containerize_command("embento:1.0-cpu", "buildah", "localhost/embento:1.0-cpu", bento)
-    assert command[1:8] == ["-m", "bentoml", "containerize", "embento:1.0-cpu", "--backend", "buildah",
-                            "--image-tag"]
+    assert command[1:8] == ["-m", "bentoml", "containerize", "embento:1.0-cpu", "--backend", "buildah", "--image-tag"]
     assert "volume=/opt/wheels:/opt/wheels:ro" in command and "network=host" in command
     options = [command[i + 1] for i, part in enumerate(command) if part == "--opt"]
     labels = [option for option in options if option.startswith("label=")]
-    assert labels == ["label=ai.embento.accel=cpu", "label=ai.embento.base-image=localhost/base:1",
-                      "label=ai.embento.find-links=/opt/wheels"]
+    assert labels == [
+        "label=ai.embento.accel=cpu",
+        "label=ai.embento.base-image=localhost/base:1",
+        "label=ai.embento.find-links=/opt/wheels",
+    ]
     docker = containerize_command("embento:1.0-cuda", "docker", "embento:1.0-cuda", {"args": {"accel": "cuda"}})
     assert "network=host" not in docker and not any(part.startswith("volume=") for part in docker)
 
 
 def test_containerize_names_the_missing_bento(tmp_path):
-    result = subprocess.run([sys.executable, "-m", "commands", "containerize", "--accel", "cuda"], cwd=ROOT,
-                            env=server_env(tmp_path), capture_output=True, text=True, check=False, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-m", "commands", "containerize", "--accel", "cuda"],
+        cwd=ROOT,
+        env=server_env(tmp_path),
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
     assert result.returncode == 2
     assert f"no Bento embento:{VERSION}-cuda: build it first (`embento build --accel cuda`)" in result.stderr
 
@@ -293,8 +363,12 @@ def fake_engines(folder: Path, **exit_codes: int) -> str:
 
 
 def test_auto_backend_is_docker_when_its_daemon_answers_else_buildah_else_podman(tmp_path, monkeypatch):
-    cases = (({"docker": 0, "buildah": 0}, "docker"), ({"docker": 1, "buildah": 0, "podman": 0}, "buildah"),
-             ({"docker": 1, "podman": 0}, "podman"), ({"docker": 1}, None))
+    cases = (
+        ({"docker": 0, "buildah": 0}, "docker"),
+        ({"docker": 1, "buildah": 0, "podman": 0}, "buildah"),
+        ({"docker": 1, "podman": 0}, "podman"),
+        ({"docker": 1}, None),
+    )
     for engines, chosen in cases:
         folder = tmp_path / "-".join(engines)
         folder.mkdir()

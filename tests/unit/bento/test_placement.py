@@ -19,14 +19,17 @@ GIB = 2**30
 AUTO, ON_CPU, ON_GPU1 = ModelConfig(), ModelConfig(device="cpu"), ModelConfig(device="cuda:1")
 
 
-@pytest.mark.parametrize(("cores", "gpus", "model", "expected"), [
-    (2, 0, AUTO, 1),  # this machine: the model services need the cores
-    (32, 0, AUTO, 4),  # a CPU server: one per 8 cores
-    (16, 1, AUTO, 8),  # a GPU server: the cores the GPU's service leaves, at most 8
-    (4, 1, AUTO, 2),
-    (8, 2, AUTO, 4),
-    (16, 1, ON_CPU, 2),  # GPUs that no model uses do not count
-])
+@pytest.mark.parametrize(
+    ("cores", "gpus", "model", "expected"),
+    [
+        (2, 0, AUTO, 1),  # this machine: the model services need the cores
+        (32, 0, AUTO, 4),  # a CPU server: one per 8 cores
+        (16, 1, AUTO, 8),  # a GPU server: the cores the GPU's service leaves, at most 8
+        (4, 1, AUTO, 2),
+        (8, 2, AUTO, 4),
+        (16, 1, ON_CPU, 2),  # GPUs that no model uses do not count
+    ],
+)
 def test_gateway_workers_default_from_cores_and_gpus(cores, gpus, model, expected):
     assert default_gateway_workers(cores, gpus, [model]) == expected
 
@@ -36,24 +39,31 @@ def test_gateway_workers_as_configured():
     assert gateway_workers(EmbentoConfig(), cores=16, gpus=1) == 8
 
 
-@pytest.mark.parametrize(("models", "services", "gpus", "accel", "expected"), [
-    ([AUTO], 1, 2, "cuda", Placement(2, workers=2)),  # one worker per GPU
-    ([AUTO], 2, 4, "cuda", Placement(2, workers=2)),
-    ([AUTO], 2, 1, "cuda", Placement(0.5)),  # two services share the GPU
-    ([AUTO], 3, 2, "cuda", Placement(0.5)),
-    ([AUTO], 1, 0, "cuda", Placement(1)),  # a CUDA Bento built where no GPU is: one per replica
-    ([AUTO], 1, 0, "cpu", Placement(None)),
-    ([ON_CPU], 1, 2, "cpu", Placement(None)),
-    ([ON_GPU1], 1, 2, "cuda", Placement(None)),  # `cuda:1` means that GPU: nothing renumbers them
-    ([AUTO, ModelConfig(device="cuda:0")], 1, 2, "cuda", Placement(None)),
-])
+@pytest.mark.parametrize(
+    ("models", "services", "gpus", "accel", "expected"),
+    [
+        ([AUTO], 1, 2, "cuda", Placement(2, workers=2)),  # one worker per GPU
+        ([AUTO], 2, 4, "cuda", Placement(2, workers=2)),
+        ([AUTO], 2, 1, "cuda", Placement(0.5)),  # two services share the GPU
+        ([AUTO], 3, 2, "cuda", Placement(0.5)),
+        ([AUTO], 1, 0, "cuda", Placement(1)),  # a CUDA Bento built where no GPU is: one per replica
+        ([AUTO], 1, 0, "cpu", Placement(None)),
+        ([ON_CPU], 1, 2, "cpu", Placement(None)),
+        ([ON_GPU1], 1, 2, "cuda", Placement(None)),  # `cuda:1` means that GPU: nothing renumbers them
+        ([AUTO, ModelConfig(device="cuda:0")], 1, 2, "cuda", Placement(None)),
+    ],
+)
 def test_gpu_shares_and_workers_per_model_service(models, services, gpus, accel, expected):
     assert place_service(models, services, gpus, accel) == expected
 
 
 def test_each_worker_takes_its_own_gpu():
     assert [worker_device("auto", index, workers=4) for index in (1, 2, 3, 4)] == [
-        "cuda:0", "cuda:1", "cuda:2", "cuda:3"]
+        "cuda:0",
+        "cuda:1",
+        "cuda:2",
+        "cuda:3",
+    ]
     assert worker_device("cuda", 2, workers=2) == "cuda:1"
     assert worker_device("auto", 1, workers=1) == "auto"  # one worker: the GPU BentoML gave it
     assert worker_device("cpu", 2, workers=2) == "cpu"
@@ -122,9 +132,18 @@ class _LaunchingModel:
 
     def __init__(self, folder: Path, cfg: ModelConfig) -> None:
         self.log: list = []
-        self.info = ModelInfo(served_model_name=cfg.served_model_name, model_id=cfg.model_id, kind="embed",
-                              modalities=["text"], backend="torch", dimension=1, max_input_tokens=64,
-                              normalized=False, device="cuda:0", dtype="float32")
+        self.info = ModelInfo(
+            served_model_name=cfg.served_model_name,
+            model_id=cfg.model_id,
+            kind="embed",
+            modalities=["text"],
+            backend="torch",
+            dimension=1,
+            max_input_tokens=64,
+            normalized=False,
+            device="cuda:0",
+            dtype="float32",
+        )
 
     def launch(self, rows: list[TokenizedText]) -> _Pending:
         self.log.append(("launch", len(rows)))

@@ -3,7 +3,6 @@ that fail to start are in tests/server/test_faults.py and tests/packaging/test_b
 
 from __future__ import annotations
 
-
 import pytest
 from bentoml.exceptions import ImportServiceError
 

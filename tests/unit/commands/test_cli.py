@@ -17,14 +17,32 @@ def env_for(argv: list[str], environ: dict[str, str] | None = None, cwd: Path = 
 
 
 def test_repeated_per_model_flags_follow_model_order():
-    env = env_for(["--model-id", "a/one", "--served-model-name", "first", "--batch-size", "8",
-                   "--model-id", "b/two", "--served-model-name", "second", "--batch-size", "16",
-                   "--pooling-method", "cls", "--trust-remote-code"])
+    env = env_for(
+        [
+            "--model-id",
+            "a/one",
+            "--served-model-name",
+            "first",
+            "--batch-size",
+            "8",
+            "--model-id",
+            "b/two",
+            "--served-model-name",
+            "second",
+            "--batch-size",
+            "16",
+            "--pooling-method",
+            "cls",
+            "--trust-remote-code",
+        ]
+    )
     assert env["EMBENTO_MODEL_ID"] == "a/one;b/two"
     assert env["EMBENTO_SERVED_MODEL_NAME"] == "first;second"
     config = load_config(env, cwd=Path("/"))
-    assert [(m.model_id, m.served_model_name, m.batch_size, m.pooling, m.trust_remote_code)
-            for m in config.models] == [("a/one", "first", 8, "cls", True), ("b/two", "second", 16, "cls", True)]
+    assert [(m.model_id, m.served_model_name, m.batch_size, m.pooling, m.trust_remote_code) for m in config.models] == [
+        ("a/one", "first", 8, "cls", True),
+        ("b/two", "second", 16, "cls", True),
+    ]
 
 
 def test_engine_is_an_alias_of_backend_and_flags_beat_variables():
@@ -75,8 +93,13 @@ def test_invalid_configuration_exits_2_before_serving(capsys, monkeypatch):
 
 
 def test_help_documents_every_flag_and_its_variable():
-    result = subprocess.run([sys.executable, "-m", "commands", "serve", "--help"], cwd=PROJECT_ROOT,
-                            capture_output=True, text=True, check=True)
+    result = subprocess.run(
+        [sys.executable, "-m", "commands", "serve", "--help"],
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     for flag in FLAGS:
         for name in flag.names:
             assert name in result.stdout

@@ -32,19 +32,44 @@ def entries(path: Path) -> list[dict]:
 
 def test_a_new_key_is_printed_once_and_only_its_hash_written(tmp_path, capsys):
     path = tmp_path / "etc" / "keys.yaml"  # its folder made too
-    status, out, err = add(capsys, path, "acme", "--requests-per-minute", "600", "--tokens-per-minute", "200000",
-                           "--max-concurrent-requests", "8", "--models", "m1, m2,", "--weight", "2.5",
-                           "--max-stored-bytes", "1000", "--max-queued-lines", "50")
+    status, out, err = add(
+        capsys,
+        path,
+        "acme",
+        "--requests-per-minute",
+        "600",
+        "--tokens-per-minute",
+        "200000",
+        "--max-concurrent-requests",
+        "8",
+        "--models",
+        "m1, m2,",
+        "--weight",
+        "2.5",
+        "--max-stored-bytes",
+        "1000",
+        "--max-queued-lines",
+        "50",
+    )
     assert status == 0
     secret = out.strip()
     assert out == secret + "\n" and secret.startswith(KEY_PREFIX) and len(secret) >= len(KEY_PREFIX) + 43
     assert secret not in err and "shown once" in err and "acme" in err
     text = path.read_text()
-    assert secret not in text and secret[len(KEY_PREFIX):] not in text
-    assert entries(path) == [{"name": "acme", "key_sha256": [hashlib.sha256(secret.encode()).hexdigest()],
-                              "requests_per_minute": 600, "tokens_per_minute": 200000, "max_concurrent_requests": 8,
-                              "max_stored_bytes": 1000, "max_queued_lines": 50, "weight": 2.5,
-                              "models": ["m1", "m2"]}]
+    assert secret not in text and secret[len(KEY_PREFIX) :] not in text
+    assert entries(path) == [
+        {
+            "name": "acme",
+            "key_sha256": [hashlib.sha256(secret.encode()).hexdigest()],
+            "requests_per_minute": 600,
+            "tokens_per_minute": 200000,
+            "max_concurrent_requests": 8,
+            "max_stored_bytes": 1000,
+            "max_queued_lines": 50,
+            "weight": 2.5,
+            "models": ["m1", "m2"],
+        }
+    ]
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     assert [p.name for p in path.parent.iterdir()] == ["keys.yaml"]  # no draft left behind
     tenant = Keys((), str(path)).current().tenant(secret)  # the server takes the file as written
@@ -84,23 +109,32 @@ def test_given_limits_replace_a_tenants_own(tmp_path, capsys):
 
 def test_a_hand_written_file_with_one_hash_gets_a_list(tmp_path, capsys):
     path = tmp_path / "keys.yaml"
-    path.write_text(f"# written by hand\nkeys:\n  - name: acme\n    key_sha256: {'ab' * 32}\n"
-                    "    max_concurrent_requests: 4\n")
+    path.write_text(
+        f"# written by hand\nkeys:\n  - name: acme\n    key_sha256: {'ab' * 32}\n    max_concurrent_requests: 4\n"
+    )
     os.chmod(path, 0o644)
     status, out, _ = add(capsys, path, "acme")
     assert status == 0
-    assert entries(path) == [{"name": "acme", "key_sha256": ["ab" * 32, hashlib.sha256(out.strip().encode())
-                                                             .hexdigest()], "max_concurrent_requests": 4}]
+    assert entries(path) == [
+        {
+            "name": "acme",
+            "key_sha256": ["ab" * 32, hashlib.sha256(out.strip().encode()).hexdigest()],
+            "max_concurrent_requests": 4,
+        }
+    ]
     assert stat.S_IMODE(path.stat().st_mode) == 0o600  # rewritten with mode 600
     assert [tenant.name for tenant in read_keys_file(path)] == ["acme"]
 
 
-@pytest.mark.parametrize("name, flags, problem", [
-    ("bad name", (), "name"),
-    ("acme", ("--weight", "0"), "weight"),
-    ("acme", ("--requests-per-minute", "0"), "requests_per_minute"),
-    ("a" * 65, (), "name"),
-])
+@pytest.mark.parametrize(
+    "name, flags, problem",
+    [
+        ("bad name", (), "name"),
+        ("acme", ("--weight", "0"), "weight"),
+        ("acme", ("--requests-per-minute", "0"), "requests_per_minute"),
+        ("a" * 65, (), "name"),
+    ],
+)
 def test_an_invalid_entry_writes_nothing_and_prints_no_key(tmp_path, capsys, name, flags, problem):
     path = tmp_path / "keys.yaml"
     add(capsys, path, "existing")
@@ -125,9 +159,25 @@ def test_a_file_that_is_not_a_keys_file_is_left_alone(tmp_path, capsys, text):
 def test_python_dash_m_commands_keys_add(tmp_path):
     path = tmp_path / "keys.yaml"
     env = {**os.environ, "BENTOML_DO_NOT_TRACK": "True", "PYTHONPATH": str(PROJECT_ROOT)}
-    done = subprocess.run([sys.executable, "-m", "commands", "keys", "add", "acme", "--file", str(path),
-                           "--max-concurrent-requests", "2"], cwd=PROJECT_ROOT, env=env, capture_output=True,
-                          text=True, timeout=300)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "commands",
+            "keys",
+            "add",
+            "acme",
+            "--file",
+            str(path),
+            "--max-concurrent-requests",
+            "2",
+        ],
+        cwd=PROJECT_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
     secret = done.stdout.strip()
     assert done.stdout.count(secret) == 1 and secret not in done.stderr

@@ -28,14 +28,21 @@ def tokenizers(minilm_path: Path) -> dict[str, TextTokenizer]:
 def serve(tokenizers: dict[str, TextTokenizer]) -> Serve:
     """Runs `call(engine)` on a fresh engine, warm (MiniLM calibrated through the fake service); returns its
     answer and the service, whose rows are those the call sent."""
+
     def run(call: Call) -> tuple[Any, FakeModelService]:
         async def scenario() -> tuple[Any, FakeModelService]:
             config = EmbentoConfig(models=[ModelConfig(model_id=name) for name in INFOS])
             service = FakeModelService()
             registry = ModelRegistry({name: info.kind for name, info in INFOS.items()}, infos=dict(INFOS), done=True)
             calls = ModelCalls(config, registry.kinds.values(), {"TextEmbedder": service, "Reranker": service}, 64)
-            engine = Engine(config, registry, calls, Preprocessors(tokenizers=dict(tokenizers)), fetcher=None,
-                            cache=EmbeddingCache(config.cache))
+            engine = Engine(
+                config,
+                registry,
+                calls,
+                Preprocessors(tokenizers=dict(tokenizers)),
+                fetcher=None,
+                cache=EmbeddingCache(config.cache),
+            )
             await engine.warm_up(INFOS[EMBEDDER])
             service.rows.clear()
             return await call(engine), service

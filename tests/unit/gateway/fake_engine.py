@@ -23,8 +23,16 @@ VOCABULARY = 30522
 
 
 def model(name: str, kind: str, **fields: Any) -> ModelInfo:
-    facts = {"modalities": ["text"], "backend": "torch", "dimension": DIMENSION, "max_input_tokens": 256,
-             "normalized": True, "device": "cpu", "dtype": "float32", **fields}
+    facts = {
+        "modalities": ["text"],
+        "backend": "torch",
+        "dimension": DIMENSION,
+        "max_input_tokens": 256,
+        "normalized": True,
+        "device": "cpu",
+        "dtype": "float32",
+        **fields,
+    }
     return ModelInfo(served_model_name=name, model_id=name, kind=kind, **facts)  # type: ignore[arg-type]
 
 
@@ -81,8 +89,9 @@ Call = Callable[[Engine], Awaitable[Any]]
 Serve = Callable[[Call], tuple[Any, FakeModelService]]
 
 
-def answer(serve: Serve, adapter: Callable[[Engine, Any], Awaitable[Any]], body_model: type[BaseModel],
-           body: Any) -> tuple[int, Any, FakeModelService | None]:
+def answer(
+    serve: Serve, adapter: Callable[[Engine, Any], Awaitable[Any]], body_model: type[BaseModel], body: Any
+) -> tuple[int, Any, FakeModelService | None]:
     """What the route answers: its status and JSON body (the framework refuses a body its model rejects, with
     a 400 naming the field, `gateway.errors`), and the fake service if the body got that far."""
     try:

@@ -31,11 +31,15 @@ from tests.unit.gateway.fake_engine import CLASSIFIER, EMBEDDER, INFOS, RERANKER
 
 
 # Stored values
-@pytest.mark.parametrize("output", [
-    np.arange(384, dtype=np.float32) / 7,
-    np.ones((5, 8), dtype=np.float32),
-    np.zeros((2, 0), dtype=np.float32),  # a sparse output with no active entry
-], ids=["vector", "multi-vector", "empty-sparse"])
+@pytest.mark.parametrize(
+    "output",
+    [
+        np.arange(384, dtype=np.float32) / 7,
+        np.ones((5, 8), dtype=np.float32),
+        np.zeros((2, 0), dtype=np.float32),  # a sparse output with no active entry
+    ],
+    ids=["vector", "multi-vector", "empty-sparse"],
+)
 def test_a_value_reads_back_as_the_same_bytes(output):
     entry = decode(encode(Entry(output, 17)))
     assert entry is not None and entry.tokens == 17
@@ -50,7 +54,7 @@ def test_a_value_that_is_not_whole_or_of_another_version_is_a_miss():
     other_version = value[:4] + bytes([value[4] + 1]) + value[5:]
     for broken in (b"", b"garbage", value[:-1], value + b"\0", other_version, b"X" + value[1:]):
         assert decode(broken) is None, broken
-    assert decode(value[:HEADER.size]) is None
+    assert decode(value[: HEADER.size]) is None
 
 
 # The memory tier
@@ -92,12 +96,26 @@ def test_the_model_identity_changes_with_what_makes_outputs_only(tmp_path: Path)
     (tmp_path / "config.json").write_text("{}")
     info = INFOS[EMBEDDER]
     base = model_identity(ModelConfig(model_id=str(tmp_path)), info, tmp_path)
-    same = [ModelConfig(model_id=str(tmp_path), **settings) for settings in (
-        {"device": "cpu"}, {"batch_size": 8}, {"quantization": "per_dimension"}, {"served_model_name": "x"},
-        {"cache": True})]
+    same = [
+        ModelConfig(model_id=str(tmp_path), **settings)
+        for settings in (
+            {"device": "cpu"},
+            {"batch_size": 8},
+            {"quantization": "per_dimension"},
+            {"served_model_name": "x"},
+            {"cache": True},
+        )
+    ]
     assert all(model_identity(cfg, info, tmp_path) == base for cfg in same)
-    changed = [ModelConfig(model_id=str(tmp_path), **settings) for settings in (
-        {"pooling": "cls"}, {"normalize": False}, {"max_seq_length": 64}, {"prompts": {"query": "q: "}})]
+    changed = [
+        ModelConfig(model_id=str(tmp_path), **settings)
+        for settings in (
+            {"pooling": "cls"},
+            {"normalize": False},
+            {"max_seq_length": 64},
+            {"prompts": {"query": "q: "}},
+        )
+    ]
     assert all(model_identity(cfg, info, tmp_path) != base for cfg in changed)
     cfg = ModelConfig(model_id=str(tmp_path))
     for other in ({"backend": "onnx"}, {"dtype": "float16"}, {"kind": "sparse"}):
@@ -125,16 +143,29 @@ def test_keys_differ_by_prompt_truncation_input_type_and_model_not_by_output_con
         _key(EmbedQuery((InputItem("image", "what is a fox"),))),
     ]
     assert len({base, *different}) == len(different) + 1
-    same = [EmbedQuery(text, dimensions=8), EmbedQuery(text, output_types=("int8", "base64")),
-            EmbedQuery(text, max_active_dims=4), EmbedQuery(text, model="alias")]
+    same = [
+        EmbedQuery(text, dimensions=8),
+        EmbedQuery(text, output_types=("int8", "base64")),
+        EmbedQuery(text, max_active_dims=4),
+        EmbedQuery(text, model="alias"),
+    ]
     assert all(_key(query) == base for query in same)
 
 
-@pytest.mark.parametrize("header, read, write", [
-    ("", True, True), ("no-cache", False, True), ("no-store", False, False), ("max-age=0, No-Store", False, False),
-    ("max-age=60", True, True), ("max-age=0", False, True), ("private, max-age = 0", False, True),
-    ("max-age=00", False, True), ('max-age="30"', True, True),
-])
+@pytest.mark.parametrize(
+    "header, read, write",
+    [
+        ("", True, True),
+        ("no-cache", False, True),
+        ("no-store", False, False),
+        ("max-age=0, No-Store", False, False),
+        ("max-age=60", True, True),
+        ("max-age=0", False, True),
+        ("private, max-age = 0", False, True),
+        ("max-age=00", False, True),
+        ('max-age="30"', True, True),
+    ],
+)
 def test_cache_control_directives(header, read, write):
     policy = policy_of(header)
     assert (policy.read, policy.write) == (read, write)
@@ -153,8 +184,9 @@ async def _post(engine: Engine, adapter: Any, body_model: Any, body: dict, cache
 
 
 def _embed(engine: Engine, texts: list[str], cache_control: str = "", **fields: Any):
-    return _post(engine, openai.embed, openai.EmbeddingRequest, {"input": texts, "model": EMBEDDER, **fields},
-                 cache_control)
+    return _post(
+        engine, openai.embed, openai.EmbeddingRequest, {"input": texts, "model": EMBEDDER, **fields}, cache_control
+    )
 
 
 def _rows_sent(service: FakeModelService) -> int:
@@ -187,6 +219,7 @@ def test_only_misses_reach_the_model_and_hits_are_the_bytes_a_miss_computed(serv
 def test_each_tenant_has_its_own_entries_unless_shared(serve):
     """A hit would tell one tenant what another embedded: tenants of the keys file do not share entries, the tenant
     `default` keeps its keys, and `cache.share_across_tenants` shares them all."""
+
     async def as_tenant(engine: Engine, name: str, texts: list[str]) -> dict:
         token = TENANT.set(Tenant(name=name))
         try:
@@ -252,8 +285,9 @@ def test_rerank_pairs_and_classify_inputs_are_cached(serve):
         body = {"model": RERANKER, "query": "a fox", "documents": ["foxes", "dogs"]}
         first = await _post(engine, infinity.rerank, RerankRequest, body)
         assert _rows_sent(service) == 2
-        more = await _post(engine, infinity.rerank, RerankRequest,
-                           {**body, "documents": ["dogs", "cats", "foxes"], "raw_scores": True})
+        more = await _post(
+            engine, infinity.rerank, RerankRequest, {**body, "documents": ["dogs", "cats", "foxes"], "raw_scores": True}
+        )
         assert _rows_sent(service) == 1
         scores = {r["index"]: r["relevance_score"] for r in first["results"]}
         raw = {r["index"]: r["relevance_score"] for r in more["results"]}

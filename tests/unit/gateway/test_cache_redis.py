@@ -121,8 +121,9 @@ def test_a_stalled_redis_is_not_waited_for(redis_server, monkeypatch):
             lookups += [fresh.lookup(MODEL, fresh.keys(MODEL, {"operation": "test"}, ITEMS)) for _ in range(16)]
             found = await asyncio.wait_for(asyncio.gather(*lookups), 3)
             assert all(entry is None for entries in found for entry in entries)
-            stalled = await asyncio.wait_for(cache.answer(MODEL, cache.keys(MODEL, {"operation": "test"}, ITEMS),
-                                                          len(ITEMS), model), 3)
+            stalled = await asyncio.wait_for(
+                cache.answer(MODEL, cache.keys(MODEL, {"operation": "test"}, ITEMS), len(ITEMS), model), 3
+            )
             assert stalled.cached_tokens == 0 and model.computed == [0, 1, 2] * 2
         finally:
             stall.kill()

@@ -40,8 +40,9 @@ async def settle() -> None:
         await asyncio.sleep(0)
 
 
-async def one_call_in_flight(service: FakeModelService, max_rows: int = 64, **options: Any
-                             ) -> tuple[Coalescer, asyncio.Task[list[np.ndarray]]]:
+async def one_call_in_flight(
+    service: FakeModelService, max_rows: int = 64, **options: Any
+) -> tuple[Coalescer, asyncio.Task[list[np.ndarray]]]:
     """A coalescer over `service` whose first request ("1", one row) has left in a call."""
     coalescer = Coalescer(service.send, max_rows=max_rows, **options)
     first = asyncio.create_task(coalescer.run(rows("1", 1)))
@@ -49,8 +50,9 @@ async def one_call_in_flight(service: FakeModelService, max_rows: int = 64, **op
     return coalescer, first
 
 
-async def one_waiting_behind_it(service: FakeModelService, **options: Any
-                                ) -> tuple[Coalescer, asyncio.Task[list[np.ndarray]], asyncio.Task[list[np.ndarray]]]:
+async def one_waiting_behind_it(
+    service: FakeModelService, **options: Any
+) -> tuple[Coalescer, asyncio.Task[list[np.ndarray]], asyncio.Task[list[np.ndarray]]]:
     """As `one_call_in_flight`, and request "2" (one row) waiting for that call to return."""
     coalescer, first = await one_call_in_flight(service, **options)
     waiting = asyncio.create_task(coalescer.run(rows("2", 1)))
@@ -123,10 +125,12 @@ def test_a_pass_of_a_long_request_goes_in_a_call_of_its_own():
     async def scenario() -> None:
         service = FakeModelService()
         coalescer, first = await one_call_in_flight(service)
-        later = [asyncio.create_task(coalescer.run(rows("2", 1))),
-                 asyncio.create_task(coalescer.run(rows("3", 4), alone=True)),
-                 asyncio.create_task(coalescer.run(rows("4", 1))),
-                 asyncio.create_task(coalescer.run(rows("5", 1)))]
+        later = [
+            asyncio.create_task(coalescer.run(rows("2", 1))),
+            asyncio.create_task(coalescer.run(rows("3", 4), alone=True)),
+            asyncio.create_task(coalescer.run(rows("4", 1))),
+            asyncio.create_task(coalescer.run(rows("5", 1))),
+        ]
         await settle()
         service.release.set()
         await asyncio.gather(first, *later)
@@ -140,7 +144,8 @@ def test_a_request_abandoned_before_its_call_is_never_sent():
         service = FakeModelService()
         dropped: list[str] = []
         coalescer, first = await one_call_in_flight(
-            service, dropped=lambda gone_rows: dropped.extend(row.request_id for row in gone_rows))
+            service, dropped=lambda gone_rows: dropped.extend(row.request_id for row in gone_rows)
+        )
         gone = asyncio.create_task(coalescer.run(rows("2", 3)))
         kept = asyncio.create_task(coalescer.run(rows("3", 1)))
         await settle()
@@ -216,6 +221,7 @@ def test_the_wait_for_answered_clients_is_bounded_and_skipped_when_nothing_waits
 
 def test_a_request_right_after_the_last_call_returned_is_sent():
     """The sender leaves the moment nothing waits; a request arriving just after must start another."""
+
     async def scenario() -> None:
         service = FakeModelService()
         service.release.set()
@@ -252,10 +258,12 @@ def test_interactive_requests_leave_first_by_priority_level_then_batch_rows():
     async def scenario() -> None:
         service = FakeModelService()
         coalescer, first = await one_call_in_flight(service)
-        later = [asyncio.create_task(coalescer.run(rows("10", 1), priority=BATCH)),
-                 asyncio.create_task(coalescer.run(rows("11", 1), priority=BATCH)),
-                 asyncio.create_task(coalescer.run(rows("2", 1))),
-                 asyncio.create_task(coalescer.run(rows("3", 1), priority=Priority(level=-1)))]
+        later = [
+            asyncio.create_task(coalescer.run(rows("10", 1), priority=BATCH)),
+            asyncio.create_task(coalescer.run(rows("11", 1), priority=BATCH)),
+            asyncio.create_task(coalescer.run(rows("2", 1))),
+            asyncio.create_task(coalescer.run(rows("3", 1), priority=Priority(level=-1))),
+        ]
         await settle()
         service.release.set()
         await asyncio.gather(first, *later)
@@ -267,6 +275,7 @@ def test_interactive_requests_leave_first_by_priority_level_then_batch_rows():
 
 def batch_calls_after_an_interactive_one(one_pass_rows: int) -> list[list[str]]:
     """The calls of six batch rows waiting behind an interactive request, passes holding `one_pass_rows`."""
+
     async def scenario() -> list[list[str]]:
         service = FakeModelService()
         coalescer, first = await one_call_in_flight(service, one_pass=lambda batch: len(batch) <= one_pass_rows)
@@ -309,11 +318,14 @@ def test_one_batch_call_at_a_time_so_an_interactive_request_waits_for_one_pass_a
 def test_one_batch_call_per_model_service_across_gateway_workers():
     """Two workers' coalescers on one server's shared counters: the second's batch rows wait for the first's
     batch call to return, then leave by themselves; its interactive rows do not wait."""
+
     async def scenario() -> None:
         counters = SharedCounters([batch_call_counter("TextEmbedder")])
         first, second = FakeModelService(), FakeModelService()
-        workers = [Coalescer(service.send, max_rows=64, batch_slot=BatchSlot(counters, "TextEmbedder"))
-                   for service in (first, second)]
+        workers = [
+            Coalescer(service.send, max_rows=64, batch_slot=BatchSlot(counters, "TextEmbedder"))
+            for service in (first, second)
+        ]
         running = asyncio.create_task(workers[0].run(rows("10", 1), priority=BATCH))
         await settle()
         waiting = asyncio.create_task(workers[1].run(rows("20", 1), priority=BATCH))
@@ -456,7 +468,8 @@ def test_tenants_share_a_call_by_weight():
         assert service.calls[1:] == [["10", "20", "21", "22"], ["11", "23", "24", "25"]]  # three of heavy's to one
         await run_out(service, clock, tasks)
         assert sorted(row for call in service.calls for row in call) == sorted(
-            ["1", *map(str, range(10, 18)), *map(str, range(20, 28))])
+            ["1", *map(str, range(10, 18)), *map(str, range(20, 28))]
+        )
 
     asyncio.run(scenario())
 

@@ -21,19 +21,28 @@ async def echo(request):
 
 
 async def framework_error(request):
-    return JSONResponse({"error": "1 validation error", "detail": [{"loc": ["body", "input"], "msg": "bad"}]},
-                        status_code=400)
+    return JSONResponse(
+        {"error": "1 validation error", "detail": [{"loc": ["body", "input"], "msg": "bad"}]}, status_code=400
+    )
 
 
 async def crash_text(request):
     return PlainTextResponse("Traceback: secret internals", status_code=500)
 
 
-def make_client(api_keys: tuple[str, ...] = ("s3cret",), limit: int = 2048,
-                open_paths: frozenset[str] = PROBE_PATHS) -> TestClient:
-    app = Starlette(routes=[Route("/v1/embeddings", echo, methods=["POST"]), Route("/readyz", echo),
-                            Route("/metrics", echo), Route("/docs.json", echo),
-                            Route("/bad", framework_error, methods=["POST"]), Route("/crash", crash_text)])
+def make_client(
+    api_keys: tuple[str, ...] = ("s3cret",), limit: int = 2048, open_paths: frozenset[str] = PROBE_PATHS
+) -> TestClient:
+    app = Starlette(
+        routes=[
+            Route("/v1/embeddings", echo, methods=["POST"]),
+            Route("/readyz", echo),
+            Route("/metrics", echo),
+            Route("/docs.json", echo),
+            Route("/bad", framework_error, methods=["POST"]),
+            Route("/crash", crash_text),
+        ]
+    )
     guarded = RequestGuard(app, max_request_bytes=limit)
     wrapped = ErrorBodies(TenantGate(guarded, Keys(api_keys, None), SharedMemoryLedger(), open_paths, AccessLog(False)))
     return TestClient(wrapped)
@@ -61,8 +70,15 @@ def test_several_keys_rotate_and_odd_headers_are_a_401():
     client = make_client(api_keys=("new-key", "old-key"))
     for key in ("new-key", "old-key"):
         assert client.post("/v1/embeddings", json={}, headers={"Authorization": f"Bearer {key}"}).status_code == 200
-    for header in ("Bearer retired-key", "Bearer", "Basic new-key", "bearer  new-key ", "Bearer n\u00e9w-key",
-                   "Bearer new-key-and-more", "Bearer new"):
+    for header in (
+        "Bearer retired-key",
+        "Bearer",
+        "Basic new-key",
+        "bearer  new-key ",
+        "Bearer n\u00e9w-key",
+        "Bearer new-key-and-more",
+        "Bearer new",
+    ):
         response = client.post("/v1/embeddings", json={}, headers={"Authorization": header.encode()})
         assert response.status_code == (200 if header == "bearer  new-key " else 401), header
 
@@ -88,8 +104,10 @@ def test_no_key_configured_means_open():
 @pytest.mark.parametrize("size, status", [(100, 200), (5000, 413)])
 def test_body_limit(size, status):
     client = make_client(api_keys=())
-    assert client.post("/v1/embeddings", content=b"x" * size,
-                       headers={"content-type": "application/json"}).status_code == status
+    assert (
+        client.post("/v1/embeddings", content=b"x" * size, headers={"content-type": "application/json"}).status_code
+        == status
+    )
 
 
 def test_framework_errors_are_reshaped_with_their_status():
@@ -147,11 +165,13 @@ def test_requests_beyond_the_concurrency_cap_are_refused_before_their_body_is_re
             refused = await http.post("/v1/embeddings", json={"n": 2})
             probe = await http.get("/readyz")  # probes are never counted nor refused
             release.set()
-            return [refused, probe, *await asyncio.gather(*held),
-                    await http.post("/v1/embeddings", json={"n": 3})]
+            return [refused, probe, *await asyncio.gather(*held), await http.post("/v1/embeddings", json={"n": 3})]
 
     refused, probe, *answered = asyncio.run(scenario())
     assert refused.status_code == 429 and refused.headers["retry-after"] == "1"
-    assert refused.json()["error"]["code"] == "overloaded" and "2 requests are in flight" in refused.json()["error"]["message"]
+    assert (
+        refused.json()["error"]["code"] == "overloaded"
+        and "2 requests are in flight" in refused.json()["error"]["message"]
+    )
     assert probe.status_code == 200 and [r.status_code for r in answered] == [200, 200, 200]
     assert len(bodies_read) == 3  # the refused body was never read

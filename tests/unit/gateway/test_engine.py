@@ -20,7 +20,6 @@ from tests.unit.gateway.fake_engine import (
     assert_refused,
 )
 
-
 # OpenAI: every bad body the server's tests sent (tests/server/test_errors.py), answered by the engine alone
 BAD_EMBEDDINGS = [
     pytest.param({"input": [], "model": EMBEDDER}, 400, "input", id="empty-list"),
@@ -40,23 +39,31 @@ BAD_EMBEDDINGS = [
     pytest.param({"input": "x", "model": EMBEDDER, "dimensions": -3}, 400, "dimensions", id="dimensions-negative"),
     pytest.param({"input": "x", "model": EMBEDDER, "dimensions": 385}, 400, "dimensions", id="dimensions-too-large"),
     pytest.param({"input": "x", "model": EMBEDDER, "dimensions": "12"}, 400, "dimensions", id="dimensions-string"),
-    pytest.param({"input": "x", "model": EMBEDDER, "encoding_format": "float16"}, 400, "encoding_format",
-                 id="unknown-encoding"),
+    pytest.param(
+        {"input": "x", "model": EMBEDDER, "encoding_format": "float16"}, 400, "encoding_format", id="unknown-encoding"
+    ),
     pytest.param({"input": [[101, 30522]], "model": EMBEDDER}, 400, "input", id="token-id-too-large"),
     pytest.param({"input": [[101, -1]], "model": EMBEDDER}, 400, "input", id="token-id-negative"),
     pytest.param({"input": "x", "model": EMBEDDER, "modality": "image"}, 400, "model", id="modality-image"),
     pytest.param({"input": "x", "model": EMBEDDER, "prompt_name": "nope"}, 400, "prompt_name", id="unknown-prompt"),
     pytest.param([1, 2, 3], 400, None, id="body-not-an-object"),
     # and the controls that apply to some kinds of model only
-    pytest.param({"input": "x", "model": EMBEDDER, "max_active_dims": 4}, 400, "max_active_dims",
-                 id="max-active-dims-on-a-dense-model"),
+    pytest.param(
+        {"input": "x", "model": EMBEDDER, "max_active_dims": 4},
+        400,
+        "max_active_dims",
+        id="max-active-dims-on-a-dense-model",
+    ),
     pytest.param({"input": "x", "model": EMBEDDER, "max_tokens": 0}, 400, "max_tokens", id="max-tokens-0"),
     pytest.param({"input": "x", "model": CLIP, "normalize": False}, 400, "normalize", id="normalize-off-for-clip"),
-    pytest.param({"input": "x", "model": CLIP, "instruction": "find"}, 400, "instruction",
-                 id="instruction-for-clip"),
+    pytest.param({"input": "x", "model": CLIP, "instruction": "find"}, 400, "instruction", id="instruction-for-clip"),
     pytest.param({"input": [[1, 2]], "model": CLIP}, 400, "input", id="token-ids-for-clip"),
-    pytest.param({"input": "x", "model": EMBEDDER, "instruction": "a", "prompt_name": "query"}, 400, "instruction",
-                 id="instruction-and-prompt"),
+    pytest.param(
+        {"input": "x", "model": EMBEDDER, "instruction": "a", "prompt_name": "query"},
+        400,
+        "instruction",
+        id="instruction-and-prompt",
+    ),
     pytest.param({"input": "x", "model": CLASSIFIER}, 400, "model", id="a-classifier-cannot-embed"),
     pytest.param({"input": ["x"] * 65, "model": CLIP, "modality": "image"}, 400, "input", id="65-images"),
 ]
@@ -81,18 +88,21 @@ def test_a_too_long_text_names_its_index(serve):
 
 
 def test_embeddings_answer_from_the_service_outputs(serve, tokenizers):
-    status, body, service = answer(serve, openai.embed, openai.EmbeddingRequest,
-                                   {"input": ["a fox", "a dog"], "model": EMBEDDER, "dimensions": 8})
+    status, body, service = answer(
+        serve, openai.embed, openai.EmbeddingRequest, {"input": ["a fox", "a dog"], "model": EMBEDDER, "dimensions": 8}
+    )
     assert status == 200 and [row.input_ids for row in service.rows] == tokenizers[EMBEDDER].encode_texts(
-        ["a fox", "a dog"])
+        ["a fox", "a dog"]
+    )
     vectors = np.array([item["embedding"] for item in body["data"]])
     assert vectors.shape == (2, 8) and np.allclose(np.linalg.norm(vectors, axis=1), 1, atol=1e-5)
     assert body["usage"]["prompt_tokens"] == sum(row.length for row in service.rows)
 
 
 def test_int8_codes_from_the_calibrated_scale(serve):
-    status, body, _ = answer(serve, openai.embed, openai.EmbeddingRequest,
-                             {"input": "a fox", "model": EMBEDDER, "encoding_format": "int8"})
+    status, body, _ = answer(
+        serve, openai.embed, openai.EmbeddingRequest, {"input": "a fox", "model": EMBEDDER, "encoding_format": "int8"}
+    )
     assert status == 200 and all(isinstance(code, int) and -128 <= code <= 127 for code in body["data"][0]["embedding"])
 
 
@@ -121,8 +131,9 @@ def test_bad_classify_bodies(serve, body, status, param):
 
 @pytest.mark.parametrize("raw", [False, True])
 def test_classify_answers_every_label_best_first(serve, raw):
-    status, body, service = answer(serve, infinity.classify, infinity.ClassifyRequest,
-                                   {"input": ["a fox", "a lazy dog"], "raw_scores": raw})
+    status, body, service = answer(
+        serve, infinity.classify, infinity.ClassifyRequest, {"input": ["a fox", "a lazy dog"], "raw_scores": raw}
+    )
     assert status == 200 and body["model"] == CLASSIFIER and len(service.rows) == 2
     first = body["data"][0]
     assert [item["label"] for item in first] == ["positive", "neutral", "negative"]
@@ -140,8 +151,7 @@ BAD_RERANKS = [
     pytest.param({"query": "", "documents": ["a"]}, 400, "query", id="empty-query"),
     pytest.param({"documents": ["a"]}, 400, "query", id="missing-query"),
     pytest.param({"model": EMBEDDER, "query": "q", "documents": ["a"]}, 400, "model", id="embedder-cannot-rerank"),
-    pytest.param({"model": CLASSIFIER, "query": "q", "documents": ["a"]}, 400, "model",
-                 id="classifier-cannot-rerank"),
+    pytest.param({"model": CLASSIFIER, "query": "q", "documents": ["a"]}, 400, "model", id="classifier-cannot-rerank"),
     pytest.param({"model": "no-such-model", "query": "q", "documents": ["a"]}, 404, "model", id="unknown-model"),
     pytest.param({"query": "q"}, 400, "documents", id="neither-documents-nor-texts"),
     pytest.param({"query": "q", "documents": ["a"], "texts": ["b"]}, 400, "texts", id="documents-and-texts"),
@@ -156,12 +166,17 @@ def test_bad_rerank_bodies(serve, body, status, param):
 
 
 def test_rerank_answers_infinitys_shape_or_teis_by_the_body(serve):
-    status, body, service = answer(serve, shared_rerank.rerank, shared_rerank.RerankBody,
-                                   {"query": "q", "documents": ["a", "a longer one"], "return_documents": True})
+    status, body, service = answer(
+        serve,
+        shared_rerank.rerank,
+        shared_rerank.RerankBody,
+        {"query": "q", "documents": ["a", "a longer one"], "return_documents": True},
+    )
     assert status == 200 and body["model"] == RERANKER and len(service.rows) == 2
     assert [r["index"] for r in body["results"]] == [1, 0] and body["results"][0]["document"] == "a longer one"
-    status, body, _ = answer(serve, shared_rerank.rerank, shared_rerank.RerankBody,
-                             {"query": "q", "texts": ["a", "a longer one"]})
+    status, body, _ = answer(
+        serve, shared_rerank.rerank, shared_rerank.RerankBody, {"query": "q", "texts": ["a", "a longer one"]}
+    )
     assert status == 200 and [r["index"] for r in body] == [1, 0] and set(body[0]) == {"index", "score"}
 
 
@@ -178,13 +193,21 @@ def test_tokenize_and_decode(serve):
     assert texts == ["a fox"]
 
 
-@pytest.mark.parametrize(("call", "param"), [
-    (lambda engine: engine.tokenize(TokenizeQuery(texts=())), "inputs"),
-    (lambda engine: engine.tokenize(TokenizeQuery(texts=("a", "")), ), "inputs"),
-    (lambda engine: engine.tokenize(TokenizeQuery(texts=("a",), model=CLIP)), "model"),
-    (lambda engine: engine.decode(DecodeQuery(ids=())), "ids"),
-    (lambda engine: engine.decode(DecodeQuery(ids=((1,),) * 2049)), "ids"),
-])
+@pytest.mark.parametrize(
+    ("call", "param"),
+    [
+        (lambda engine: engine.tokenize(TokenizeQuery(texts=())), "inputs"),
+        (
+            lambda engine: engine.tokenize(
+                TokenizeQuery(texts=("a", "")),
+            ),
+            "inputs",
+        ),
+        (lambda engine: engine.tokenize(TokenizeQuery(texts=("a",), model=CLIP)), "model"),
+        (lambda engine: engine.decode(DecodeQuery(ids=())), "ids"),
+        (lambda engine: engine.decode(DecodeQuery(ids=((1,),) * 2049)), "ids"),
+    ],
+)
 def test_bad_tokenize_and_decode_queries(serve, call, param):
     outcome = answer(serve, lambda engine, _: call(engine), Passthrough, None)
     assert_refused(outcome, 400, param)

@@ -50,14 +50,23 @@ def test_one_tenant_leaves_in_arrival_order_whatever_the_costs():
 
 
 def test_a_tenants_requests_leave_by_level_then_arrival():
-    queue = queue_of(Item("a", level=0, name="0-first"), Item("a", level=3, name="3"), Item("a", level=-1, name="-1"),
-                     Item("a", level=0, name="0-second"), Item("a", level=-1, name="-1b"))
+    queue = queue_of(
+        Item("a", level=0, name="0-first"),
+        Item("a", level=3, name="3"),
+        Item("a", level=-1, name="-1"),
+        Item("a", level=0, name="0-second"),
+        Item("a", level=-1, name="-1b"),
+    )
     assert names(drain(queue)) == ["-1", "-1b", "0-first", "0-second", "3"]
 
 
 def test_a_lower_class_leaves_first_whatever_the_shares():
-    queue = queue_of(Item("a", job_class=1, name="batch"), Item("a", level=5, name="a-low"),
-                     Item("b", job_class=1, level=-3, name="batch-urgent"), Item("b", name="b-default"))
+    queue = queue_of(
+        Item("a", job_class=1, name="batch"),
+        Item("a", level=5, name="a-low"),
+        Item("b", job_class=1, level=-3, name="batch-urgent"),
+        Item("b", name="b-default"),
+    )
     order = names(drain(queue))
     assert order[:2] in (["a-low", "b-default"], ["b-default", "a-low"]) and order[2:] == ["batch", "batch-urgent"]
 
@@ -85,15 +94,19 @@ def test_a_request_arriving_behind_a_flood_leaves_next():
 
 
 def test_shares_follow_weights():
-    queue = queue_of(*(Item("heavy", weight=3.0, name="h") for _ in range(300)),
-                     *(Item("light", weight=1.0, name="l") for _ in range(300)))
+    queue = queue_of(
+        *(Item("heavy", weight=3.0, name="h") for _ in range(300)),
+        *(Item("light", weight=1.0, name="l") for _ in range(300)),
+    )
     first = Counter(names(queue.pop() for _ in range(200)))
     assert abs(first["h"] - 150) <= 2 and abs(first["l"] - 50) <= 2
 
 
 def test_shares_are_of_tokens_not_requests():
-    queue = queue_of(*(Item("big", cost=100, name="big") for _ in range(50)),
-                     *(Item("small", cost=10, name="small") for _ in range(500)))
+    queue = queue_of(
+        *(Item("big", cost=100, name="big") for _ in range(50)),
+        *(Item("small", cost=10, name="small") for _ in range(500)),
+    )
     popped = [queue.pop() for _ in range(220)]
     tokens = Counter()
     for item in popped:

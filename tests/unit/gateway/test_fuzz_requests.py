@@ -17,24 +17,70 @@ from gateway.wire.common import RerankRequest, rank_query
 from models.base import ModelInfo
 from models.errors import EmbentoError
 
-TEXT_MODEL = ModelInfo(served_model_name="m", model_id="m", kind="embed", modalities=["text"], backend="torch",
-                       dimension=8, max_input_tokens=16, normalized=True, device="cpu", dtype="float32")
-CLIP_MODEL = ModelInfo(served_model_name="c", model_id="c", kind="clip", modalities=["text", "image"],
-                       backend="torch", dimension=8, max_input_tokens=16, normalized=True, device="cpu",
-                       dtype="float32")
+TEXT_MODEL = ModelInfo(
+    served_model_name="m",
+    model_id="m",
+    kind="embed",
+    modalities=["text"],
+    backend="torch",
+    dimension=8,
+    max_input_tokens=16,
+    normalized=True,
+    device="cpu",
+    dtype="float32",
+)
+CLIP_MODEL = ModelInfo(
+    served_model_name="c",
+    model_id="c",
+    kind="clip",
+    modalities=["text", "image"],
+    backend="torch",
+    dimension=8,
+    max_input_tokens=16,
+    normalized=True,
+    device="cpu",
+    dtype="float32",
+)
 
-scalars = st.none() | st.booleans() | st.integers(-2**70, 2**70) | st.floats(allow_nan=True) | st.text(max_size=20)
-json_values = st.recursive(scalars, lambda inner: st.lists(inner, max_size=5)
-                           | st.dictionaries(st.text(max_size=8), inner, max_size=5), max_leaves=20)
-FIELDS = ["input", "model", "encoding_format", "dimensions", "modality", "prompt_name", "query", "documents",
-          "top_n", "return_documents", "raw_scores", "text", "image", "audio"]
+scalars = st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats(allow_nan=True) | st.text(max_size=20)
+json_values = st.recursive(
+    scalars,
+    lambda inner: st.lists(inner, max_size=5) | st.dictionaries(st.text(max_size=8), inner, max_size=5),
+    max_leaves=20,
+)
+FIELDS = [
+    "input",
+    "model",
+    "encoding_format",
+    "dimensions",
+    "modality",
+    "prompt_name",
+    "query",
+    "documents",
+    "top_n",
+    "return_documents",
+    "raw_scores",
+    "text",
+    "image",
+    "audio",
+]
 # Bodies that mostly use the real field names, so values reach the checks behind the models.
 bodies = st.dictionaries(st.sampled_from(FIELDS), json_values, max_size=6) | json_values
 
 LIMITS = EmbentoConfig(max_client_batch_size=64, max_media_items=8, max_item_chars=1000)
 SERVED = {"m": TEXT_MODEL, "c": CLIP_MODEL}
-RERANKER = ModelInfo(served_model_name="r", model_id="r", kind="rerank", modalities=["text"], backend="torch",
-                     dimension=1, max_input_tokens=16, normalized=False, device="cpu", dtype="float32")
+RERANKER = ModelInfo(
+    served_model_name="r",
+    model_id="r",
+    kind="rerank",
+    modalities=["text"],
+    backend="torch",
+    dimension=1,
+    max_input_tokens=16,
+    normalized=False,
+    device="cpu",
+    dtype="float32",
+)
 FUZZ = settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
@@ -53,15 +99,21 @@ def check(parse: Any, body: Any, then: Any) -> None:
 @given(bodies)
 def test_embedding_requests(body):
     for info in (TEXT_MODEL, CLIP_MODEL):
-        check(openai.EmbeddingRequest.model_validate, body,
-              lambda r, info=info: check_embed(openai.embed_query(r), info, LIMITS, None, SERVED))
+        check(
+            openai.EmbeddingRequest.model_validate,
+            body,
+            lambda r, info=info: check_embed(openai.embed_query(r), info, LIMITS, None, SERVED),
+        )
 
 
 @FUZZ
 @given(bodies)
 def test_legacy_media_requests(body):
-    check(infinity.LegacyMediaRequest.model_validate, body,
-          lambda r: check_embed(infinity.media_query(r, "image"), CLIP_MODEL, LIMITS, None, SERVED))
+    check(
+        infinity.LegacyMediaRequest.model_validate,
+        body,
+        lambda r: check_embed(infinity.media_query(r, "image"), CLIP_MODEL, LIMITS, None, SERVED),
+    )
 
 
 @FUZZ

@@ -42,8 +42,12 @@ def test_mean_sends_framed_windows_and_answers_their_token_weighted_mean(serve, 
     text = words(540)
     tokens = tokenizers[EMBEDDER].count_tokens(text)
     assert 2 * 254 < tokens < 3 * 254, "three windows of at most 254 content tokens"
-    status, body, service = answer(serve, openai.embed, openai.EmbeddingRequest,
-                                   {"input": [text, "short"], "model": EMBEDDER, "long_input": "mean"})
+    status, body, service = answer(
+        serve,
+        openai.embed,
+        openai.EmbeddingRequest,
+        {"input": [text, "short"], "model": EMBEDDER, "long_input": "mean"},
+    )
     assert status == 200, body
     windows, short = service.rows[:3], service.rows[3]
     assert [row.length for row in windows] == [256, 256, tokens - 2 * 254 + 2]
@@ -69,8 +73,9 @@ def test_mean_of_an_input_within_the_limit_sends_the_same_row_as_truncation(serv
 
 def test_late_chunking_sends_span_sums_covering_every_chunk_token_once(serve, tokenizers):
     chunks = [words(40 + i) for i in range(12)]  # ~500 tokens: past the limit, so in slices
-    status, body, service = answer(serve, openai.embed, openai.EmbeddingRequest,
-                                   {"input": chunks, "model": EMBEDDER, "late_chunking": True})
+    status, body, service = answer(
+        serve, openai.embed, openai.EmbeddingRequest, {"input": chunks, "model": EMBEDDER, "late_chunking": True}
+    )
     assert status == 200, body
     assert len(body["data"]) == len(chunks)
     assert all(row.spans for row in service.rows) and all(row.length == LIMIT for row in service.rows)
@@ -81,9 +86,12 @@ def test_late_chunking_sends_span_sums_covering_every_chunk_token_once(serve, to
 
 
 def test_late_chunking_within_the_limit_is_one_row(serve):
-    status, body, service = answer(serve, openai.embed, openai.EmbeddingRequest,
-                                   {"input": ["a quick fox", "jumps over", "the dog"], "model": EMBEDDER,
-                                    "late_chunking": True})
+    status, body, service = answer(
+        serve,
+        openai.embed,
+        openai.EmbeddingRequest,
+        {"input": ["a quick fox", "jumps over", "the dog"], "model": EMBEDDER, "late_chunking": True},
+    )
     assert status == 200
     (row,) = service.rows
     assert row.spans == [(1, 4), (4, 6), (6, 8)]
@@ -93,52 +101,76 @@ def test_late_chunking_within_the_limit_is_one_row(serve):
 
 
 def test_voyage_documents_and_auto_chunks(serve):
-    status, body, service = answer(serve, voyage.contextualized, voyage.ContextualizedRequest, {
-        "inputs": [["a quick fox", "jumps over"], ["the dog"]], "model": EMBEDDER, "input_type": "document"})
+    status, body, service = answer(
+        serve,
+        voyage.contextualized,
+        voyage.ContextualizedRequest,
+        {"inputs": [["a quick fox", "jumps over"], ["the dog"]], "model": EMBEDDER, "input_type": "document"},
+    )
     assert status == 200, body
     assert [len(document["data"]) for document in body["data"]] == [2, 1]
     document = words(100)
-    status, body, _ = answer(serve, voyage.contextualized, voyage.ContextualizedRequest, {
-        "inputs": [[document]], "model": EMBEDDER, "enable_auto_chunking": True, "chunk_size": 30})
+    status, body, _ = answer(
+        serve,
+        voyage.contextualized,
+        voyage.ContextualizedRequest,
+        {"inputs": [[document]], "model": EMBEDDER, "enable_auto_chunking": True, "chunk_size": 30},
+    )
     assert status == 200, body
     texts = [chunk["text"] for chunk in body["data"][0]["data"]]
     assert len(texts) == 4 and "".join(texts) == document
 
 
-@pytest.mark.parametrize(("body", "param"), [
-    ({"input": "x", "model": SPLADE, "long_input": "mean"}, "long_input"),
-    ({"input": ["x", "y"], "model": SPLADE, "late_chunking": True}, "late_chunking"),
-    ({"input": "x", "model": COLPALI, "long_input": "mean"}, "long_input"),
-    ({"input": [[101, 2000, 102]], "model": EMBEDDER, "long_input": "mean"}, "input"),
-    ({"input": "x", "model": EMBEDDER, "long_input": "mean", "truncate": False}, "long_input"),
-    ({"input": ["ok", " "], "model": EMBEDDER, "late_chunking": True}, "input"),
-    ({"input": ["a", "b"], "model": EMBEDDER, "late_chunking": True, "long_input": "error"}, "long_input"),
-    ({"input": ["a", "b"], "model": EMBEDDER, "late_chunking": True, "truncate": False}, "truncate"),
-], ids=["sparse-mean", "sparse-late", "multi-vector-mean", "token-ids", "truncate-false", "chunk-without-tokens",
-        "late-with-long-input", "late-with-truncate-false"])
+@pytest.mark.parametrize(
+    ("body", "param"),
+    [
+        ({"input": "x", "model": SPLADE, "long_input": "mean"}, "long_input"),
+        ({"input": ["x", "y"], "model": SPLADE, "late_chunking": True}, "late_chunking"),
+        ({"input": "x", "model": COLPALI, "long_input": "mean"}, "long_input"),
+        ({"input": [[101, 2000, 102]], "model": EMBEDDER, "long_input": "mean"}, "input"),
+        ({"input": "x", "model": EMBEDDER, "long_input": "mean", "truncate": False}, "long_input"),
+        ({"input": ["ok", " "], "model": EMBEDDER, "late_chunking": True}, "input"),
+        ({"input": ["a", "b"], "model": EMBEDDER, "late_chunking": True, "long_input": "error"}, "long_input"),
+        ({"input": ["a", "b"], "model": EMBEDDER, "late_chunking": True, "truncate": False}, "truncate"),
+    ],
+    ids=[
+        "sparse-mean",
+        "sparse-late",
+        "multi-vector-mean",
+        "token-ids",
+        "truncate-false",
+        "chunk-without-tokens",
+        "late-with-long-input",
+        "late-with-truncate-false",
+    ],
+)
 def test_refusals_on_the_openai_route(serve, body, param):
     message = assert_refused(answer(serve, openai.embed, openai.EmbeddingRequest, body), 400, param)
     if body["model"] in (SPLADE, COLPALI):
         assert "dense text embedders" in message and "'truncate'" in message
 
 
-@pytest.mark.parametrize(("body", "param"), [
-    ({"inputs": [["a b c"]], "enable_auto_chunking": True, "chunk_size": 4, "chunk_overlap": 4}, "chunk_overlap"),
-    ({"inputs": [["a", "b"]], "enable_auto_chunking": True, "chunk_size": 4}, "inputs"),
-    ({"inputs": [["a"]], "chunk_size": 4}, "chunk_size"),
-    ({"inputs": [["a", "b"]], "input_type": "query"}, "inputs"),
-    ({"inputs": [["a", "b"]], "model": SPLADE}, "model"),  # the route answers dense vectors only
-], ids=["overlap-not-below-size", "several-strings-auto", "size-without-auto", "query-lists", "sparse"])
+@pytest.mark.parametrize(
+    ("body", "param"),
+    [
+        ({"inputs": [["a b c"]], "enable_auto_chunking": True, "chunk_size": 4, "chunk_overlap": 4}, "chunk_overlap"),
+        ({"inputs": [["a", "b"]], "enable_auto_chunking": True, "chunk_size": 4}, "inputs"),
+        ({"inputs": [["a"]], "chunk_size": 4}, "chunk_size"),
+        ({"inputs": [["a", "b"]], "input_type": "query"}, "inputs"),
+        ({"inputs": [["a", "b"]], "model": SPLADE}, "model"),  # the route answers dense vectors only
+    ],
+    ids=["overlap-not-below-size", "several-strings-auto", "size-without-auto", "query-lists", "sparse"],
+)
 def test_refusals_on_the_voyage_route(serve, body, param):
-    assert_refused(answer(serve, voyage.contextualized, voyage.ContextualizedRequest,
-                          {"model": EMBEDDER, **body}), 400, param)
+    assert_refused(
+        answer(serve, voyage.contextualized, voyage.ContextualizedRequest, {"model": EMBEDDER, **body}), 400, param
+    )
 
 
 def test_a_long_request_goes_in_pass_sized_parts():
     info = replace(INFOS[EMBEDDER], batch_size=4, max_batch_tokens=100)
     rows = [TokenizedText(model=EMBEDDER, input_ids=[1] * length) for length in (10, 10, 10, 10, 10, 30, 30, 30, 5)]
-    assert [[row.length for row in part] for part in passes(rows, info)] == [[10, 10, 10, 10], [10, 30, 30],
-                                                                             [30, 5]]
+    assert [[row.length for row in part] for part in passes(rows, info)] == [[10, 10, 10, 10], [10, 30, 30], [30, 5]]
     assert len(passes(rows, INFOS[EMBEDDER])) == 1, "limits unknown: one part"
 
 

@@ -10,8 +10,18 @@ from models.base import ModelInfo
 
 
 def _info(name: str, kind: str, modalities: list[str]) -> ModelInfo:
-    return ModelInfo(served_model_name=name, model_id=name, kind=kind, modalities=modalities, backend="torch",
-                     dimension=8, max_input_tokens=16, normalized=True, device="cpu", dtype="float32")
+    return ModelInfo(
+        served_model_name=name,
+        model_id=name,
+        kind=kind,
+        modalities=modalities,
+        backend="torch",
+        dimension=8,
+        max_input_tokens=16,
+        normalized=True,
+        device="cpu",
+        dtype="float32",
+    )
 
 
 INFOS = {

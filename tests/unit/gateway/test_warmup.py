@@ -17,8 +17,18 @@ from models.base import ModelInfo
 
 
 def info(name: str) -> ModelInfo:
-    return ModelInfo(served_model_name=name, model_id=name, kind="embed", modalities=["text"], backend="torch",
-                     dimension=4, max_input_tokens=8, normalized=True, device="cpu", dtype="float32")
+    return ModelInfo(
+        served_model_name=name,
+        model_id=name,
+        kind="embed",
+        modalities=["text"],
+        backend="torch",
+        dimension=4,
+        max_input_tokens=8,
+        normalized=True,
+        device="cpu",
+        dtype="float32",
+    )
 
 
 class Clock:
@@ -45,7 +55,9 @@ class Models:
             raise pending.pop(0)
 
     def warmup(self, allow_partial: bool, clock: Clock | None = None) -> Warmup:
-        return Warmup(ModelRegistry({}), self.fetch_infos, self.warm_up, allow_partial, self.stopped.append, clock or Clock())
+        return Warmup(
+            ModelRegistry({}), self.fetch_infos, self.warm_up, allow_partial, self.stopped.append, clock or Clock()
+        )
 
 
 def attempt(warmup: Warmup) -> bool:
@@ -58,9 +70,14 @@ def test_every_model_warm():
     assert list(warmup.registry.infos) == ["a", "b"] and warmup.registry.failed == {"c": "no weights"}
 
 
-@pytest.mark.parametrize("failure", [errors.InvalidRequest("query is 128 tokens"),
-                                     errors.InferenceError("it answered outputs of shape [(3,)]"),
-                                     KeyError("a bug")])
+@pytest.mark.parametrize(
+    "failure",
+    [
+        errors.InvalidRequest("query is 128 tokens"),
+        errors.InferenceError("it answered outputs of shape [(3,)]"),
+        KeyError("a bug"),
+    ],
+)
 def test_a_permanent_failure_stops_the_server(failure):
     models = Models({"b": [failure]})
     warmup = models.warmup(allow_partial=False)
@@ -78,8 +95,10 @@ def test_with_allow_partial_a_permanent_failure_is_reported_and_the_others_serve
         assert attempt(warmup)
     assert list(warmup.registry.infos) == ["b"] and not models.stopped
     assert warmup.registry.failed == {"c": "no weights", "a": "its warm-up failed: query is 128 tokens"}
-    assert any(r.levelno == logging.WARNING and "model 'a'" in r.getMessage() and "128 tokens" in r.getMessage()
-               for r in caplog.records)
+    assert any(
+        r.levelno == logging.WARNING and "model 'a'" in r.getMessage() and "128 tokens" in r.getMessage()
+        for r in caplog.records
+    )
 
 
 def test_transient_failures_are_retried_and_warned_about_after_30_s_once_a_minute(caplog):

@@ -36,8 +36,17 @@ def ernie_path(tmp_path, minilm_path):
     return build_tiny_ernie(tmp_path / "ernie", minilm_path)
 
 
-@pytest.mark.parametrize("checkpoint", ["minilm_path", "tiny_bert_path", "tiny_reranker_path", "tiny_classifier_path",
-                                        "ernie_path", "qwen3_embedder_path"])
+@pytest.mark.parametrize(
+    "checkpoint",
+    [
+        "minilm_path",
+        "tiny_bert_path",
+        "tiny_reranker_path",
+        "tiny_classifier_path",
+        "ernie_path",
+        "qwen3_embedder_path",
+    ],
+)
 def test_auto_serves_onnx_where_it_matches_torch(request, checkpoint):
     """Encoders, scorers, a model type optimum had no exporter for (ERNIE), and a decoder embedder, left padded
     (Qwen3: positions are computed in the graph, as transformers computes them)."""
@@ -57,8 +66,11 @@ def test_auto_serves_onnx_where_it_matches_torch(request, checkpoint):
 
 
 def test_auto_keeps_torch_for_kinds_onnx_runtime_does_not_run(tiny_clip_path, splade_path, qwen3_reranker_path):
-    for path, fragment in ((tiny_clip_path, "does not run clip models"), (splade_path, "does not run sparse models"),
-                           (qwen3_reranker_path, "causal-LM reranker")):
+    for path, fragment in (
+        (tiny_clip_path, "does not run clip models"),
+        (splade_path, "does not run sparse models"),
+        (qwen3_reranker_path, "causal-LM reranker"),
+    ):
         model = load_model(path, ModelConfig(model_id=str(path), device="cpu"))
         assert model.info.backend == "torch" and fragment in model.info.backend_reason, model.info.backend_reason
 
@@ -126,8 +138,9 @@ def test_the_cache_key_changes_with_each_of_its_parts(tiny_bert_path, tmp_path, 
         assert changed.digest != key.digest, part
     versions = {"transformers": "9.9", "onnxruntime": "9.8", "torch": "9.7", "onnxscript": "9.6"}
     monkeypatch.setattr(onnx_export, "_version", lambda package: versions[package])
-    assert export_key(tiny_bert_path, "feature-extraction") == ExportKey(key.revision, "feature-extraction", "9.9",
-                                                                        "9.8", "9.7", "9.6", "all")
+    assert export_key(tiny_bert_path, "feature-extraction") == ExportKey(
+        key.revision, "feature-extraction", "9.9", "9.8", "9.7", "9.6", "all"
+    )
     assert onnx_entry(tiny_bert_path, "feature-extraction") != onnx_entry(tiny_bert_path, "sequence-classification")
 
 

@@ -69,10 +69,16 @@ MIN_TOP10_AGREEMENT = 0.85
 def test_int8_keeps_retrieval(minilm_path, backend):
     full = ModelConfig(backend="torch", model_id=MINILM)
     int8 = ModelConfig(model_id=MINILM, backend=backend, dtype="int8")
-    reference, ours = ({"queries": _embed_as_served(minilm_path, cfg, CORPUS_QUERIES),
-                        "documents": _embed_as_served(minilm_path, cfg, CORPUS)} for cfg in (full, int8))
-    agreement = top_k_agreement(nearest(ours["queries"] @ ours["documents"].T),
-                                nearest(reference["queries"] @ reference["documents"].T))
+    reference, ours = (
+        {
+            "queries": _embed_as_served(minilm_path, cfg, CORPUS_QUERIES),
+            "documents": _embed_as_served(minilm_path, cfg, CORPUS),
+        }
+        for cfg in (full, int8)
+    )
+    agreement = top_k_agreement(
+        nearest(ours["queries"] @ ours["documents"].T), nearest(reference["queries"] @ reference["documents"].T)
+    )
     assert agreement.mean() >= MIN_TOP10_AGREEMENT, agreement
     # the natural pairs: float32 ranks each query's own document first, and so must int8
     pairs = len(QUERIES)
@@ -85,20 +91,24 @@ def test_int8_keeps_retrieval(minilm_path, backend):
 def test_int8_keeps_down_projections_float(minilm_path, cache_dir):
     """Attention's activation products and every down-projection (the feed-forward output layer) stay float32;
     the other weight MatMuls are quantized."""
-    from models.onnx_runtime import EXPORTED, float_matmuls, onnx_checkpoint
-
     import onnx
+
+    from models.onnx_runtime import EXPORTED, float_matmuls, onnx_checkpoint
 
     entry, _ = onnx_checkpoint(minilm_path, "feature-extraction", quantize=False)
     kept = set(float_matmuls(entry / EXPORTED))
     graph = onnx.load(str(entry / EXPORTED)).graph
     shapes = {tensor.name: tuple(tensor.dims) for tensor in graph.initializer}
-    weights = {node.name: next((shapes[name] for name in node.input if name in shapes), None)
-               for node in graph.node if node.op_type == "MatMul"}
+    weights = {
+        node.name: next((shapes[name] for name in node.input if name in shapes), None)
+        for node in graph.node
+        if node.op_type == "MatMul"
+    }
     layers, hidden, inner = 6, 384, 1536
     assert sorted(weights[name] or () for name in kept) == [()] * 2 * layers + [(inner, hidden)] * layers
     assert sorted(weights[name] for name in set(weights) - kept) == sorted(
-        [(hidden, hidden)] * 4 * layers + [(hidden, inner)] * layers)
+        [(hidden, hidden)] * 4 * layers + [(hidden, inner)] * layers
+    )
 
 
 @pytest.mark.parametrize("fixture", ["tiny_reranker_path", "tiny_classifier_path"])
@@ -139,12 +149,15 @@ def test_the_second_load_reuses_the_export_and_conversion(tiny_bert_path, cache_
     assert {p: p.stat().st_mtime_ns for p in cache_dir.rglob("*") if p.is_file()} == files
 
 
-@pytest.mark.parametrize(("env", "fragment"), [
-    ({"EMBENTO_DTYPE": "int8"}, "not available with backend 'auto'"),
-    ({"EMBENTO_BACKEND": "torch", "EMBENTO_DTYPE": "int8"}, "not available with backend 'torch'"),
-    ({"EMBENTO_BACKEND": "onnx", "EMBENTO_DTYPE": "float16"}, "not available with backend 'onnx'"),
-    ({"EMBENTO_BACKEND": "onnx", "EMBENTO_DTYPE": "int8_float16"}, "not available with backend 'onnx'"),
-])
+@pytest.mark.parametrize(
+    ("env", "fragment"),
+    [
+        ({"EMBENTO_DTYPE": "int8"}, "not available with backend 'auto'"),
+        ({"EMBENTO_BACKEND": "torch", "EMBENTO_DTYPE": "int8"}, "not available with backend 'torch'"),
+        ({"EMBENTO_BACKEND": "onnx", "EMBENTO_DTYPE": "float16"}, "not available with backend 'onnx'"),
+        ({"EMBENTO_BACKEND": "onnx", "EMBENTO_DTYPE": "int8_float16"}, "not available with backend 'onnx'"),
+    ],
+)
 def test_impossible_dtypes_are_refused_when_the_configuration_is_read(tmp_path, env, fragment):
     with pytest.raises(ConfigError, match=fragment):
         load_config(env, cwd=tmp_path)
@@ -165,8 +178,10 @@ def test_impossible_kinds_and_devices_are_refused_before_loading(tiny_reranker_p
 
     if not torch.cuda.is_available():
         with pytest.raises(ConfigError, match="model 'x': device 'cuda'"):
-            TextEncoder(tiny_bert_path, ModelConfig(backend="torch", model_id=str(tiny_bert_path), served_model_name="x",
-                                                    device="cuda"))
+            TextEncoder(
+                tiny_bert_path,
+                ModelConfig(backend="torch", model_id=str(tiny_bert_path), served_model_name="x", device="cuda"),
+            )
 
 
 def test_ctranslate2_bfloat16_output_becomes_float32_tokens():

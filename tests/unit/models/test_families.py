@@ -36,11 +36,13 @@ def _embed(tokenizer: TextTokenizer, encoder: TextEncoder, texts: list[str], pro
     return encoder.forward(TokenizedText.rows("m", tokenizer.encode_texts(texts, prompt), prompt_length=length))
 
 
-def test_the_families_are_detected_from_their_files(qwen3_embedder_path, qwen3_reranker_path,
-                                                    plain_qwen3_reranker_path, splade_path):
+def test_the_families_are_detected_from_their_files(
+    qwen3_embedder_path, qwen3_reranker_path, plain_qwen3_reranker_path, splade_path
+):
     assert json.loads((qwen3_embedder_path / "config.json").read_text())["architectures"] == ["Qwen3ForCausalLM"]
-    assert [detect_kind(p) for p in (qwen3_embedder_path, qwen3_reranker_path, plain_qwen3_reranker_path,
-                                     splade_path)] == ["embed", "rerank", "rerank", "sparse"]
+    assert [
+        detect_kind(p) for p in (qwen3_embedder_path, qwen3_reranker_path, plain_qwen3_reranker_path, splade_path)
+    ] == ["embed", "rerank", "rerank", "sparse"]
 
 
 @pytest.fixture(scope="module")
@@ -62,8 +64,10 @@ def test_qwen3_embedder_matches_sentence_transformers(qwen3_embedder_path, qwen3
     assert_same_vectors(_embed(tokenizer, encoder, TEXTS), expected)
     one_at_a_time = np.concatenate([_embed(tokenizer, encoder, [text]) for text in TEXTS])
     assert_same_vectors(one_at_a_time, expected)
-    assert_same_vectors(_embed(tokenizer, encoder, TEXTS, tokenizer.prompt("query")),
-                        reference.encode(TEXTS, prompt_name="query", batch_size=8))
+    assert_same_vectors(
+        _embed(tokenizer, encoder, TEXTS, tokenizer.prompt("query")),
+        reference.encode(TEXTS, prompt_name="query", batch_size=8),
+    )
 
 
 def test_an_instruction_is_written_with_the_models_template(qwen3_embedder_path, qwen3):
@@ -83,9 +87,13 @@ def test_an_embedder_saved_for_chat_messages_is_refused(tmp_path, qwen3_embedder
     which Embento does not: refused with the way out rather than served with other numbers."""
     folder = tmp_path / "chat"
     shutil.copytree(qwen3_embedder_path, folder)
-    declared = {"transformer_task": "feature-extraction", "modality_config": {
-        "text": {"method": "forward", "method_output_name": "last_hidden_state"},
-        "message": {"method": "forward", "method_output_name": "last_hidden_state", "format": "flat"}}}
+    declared = {
+        "transformer_task": "feature-extraction",
+        "modality_config": {
+            "text": {"method": "forward", "method_output_name": "last_hidden_state"},
+            "message": {"method": "forward", "method_output_name": "last_hidden_state", "format": "flat"},
+        },
+    }
     (folder / "sentence_bert_config.json").write_text(json.dumps(declared))
     with pytest.raises(ModelLoadError, match="declares chat-message input"):
         TextTokenizer(folder, ModelConfig(backend="torch", model_id=str(folder)))
@@ -94,8 +102,10 @@ def test_an_embedder_saved_for_chat_messages_is_refused(tmp_path, qwen3_embedder
 def test_an_instruction_is_prepended_when_the_model_has_no_template(minilm_path):
     tokenizer = TextTokenizer(minilm_path, ModelConfig(backend="torch", model_id=str(minilm_path)))
     assert tokenizer.prompt(None, "Represent this: ") == "Represent this: "
-    templated = TextTokenizer(minilm_path, ModelConfig(backend="torch", model_id=str(minilm_path),
-                                                       instruction_template="task: {instruction} | "))
+    templated = TextTokenizer(
+        minilm_path,
+        ModelConfig(backend="torch", model_id=str(minilm_path), instruction_template="task: {instruction} | "),
+    )
     assert templated.prompt(None, "sort") == "task: sort | "
 
 
@@ -105,11 +115,16 @@ def test_bf16_on_cpu_matches_sentence_transformers_in_bf16(qwen3_embedder_path):
 
     tokenizer, encoder = _embedder(qwen3_embedder_path, dtype="bfloat16")
     assert encoder.info.dtype == "bfloat16"
-    reference = SentenceTransformer(str(qwen3_embedder_path), device="cpu", local_files_only=True,
-                                    model_kwargs={"dtype": torch.bfloat16})
+    reference = SentenceTransformer(
+        str(qwen3_embedder_path), device="cpu", local_files_only=True, model_kwargs={"dtype": torch.bfloat16}
+    )
     # bf16 keeps 8 bits of mantissa; padding changes the order of its sums, so the bound is bf16's
-    assert_same_vectors(_embed(tokenizer, encoder, TEXTS), reference.encode(TEXTS, batch_size=8).astype(np.float32),
-                        min_cosine=0.999, norm_rtol=1e-2)
+    assert_same_vectors(
+        _embed(tokenizer, encoder, TEXTS),
+        reference.encode(TEXTS, batch_size=8).astype(np.float32),
+        min_cosine=0.999,
+        norm_rtol=1e-2,
+    )
 
 
 def test_include_prompt_false_leaves_each_rows_prompt_out_of_pooling(tmp_path, tiny_bert_path):
@@ -120,14 +135,18 @@ def test_include_prompt_false_leaves_each_rows_prompt_out_of_pooling(tmp_path, t
 
     folder = tmp_path / "instructor-like"
     prompts = {"query": "represent the question for retrieval: ", "document": "represent the document: "}
-    SentenceTransformer(modules=[Transformer(str(tiny_bert_path)), Pooling(32, "mean", include_prompt=False)],
-                        prompts=prompts, device="cpu").save_pretrained(str(folder))
+    SentenceTransformer(
+        modules=[Transformer(str(tiny_bert_path)), Pooling(32, "mean", include_prompt=False)],
+        prompts=prompts,
+        device="cpu",
+    ).save_pretrained(str(folder))
     tokenizer, encoder = _embedder(folder)
     rows = []
     for name in ("query", "document"):
         prompt = tokenizer.prompt(name)
-        rows += TokenizedText.rows("m", tokenizer.encode_texts(TEXTS[:10], prompt),
-                                   prompt_length=tokenizer.prompt_length(prompt))
+        rows += TokenizedText.rows(
+            "m", tokenizer.encode_texts(TEXTS[:10], prompt), prompt_length=tokenizer.prompt_length(prompt)
+        )
     reference = SentenceTransformer(str(folder), device="cpu", local_files_only=True)
     expected = np.concatenate([reference.encode(TEXTS[:10], prompt_name=name) for name in ("query", "document")])
     assert_same_vectors(encoder.forward(rows), expected)
@@ -152,8 +171,9 @@ def test_normalize_false_returns_the_raw_pooled_vector(minilm_path):
 def test_truncation_controls(minilm_path):
     tokenizer = TextTokenizer(minilm_path, ModelConfig(backend="torch", model_id=str(minilm_path)))
     long_text = " ".join(f"w{i}" for i in range(400))
-    right, left = (tokenizer.encode_texts([long_text], truncation=Truncation(side=side))[0]
-                   for side in ("right", "left"))
+    right, left = (
+        tokenizer.encode_texts([long_text], truncation=Truncation(side=side))[0] for side in ("right", "left")
+    )
     assert len(right) == len(left) == 256 and right[:3] != left[:3] and right[-1] == left[-1]  # both end in [SEP]
     with pytest.raises(InvalidRequest, match=r"input\[1\] is \d+ tokens; this model takes at most 256"):
         tokenizer.encode_texts(["short", long_text], truncation=Truncation(enabled=False))
@@ -177,8 +197,10 @@ def test_causal_cross_encoder_matches_predict(qwen3_reranker_path, qwen3_reranke
     logits = pair_logits(tokenizer, scorer, TEXTS)
     assert_close(logits, reference.predict(pairs, activation_fn=lambda x: x, batch_size=8))
     assert_close(1 / (1 + np.exp(-logits)), reference.predict(pairs, batch_size=8))
-    assert_close(pair_logits(tokenizer, scorer, TEXTS, INSTRUCTION),
-                 reference.predict(pairs, prompt=INSTRUCTION, activation_fn=lambda x: x, batch_size=8))
+    assert_close(
+        pair_logits(tokenizer, scorer, TEXTS, INSTRUCTION),
+        reference.predict(pairs, prompt=INSTRUCTION, activation_fn=lambda x: x, batch_size=8),
+    )
     assert np.ptp(logits) > 0.05, "scores of a random checkpoint should still differ by input"
 
 
@@ -199,10 +221,16 @@ def test_plain_qwen3_reranker_follows_its_card(plain_qwen3_reranker_path):
     prefix = hf_tokenizer.encode(QWEN3_RERANKER_PREFIX, add_special_tokens=False)
     suffix = hf_tokenizer.encode(QWEN3_RERANKER_SUFFIX, add_special_tokens=False)
     bodies = [f"<Instruct>: {INSTRUCTION}\n<Query>: {QUERY}\n<Document>: {document}" for document in TEXTS]
-    encoded = hf_tokenizer(bodies, padding=False, truncation="longest_first", return_attention_mask=False,
-                           max_length=limit - len(prefix) - len(suffix))
-    batch = hf_tokenizer.pad({"input_ids": [prefix + ids + suffix for ids in encoded["input_ids"]]},
-                             padding=True, return_tensors="pt")
+    encoded = hf_tokenizer(
+        bodies,
+        padding=False,
+        truncation="longest_first",
+        return_attention_mask=False,
+        max_length=limit - len(prefix) - len(suffix),
+    )
+    batch = hf_tokenizer.pad(
+        {"input_ids": [prefix + ids + suffix for ids in encoded["input_ids"]]}, padding=True, return_tensors="pt"
+    )
     with torch.no_grad():
         last = model(**batch).logits[:, -1, :]
     yes, no = hf_tokenizer.convert_tokens_to_ids("yes"), hf_tokenizer.convert_tokens_to_ids("no")
@@ -235,8 +263,14 @@ def test_a_bare_causal_lm_needs_a_template_and_a_true_token(tmp_path, plain_qwen
     with pytest.raises(ModelLoadError, match="set chat_template and true_token"):
         TextTokenizer(bare, ModelConfig(backend="torch", model_id=str(bare), kind="rerank"), "rerank")
     (tmp_path / "template.jinja").write_text(QWEN3_RERANKER_CHAT_TEMPLATE)
-    cfg = ModelConfig(backend="torch", model_id=str(bare), kind="rerank", chat_template=str(tmp_path / "template.jinja"),
-                      true_token="yes", max_seq_length=160)
+    cfg = ModelConfig(
+        backend="torch",
+        model_id=str(bare),
+        kind="rerank",
+        chat_template=str(tmp_path / "template.jinja"),
+        true_token="yes",
+        max_seq_length=160,
+    )
     configured = pair_logits(TextTokenizer(bare, cfg, "rerank"), TextScorer(bare, cfg, "rerank"), TEXTS[:5])
     card = ModelConfig(backend="torch", model_id=str(plain_qwen3_reranker_path), max_seq_length=160)
     with_card = TextScorer(plain_qwen3_reranker_path, card, "rerank")
@@ -288,7 +322,8 @@ def test_a_bare_masked_lm_is_sparse_only_when_configured(tmp_path, minilm_path):
     cfg = ModelConfig(backend="torch", model_id=str(tmp_path), kind="sparse", max_seq_length=64)
     assert model_kind(cfg) == "sparse"
     outputs = SparseTextEncoder(tmp_path, cfg).forward(
-        TokenizedText.rows("m", TextTokenizer(tmp_path, cfg).encode_texts(TEXTS[:8])))
+        TokenizedText.rows("m", TextTokenizer(tmp_path, cfg).encode_texts(TEXTS[:8]))
+    )
     reference = SparseEncoder(str(tmp_path), device="cpu", local_files_only=True)
     reference.max_seq_length = 64
     for output, dense in zip(outputs, reference.encode(TEXTS[:8]).to_dense().numpy()):

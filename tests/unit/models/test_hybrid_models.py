@@ -20,8 +20,10 @@ MIN_COSINE = 0.9999  # the issue's bound per vector; float32 reordering stays fa
 
 def colbert_rows(tokenizer: TextTokenizer, texts: tuple[str, ...], is_query: bool) -> list[TokenizedText]:
     ids, expansions = tokenizer.encode_roles(list(texts), is_query)
-    return [TokenizedText(model="m", input_ids=row, is_query=is_query, expansion=count)
-            for row, count in zip(ids, expansions)]
+    return [
+        TokenizedText(model="m", input_ids=row, is_query=is_query, expansion=count)
+        for row, count in zip(ids, expansions)
+    ]
 
 
 @pytest.fixture(scope="module", params=["torch", "onnx"])
@@ -32,7 +34,10 @@ def colbert(request, colbert_path):
 
 def test_pylate_folders_are_colbert_and_flagembedding_folders_hybrid(colbert_path, bge_m3_path, tiny_bert_path):
     assert (detect_kind(colbert_path), detect_kind(bge_m3_path), detect_kind(tiny_bert_path)) == (
-        "colbert", "hybrid", "embed")
+        "colbert",
+        "hybrid",
+        "embed",
+    )
 
 
 @pytest.mark.parametrize("is_query", [True, False], ids=["queries", "documents"])
@@ -87,7 +92,7 @@ def test_m3_outputs_equal_flagembeddings(m3, m3_reference):
 def test_m3_rows_without_representations_are_its_dense_vectors(m3, m3_reference):
     tokenizer, model = m3
     plain = model.forward(TokenizedText.rows("m", tokenizer.encode_texts(list(QUERIES))))
-    assert_same_vectors(np.stack(plain), m3_reference.dense[:len(QUERIES)])
+    assert_same_vectors(np.stack(plain), m3_reference.dense[: len(QUERIES)])
     only_sparse = m3_outputs(m3, QUERIES, ("sparse",))
     assert [list(o) for o in only_sparse] == [["sparse"]] * len(QUERIES)
 

@@ -26,9 +26,18 @@ BEFORE = {  # kind: capabilities, backends, modalities, model service and its AP
 
 
 def info(kind: Kind) -> ModelInfo:
-    return ModelInfo(served_model_name="m", model_id="m", kind=kind, modalities=list(spec(kind).modalities),
-                     backend="torch", dimension=4, max_input_tokens=8, normalized=True, device="cpu",
-                     dtype="float32")
+    return ModelInfo(
+        served_model_name="m",
+        model_id="m",
+        kind=kind,
+        modalities=list(spec(kind).modalities),
+        backend="torch",
+        dimension=4,
+        max_input_tokens=8,
+        normalized=True,
+        device="cpu",
+        dtype="float32",
+    )
 
 
 def test_every_kind_has_one_spec_and_the_configuration_knows_them_all():
@@ -41,7 +50,10 @@ def test_each_kind_means_what_the_replaced_tables_said(kind):
     capabilities, backends, modalities, service, api = BEFORE[kind]
     kind_spec = spec(kind)
     assert (info(kind).capabilities, kind_spec.backends, list(kind_spec.modalities)) == (
-        capabilities, backends, modalities)
+        capabilities,
+        backends,
+        modalities,
+    )
     assert (kind_spec.model_service, kind_spec.service_api) == (service, api)
 
 
@@ -69,8 +81,11 @@ def test_the_scorer_variant_is_read_from_the_files_where_the_kind_allows_it(tmp_
 
 
 def test_models_record_their_scorer(tiny_reranker_path, qwen3_reranker_path, plain_qwen3_reranker_path):
-    for path, scorer in ((tiny_reranker_path, "cross-encoder"), (qwen3_reranker_path, "causal-lm"),
-                         (plain_qwen3_reranker_path, "causal-lm")):
+    for path, scorer in (
+        (tiny_reranker_path, "cross-encoder"),
+        (qwen3_reranker_path, "causal-lm"),
+        (plain_qwen3_reranker_path, "causal-lm"),
+    ):
         model = load_model(path, ModelConfig(model_id=str(path), device="cpu"))
         assert (model.info.kind, model.info.scorer) == ("rerank", scorer), path
 
@@ -80,8 +95,10 @@ def test_each_kind_loads_in_its_own_class(tiny_bert_path, tiny_classifier_path):
     from models.text_encoder import TextEncoder
     from models.text_scorer import TextScorer
 
-    for path, kind, model_class, scorer in ((tiny_bert_path, "embed", TextEncoder, None),
-                                            (tiny_bert_path, "sparse", SparseTextEncoder, None),
-                                            (tiny_classifier_path, "classify", TextScorer, "cross-encoder")):
+    for path, kind, model_class, scorer in (
+        (tiny_bert_path, "embed", TextEncoder, None),
+        (tiny_bert_path, "sparse", SparseTextEncoder, None),
+        (tiny_classifier_path, "classify", TextScorer, "cross-encoder"),
+    ):
         model = load_model(path, ModelConfig(model_id=str(path), kind=kind, device="cpu"))
         assert isinstance(model, model_class) and (model.info.kind, model.info.scorer) == (kind, scorer)

@@ -68,17 +68,21 @@ def test_sentence_transformers_5_cross_and_sparse_encoders_give_their_own_output
     logits = np.stack(reranker.forward(TokenizedText.rows("m", ids, segments)))[:, 0]
     assert_close(logits, majors.reranker_st5_logits)
     tokenizer, splade = _served(majors.splade_st5, "torch")
-    for output, dense in zip(splade.forward(TokenizedText.rows("m", tokenizer.encode_texts(TEXTS))),
-                             majors.splade_st5_weights):
+    for output, dense in zip(
+        splade.forward(TokenizedText.rows("m", tokenizer.encode_texts(TEXTS))), majors.splade_st5_weights
+    ):
         active = np.flatnonzero(dense)
         assert output[0].astype(int).tolist() == active.tolist()
         assert_close(output[1], dense[active])
 
 
-@pytest.mark.parametrize(("file", "field", "package"), [
-    ("config.json", ("transformers_version",), "transformers"),
-    ("config_sentence_transformers.json", ("__version__", "sentence_transformers"), "sentence-transformers"),
-])
+@pytest.mark.parametrize(
+    ("file", "field", "package"),
+    [
+        ("config.json", ("transformers_version",), "transformers"),
+        ("config_sentence_transformers.json", ("__version__", "sentence_transformers"), "sentence-transformers"),
+    ],
+)
 def test_a_checkpoint_of_a_newer_major_is_refused(majors, tmp_path, file, field, package):
     from importlib.metadata import version
 
@@ -101,8 +105,7 @@ def test_a_tokenizer_saved_as_tokenizers_backend_loads(modernbert_path):
     such class. It tokenizes as the tokenizer file itself does."""
     from tokenizers import Tokenizer
 
-    assert json.loads((modernbert_path / "tokenizer_config.json").read_text())["tokenizer_class"] == \
-        "TokenizersBackend"
+    assert json.loads((modernbert_path / "tokenizer_config.json").read_text())["tokenizer_class"] == "TokenizersBackend"
     tokenizer, model = _served(modernbert_path, "torch")
     own = Tokenizer.from_file(str(modernbert_path / "tokenizer.json"))
     within = [text for text in TEXTS if len(own.encode(text).ids) <= model.info.max_input_tokens]  # none cut

@@ -17,24 +17,30 @@ from models.long_inputs import (
 )
 
 
-@pytest.mark.parametrize(("total", "width", "overlap", "starts"), [
-    (10, 10, 0, [0]),  # fits: one window
-    (11, 10, 0, [0, 10]),  # the last window holds one token
-    (20, 10, 0, [0, 10]),
-    (21, 10, 3, [0, 7, 14]),  # 14 + 10 >= 21: the first that reaches the end is the last
-    (100, 30, 10, [0, 20, 40, 60, 80]),
-])
+@pytest.mark.parametrize(
+    ("total", "width", "overlap", "starts"),
+    [
+        (10, 10, 0, [0]),  # fits: one window
+        (11, 10, 0, [0, 10]),  # the last window holds one token
+        (20, 10, 0, [0, 10]),
+        (21, 10, 3, [0, 7, 14]),  # 14 + 10 >= 21: the first that reaches the end is the last
+        (100, 30, 10, [0, 20, 40, 60, 80]),
+    ],
+)
 def test_windows_step_by_width_less_overlap_until_one_reaches_the_end(total, width, overlap, starts):
     assert window_starts(total, width, overlap) == starts
     assert all(start + width >= total for start in starts[-1:])
     assert all(start + width < total for start in starts[:-1])
 
 
-@pytest.mark.parametrize(("total", "width", "overlap", "starts"), [
-    (100, 40, 10, [0, 30, 60]),  # 60 + 40 = 100: the regular slice already ends at the end
-    (90, 40, 10, [0, 30, 50]),  # the last slice is [N - L, N)
-    (41, 40, 10, [0, 1]),
-])
+@pytest.mark.parametrize(
+    ("total", "width", "overlap", "starts"),
+    [
+        (100, 40, 10, [0, 30, 60]),  # 60 + 40 = 100: the regular slice already ends at the end
+        (90, 40, 10, [0, 30, 50]),  # the last slice is [N - L, N)
+        (41, 40, 10, [0, 1]),
+    ],
+)
 def test_slices_have_the_full_width_and_the_last_ends_at_the_end(total, width, overlap, starts):
     assert slice_starts(total, width, overlap) == starts
 
@@ -57,7 +63,10 @@ def test_chunk_tokens_skip_specials_and_whitespace_and_a_bpe_token_joins_the_wor
     offsets = [(0, 0), (0, 2), (2, 5), (5, 7), (7, 9), (0, 0)]
     special = [True, False, False, False, False, True]
     assert chunk_segments(text, offsets, special, [(0, 2), (3, 5), (7, 9)]) == [
-        Segment(0, 1, 2), Segment(1, 2, 3), Segment(2, 4, 5)]
+        Segment(0, 1, 2),
+        Segment(1, 2, 3),
+        Segment(2, 4, 5),
+    ]
     # one chunk holding all: the whitespace-only token breaks the run in two
     assert chunk_segments(text, offsets, special, [(0, 9)]) == [Segment(0, 1, 3), Segment(0, 4, 5)]
 
@@ -88,8 +97,10 @@ def test_auto_chunks_cut_at_whitespace_and_concatenate_back_without_overlap():
 def test_auto_chunks_with_overlap_share_tokens():
     text = " ".join(f"w{i:02d}" for i in range(20))
     spans = auto_chunk_spans(text, _word_starts(text), size=6, overlap=2)
-    assert [text[a:b].split() for a, b in spans][:2] == [[f"w{i:02d}" for i in range(6)],
-                                                         [f"w{i:02d}" for i in range(4, 10)]]
+    assert [text[a:b].split() for a, b in spans][:2] == [
+        [f"w{i:02d}" for i in range(6)],
+        [f"w{i:02d}" for i in range(4, 10)],
+    ]
     assert spans[-1][1] == len(text)
 
 

@@ -35,7 +35,9 @@ def cosine(a: np.ndarray, b: np.ndarray) -> float:
 
 
 def _encoder(path, kind) -> MediaEncoder:
-    return MediaEncoder(path, ModelConfig(backend="torch", model_id=str(path), served_model_name=kind, device="cpu"), kind)
+    return MediaEncoder(
+        path, ModelConfig(backend="torch", model_id=str(path), served_model_name=kind, device="cpu"), kind
+    )
 
 
 @pytest.fixture(scope="module")
@@ -53,8 +55,9 @@ def colpali(tiny_colpali_path) -> MediaEncoder:
     return _encoder(tiny_colpali_path, "colpali")
 
 
-def test_media_kinds_are_read_from_the_checkpoint(tiny_clip_path, tiny_clap_path, tiny_colpali_path,
-                                                  tiny_colqwen2_path):
+def test_media_kinds_are_read_from_the_checkpoint(
+    tiny_clip_path, tiny_clap_path, tiny_colpali_path, tiny_colqwen2_path
+):
     paths = (tiny_clip_path, tiny_clap_path, tiny_colpali_path, tiny_colqwen2_path)
     assert [detect_kind(p) for p in paths] == ["clip", "clap", "colpali", "colpali"]
 
@@ -66,13 +69,16 @@ def test_images_decode_to_rgb(name):
     assert image.mode == "RGB" and min(image.size) >= 5
 
 
-@pytest.mark.parametrize(("data", "fragment"), [
-    pytest.param(b"this is plain text, not a PNG", "not a readable image", id="text-labelled-png"),
-    pytest.param(image_bytes(200, 200)[:300], "corrupt or truncated", id="truncated-png"),
-    pytest.param(image_bytes(1, 1), "at least 4", id="one-pixel"),
-    pytest.param(bomb_png(), "pixels are allowed", id="decompression-bomb"),
-    pytest.param(b"", "is empty", id="empty"),
-])
+@pytest.mark.parametrize(
+    ("data", "fragment"),
+    [
+        pytest.param(b"this is plain text, not a PNG", "not a readable image", id="text-labelled-png"),
+        pytest.param(image_bytes(200, 200)[:300], "corrupt or truncated", id="truncated-png"),
+        pytest.param(image_bytes(1, 1), "at least 4", id="one-pixel"),
+        pytest.param(bomb_png(), "pixels are allowed", id="decompression-bomb"),
+        pytest.param(b"", "is empty", id="empty"),
+    ],
+)
 def test_bad_images_are_refused(data, fragment):
     with pytest.raises(InvalidRequest, match=fragment):
         decode_image(data, MediaLimits(20_000_000, 40_000_000, 5.0), "input[0]")
@@ -93,12 +99,15 @@ def test_audio_decodes_like_librosa_load(name):
     np.testing.assert_allclose(ours, reference, atol=1e-5)
 
 
-@pytest.mark.parametrize(("data", "fragment"), [
-    pytest.param(audio_bytes(16000, 0.0), "no audio samples", id="empty-audio-file"),
-    pytest.param(audio_bytes(8000, 6.0), "at most 5 s", id="over-the-duration-cap"),
-    pytest.param(b"RIFF garbage that is no wave", "not readable audio", id="garbage"),
-    pytest.param(image_bytes(), "not readable audio", id="an-image"),
-])
+@pytest.mark.parametrize(
+    ("data", "fragment"),
+    [
+        pytest.param(audio_bytes(16000, 0.0), "no audio samples", id="empty-audio-file"),
+        pytest.param(audio_bytes(8000, 6.0), "at most 5 s", id="over-the-duration-cap"),
+        pytest.param(b"RIFF garbage that is no wave", "not readable audio", id="garbage"),
+        pytest.param(image_bytes(), "not readable audio", id="an-image"),
+    ],
+)
 def test_bad_audio_is_refused(data, fragment):
     with pytest.raises(InvalidRequest, match=fragment):
         decode_audio(data, 48000, LIMITS, "input[0]")
@@ -115,12 +124,26 @@ def test_data_uris():
         decode_data_uri("data:image/png;base64", 100, "input[0]")
 
 
-@pytest.mark.parametrize(("address", "public"), [
-    ("8.8.8.8", True), ("2001:4860:4860::8888", True), ("127.0.0.1", False), ("10.1.2.3", False),
-    ("192.168.0.1", False), ("172.16.5.5", False), ("169.254.169.254", False), ("100.64.0.1", False),
-    ("0.0.0.0", False), ("::1", False), ("fd00:ec2::254", False), ("fe80::1", False), ("224.0.0.1", False),
-    ("::ffff:127.0.0.1", False), ("::ffff:8.8.8.8", True),
-])
+@pytest.mark.parametrize(
+    ("address", "public"),
+    [
+        ("8.8.8.8", True),
+        ("2001:4860:4860::8888", True),
+        ("127.0.0.1", False),
+        ("10.1.2.3", False),
+        ("192.168.0.1", False),
+        ("172.16.5.5", False),
+        ("169.254.169.254", False),
+        ("100.64.0.1", False),
+        ("0.0.0.0", False),
+        ("::1", False),
+        ("fd00:ec2::254", False),
+        ("fe80::1", False),
+        ("224.0.0.1", False),
+        ("::ffff:127.0.0.1", False),
+        ("::ffff:8.8.8.8", True),
+    ],
+)
 def test_url_policy_allows_only_public_addresses(address, public):
     policy = UrlPolicy(allow_private=False, allowed_networks=(), timeout_s=1, max_bytes=1)
     assert policy.address_allowed(ipaddress.ip_address(address)) is public
@@ -147,7 +170,7 @@ def test_clip_matches_transformers(tiny_clip_path, clip):
             output = model.get_text_features(**processor.tokenizer([text], return_tensors="pt"))
             expected = output.pooler_output[0].numpy()  # transformers 5: the projected vector
             assert cosine(ours, expected) >= 0.9999 and abs(np.linalg.norm(ours) - 1) < 1e-5
-        for name, ours in zip(names, outputs[len(texts):]):
+        for name, ours in zip(names, outputs[len(texts) :]):
             image = decode_image(IMAGES[name][0], LIMITS, name)
             output = model.get_image_features(**processor(images=[image], return_tensors="pt"))
             expected = output.pooler_output[0].numpy()
@@ -209,8 +232,12 @@ def test_colqwen2_pages_of_different_sizes_match_transformers(tiny_colqwen2_path
     from transformers import AutoProcessor, ColQwen2ForRetrieval
 
     encoder = _encoder(tiny_colqwen2_path, "colpali")
-    items = [("image", IMAGES["png"][0]), ("image", IMAGES["large"][0]), ("text", "what chart"),
-             ("image", IMAGES["tiny"][0])]
+    items = [
+        ("image", IMAGES["png"][0]),
+        ("image", IMAGES["large"][0]),
+        ("text", "what chart"),
+        ("image", IMAGES["tiny"][0]),
+    ]
     rows = _rows(encoder, items)
     assert len({row.arrays["pixel_values"].shape for row in rows if row.modality == "image"}) == 2
     outputs = encoder.forward(rows)
@@ -218,8 +245,11 @@ def test_colqwen2_pages_of_different_sizes_match_transformers(tiny_colqwen2_path
     processor = AutoProcessor.from_pretrained(str(tiny_colqwen2_path))
     with torch.inference_mode():
         for (modality, value), ours in zip(items, outputs):
-            inputs = (processor(images=[decode_image(value, LIMITS, "page")], return_tensors="pt")
-                      if modality == "image" else processor(text=[value], return_tensors="pt"))
+            inputs = (
+                processor(images=[decode_image(value, LIMITS, "page")], return_tensors="pt")
+                if modality == "image"
+                else processor(text=[value], return_tensors="pt")
+            )
             expected = model(**inputs).embeddings[0].numpy()
             assert ours.shape == expected.shape
             assert min(cosine(a, b) for a, b in zip(ours, expected)) >= 0.9999
@@ -229,7 +259,9 @@ def test_a_row_that_fails_inside_the_model_fails_alone(tiny_clip_path, clip):
     """Rows of several requests share a pass; one with broken pixels fails, the others are exact."""
     from services.pool import ModelPool
 
-    pool = ModelPool(lambda folder, cfg: clip, [ModelConfig(backend="torch", model_id=str(tiny_clip_path), served_model_name="m")])
+    pool = ModelPool(
+        lambda folder, cfg: clip, [ModelConfig(backend="torch", model_id=str(tiny_clip_path), served_model_name="m")]
+    )
     good = _rows(clip, [("image", IMAGES["png"][0]), ("text", "a fox"), ("image", IMAGES["jpeg"][0])])
     broken = good[0].model_copy(update={"arrays": {"pixel_values": np.zeros((3, 7, 7), dtype=np.float32)}})
     outputs = asyncio.run(pool.run([good[0], broken, good[1], good[2]]))
@@ -265,13 +297,24 @@ print(json.dumps({"outcomes": outcomes, "torch imported": seen}))
 
 
 def test_the_kinds_declared_to_need_torch_in_the_gateway_are_those_that_fail_without_it(
-        tiny_bert_path, tiny_clip_path, tiny_clap_path, tiny_colpali_path, tiny_colqwen2_path):
+    tiny_bert_path, tiny_clip_path, tiny_clap_path, tiny_colpali_path, tiny_colqwen2_path
+):
     assert set(KIND_SPECS) == set(get_args(Kind))
-    cases = [("embed", tiny_bert_path), ("clip", tiny_clip_path), ("clap", tiny_clap_path),
-             ("colpali", tiny_colpali_path), ("colpali", tiny_colqwen2_path)]
+    cases = [
+        ("embed", tiny_bert_path),
+        ("clip", tiny_clip_path),
+        ("clap", tiny_clap_path),
+        ("colpali", tiny_colpali_path),
+        ("colpali", tiny_colqwen2_path),
+    ]
     result = subprocess.run(
         [sys.executable, "-c", PREPARE_WITHOUT_TORCH, json.dumps([(kind, str(path)) for kind, path in cases])],
-        cwd=ROOT, capture_output=True, text=True, timeout=300, check=True)
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
     report = json.loads(result.stdout.strip().splitlines()[-1])
     assert not report["torch imported"]
     for (kind, _), outcome in zip(cases, report["outcomes"]):

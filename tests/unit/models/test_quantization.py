@@ -77,7 +77,7 @@ def test_symmetric_codes_are_the_floats_times_one_constant(vectors):
     assert (np.abs(int8 * step - vectors)[inside] <= step / 2 + 1e-7).all()
     assert np.array_equal(quantize(-vectors, "int8", scale=scale), -int8)  # symmetric: no offset
     # what a vector database computes on the codes: dot products (scaled by (127 / s)^2), and uint8 L2 equal to int8's
-    dots = int8.astype(np.int64) @ int8.astype(np.int64).T * step ** 2
+    dots = int8.astype(np.int64) @ int8.astype(np.int64).T * step**2
     assert np.abs(dots - vectors @ vectors.T).max() < 2 * step
     pairs = (slice(0, 50), slice(50, 100))
     l2_int8 = ((int8[pairs[0]].astype(int) - int8[pairs[1]]) ** 2).sum(axis=1)
@@ -126,11 +126,17 @@ def test_parameters_per_width_come_from_the_truncated_renormalized_calibration(v
     assert symmetric.parameters(16, True) == scale_of(truncate_dimensions(vectors, 16, True))
     assert symmetric.parameters(16, False) == scale_of(vectors[:, :16])
     assert symmetric.parameters(16, True) > symmetric.parameters(16, False)
-    assert np.array_equal(symmetric.codes(vectors[:, :16], "int8", renormalized=False),
-                          quantize(vectors[:, :16], "int8", scale=scale_of(vectors[:, :16])))
+    assert np.array_equal(
+        symmetric.codes(vectors[:, :16], "int8", renormalized=False),
+        quantize(vectors[:, :16], "int8", scale=scale_of(vectors[:, :16])),
+    )
     report = symmetric.report(40, True)
-    assert report == {"scheme": "symmetric", "source": "calibrated", "calibration_texts": len(CALIBRATION_TEXTS),
-                      "scales": {"40": scale_of(vectors)}}
+    assert report == {
+        "scheme": "symmetric",
+        "source": "calibrated",
+        "calibration_texts": len(CALIBRATION_TEXTS),
+        "scales": {"40": scale_of(vectors)},
+    }
     assert json.loads(json.dumps(report)) == report  # the scale survives JSON exactly
 
 
@@ -151,8 +157,13 @@ def test_configured_parameters_are_read_and_checked(tmp_path: Path, vectors, sch
     with pytest.raises(ConfigError, match="entry '40'"):
         read_configured_ranges(str(path), 40, scheme)
     # the other scheme's file is refused, naming the setting that fits it
-    path.write_text(json.dumps(Quantizer(calibration=vectors).report(40, True)["scales"] if scheme == "per_dimension"
-                               else Quantizer("per_dimension", calibration=vectors).report(40, True)["ranges"]))
+    path.write_text(
+        json.dumps(
+            Quantizer(calibration=vectors).report(40, True)["scales"]
+            if scheme == "per_dimension"
+            else Quantizer("per_dimension", calibration=vectors).report(40, True)["ranges"]
+        )
+    )
     with pytest.raises(ConfigError, match="entry '40'.*quantization: per_dimension"):
         read_configured_ranges(str(path), 40, scheme)
     path.write_text("not json")

@@ -34,16 +34,19 @@ def _as_int(codes: np.ndarray) -> np.ndarray:
     return codes.astype(np.int64)
 
 
-def code_overlaps(floats_q: np.ndarray, floats_d: np.ndarray, quantizer: Quantizer, renormalized: bool = True
-                  ) -> dict[str, float]:
+def code_overlaps(
+    floats_q: np.ndarray, floats_d: np.ndarray, quantizer: Quantizer, renormalized: bool = True
+) -> dict[str, float]:
     """Top-10 overlap with the floats' ranking of the three ways a vector database searches codes."""
     reference = nearest(floats_q @ floats_d.T)
     q8, d8 = (_as_int(quantizer.codes(v, "int8", renormalized)) for v in (floats_q, floats_d))
     qu, du = (_as_int(quantizer.codes(v, "uint8", renormalized)) for v in (floats_q, floats_d))
     cosine = (q8 / np.linalg.norm(q8, axis=1, keepdims=True)) @ (d8 / np.linalg.norm(d8, axis=1, keepdims=True)).T
-    l2 = (qu ** 2).sum(axis=1)[:, None] - 2 * qu @ du.T + (du ** 2).sum(axis=1)[None, :]
-    return {name: float(top_k_agreement(nearest(scores), reference).mean())
-            for name, scores in (("int8 dot", q8 @ d8.T), ("int8 cosine", cosine), ("uint8 L2", -l2))}
+    l2 = (qu**2).sum(axis=1)[:, None] - 2 * qu @ du.T + (du**2).sum(axis=1)[None, :]
+    return {
+        name: float(top_k_agreement(nearest(scores), reference).mean())
+        for name, scores in (("int8 dot", q8 @ d8.T), ("int8 cosine", cosine), ("uint8 L2", -l2))
+    }
 
 
 class Served:
@@ -98,4 +101,3 @@ def test_tiny_model_codes_keep_the_float_ranking(tiny):
     neighbours are closer than one step; float16 alone keeps 0.996 to 0.998."""
     overlaps = code_overlaps(tiny.queries, tiny.documents, tiny.quantizer())
     assert min(overlaps.values()) >= 0.9, overlaps
-

@@ -37,8 +37,9 @@ def classifier(tiny_classifier_path) -> tuple[TextTokenizer, TextScorer]:
     return TextTokenizer(tiny_classifier_path, cfg), TextScorer(tiny_classifier_path, cfg, "classify")
 
 
-def test_kind_is_read_from_the_checkpoint(minilm_path, tiny_bert_path, tiny_reranker_path, tiny_classifier_path,
-                                          tmp_path):
+def test_kind_is_read_from_the_checkpoint(
+    minilm_path, tiny_bert_path, tiny_reranker_path, tiny_classifier_path, tmp_path
+):
     from sentence_transformers import CrossEncoder
 
     assert detect_kind(minilm_path) == "embed"
@@ -89,7 +90,8 @@ def test_long_documents_are_cut_and_the_query_kept(tiny_reranker_path, reranker)
     assert ids[: len(query_ids)] == query_ids  # [CLS] query [SEP] whole
     assert segments.count(0) == len(query_ids)
     reference = AutoTokenizer.from_pretrained(str(tiny_reranker_path))(
-        QUERY, long_document, truncation="only_second", max_length=512, return_tensors="pt")
+        QUERY, long_document, truncation="only_second", max_length=512, return_tensors="pt"
+    )
     model = AutoModelForSequenceClassification.from_pretrained(str(tiny_reranker_path)).eval()
     with torch.inference_mode():
         expected = model(**reference).logits.numpy()
@@ -115,7 +117,8 @@ def test_classifier_scores_match_a_transformers_forward(tiny_classifier_path, cl
     assert scorer.info.labels == CLASSIFIER_LABELS and scorer.info.activation == "softmax"
     model = AutoModelForSequenceClassification.from_pretrained(str(tiny_classifier_path)).eval()
     features = AutoTokenizer.from_pretrained(str(tiny_classifier_path))(
-        texts, padding=True, truncation=True, max_length=512, return_tensors="pt")
+        texts, padding=True, truncation=True, max_length=512, return_tensors="pt"
+    )
     with torch.inference_mode():
         expected = model(**features).logits
     expected = expected if raw else torch.softmax(expected, dim=-1)
@@ -127,7 +130,9 @@ def test_multi_label_classifiers_use_sigmoid(tiny_classifier_path, tmp_path):
     folder = Path(shutil.copytree(tiny_classifier_path, tmp_path / "multi"))
     config = json.loads((folder / "config.json").read_text())
     (folder / "config.json").write_text(json.dumps({**config, "problem_type": "multi_label_classification"}))
-    assert TextScorer(folder, ModelConfig(backend="torch", model_id=str(folder)), "classify").info.activation == "sigmoid"
+    assert (
+        TextScorer(folder, ModelConfig(backend="torch", model_id=str(folder)), "classify").info.activation == "sigmoid"
+    )
 
 
 def test_a_multi_label_head_cannot_rerank(tiny_classifier_path):

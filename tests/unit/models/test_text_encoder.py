@@ -75,15 +75,18 @@ def test_text_is_tokenized_as_transformers_tokenizes_it(checkpoint, side, reques
     from transformers import AutoTokenizer
 
     AutoTokenizer.from_pretrained(str(request.getfixturevalue(checkpoint)), truncation_side=side).save_pretrained(
-        tmp_path)
+        tmp_path
+    )
     reference = AutoTokenizer.from_pretrained(str(tmp_path))
     tokenizer = TextTokenizer(tmp_path, ModelConfig(backend="torch", model_id=str(tmp_path), max_seq_length=12))
     texts = ["hello", "Hello World, again!", " leading space", " ".join(WORDS), "<unk> stays text", "é ü 漢字"]
     expected = reference(texts, truncation=True, max_length=12)["input_ids"]
     assert tokenizer.encode_texts(texts) == expected
     assert len(expected[3]) == 12 < len(reference(texts[3])["input_ids"])  # the long text really is cut
-    assert tokenizer.encode_texts(texts, "query: ") == reference(
-        ["query: " + text for text in texts], truncation=True, max_length=12)["input_ids"]
+    assert (
+        tokenizer.encode_texts(texts, "query: ")
+        == reference(["query: " + text for text in texts], truncation=True, max_length=12)["input_ids"]
+    )
 
 
 def test_token_ids_are_framed_and_checked(minilm):
@@ -113,10 +116,12 @@ def test_pooling_and_normalize_overrides(minilm_path, minilm, st_model):
     ids = tokenizer.encode_texts(["one sentence", "and another, rather longer sentence"])
     cls_raw = TextEncoder(minilm_path, ModelConfig(backend="torch", model_id=MINILM, pooling="cls", normalize=False))
     assert not cls_raw.info.normalized
-    token_states = st_model.encode(["one sentence", "and another, rather longer sentence"],
-                                   output_value="token_embeddings")
-    assert_same_vectors(cls_raw.forward(TokenizedText.rows("test", ids)),
-                        np.stack([t[0].numpy() for t in token_states]))
+    token_states = st_model.encode(
+        ["one sentence", "and another, rather longer sentence"], output_value="token_embeddings"
+    )
+    assert_same_vectors(
+        cls_raw.forward(TokenizedText.rows("test", ids)), np.stack([t[0].numpy() for t in token_states])
+    )
 
 
 def test_plan_batches_respects_count_and_token_budget():
@@ -177,8 +182,7 @@ def test_truncate_dimensions_renormalizes():
     vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
     short = truncate_dimensions(vectors, 8, renormalize=True)
     np.testing.assert_allclose(np.linalg.norm(short, axis=1), 1.0, atol=1e-6)
-    np.testing.assert_allclose(short * np.linalg.norm(vectors[:, :8], axis=1, keepdims=True), vectors[:, :8],
-                               atol=1e-6)
+    np.testing.assert_allclose(short * np.linalg.norm(vectors[:, :8], axis=1, keepdims=True), vectors[:, :8], atol=1e-6)
     np.testing.assert_array_equal(truncate_dimensions(vectors, 8, renormalize=False), vectors[:, :8])
     assert truncate_dimensions(vectors, None, renormalize=True) is vectors
 
@@ -217,14 +221,20 @@ def test_span_rows_share_a_pass_with_pooled_rows(checkpoint, request):
     cfg = ModelConfig(backend="torch", model_id=str(folder), device="cpu")
     tokenizer, encoder = TextTokenizer(folder, cfg), TextEncoder(folder, cfg)
     short, long = tokenizer.encode_texts([" ".join(WORDS[:5]), " ".join(WORDS[:30])])
-    rows = [TokenizedText(model="m", input_ids=short),
-            TokenizedText(model="m", input_ids=long, spans=[(1, 4), (4, len(long) - 1)]),
-            TokenizedText(model="m", input_ids=long, normalize=False),
-            TokenizedText(model="m", input_ids=short, spans=[(0, 2)])]
+    rows = [
+        TokenizedText(model="m", input_ids=short),
+        TokenizedText(model="m", input_ids=long, spans=[(1, 4), (4, len(long) - 1)]),
+        TokenizedText(model="m", input_ids=long, normalize=False),
+        TokenizedText(model="m", input_ids=short, spans=[(0, 2)]),
+    ]
     together = encoder.forward(rows)
     alone = [encoder.forward([row])[0] for row in rows]
-    assert [np.shape(output) for output in together] == [(encoder.info.dimension,), (2, encoder.info.dimension),
-                                                         (encoder.info.dimension,), (1, encoder.info.dimension)]
+    assert [np.shape(output) for output in together] == [
+        (encoder.info.dimension,),
+        (2, encoder.info.dimension),
+        (encoder.info.dimension,),
+        (1, encoder.info.dimension),
+    ]
     for got, expected in zip(together, alone):
         assert_same_vectors(got, expected)
     assert abs(np.linalg.norm(together[2]) - 1) > 1e-3, "normalize: false kept the raw pooled vector"

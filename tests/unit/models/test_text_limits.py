@@ -48,8 +48,14 @@ def test_the_tokenizers_name_no_limit(silent_clap_path, silent_colpali_path, rob
 
 
 def test_the_limit_is_the_positions_less_the_offset_and_the_tokenizer_limit_when_smaller(
-        silent_clap_path, silent_colpali_path, roberta_path, siglip_path, tiny_clip_path, tiny_bert_path,
-        qwen3_embedder_path):
+    silent_clap_path,
+    silent_colpali_path,
+    roberta_path,
+    siglip_path,
+    tiny_clip_path,
+    tiny_bert_path,
+    qwen3_embedder_path,
+):
     assert text_limit(silent_clap_path, SILENT) == 78  # 80 positions from pad_token_id + 1 = 2 (RoBERTa's)
     assert text_limit(roberta_path, SILENT) == 64  # 66 positions, the same scheme
     assert text_limit(roberta_path, 32) == 32  # a tokenizer's own, smaller limit

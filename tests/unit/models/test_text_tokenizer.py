@@ -11,13 +11,27 @@ from models.text_tokenizer import TextTokenizer
 from tests.conftest import MINILM
 
 
-@pytest.mark.parametrize(("prompts", "expected"), [
-    ({"query": "query: ", "passage": "passage: "}, {"search_query": "query", "search_document": "passage"}),
-    ({"search_query": "search_query: ", "search_document": "search_document: ", "classification": "c: ",
-      "clustering": "k: "}, {"search_query": "search_query", "search_document": "search_document",
-                             "classification": "classification", "clustering": "clustering"}),
-    ({}, {}),
-])
+@pytest.mark.parametrize(
+    ("prompts", "expected"),
+    [
+        ({"query": "query: ", "passage": "passage: "}, {"search_query": "query", "search_document": "passage"}),
+        (
+            {
+                "search_query": "search_query: ",
+                "search_document": "search_document: ",
+                "classification": "c: ",
+                "clustering": "k: ",
+            },
+            {
+                "search_query": "search_query",
+                "search_document": "search_document",
+                "classification": "classification",
+                "clustering": "clustering",
+            },
+        ),
+        ({}, {}),
+    ],
+)
 def test_input_types_follow_the_prompt_names(minilm_path, prompts, expected):
     tokenizer = TextTokenizer(minilm_path, ModelConfig(model_id=MINILM, prompts=prompts))
     assert tokenizer.settings.input_type_prompts == expected
@@ -52,8 +66,11 @@ def test_pair_lists_tokenize_as_cross_encoder(minilm_path):
     reference = AutoTokenizer.from_pretrained(str(minilm_path))
     long = " ".join(["word"] * 300)
     ids, segments = tokenizer.encode_pair_list(["a question", long, "alone"], ["an answer", long, None])
-    expected = [reference("a question", "an answer"), reference(long, long, truncation=True, max_length=256),
-                reference("alone")]
+    expected = [
+        reference("a question", "an answer"),
+        reference(long, long, truncation=True, max_length=256),
+        reference("alone"),
+    ]
     assert ids == [e["input_ids"] for e in expected]
     assert segments == [e["token_type_ids"] for e in expected]
     assert len(ids[1]) == 256

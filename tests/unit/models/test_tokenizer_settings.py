@@ -49,8 +49,10 @@ def test_texts_and_prompts(tokenizers):
     expected = reference(TEXTS, truncation=True, max_length=limit)["input_ids"]
     assert ours.encode_texts(TEXTS) == expected
     assert {len(ids) for ids in expected} >= {4, limit}  # short texts stay short; long ones are cut at the limit
-    assert ours.encode_texts(TEXTS, "query: ") == reference(
-        ["query: " + text for text in TEXTS], truncation=True, max_length=limit)["input_ids"]
+    assert (
+        ours.encode_texts(TEXTS, "query: ")
+        == reference(["query: " + text for text in TEXTS], truncation=True, max_length=limit)["input_ids"]
+    )
 
 
 def test_token_counts(tokenizers):

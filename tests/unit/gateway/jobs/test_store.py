@@ -57,8 +57,10 @@ def make_store(database: tuple[str | None, Path], clock: Clock, **settings) -> J
 
 
 def batch_file(count: int, url: str = "/v1/embeddings") -> bytes:
-    return "\n".join(json.dumps({"custom_id": f"c{i}", "method": "POST", "url": url,
-                                 "body": {"input": f"text {i}"}}) for i in range(count)).encode()
+    return "\n".join(
+        json.dumps({"custom_id": f"c{i}", "method": "POST", "url": url, "body": {"input": f"text {i}"}})
+        for i in range(count)
+    ).encode()
 
 
 def validated_batch(store: JobStore, count: int) -> str:
@@ -73,8 +75,10 @@ def validated_batch(store: JobStore, count: int) -> str:
 
 
 def answers(chunk, status: int = 200) -> list[tuple[int, bool, str]]:
-    return [(line.number, status == 200, json.dumps({"custom_id": line.custom_id, "status": status}))
-            for line in chunk.lines]
+    return [
+        (line.number, status == 200, json.dumps({"custom_id": line.custom_id, "status": status}))
+        for line in chunk.lines
+    ]
 
 
 def test_a_batch_runs_chunk_by_chunk_and_its_output_file_holds_each_line_once_in_order(database):
@@ -83,13 +87,19 @@ def test_a_batch_runs_chunk_by_chunk_and_its_output_file_holds_each_line_once_in
     assert store.batch(batch_id)["status"] == "in_progress"
     claimed = [store.claim_chunk(worker) for worker in ("a", "b", "a")]
     assert [(chunk.first_line, [line.custom_id for line in chunk.lines]) for chunk in claimed] == [
-        (1, ["c0", "c1"]), (3, ["c2", "c3"]), (5, ["c4"])]
+        (1, ["c0", "c1"]),
+        (3, ["c2", "c3"]),
+        (5, ["c4"]),
+    ]
     assert store.claim_chunk("c") is None  # every chunk is held
     assert store.claim_step("c") is None  # and none is stored yet: nothing to finalize
     for chunk, worker in zip(reversed(claimed), ("a", "b", "a")):
         assert store.store_chunk(chunk, worker, answers(chunk, 400 if chunk.first_line == 3 else 200))
-    assert store.claim_step("f") == {"id": batch_id, "status": "in_progress", "expires_at": store.batch(batch_id)[
-        "expires_at"]}
+    assert store.claim_step("f") == {
+        "id": batch_id,
+        "status": "in_progress",
+        "expires_at": store.batch(batch_id)["expires_at"],
+    }
     assert store.finalizing(batch_id, "f")
     store.finish(batch_id, "f", "finalizing", "completed")
     record = store.batch(batch_id)
@@ -166,8 +176,10 @@ def test_files_and_batches_expire_by_the_clock(database):
     assert store.expire_files() == 0
     clock.now += 6 * DAY_S  # the input is 7 days old, the output and the later upload 6
     assert store.expire_files() == 1
-    assert sorted(r["filename"] for r in store.files(None, None, 10, True)) == [f"{batch_id}_output.jsonl",
-                                                                                "later.jsonl"]
+    assert sorted(r["filename"] for r in store.files(None, None, 10, True)) == [
+        f"{batch_id}_output.jsonl",
+        "later.jsonl",
+    ]
     clock.now += DAY_S
     assert store.expire_files() == 2
     assert store.files(None, None, 10, True) == []
@@ -256,8 +268,9 @@ def test_a_batch_runs_as_its_tenant_and_its_output_files_are_its_own(database):
     # The tenant's stored bytes are its uploads' and its outputs'.
     held = store.file(file_id)["bytes"] + store.file(output_id)["bytes"]
     capped = Tenant(name="acme", max_stored_bytes=held + 10)
-    with pytest.raises(errors.InvalidRequest, match=f"API key 'acme' may keep {held + 10} bytes of files and holds "
-                                                    f"{held}"):
+    with pytest.raises(
+        errors.InvalidRequest, match=f"API key 'acme' may keep {held + 10} bytes of files and holds {held}"
+    ):
         store.add_file("more.jsonl", "batch", b"x" * 11, capped)
     store.add_file("more.jsonl", "batch", b"x" * 10, capped)
 
@@ -285,8 +298,9 @@ def test_a_tenants_unfinished_batches_are_capped_in_lines(database):
     _, first = tenant_batch(store, 3, capped)
     clock.now += 1  # the batches below are younger
     three = store.add_file("three.jsonl", "batch", batch_file(3), capped)
-    with pytest.raises(errors.InvalidRequest, match="may have 5 lines in unfinished batches and has 3; this file "
-                                                    "adds 3") as refused:
+    with pytest.raises(
+        errors.InvalidRequest, match="may have 5 lines in unfinished batches and has 3; this file adds 3"
+    ) as refused:
         store.create_batch("/v1/embeddings", three["id"], "24h", None, capped)
     assert refused.value.param == "input_file_id"
     two = store.add_file("two.jsonl", "batch", (batch_file(2).decode() + "\n").encode(), capped)  # final newline
@@ -296,8 +310,9 @@ def test_a_tenants_unfinished_batches_are_capped_in_lines(database):
         upload = store.add_file("other.jsonl", "batch", batch_file(9), other)
         store.create_batch("/v1/embeddings", upload["id"], "24h", None, other)
     with pytest.raises(errors.InvalidRequest, match="has 5"):
-        store.create_batch("/v1/embeddings", store.add_file("one", "batch", batch_file(1), capped)["id"], "24h",
-                           None, capped)
+        store.create_batch(
+            "/v1/embeddings", store.add_file("one", "batch", batch_file(1), capped)["id"], "24h", None, capped
+        )
     assert store.claim_step("v")["id"] == first  # the oldest: its validation fails, and it is finished
     store.validated(first, "v", None, [{"code": "invalid", "message": "no", "param": None, "line": 1}])
     assert store.batch(first)["status"] == "failed"

@@ -43,10 +43,12 @@ TENANTS = [
     {"name": "gate-free", "key_sha256": sha("free-key"), "models": ["m1"]},
     {"name": "gate-series", "key_sha256": sha("series-key"), "tokens_per_minute": 5, "max_concurrent_requests": 2},
 ]
-RATED, TOKENS, SINGLE, FREE = ({"Authorization": f"Bearer {key}"} for key in
-                               ("rated-key", "tokens-key", "single-key", "free-key"))
-RATE_HEADERS = [f"x-ratelimit-{what}-{kind}" for kind in ("requests", "tokens")
-                for what in ("limit", "remaining", "reset")]
+RATED, TOKENS, SINGLE, FREE = (
+    {"Authorization": f"Bearer {key}"} for key in ("rated-key", "tokens-key", "single-key", "free-key")
+)
+RATE_HEADERS = [
+    f"x-ratelimit-{what}-{kind}" for kind in ("requests", "tokens") for what in ("limit", "remaining", "reset")
+]
 
 
 class Clock:
@@ -85,9 +87,14 @@ class Gate:
         self.ran: list[str] = []
         self.entered = asyncio.Event()
         self.release = asyncio.Event()
-        routes = Starlette(routes=[Route(path, self.answer, methods=["POST"]) for path in ("/v1/embeddings", "/embed")]
-                           + [Route("/slow", self.slow, methods=["POST"]), Route("/v1/models", self.models),
-                              Route("/readyz", self.models)])
+        routes = Starlette(
+            routes=[Route(path, self.answer, methods=["POST"]) for path in ("/v1/embeddings", "/embed")]
+            + [
+                Route("/slow", self.slow, methods=["POST"]),
+                Route("/v1/models", self.models),
+                Route("/readyz", self.models),
+            ]
+        )
 
         async def app(scope, receive, send):
             if scope["type"] == "http" and scope["path"] == "/silent":
@@ -104,8 +111,10 @@ class Gate:
         account = ACCOUNT.get()
         account.model, account.tokens = body.get("model", "m1"), body.get("tokens", 0)
         if body.get("fail"):
-            return JSONResponse({"error": {"message": "input: bad", "type": "invalid_request_error", "param": "input",
-                                           "code": None}}, status_code=400)
+            return JSONResponse(
+                {"error": {"message": "input: bad", "type": "invalid_request_error", "param": "input", "code": None}},
+                status_code=400,
+            )
         return JSONResponse({"tenant": TENANT.get().name})
 
     async def slow(self, request: Request) -> JSONResponse:
@@ -169,9 +178,14 @@ def rate_headers(response: httpx.Response) -> dict[str, str]:
 
 # Who calls
 
+
 def test_a_missing_or_unknown_key_is_a_401_in_the_routes_shape(gate):
-    for headers in ({}, {"Authorization": "Bearer nope"}, {"Authorization": "Basic rated-key"},
-                    {"Authorization": f"Bearer {sha('rated-key')}"}):
+    for headers in (
+        {},
+        {"Authorization": "Bearer nope"},
+        {"Authorization": "Basic rated-key"},
+        {"Authorization": f"Bearer {sha('rated-key')}"},
+    ):
         openai = gate.client.post("/v1/embeddings", json={}, headers=headers)
         assert openai.status_code == 401 and openai.json()["error"]["code"] == "invalid_api_key"
         tei = gate.client.post("/embed", json={}, headers=headers)
@@ -190,13 +204,18 @@ def test_the_request_runs_as_its_keys_tenant(gate):
 
 # Headers and 429s
 
+
 def test_answers_carry_the_buckets_after_their_charge(gate):
     response = gate.client.post("/v1/embeddings", json={"tokens": 10}, headers=RATED)
     assert response.status_code == 200
     assert rate_headers(response) == {
-        "x-ratelimit-limit-requests": "3", "x-ratelimit-remaining-requests": "2", "x-ratelimit-reset-requests": "20s",
-        "x-ratelimit-limit-tokens": "1000", "x-ratelimit-remaining-tokens": "990",
-        "x-ratelimit-reset-tokens": "600ms"}
+        "x-ratelimit-limit-requests": "3",
+        "x-ratelimit-remaining-requests": "2",
+        "x-ratelimit-reset-requests": "20s",
+        "x-ratelimit-limit-tokens": "1000",
+        "x-ratelimit-remaining-tokens": "990",
+        "x-ratelimit-reset-tokens": "600ms",
+    }
     response = gate.client.post("/v1/embeddings", json={"tokens": 20}, headers=RATED)
     assert rate_headers(response)["x-ratelimit-remaining-requests"] == "1"
     assert rate_headers(response)["x-ratelimit-reset-requests"] == "40s"
@@ -223,9 +242,13 @@ def test_over_its_request_rate_a_tenant_gets_a_429_with_when_to_retry(gate):
     assert refused.headers["retry-after"] == "20" and refused.headers["retry-after-ms"] == "20000"
     assert refused.headers.get_list("retry-after") == ["20"]  # not beside the server's default 1
     assert rate_headers(refused) == {
-        "x-ratelimit-limit-requests": "3", "x-ratelimit-remaining-requests": "0", "x-ratelimit-reset-requests": "1m0s",
-        "x-ratelimit-limit-tokens": "1000", "x-ratelimit-remaining-tokens": "970",
-        "x-ratelimit-reset-tokens": "1.8s"}
+        "x-ratelimit-limit-requests": "3",
+        "x-ratelimit-remaining-requests": "0",
+        "x-ratelimit-reset-requests": "1m0s",
+        "x-ratelimit-limit-tokens": "1000",
+        "x-ratelimit-remaining-tokens": "970",
+        "x-ratelimit-reset-tokens": "1.8s",
+    }
     assert sample("embento_tenant_throttled_total", tenant="gate-rated", limit="requests") == throttled + 1
     gate.clock.now += 17.5
     again = gate.client.post("/v1/embeddings", json={}, headers=RATED)
@@ -239,8 +262,11 @@ def test_over_its_request_rate_a_tenant_gets_a_429_with_when_to_retry(gate):
 def test_over_its_tokens_a_tenant_waits_until_the_bucket_is_above_zero(gate):
     big = gate.client.post("/v1/embeddings", json={"tokens": 300}, headers=TOKENS)  # admitted with 120 left
     assert big.status_code == 200
-    assert rate_headers(big) == {"x-ratelimit-limit-tokens": "120", "x-ratelimit-remaining-tokens": "0",
-                                 "x-ratelimit-reset-tokens": "2m30s"}  # -180, refilling 2 a second
+    assert rate_headers(big) == {
+        "x-ratelimit-limit-tokens": "120",
+        "x-ratelimit-remaining-tokens": "0",
+        "x-ratelimit-reset-tokens": "2m30s",
+    }  # -180, refilling 2 a second
     refused = gate.client.post("/v1/embeddings", json={"tokens": 1}, headers=TOKENS)
     assert refused.status_code == 429 and "tokens per minute of API key 'gate-tokens'" in refused.text
     assert refused.headers["retry-after"] == "91" and refused.headers["retry-after-ms"] == "90500"
@@ -254,8 +280,10 @@ def test_a_429_on_a_tei_route_is_teis_overloaded_with_the_same_headers(gate):
         gate.client.post("/embed", json={}, headers=RATED)
     refused = gate.client.post("/embed", json={}, headers=RATED)
     assert refused.status_code == 429
-    assert refused.json() == {"error": "rate limit reached for requests per minute of API key 'gate-rated'; retry in "
-                                       "20 s", "error_type": "Overloaded"}
+    assert refused.json() == {
+        "error": "rate limit reached for requests per minute of API key 'gate-rated'; retry in 20 s",
+        "error_type": "Overloaded",
+    }
     assert refused.headers["retry-after"] == "20" and refused.headers["retry-after-ms"] == "20000"
     assert rate_headers(refused)["x-ratelimit-remaining-requests"] == "0"
 
@@ -284,6 +312,7 @@ def test_tenants_are_limited_apart(gate):
 
 
 # Concurrency
+
 
 def test_concurrent_requests_past_the_limit_are_refused_and_slots_come_back(gate):
     async def scenario() -> list[httpx.Response]:
@@ -314,6 +343,7 @@ def test_a_request_that_gets_no_answer_gives_its_slot_back(gate):
 
 # Where the counts live failing
 
+
 def test_a_failed_closed_limits_store_is_a_503_and_open_lets_through_uncounted(keys_file):
     dead = f"redis://127.0.0.1:{free_port()}/0"  # nothing listens there
     closed = Gate(keys_file, ledger=RedisLedger(dead, 1.0, lease_s=60, fail_open=False))
@@ -328,29 +358,37 @@ def test_a_failed_closed_limits_store_is_a_503_and_open_lets_through_uncounted(k
 
 # What each tenant used
 
+
 def test_usage_is_counted_per_tenant_and_model(gate):
-    before = {status: sample("embento_tenant_requests_total", tenant="gate-rated", model=model, status=status)
-              for model, status in (("m2", "200"), (NO_MODEL, "429"))}
+    before = {
+        status: sample("embento_tenant_requests_total", tenant="gate-rated", model=model, status=status)
+        for model, status in (("m2", "200"), (NO_MODEL, "429"))
+    }
     tokens = sample("embento_tenant_tokens_total", tenant="gate-rated", model="m2")
     for _ in range(3):
         gate.client.post("/v1/embeddings", json={"tokens": 7, "model": "m2"}, headers=RATED)
     gate.client.post("/v1/embeddings", json={"tokens": 7, "model": "m2"}, headers=RATED)  # refused
     assert sample("embento_tenant_requests_total", tenant="gate-rated", model="m2", status="200") == before["200"] + 3
-    assert sample("embento_tenant_requests_total", tenant="gate-rated", model=NO_MODEL,
-                  status="429") == before["429"] + 1
+    assert (
+        sample("embento_tenant_requests_total", tenant="gate-rated", model=NO_MODEL, status="429") == before["429"] + 1
+    )
     assert sample("embento_tenant_tokens_total", tenant="gate-rated", model="m2") == tokens + 21
 
 
 def test_limited_tenants_throttled_series_start_at_zero(gate):
     gate.client.get("/v1/models", headers=FREE)  # any request: the keyring in force is read
     for limit in ("tokens", "concurrency"):  # never throttled, yet at zero: a rate over them reads
-        assert REGISTRY.get_sample_value("embento_tenant_throttled_total", {"tenant": "gate-series", "limit": limit}) \
-            == 0
-    assert REGISTRY.get_sample_value("embento_tenant_throttled_total",
-                                     {"tenant": "gate-series", "limit": "requests"}) is None  # not its limit
+        assert (
+            REGISTRY.get_sample_value("embento_tenant_throttled_total", {"tenant": "gate-series", "limit": limit}) == 0
+        )
+    assert (
+        REGISTRY.get_sample_value("embento_tenant_throttled_total", {"tenant": "gate-series", "limit": "requests"})
+        is None
+    )  # not its limit
     for limit in ("requests", "tokens", "concurrency"):
-        assert REGISTRY.get_sample_value("embento_tenant_throttled_total", {"tenant": "gate-free", "limit": limit}) \
-            is None
+        assert (
+            REGISTRY.get_sample_value("embento_tenant_throttled_total", {"tenant": "gate-free", "limit": limit}) is None
+        )
 
 
 def test_the_access_log_has_a_line_per_request_and_never_the_key(keys_file, access_lines, capsys):
@@ -361,10 +399,14 @@ def test_the_access_log_has_a_line_per_request_and_never_the_key(keys_file, acce
     gate.client.post("/embed", json={}, headers={"Authorization": "Bearer wrong-key"})  # a 401: no tenant
     gate.client.get("/v1/models", headers=RATED)
     gate.client.get("/readyz")  # a probe: no line
-    assert [(line["tenant"], line["method"], line["route"], line["model"], line["tokens"], line["status"])
-            for line in access_lines.lines] == [("gate-rated", "POST", "/v1/embeddings", "m2", 5, 200)] * 3 + [
-                ("gate-rated", "POST", "/v1/embeddings", NO_MODEL, 0, 429), (None, "POST", "/embed", NO_MODEL, 0, 401),
-                ("gate-rated", "GET", "/v1/models", NO_MODEL, 0, 200)]
+    assert [
+        (line["tenant"], line["method"], line["route"], line["model"], line["tokens"], line["status"])
+        for line in access_lines.lines
+    ] == [("gate-rated", "POST", "/v1/embeddings", "m2", 5, 200)] * 3 + [
+        ("gate-rated", "POST", "/v1/embeddings", NO_MODEL, 0, 429),
+        (None, "POST", "/embed", NO_MODEL, 0, 401),
+        ("gate-rated", "GET", "/v1/models", NO_MODEL, 0, 200),
+    ]
     assert all(line["duration_ms"] >= 0 and line["time"].endswith("Z") for line in access_lines.lines)
     written = capsys.readouterr().out.splitlines()  # AccessLog's own handler: the same lines on standard output
     assert [json.loads(line) for line in written] == access_lines.lines
@@ -373,7 +415,18 @@ def test_the_access_log_has_a_line_per_request_and_never_the_key(keys_file, acce
 
 def test_duration_is_written_as_openai_writes_resets():
     assert [duration(s) for s in (-1, 0, 0.0201, 0.5, 1, 1.5, 3.799, 18.8, 60, 150, 360)] == [
-        "0ms", "0ms", "21ms", "500ms", "1s", "1.5s", "3.799s", "18.8s", "1m0s", "2m30s", "6m0s"]
+        "0ms",
+        "0ms",
+        "21ms",
+        "500ms",
+        "1s",
+        "1.5s",
+        "3.799s",
+        "18.8s",
+        "1m0s",
+        "2m30s",
+        "6m0s",
+    ]
 
 
 def test_duration_rounds_before_it_splits():

@@ -52,6 +52,7 @@ def fake_monotonic(monkeypatch: pytest.MonkeyPatch) -> Iterator[SimpleNamespace]
 
 # The file holds digests, never secrets
 
+
 def test_a_tenant_holds_hex_digests_only():
     tenant = Tenant(name="acme", key_sha256=sha("secret").upper())
     assert tenant.key_sha256 == (sha("secret"),)  # one string is a list of one, lower-cased
@@ -61,8 +62,10 @@ def test_a_tenant_holds_hex_digests_only():
 
 
 def test_a_key_opens_its_tenant_and_its_digest_opens_nothing(tmp_path):
-    path = write_keys(tmp_path / "keys.yaml", [{"name": "acme", "key_sha256": [sha("old"), sha("new")]},
-                                               {"name": "globex", "key_sha256": sha("globex-key")}])
+    path = write_keys(
+        tmp_path / "keys.yaml",
+        [{"name": "acme", "key_sha256": [sha("old"), sha("new")]}, {"name": "globex", "key_sha256": sha("globex-key")}],
+    )
     keyring = Keys((), str(path)).current()
     assert not keyring.open
     assert keyring.tenant("old").name == keyring.tenant("new").name == "acme"  # rotation: both work
@@ -71,15 +74,20 @@ def test_a_key_opens_its_tenant_and_its_digest_opens_nothing(tmp_path):
         assert keyring.tenant(wrong) is None, wrong
 
 
-@pytest.mark.parametrize("token", ["", "x", "first-key", "first-key" * 1000, "\u00e9" * 7, sha("first-key"),
-                                   "none-of-them"])
+@pytest.mark.parametrize(
+    "token", ["", "x", "first-key", "first-key" * 1000, "\u00e9" * 7, sha("first-key"), "none-of-them"]
+)
 def test_a_key_of_any_length_is_compared_with_every_digest(monkeypatch, token):
     calls: list[tuple[bytes, bytes]] = []
     real = hmac.compare_digest
     monkeypatch.setattr(hmac, "compare_digest", lambda a, b: calls.append((a, b)) or real(a, b))
-    keyring = Keyring([Tenant(name="a", key_sha256=[sha("first-key"), sha("second-key")]),
-                       Tenant(name="b", key_sha256=sha("third-key")),
-                       config_tenant(("fourth-key",))])
+    keyring = Keyring(
+        [
+            Tenant(name="a", key_sha256=[sha("first-key"), sha("second-key")]),
+            Tenant(name="b", key_sha256=sha("third-key")),
+            config_tenant(("fourth-key",)),
+        ]
+    )
     found = keyring.tenant(token)
     assert (found.name if found else None) == ("a" if token == "first-key" else None)
     assert len(calls) == 4  # every digest, also after a match
@@ -99,6 +107,7 @@ def test_a_match_on_the_last_digest_is_found_after_comparing_them_all(monkeypatc
 
 # Files refused
 
+
 def test_a_world_writable_keys_file_is_refused(tmp_path):
     path = write_keys(tmp_path / "keys.yaml", [{"name": "acme", "key_sha256": sha("k")}], mode=0o666)
     with pytest.raises(ConfigError, match="world-writable"):
@@ -109,16 +118,19 @@ def test_a_world_writable_keys_file_is_refused(tmp_path):
     assert [tenant.name for tenant in read_keys_file(path)] == ["acme"]
 
 
-@pytest.mark.parametrize("text, problem", [
-    ("keys: [{name: acme, key_sha256: not-a-digest}]", "not a valid keys file"),
-    ("keys: [{name: acme, secret: abc}]", "not a valid keys file"),  # unknown fields are refused
-    ("tenants: []", "not a valid keys file"),
-    ("keys: [{name: 'bad name'}]", "not a valid keys file"),
-    ("keys: [{name: acme, weight: 0}]", "not a valid keys file"),
-    ("keys: [{name: acme, requests_per_minute: 0}]", "not a valid keys file"),
-    ("keys: [{name: acme}, {name: globex}, {name: acme}]", r"each tenant's name once .*\['acme'\]"),
-    ("keys: [unclosed", "not a valid keys file"),
-])
+@pytest.mark.parametrize(
+    "text, problem",
+    [
+        ("keys: [{name: acme, key_sha256: not-a-digest}]", "not a valid keys file"),
+        ("keys: [{name: acme, secret: abc}]", "not a valid keys file"),  # unknown fields are refused
+        ("tenants: []", "not a valid keys file"),
+        ("keys: [{name: 'bad name'}]", "not a valid keys file"),
+        ("keys: [{name: acme, weight: 0}]", "not a valid keys file"),
+        ("keys: [{name: acme, requests_per_minute: 0}]", "not a valid keys file"),
+        ("keys: [{name: acme}, {name: globex}, {name: acme}]", r"each tenant's name once .*\['acme'\]"),
+        ("keys: [unclosed", "not a valid keys file"),
+    ],
+)
 def test_an_invalid_keys_file_is_refused_with_its_reason(tmp_path, text, problem):
     path = tmp_path / "keys.yaml"
     path.write_text(text)
@@ -147,9 +159,11 @@ def test_an_empty_keys_file_lets_nobody_in_but_api_keys(tmp_path):
 
 # api_key and the tenant default
 
+
 def test_api_keys_are_the_unlimited_tenant_default_beside_the_file(tmp_path):
-    path = write_keys(tmp_path / "keys.yaml", [{"name": "acme", "key_sha256": sha("acme-key"),
-                                                "requests_per_minute": 5}])
+    path = write_keys(
+        tmp_path / "keys.yaml", [{"name": "acme", "key_sha256": sha("acme-key"), "requests_per_minute": 5}]
+    )
     keyring = Keys(("api-one", "api-two"), str(path)).current()
     for key in ("api-one", "api-two"):
         tenant = keyring.tenant(key)
@@ -172,12 +186,18 @@ def test_without_any_key_the_keyring_is_open():
 
 # Reloading
 
+
 def test_a_replaced_file_is_read_again(tmp_path, checked_every_time):
     path = write_keys(tmp_path / "keys.yaml", [{"name": "acme", "key_sha256": sha("old")}])
     keys = Keys((), str(path))
     assert keys.current().tenant("old").name == "acme"
-    write_keys(path, [{"name": "acme", "key_sha256": sha("new"), "requests_per_minute": 7},
-                      {"name": "globex", "key_sha256": sha("globex")}])
+    write_keys(
+        path,
+        [
+            {"name": "acme", "key_sha256": sha("new"), "requests_per_minute": 7},
+            {"name": "globex", "key_sha256": sha("globex")},
+        ],
+    )
     keyring = keys.current()
     assert keyring.tenant("old") is None  # revoked
     assert keyring.tenant("new").requests_per_minute == 7 and keyring.tenant("globex").name == "globex"
@@ -249,8 +269,9 @@ def test_a_sighup_mark_reads_an_unchanged_looking_file_again(tmp_path, checked_e
 
 
 def test_named_finds_a_tenant_or_one_without_limits_once_removed(tmp_path, checked_every_time):
-    path = write_keys(tmp_path / "keys.yaml", [{"name": "acme", "key_sha256": sha("k"), "models": ["m1"],
-                                                "max_queued_lines": 10}])
+    path = write_keys(
+        tmp_path / "keys.yaml", [{"name": "acme", "key_sha256": sha("k"), "models": ["m1"], "max_queued_lines": 10}]
+    )
     keys = Keys((), str(path))
     assert keys.named("acme").max_queued_lines == 10 and keys.named("acme").models == ("m1",)
     write_keys(path, [])
@@ -259,6 +280,7 @@ def test_named_finds_a_tenant_or_one_without_limits_once_removed(tmp_path, check
 
 
 # Models per tenant
+
 
 def test_allowed_keeps_the_current_tenants_models_only():
     by_model = {"m1": 1, "m2": 2, "m3": 3}

@@ -32,8 +32,9 @@ def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
         yield server
 
 
-def make_ledger(server: RedisServer, fail_open: bool = True, lease_s: float = 600.0,
-                timeout_s: float = TIMEOUT_S) -> RedisLedger:
+def make_ledger(
+    server: RedisServer, fail_open: bool = True, lease_s: float = 600.0, timeout_s: float = TIMEOUT_S
+) -> RedisLedger:
     return RedisLedger(server.url, timeout_s, lease_s=lease_s, fail_open=fail_open)
 
 
@@ -111,6 +112,7 @@ def test_tokens_are_taken_when_answered_and_shared(redis_server):
 
 def test_the_requests_of_a_dead_replica_lapse(redis_server):
     """A replica that admitted a request and died never leaves it: its slot is held until its lease passes."""
+
     async def scenario() -> None:
         dead, alive = make_ledger(redis_server, lease_s=600), make_ledger(redis_server)
         tenant = Tenant(name="acme", max_concurrent_requests=1)
@@ -203,8 +205,10 @@ def test_after_a_failure_redis_is_left_alone_for_a_second(redis_server, monkeypa
 
 def test_a_stalled_redis_is_not_waited_for(redis_server):
     async def scenario() -> None:
-        ledgers = [make_ledger(redis_server, fail_open=True, timeout_s=0.05),
-                   make_ledger(redis_server, fail_open=False, timeout_s=0.05)]
+        ledgers = [
+            make_ledger(redis_server, fail_open=True, timeout_s=0.05),
+            make_ledger(redis_server, fail_open=False, timeout_s=0.05),
+        ]
         tenant = Tenant(name="acme", requests_per_minute=10)
         stall = redis_server.debug_sleep(10)
         try:

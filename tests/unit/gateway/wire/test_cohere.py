@@ -20,9 +20,18 @@ IMAGE = "data:image/png;base64,iVBORw0KGgo="
 
 
 def info(name: str = "m", kind: str = "embed", dimension: int = 4, normalized: bool = True) -> ModelInfo:
-    return ModelInfo(served_model_name=name, model_id=name, kind=kind,  # type: ignore[arg-type]
-                     modalities=["text"], backend="torch",
-                     dimension=dimension, max_input_tokens=16, normalized=normalized, device="cpu", dtype="float32")
+    return ModelInfo(
+        served_model_name=name,
+        model_id=name,
+        kind=kind,  # type: ignore[arg-type]
+        modalities=["text"],
+        backend="torch",
+        dimension=dimension,
+        max_input_tokens=16,
+        normalized=normalized,
+        device="cpu",
+        dtype="float32",
+    )
 
 
 def v1(**body) -> EmbedQuery:
@@ -36,9 +45,15 @@ def v2(**body) -> EmbedQuery:
 # Body -> query
 def test_v1_texts_become_text_items_with_cohere_defaults():
     query = v1(texts=["a", "b"], model="m", input_type="search_query")
-    assert query == EmbedQuery(items=(InputItem("text", "a"), InputItem("text", "b")), model="m",
-                               input_type="search_query", output_types=("float",), output_param="embedding_types",
-                               shapes=frozenset({"dense"}), truncation=Truncation(True, "right"))
+    assert query == EmbedQuery(
+        items=(InputItem("text", "a"), InputItem("text", "b")),
+        model="m",
+        input_type="search_query",
+        output_types=("float",),
+        output_param="embedding_types",
+        shapes=frozenset({"dense"}),
+        truncation=Truncation(True, "right"),
+    )
 
 
 def test_v1_images_and_repeated_types():
@@ -46,19 +61,31 @@ def test_v1_images_and_repeated_types():
     assert query.items == (InputItem("image", IMAGE),) and query.output_types == ("int8", "float")
 
 
-@pytest.mark.parametrize(("truncate", "expected"), [
-    (None, Truncation(True, "right")), ("END", Truncation(True, "right")), ("START", Truncation(True, "left")),
-    ("NONE", Truncation(False, "right")),
-])
+@pytest.mark.parametrize(
+    ("truncate", "expected"),
+    [
+        (None, Truncation(True, "right")),
+        ("END", Truncation(True, "right")),
+        ("START", Truncation(True, "left")),
+        ("NONE", Truncation(False, "right")),
+    ],
+)
 def test_truncate_onto_truncation(truncate, expected):
     assert v1(texts=["a"], truncate=truncate).truncation == expected
 
 
 def test_v2_dimensions_max_tokens_and_content_inputs():
-    query = v2(output_dimension=128, max_tokens=3, truncate="NONE", priority=2, inputs=[
-        {"content": [{"type": "text", "text": "a red square"}]},
-        {"content": [{"type": "image_url", "image_url": {"url": IMAGE}}]},
-        {"content": [{"type": "image_url", "image_url": IMAGE}]}])
+    query = v2(
+        output_dimension=128,
+        max_tokens=3,
+        truncate="NONE",
+        priority=2,
+        inputs=[
+            {"content": [{"type": "text", "text": "a red square"}]},
+            {"content": [{"type": "image_url", "image_url": {"url": IMAGE}}]},
+            {"content": [{"type": "image_url", "image_url": IMAGE}]},
+        ],
+    )
     assert query.items == (InputItem("text", "a red square"), InputItem("image", IMAGE), InputItem("image", IMAGE))
     assert query.dimensions == 128 and query.truncation == Truncation(False, "right", max_tokens=3)
 
@@ -68,18 +95,34 @@ def test_v2_texts_as_in_v1():
 
 
 # Bodies the adapter refuses, with its messages
-@pytest.mark.parametrize(("query", "body", "param", "message"), [
-    (v1, {}, "texts", "give exactly one of texts or images; got none"),
-    (v1, {"texts": ["a"], "images": [IMAGE]}, "images", "give exactly one of texts or images; got ['texts', 'images']"),
-    (v2, {}, "texts", "give exactly one of texts, images or inputs; got none"),
-    (v2, {"texts": ["a"], "inputs": [{"content": [{"type": "text", "text": "a"}]}]}, "inputs",
-     "give exactly one of texts, images or inputs"),
-    (v2, {"inputs": [{"content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}]}, "inputs",
-     "inputs[0] has 2 content parts; these models embed one text or one image per input: send the parts as "
-     "separate inputs"),
-    (v2, {"inputs": [{"content": []}]}, "inputs", "inputs[0] has 0 content parts"),
-    (v1, {"texts": ["a"], "embedding_types": []}, "embedding_types", "embedding_types must not be empty"),
-])
+@pytest.mark.parametrize(
+    ("query", "body", "param", "message"),
+    [
+        (v1, {}, "texts", "give exactly one of texts or images; got none"),
+        (
+            v1,
+            {"texts": ["a"], "images": [IMAGE]},
+            "images",
+            "give exactly one of texts or images; got ['texts', 'images']",
+        ),
+        (v2, {}, "texts", "give exactly one of texts, images or inputs; got none"),
+        (
+            v2,
+            {"texts": ["a"], "inputs": [{"content": [{"type": "text", "text": "a"}]}]},
+            "inputs",
+            "give exactly one of texts, images or inputs",
+        ),
+        (
+            v2,
+            {"inputs": [{"content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}]},
+            "inputs",
+            "inputs[0] has 2 content parts; these models embed one text or one image per input: send the parts as "
+            "separate inputs",
+        ),
+        (v2, {"inputs": [{"content": []}]}, "inputs", "inputs[0] has 0 content parts"),
+        (v1, {"texts": ["a"], "embedding_types": []}, "embedding_types", "embedding_types must not be empty"),
+    ],
+)
 def test_bad_bodies_are_refused_by_the_adapter(query, body, param, message):
     with pytest.raises(InvalidRequest) as caught:
         query(**body)
@@ -93,8 +136,9 @@ def test_the_inputs_are_refused_before_the_types():
 
 # Result -> answer
 def embeddings(query: EmbedQuery, vectors: list[list[float]], tokens: int = 7) -> Embeddings:
-    return Embeddings(query, info(dimension=len(vectors[0])), [np.asarray(v, dtype=np.float32) for v in vectors],
-                      tokens)
+    return Embeddings(
+        query, info(dimension=len(vectors[0])), [np.asarray(v, dtype=np.float32) for v in vectors], tokens
+    )
 
 
 def test_v1_answer_without_types_is_floats():
@@ -102,8 +146,11 @@ def test_v1_answer_without_types_is_floats():
     assert list(answer) == ["response_type", "embeddings", "id", "texts", "meta"]
     assert answer["response_type"] == "embeddings_floats" and answer["texts"] == ["a", "b"]
     assert np.allclose(answer["embeddings"], [[0.6, 0.8], [1.0, 0.0]]) and answer["id"].startswith("embento-")
-    assert answer["meta"] == {"api_version": {"version": "1"}, "billed_units": {"input_tokens": 7, "output_tokens": 0},
-                              "tokens": {"input_tokens": 7, "output_tokens": 0}}
+    assert answer["meta"] == {
+        "api_version": {"version": "1"},
+        "billed_units": {"input_tokens": 7, "output_tokens": 0},
+        "tokens": {"input_tokens": 7, "output_tokens": 0},
+    }
 
 
 def test_v1_answer_by_type_in_the_asked_order():
@@ -117,8 +164,9 @@ def test_v1_answer_by_type_in_the_asked_order():
 
 
 def test_v2_answer_counts_images_and_lists_only_texts():
-    query = v2(inputs=[{"content": [{"type": "text", "text": "a"}]},
-                       {"content": [{"type": "image_url", "image_url": IMAGE}]}])
+    query = v2(
+        inputs=[{"content": [{"type": "text", "text": "a"}]}, {"content": [{"type": "image_url", "image_url": IMAGE}]}]
+    )
     answer = cohere.embed_v2_answer(embeddings(query, [[1.0, 0.0], [0.0, 1.0]], tokens=5))
     assert list(answer) == ["response_type", "id", "embeddings", "texts", "meta"]
     assert answer["texts"] == ["a"] and list(answer["embeddings"]) == ["float"]
@@ -138,8 +186,10 @@ def ranking(**query) -> Ranking:
 
 def test_rerank_v1_answer_with_and_without_documents_and_jinas_fields():
     answer = cohere.rerank_v1_answer(ranking(), return_documents=True).model_dump(exclude_none=True)
-    assert answer["results"] == [{"index": 2, "relevance_score": 0.9, "document": {"text": "d2"}},
-                                 {"index": 0, "relevance_score": 0.5, "document": {"text": "d0"}}]
+    assert answer["results"] == [
+        {"index": 2, "relevance_score": 0.9, "document": {"text": "d2"}},
+        {"index": 0, "relevance_score": 0.5, "document": {"text": "d0"}},
+    ]
     assert answer["model"] == "r" and answer["usage"] == {"prompt_tokens": 11, "total_tokens": 11}
     assert answer["meta"]["api_version"] == {"version": "1"} and answer["meta"]["billed_units"]["input_tokens"] == 11
     bare = cohere.rerank_v1_answer(ranking(), return_documents=False).model_dump(exclude_none=True)
@@ -153,10 +203,12 @@ def test_rerank_v2_answer_has_indices_and_scores_only():
 
 
 # Through the engine
-ROUTES = {"/v1/embed": (cohere.embed_v1, cohere.CohereEmbedRequest),
-          "/v2/embed": (cohere.embed_v2, cohere.CohereV2EmbedRequest),
-          "/v1/rerank": (cohere.rerank_v1, cohere.RerankRequest),
-          "/v2/rerank": (cohere.rerank_v2, cohere.CohereV2RerankRequest)}
+ROUTES = {
+    "/v1/embed": (cohere.embed_v1, cohere.CohereEmbedRequest),
+    "/v2/embed": (cohere.embed_v2, cohere.CohereV2EmbedRequest),
+    "/v1/rerank": (cohere.rerank_v1, cohere.RerankRequest),
+    "/v2/rerank": (cohere.rerank_v2, cohere.CohereV2RerankRequest),
+}
 BAD_BODIES = [
     pytest.param("/v1/embed", {"texts": ["a"], "embedding_types": ["int4"]}, 400, "embedding_types", id="unknown-type"),
     pytest.param("/v1/embed", {"texts": "a"}, 400, "texts", id="texts-not-a-list"),
@@ -168,40 +220,92 @@ BAD_BODIES = [
     pytest.param("/v1/embed", {"texts": ["a"], "model": "no-such-model"}, 404, "model", id="unknown-model"),
     pytest.param("/v1/embed", {"texts": ["a"], "model": CLASSIFIER}, 400, "model", id="a-classifier-cannot-embed"),
     pytest.param("/v1/embed", {"model": SPLADE, "texts": ["a"]}, 400, "model", id="sparse-has-no-dense-vector"),
-    pytest.param("/v1/embed", {"model": SPLADE, "texts": ["a"], "embedding_types": ["base64"]}, 400,
-                 "embedding_types", id="sparse-has-no-base64"),
+    pytest.param(
+        "/v1/embed",
+        {"model": SPLADE, "texts": ["a"], "embedding_types": ["base64"]},
+        400,
+        "embedding_types",
+        id="sparse-has-no-base64",
+    ),
     pytest.param("/v2/embed", {"texts": ["a"]}, 400, "model", id="v2-needs-model"),
-    pytest.param("/v2/embed", {"model": EMBEDDER, "texts": ["a"], "inputs": [{"content": [{"type": "text",
-                                                                                            "text": "a"}]}]},
-                 400, "inputs", id="texts-and-inputs"),
-    pytest.param("/v2/embed", {"model": EMBEDDER, "inputs": [{"content": [{"type": "text", "text": "a"},
-                                                                          {"type": "text", "text": "b"}]}]},
-                 400, "inputs", id="two-content-parts"),
-    pytest.param("/v2/embed", {"model": EMBEDDER, "inputs": [{"content": [{"type": "audio", "audio": "x"}]}]},
-                 400, "inputs", id="unknown-part-type"),
-    pytest.param("/v2/embed", {"model": EMBEDDER, "texts": ["a"], "output_dimension": "12"}, 400,
-                 "output_dimension", id="output-dimension-string"),
+    pytest.param(
+        "/v2/embed",
+        {"model": EMBEDDER, "texts": ["a"], "inputs": [{"content": [{"type": "text", "text": "a"}]}]},
+        400,
+        "inputs",
+        id="texts-and-inputs",
+    ),
+    pytest.param(
+        "/v2/embed",
+        {"model": EMBEDDER, "inputs": [{"content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}]},
+        400,
+        "inputs",
+        id="two-content-parts",
+    ),
+    pytest.param(
+        "/v2/embed",
+        {"model": EMBEDDER, "inputs": [{"content": [{"type": "audio", "audio": "x"}]}]},
+        400,
+        "inputs",
+        id="unknown-part-type",
+    ),
+    pytest.param(
+        "/v2/embed",
+        {"model": EMBEDDER, "texts": ["a"], "output_dimension": "12"},
+        400,
+        "output_dimension",
+        id="output-dimension-string",
+    ),
     pytest.param("/v2/embed", {"model": EMBEDDER, "images": [IMAGE]}, 400, "model", id="images-for-a-text-model"),
-    pytest.param("/v2/embed", {"model": EMBEDDER, "texts": [" ".join(["word"] * 400)], "truncate": "NONE"}, 400,
-                 "input", id="too-long-with-truncate-none"),
-    pytest.param("/v2/embed", {"model": EMBEDDER, "texts": ["a b c d e f"], "max_tokens": 3, "truncate": "NONE"},
-                 400, "input", id="over-max-tokens-with-truncate-none"),
-    pytest.param("/v2/embed", {"model": EMBEDDER, "texts": ["a"], "max_tokens": 0}, 400, "max_tokens",
-                 id="max-tokens-0"),
-    pytest.param("/v2/embed", {"model": COLPALI, "texts": ["a"], "embedding_types": ["int8"]}, 400,
-                 "embedding_types", id="multi-vector-has-no-int8"),
+    pytest.param(
+        "/v2/embed",
+        {"model": EMBEDDER, "texts": [" ".join(["word"] * 400)], "truncate": "NONE"},
+        400,
+        "input",
+        id="too-long-with-truncate-none",
+    ),
+    pytest.param(
+        "/v2/embed",
+        {"model": EMBEDDER, "texts": ["a b c d e f"], "max_tokens": 3, "truncate": "NONE"},
+        400,
+        "input",
+        id="over-max-tokens-with-truncate-none",
+    ),
+    pytest.param(
+        "/v2/embed", {"model": EMBEDDER, "texts": ["a"], "max_tokens": 0}, 400, "max_tokens", id="max-tokens-0"
+    ),
+    pytest.param(
+        "/v2/embed",
+        {"model": COLPALI, "texts": ["a"], "embedding_types": ["int8"]},
+        400,
+        "embedding_types",
+        id="multi-vector-has-no-int8",
+    ),
     pytest.param("/v2/embed", {"model": COLPALI, "texts": ["a"]}, 400, "model", id="multi-vector-has-no-dense-vector"),
-    pytest.param("/v2/embed", {"model": SPLADE, "texts": ["a"], "embedding_types": ["float"]}, 400, "model",
-                 id="v2-sparse"),
-    pytest.param("/v2/embed", {"model": EMBEDDER, "texts": ["a"], "output_dimension": 999}, 400, "dimensions",
-                 id="output-dimension-too-large"),
-    pytest.param("/v1/rerank", {"query": "q", "documents": [{"title": "no text"}]}, 400, "documents",
-                 id="document-without-text"),
-    pytest.param("/v1/rerank", {"model": EMBEDDER, "query": "q", "documents": ["a"]}, 400, "model",
-                 id="an-embedder-cannot-rerank"),
+    pytest.param(
+        "/v2/embed", {"model": SPLADE, "texts": ["a"], "embedding_types": ["float"]}, 400, "model", id="v2-sparse"
+    ),
+    pytest.param(
+        "/v2/embed",
+        {"model": EMBEDDER, "texts": ["a"], "output_dimension": 999},
+        400,
+        "dimensions",
+        id="output-dimension-too-large",
+    ),
+    pytest.param(
+        "/v1/rerank", {"query": "q", "documents": [{"title": "no text"}]}, 400, "documents", id="document-without-text"
+    ),
+    pytest.param(
+        "/v1/rerank",
+        {"model": EMBEDDER, "query": "q", "documents": ["a"]},
+        400,
+        "model",
+        id="an-embedder-cannot-rerank",
+    ),
     pytest.param("/v2/rerank", {"query": "q", "documents": ["a"]}, 400, "model", id="v2-rerank-needs-model"),
-    pytest.param("/v2/rerank", {"model": RERANKER, "query": "q", "documents": []}, 400, "documents",
-                 id="v2-no-documents"),
+    pytest.param(
+        "/v2/rerank", {"model": RERANKER, "query": "q", "documents": []}, 400, "documents", id="v2-no-documents"
+    ),
 ]
 
 
@@ -212,8 +316,9 @@ def test_bad_bodies(serve, path, body, status, param):
 
 def test_embed_answers_from_the_service_outputs(serve, tokenizers):
     texts = ["a fox", "a lazy dog"]
-    status, body, service = answer(serve, *ROUTES["/v2/embed"],
-                                   {"model": EMBEDDER, "texts": texts, "embedding_types": ["float", "int8"]})
+    status, body, service = answer(
+        serve, *ROUTES["/v2/embed"], {"model": EMBEDDER, "texts": texts, "embedding_types": ["float", "int8"]}
+    )
     assert status == 200 and [row.input_ids for row in service.rows] == tokenizers[EMBEDDER].encode_texts(texts)
     assert body["texts"] == texts
     assert body["meta"]["billed_units"]["input_tokens"] == sum(row.length for row in service.rows)
@@ -236,12 +341,18 @@ def test_max_tokens_cuts_input(serve):
 
 def test_rerank_answers_best_first(serve):
     documents = [{"text": "short", "id": 1}, {"text": "a much longer document"}]
-    status, body, service = answer(serve, *ROUTES["/v1/rerank"], {"query": "q", "documents": documents,
-                                                                  "return_documents": True})
+    status, body, service = answer(
+        serve, *ROUTES["/v1/rerank"], {"query": "q", "documents": documents, "return_documents": True}
+    )
     tokens = sum(row.length for row in service.rows)
     assert status == 200 and body["model"] == RERANKER and body["usage"]["prompt_tokens"] == tokens
-    assert [(r["index"], r["document"]["text"]) for r in body["results"]] == [(1, "a much longer document"),
-                                                                              (0, "short")]
-    status, body, _ = answer(serve, *ROUTES["/v2/rerank"], {"model": RERANKER, "query": "q", "top_n": 1,
-                                                            "documents": ["short", "a much longer document"]})
+    assert [(r["index"], r["document"]["text"]) for r in body["results"]] == [
+        (1, "a much longer document"),
+        (0, "short"),
+    ]
+    status, body, _ = answer(
+        serve,
+        *ROUTES["/v2/rerank"],
+        {"model": RERANKER, "query": "q", "top_n": 1, "documents": ["short", "a much longer document"]},
+    )
     assert status == 200 and [set(r) for r in body["results"]] == [{"index", "relevance_score"}]

@@ -21,22 +21,42 @@ def test_a_body_is_teis_by_texts_without_documents():
 
 
 def test_each_family_gets_its_own_fields():
-    shared = shared_rerank.RerankBody(query="q", texts=["a"], top_n=1, raw_scores=True, return_text=True,
-                                      return_documents=True, truncation_direction="Left", instruction="find")
+    shared = shared_rerank.RerankBody(
+        query="q",
+        texts=["a"],
+        top_n=1,
+        raw_scores=True,
+        return_text=True,
+        return_documents=True,
+        truncation_direction="Left",
+        instruction="find",
+    )
     assert shared_rerank.family_body(tei.TeiRerankRequest, shared) == tei.TeiRerankRequest(
-        query="q", texts=["a"], top_n=1, raw_scores=True, return_text=True, truncation_direction="left",
-        instruction="find")
+        query="q",
+        texts=["a"],
+        top_n=1,
+        raw_scores=True,
+        return_text=True,
+        truncation_direction="left",
+        instruction="find",
+    )
     shared = shared_rerank.RerankBody(query="q", documents=["a", {"text": "b", "id": 3}], return_documents=True)
     infinity = shared_rerank.family_body(RerankRequest, shared)
     assert type(infinity) is RerankRequest and infinity.return_documents
     assert infinity.documents == ["a", DocumentObject(text="b", id=3)]
 
 
-@pytest.mark.parametrize(("body", "param", "message"), [
-    ({"query": "q", "texts": ["a"], "documents": ["b"]}, "texts", "give documents (infinity, Cohere) or texts (TEI), "
-     "not both"),
-    ({"query": "q"}, "documents", "documents is required"),
-])
+@pytest.mark.parametrize(
+    ("body", "param", "message"),
+    [
+        (
+            {"query": "q", "texts": ["a"], "documents": ["b"]},
+            "texts",
+            "give documents (infinity, Cohere) or texts (TEI), not both",
+        ),
+        ({"query": "q"}, "documents", "documents is required"),
+    ],
+)
 def test_a_body_needs_texts_or_documents(body, param, message):
     with pytest.raises(InvalidRequest) as caught:  # refused before the engine is asked
         asyncio.run(shared_rerank.rerank(None, shared_rerank.RerankBody.model_validate(body)))  # type: ignore[arg-type]
