@@ -41,9 +41,9 @@ from gateway.preprocessors import load_preprocessors
 from gateway.wire import cohere, infinity, openai, shared_rerank, tei, voyage
 from gateway.wire.common import RerankRequest
 from models.kinds import model_kind, spec
-from services import MODEL_SERVICES
-from services.loading import load_models
-from services.service_config import dispatch_max_rows
+from runners import MODEL_SERVICES
+from runners.loading import load_models
+from runners.service_config import dispatch_max_rows
 
 CONFIG = served_config()  # store models (`bentoml://…`) resolved to their folders
 patch_serving(CONFIG.tracing)

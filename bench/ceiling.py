@@ -47,7 +47,7 @@ def engine_encoder(model_path: str, backend: str, dtype: str, threads: int) -> E
     from models.lanes import Lanes, shares_cores
     from models.text_encoder import TextEncoder
     from models.text_tokenizer import TextTokenizer
-    from services.pool import pass_limits
+    from runners.pool import pass_limits
 
     torch.set_num_threads(threads)
     cfg = ModelConfig(model_id=model_path, backend=backend, dtype=dtype)

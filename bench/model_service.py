@@ -34,7 +34,7 @@ MINILM = "sentence-transformers/all-MiniLM-L6-v2"
 async def rows_per_second(url: str, token_ids: list[list[int]], per_call: int, seconds: float) -> float:
     from _bentoml_impl.client.http import AsyncHTTPClient
 
-    from services.model_services import TextEmbedder
+    from runners.model_services import TextEmbedder
 
     async with AsyncHTTPClient(
         url, media_type="application/vnd.bentoml+pickle", service=TextEmbedder, server_ready_timeout=0

@@ -1,6 +1,6 @@
 """The `embento` command's entry point: it finds the Embento bundle and runs the bundle's own `commands`.
 
-The bundle (service.py, gateway/, services/, bento/, config/, models/, commands/, bentofile.yaml) is not
+The bundle (service.py, gateway/, runners/, bento/, config/, models/, commands/, bentofile.yaml) is not
 installed into site-packages, where names such as `models` would collide with other projects: BentoML loads
 it from its folder (`bentoml serve --working-dir`, `bentoml build`), and so does this command.
 """

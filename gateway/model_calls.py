@@ -215,7 +215,7 @@ def passes(rows: Sequence[Row], info: ModelInfo) -> list[list[Row]]:
 
 
 def checked(outputs: list[np.ndarray]) -> list[np.ndarray]:
-    """The outputs, unless the model failed on some input (`services.pool.FAILED`) or answered NaN or inf.
+    """The outputs, unless the model failed on some input (`runners.pool.FAILED`) or answered NaN or inf.
     A sparse output with no active entry is (2, 0), not a failure."""
     failed = [i for i, output in enumerate(outputs) if output.shape == (0,) or not np.isfinite(output).all()]
     if failed:

@@ -14,7 +14,7 @@ from models.media_processor import MediaProcessor
 from models.resolve import resolve_model
 from models.text_tokenizer import TextTokenizer
 
-# The load-failure policy (`services.loading.load_models`): each model loaded, and why the others failed.
+# The load-failure policy (`runners.loading.load_models`): each model loaded, and why the others failed.
 LoadAll = Callable[[list[ModelConfig], Callable[[ModelConfig], object], bool], tuple[dict, dict[str, str]]]
 
 

@@ -70,7 +70,7 @@ class KindSpec:
     backends: tuple[str, ...]  # which backends can run it
     output: Output  # per input: one vector, vocabulary weights, one vector per token or patch, or label scores
     preprocessor: Literal["text", "media"]  # the gateway-side preparation: a tokenizer, or a media processor
-    model_service: str  # the BentoML model service that runs it (`services/`)
+    model_service: str  # the BentoML model service that runs it (`runners/`)
     service_api: str  # that service's batchable API
     loader: str  # the class that runs it on its model service, "module:Class" (imported there only: torch)
     # optimum's export task when ONNX Runtime runs it (`backends` then holds "onnx"); `backend: auto` tries it.

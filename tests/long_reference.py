@@ -1,6 +1,6 @@
 """An independent reference for issue 34's long documents (chunked `long_input: mean`, late chunking, long late
 chunking over slices, Voyage-style auto-chunking), computed with transformers and torch alone from a
-sentence-transformers folder's own files. It imports nothing of `models/`, `gateway/` or `services/`: it is what
+sentence-transformers folder's own files. It imports nothing of `models/`, `gateway/` or `runners/`: it is what
 the server's answers are checked against, so it must not share their code. Every model call runs one
 sequence alone (no padding), so nothing but the arithmetic of the contract decides the numbers.
 

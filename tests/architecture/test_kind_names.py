@@ -19,7 +19,7 @@ from tests.conftest import ROOT
 KIND_NAMES = frozenset(get_args(Kind))
 CAPABILITIES = frozenset(capability for spec in KIND_SPECS.values() for capability in spec.capabilities)
 REGISTRY = Path("models/kinds.py")
-CHECKED = ("service.py", "gateway", "models", "services", "bento", "commands", "config", "embento")
+CHECKED = ("service.py", "gateway", "models", "runners", "bento", "commands", "config", "embento")
 
 
 def checked_files() -> list[Path]:

@@ -1,5 +1,5 @@
-"""Dependencies point one way: service.py -> gateway/ and services/ -> models/, with config/ under all of
-them and bento/ (packaging and operations) beside services/; commands/ (the CLI) beside the servers, and the
+"""Dependencies point one way: service.py -> gateway/ and runners/ -> models/, with config/ under all of
+them and bento/ (packaging and operations) beside runners/; commands/ (the CLI) beside the servers, and the
 installed `embento` package outside the bundle. Read from the source with `ast`, so a lazy import inside a
 function counts as much as one at the top of a file."""
 
@@ -16,10 +16,10 @@ from tests.conftest import ROOT
 
 # Each package, and the modules (or packages) it must not import.
 FORBIDDEN: dict[str, tuple[str, ...]] = {
-    "gateway": ("services", "bento", "commands", "config.served"),
+    "gateway": ("runners", "bento", "commands", "config.served"),
     "models": (
         "gateway",
-        "services",
+        "runners",
         "bento",
         "commands",
         "config.served",
@@ -29,15 +29,15 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
         "_bentoml_impl",
         "_bentoml_sdk",
     ),
-    "services": ("gateway", "commands"),
-    "bento": ("gateway", "services", "commands"),
-    "config": ("gateway", "services", "bento", "commands"),
+    "runners": ("gateway", "commands"),
+    "bento": ("gateway", "runners", "commands"),
+    "config": ("gateway", "runners", "bento", "commands"),
     # The CLI builds (bento/), serves through a `bentoml serve` subprocess and stores models: it reads config/,
     # models/ (the kind registry, errors) and bento/, never the servers' code.
-    "commands": ("gateway", "services"),
+    "commands": ("gateway", "runners"),
     # The installed package (client and entry point) is not the bundle: it reaches the bundle's `commands` only
     # by `importlib.import_module` once it has found the bundle (test_embento_reaches_the_bundle_by_commands_only).
-    "embento": ("gateway", "services", "bento", "commands", "config", "models", "shared_metrics", "service"),
+    "embento": ("gateway", "runners", "bento", "commands", "config", "models", "shared_metrics", "service"),
 }
 # Every module of the bundle and the installed package; none imports the composition root, service.py (tests and
 # bench/, which run or inspect it, may).
@@ -144,5 +144,5 @@ def test_shared_metrics_import_none_of_the_packages():
 
 def test_the_guard_sees_an_import_inside_a_function(tmp_path):
     module = tmp_path / "lazy.py"
-    module.write_text("def f():\n    from services.pool import ModelPool\n")
-    assert names("services.pool", ("services",)) and "services.pool" in imported_modules(module)
+    module.write_text("def f():\n    from runners.pool import ModelPool\n")
+    assert names("runners.pool", ("runners",)) and "runners.pool" in imported_modules(module)

@@ -43,7 +43,7 @@ pytestmark = pytest.mark.server
 PROJECT_FILES = (
     "service.py",
     "gateway",
-    "services",
+    "runners",
     "bento",
     "config",
     "shared_metrics.py",

@@ -18,7 +18,7 @@ TIMEOUT_S = 2
 LONG = " ".join(["word"] * 1000)  # 256 tokens after truncation
 # Passes of one input on one thread: the blocker's 128 passes of 256 tokens take 48 s here (0.38 s each) and
 # over 4 s on the fastest core there is, so at its deadline most of them are still to run on any host. On the
-# CPU, whatever the host has: a GPU launches every pass of a call at once (services/pool.py).
+# CPU, whatever the host has: a GPU launches every pass of a call at once (runners/pool.py).
 BLOCKER_INPUTS, BLOCKER_PASS = 128, 1
 LEAVERS, LEAVER_INPUTS = 8, 16
 POLL_S = 0.02

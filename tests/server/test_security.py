@@ -125,7 +125,7 @@ def test_model_services_serve_on_unix_sockets_only(server_process):
 
     import psutil
 
-    from services import MODEL_SERVICES
+    from runners import MODEL_SERVICES
 
     url, pid = server_process
     gateway_port = ("127.0.0.1", int(url.rsplit(":", 1)[1]))

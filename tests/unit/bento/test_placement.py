@@ -71,10 +71,10 @@ def test_each_worker_takes_its_own_gpu():
 
 
 def test_model_services_get_one_worker_per_gpu_each_on_its_own_index(monkeypatch):
-    """Through the model service's own settings, as `services/model_services.py` and `pool_for` read them."""
+    """Through the model service's own settings, as `runners/model_services.py` and `pool_for` read them."""
     from bentoml._internal.context import server_context
 
-    import services.service_config as settings
+    import runners.service_config as settings
 
     model = ModelConfig(model_id="m", kind="embed")
     monkeypatch.setattr(settings, "visible_gpus", lambda: 2)
@@ -158,7 +158,7 @@ class _LaunchingModel:
 
 
 def _pool(tmp_path: Path):
-    from services.pool import ModelPool
+    from runners.pool import ModelPool
 
     cfg = ModelConfig(model_id=str(tmp_path), served_model_name="m", batch_size=2, max_batch_tokens=1000)
     pool = ModelPool(_LaunchingModel, [cfg])
@@ -175,7 +175,7 @@ def test_a_gpu_model_has_every_pass_launched_before_the_first_wait(tmp_path):
 
 
 def test_a_pass_failing_on_the_device_runs_again_alone_bisected(tmp_path):
-    from services.pool import FAILED
+    from runners.pool import FAILED
 
     pool, model = _pool(tmp_path)
     rows = TokenizedText.rows("m", [[value] for value in (1, 13, 2, 3)])

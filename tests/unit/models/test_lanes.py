@@ -75,7 +75,7 @@ class ThreadRecorder:
 def test_pool_shares_a_big_batch_across_the_cores_and_answers_the_same(
     request: pytest.FixtureRequest, minilm_path: Path, tiny_bert_path: Path, backend: str
 ):
-    from services.pool import ModelPool
+    from runners.pool import ModelPool
 
     path = minilm_path if backend == "torch" else tiny_bert_path  # a tiny checkpoint exports in seconds
     if backend == "onnx":

@@ -257,7 +257,7 @@ def test_colqwen2_pages_of_different_sizes_match_transformers(tiny_colqwen2_path
 
 def test_a_row_that_fails_inside_the_model_fails_alone(tiny_clip_path, clip):
     """Rows of several requests share a pass; one with broken pixels fails, the others are exact."""
-    from services.pool import ModelPool
+    from runners.pool import ModelPool
 
     pool = ModelPool(
         lambda folder, cfg: clip, [ModelConfig(backend="torch", model_id=str(tiny_clip_path), served_model_name="m")]

@@ -1,7 +1,10 @@
-"""The BentoML model services, one per modality, each with adaptive batching; service.py composes them.
+"""The model services, one per modality, each with adaptive batching; service.py composes them.
+
+The design card calls them runners: they are BentoML 1.4 services (`@bentoml.service`, batchable APIs), not the
+deprecated `bentoml.Runner`.
 
 `MODEL_SERVICES` maps each BentoML service name (`KindSpec.model_service`) to its class. It is built on first
-use: defining a service reads the configuration, and `services.pool` or `services.service_config` alone must
+use: defining a service reads the configuration, and `runners.pool` or `runners.service_config` alone must
 not need that.
 """
 
@@ -15,8 +18,8 @@ if TYPE_CHECKING:
 
 def __getattr__(name: str) -> object:
     if name != "MODEL_SERVICES":
-        raise AttributeError(f"module 'services' has no attribute {name!r}")
-    from services.model_services import ClapEmbedder, ClipEmbedder, ColPaliEmbedder, Reranker, TextEmbedder
+        raise AttributeError(f"module 'runners' has no attribute {name!r}")
+    from runners.model_services import ClapEmbedder, ClipEmbedder, ColPaliEmbedder, Reranker, TextEmbedder
 
     services: dict[str, bentoml.Service] = {
         cls.name: cls for cls in (TextEmbedder, Reranker, ClipEmbedder, ClapEmbedder, ColPaliEmbedder)

@@ -18,8 +18,8 @@ from bento.exports import carry_exports
 from bento.patches import make_work_conserving
 from bento.store import pin_store_models
 from models.base import ModelInput, TokenizedText
-from services.pool import PooledService, pool_for
-from services.service_config import (
+from runners.pool import PooledService, pool_for
+from runners.service_config import (
     DISPATCH_MAX_LATENCY_MS,
     dispatch_max_rows,
     model_service_config,

@@ -39,8 +39,8 @@ from models.kinds import load_model
 from models.lanes import Lanes, shares_cores
 from models.memory import HeapTrimmer
 from models.resolve import resolve_model
-from services.loading import load_models
-from services.service_config import allow_partial, cpu_threads, models_of_service, placed
+from runners.loading import load_models
+from runners.service_config import allow_partial, cpu_threads, models_of_service, placed
 from shared_metrics import DROPPED_INPUTS
 
 logger = logging.getLogger(__name__)

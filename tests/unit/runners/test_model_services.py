@@ -21,7 +21,7 @@ def test_dispatcher_never_holds_requests_for_an_idle_model():
 
 def test_every_kind_names_the_model_service_and_the_api_that_run_it():
     from models.kinds import KIND_SPECS
-    from services import MODEL_SERVICES
+    from runners import MODEL_SERVICES
 
     assert {spec.model_service for spec in KIND_SPECS.values()} == set(MODEL_SERVICES)
     assert all(service.name == name for name, service in MODEL_SERVICES.items())
@@ -32,7 +32,7 @@ def test_every_kind_names_the_model_service_and_the_api_that_run_it():
 
 def test_model_services_share_the_cores_unless_told_otherwise(monkeypatch):
     from config.settings import EmbentoConfig, ModelConfig
-    from services import service_config as settings
+    from runners import service_config as settings
 
     cores = len(os.sched_getaffinity(0))
     text, reranker = ModelConfig(model_id="a", kind="embed"), ModelConfig(model_id="b", kind="rerank")
