@@ -35,9 +35,10 @@ from gateway.cache.tiers import EmbeddingCache
 from gateway.engine import Engine
 from gateway.jobs.store import open_store
 from gateway.jobs.worker import JobWorker
-from gateway.lifecycle import Lifecycle, ModelRegistry
+from gateway.lifecycle import Lifecycle
 from gateway.model_calls import ModelCalls
 from gateway.preprocessors import load_preprocessors
+from gateway.warmup import ModelRegistry
 from gateway.wire import cohere, infinity, openai, shared_rerank, tei, voyage
 from gateway.wire.common import RerankRequest
 from models.kinds import model_kind, spec

@@ -44,9 +44,9 @@ def engine_encoder(model_path: str, backend: str, dtype: str, threads: int) -> E
     from config.settings import ModelConfig
     from models.base import TokenizedText
     from models.batching import pass_overhead_tokens, plan_batches
-    from models.lanes import Lanes, shares_cores
-    from models.text_encoder import TextEncoder
-    from models.text_tokenizer import TextTokenizer
+    from models.inference.lanes import Lanes, shares_cores
+    from models.inference.text_encoder import TextEncoder
+    from models.preprocessing.text_tokenizer import TextTokenizer
     from runners.pool import pass_limits
 
     torch.set_num_threads(threads)

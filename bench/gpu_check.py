@@ -58,7 +58,7 @@ def build_encoder(folder: Path, tokenizer: Path, size: str) -> Path:
 
 def encoder(folder: Path, device: str, dtype: str):  # -> TextEncoder, load seconds
     from config.settings import ModelConfig
-    from models.text_encoder import TextEncoder
+    from models.inference.text_encoder import TextEncoder
 
     started = time.perf_counter()
     model = TextEncoder(folder, ModelConfig(model_id=str(folder), device=device, dtype=dtype))
@@ -68,7 +68,7 @@ def encoder(folder: Path, device: str, dtype: str):  # -> TextEncoder, load seco
 def rows_of(model, texts: list[str]) -> list:
     from config.settings import ModelConfig
     from models.base import TokenizedText
-    from models.text_tokenizer import TextTokenizer
+    from models.preprocessing.text_tokenizer import TextTokenizer
 
     tokenizer = TextTokenizer(Path(model.info.model_id), ModelConfig(model_id=model.info.model_id), "embed")
     return TokenizedText.rows(model.info.served_model_name, tokenizer.encode_texts(texts))
@@ -154,12 +154,12 @@ def run_one_kind(folder: Path, cfg) -> str:
     import numpy as np
 
     from models.base import TokenizedText
+    from models.inference.media_encoder import MediaEncoder
+    from models.inference.sparse_encoder import SparseTextEncoder
+    from models.inference.text_encoder import TextEncoder
+    from models.inference.text_scorer import TextScorer
     from models.kinds import model_kind
-    from models.media_encoder import MediaEncoder
-    from models.sparse_encoder import SparseTextEncoder
-    from models.text_encoder import TextEncoder
-    from models.text_scorer import TextScorer
-    from models.text_tokenizer import TextTokenizer
+    from models.preprocessing.text_tokenizer import TextTokenizer
 
     kind = model_kind(cfg)
     name = cfg.served_model_name

@@ -8,9 +8,9 @@ positions: MiniLM-L6's size, so that a run fits a 2-core CPU) with XLM-R's kind 
 (tests/checkpoints.py), and `colbert_linear.pt` (384 -> 384) and `sparse_linear.pt` (384 -> 1) saved as
 FlagEmbedding saves them. The issue's target: all three >= 0.85 x dense only, since it is one pass.
 
-1. In process: the model class (`models.hybrid_encoder.HybridEncoder`, through `models.kinds.load_model`) called
-   directly on the corpus tokenized once beforehand, sorted by length, 32 rows per `forward`: rows without
-   `representations` (the dense vector) against rows naming all three (their packed output).
+1. In process: the model class (`models.inference.hybrid_encoder.HybridEncoder`, through
+   `models.inference.auto_backend.load_model`) called directly on the corpus tokenized once beforehand, sorted
+   by length, 32 rows per `forward`: rows without `representations` (the dense vector) against rows naming all three (their packed output).
 2. Through a production-mode `bentoml serve` on loopback (torch backend): 8 clients in a closed loop, 16 inputs
    per request, over the corpus `--passes` times, `POST /v1/embeddings` without `output_types` (dense) against
    `"output_types": ["dense", "sparse", "colbert"]`, each with `encoding_format` `float` (JSON numbers) and
@@ -234,8 +234,8 @@ def in_process(folder: Path, texts: list[str], rounds: int, profile: bool) -> di
 
     from config.settings import ModelConfig
     from models.base import TokenizedText
-    from models.kinds import load_model
-    from models.text_tokenizer import TextTokenizer
+    from models.inference.auto_backend import load_model
+    from models.preprocessing.text_tokenizer import TextTokenizer
 
     cfg = ModelConfig(model_id=str(folder), backend="torch", device="cpu")
     tokenizer, model = TextTokenizer(folder, cfg, "hybrid"), load_model(folder, cfg)

@@ -25,8 +25,8 @@ from server import free_port, start_server, stop_server  # noqa: E402
 
 from config.settings import ModelConfig  # noqa: E402
 from models.base import TokenizedText  # noqa: E402
+from models.preprocessing.text_tokenizer import TextTokenizer  # noqa: E402
 from models.resolve import packaged_model_path  # noqa: E402
-from models.text_tokenizer import TextTokenizer  # noqa: E402
 
 MINILM = "sentence-transformers/all-MiniLM-L6-v2"
 

@@ -1,6 +1,6 @@
 """ONNX Runtime against torch on a CPU, in process: pass time by batch, how to spread a batch over the cores,
-and what an export costs. The figures behind `backend: auto` (models/auto_backend.py) and the lanes rule
-(models/lanes.py).
+and what an export costs. The figures behind `backend: auto` (models/inference/auto_backend.py) and the lanes rule
+(models/inference/lanes.py).
 
     python bench/onnx_cpu.py [--models minilm base] [--repeats 15] [--attention]
 
@@ -61,7 +61,7 @@ def median_ms(run: Callable[[], object], repeats: int) -> float:
 def session(path: Path, threads: int, spinning: bool = True):  # -> onnxruntime.InferenceSession
     import onnxruntime
 
-    from models.onnx_runtime import session_options
+    from models.inference.onnx_runtime import session_options
 
     options = session_options(threads)
     if not spinning:
@@ -89,7 +89,7 @@ def main() -> None:
     import torch
     from transformers import AutoModel, AutoTokenizer
 
-    from models.onnx_export import EXPORTED, exported_checkpoint
+    from models.inference.onnx_export import EXPORTED, exported_checkpoint
 
     torch.set_num_threads(2)
     lanes = ThreadPoolExecutor(2)
@@ -159,12 +159,12 @@ def main() -> None:
 
 
 def compare_attention(name: str, folder: Path, repeats: int) -> None:
-    """The graph exported with transformers' eager attention (what models/onnx_export.py exports) against the
+    """The graph exported with transformers' eager attention (what models/inference/onnx_export.py exports) against the
     one exported with SDPA: ONNX Runtime's pass time at 1 and 32 rows, interleaved per round, and how far the
     two graphs' outputs are apart."""
     from transformers import AutoTokenizer
 
-    from models.onnx_export import export_graph
+    from models.inference.onnx_export import export_graph
 
     work = Path(tempfile.mkdtemp(prefix="attention-"))
     sessions = {}

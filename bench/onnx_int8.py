@@ -87,7 +87,7 @@ class Candidate:
     preset: str  # optimum's preset names: avx2 = u8 weights, avx512/avx512_vnni = s8 weights
     options: dict[str, Any] = field(default_factory=dict)
     weight_matmuls: bool = False  # only the MatMuls that have a weight (no Gather, no attention Q.K^T / P.V)
-    float_down: bool = False  # and not the down-projections either (models.onnx_runtime.float_matmuls)
+    float_down: bool = False  # and not the down-projections either (models.inference.onnx_runtime.float_matmuls)
 
 
 WEIGHTS_ONLY = {"operators_to_quantize": ["MatMul"]}
@@ -131,7 +131,7 @@ def quantize(exported: Path, candidate: Candidate, file_name: str) -> None:
     own arguments: weights u8 for avx2, s8 otherwise; weights symmetric, activations not)."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    from models.onnx_runtime import float_matmuls
+    from models.inference.onnx_runtime import float_matmuls
 
     options = {"per_channel": True, "reduce_range": False, **candidate.options}
     excluded = []
@@ -181,8 +181,8 @@ def ctranslate2_int8(folder: Path) -> Encode:
     """Embento's CTranslate2 int8 encoder (its int8 scales each token's row), in passes of BATCH texts."""
     from config.settings import ModelConfig
     from models.base import TokenizedText
-    from models.text_encoder import TextEncoder
-    from models.text_tokenizer import TextTokenizer
+    from models.inference.text_encoder import TextEncoder
+    from models.preprocessing.text_tokenizer import TextTokenizer
 
     cfg = ModelConfig(model_id=str(folder), backend="ctranslate2", dtype="int8", device="cpu")
     tokenizer, encoder = TextTokenizer(folder, cfg), TextEncoder(folder, cfg)
@@ -216,8 +216,8 @@ def main() -> None:
     import torch
     from sentence_transformers import SentenceTransformer
 
-    from models.onnx_model import OnnxTransformerModel
-    from models.onnx_runtime import onnx_checkpoint, session_options
+    from models.inference.onnx_model import OnnxTransformerModel
+    from models.inference.onnx_runtime import onnx_checkpoint, session_options
     from models.resolve import packaged_model_path
     from tests.retrieval import CORPUS, CORPUS_QUERIES, DOCUMENTS, nearest, top_k_agreement
     from tests.sentences import make_sentences

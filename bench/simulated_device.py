@@ -6,7 +6,7 @@ The text embedder's model is replaced by `SimulatedEncoder`: its host side colla
 the real padding does) and then holds the GIL for `launch_ms`, as Python launching a transformer's kernels
 does; its device is one thread that sleeps (GIL released) `fixed_ms` plus `per_token_us` per padded token,
 one pass after another, as a CUDA stream runs them. `launch` queues the pass and returns; `wait` blocks
-until the device has run it (what `models/transfer.py` does on a real GPU). The model service writes its
+until the device has run it (what `models/inference/transfer.py` does on a real GPU). The model service writes its
 device's busy seconds to a file, and the benchmark reports busy / wall time for closed-loop clients.
 
 Speeds are set against this host, whose whole work per short sentence (load generator, gateway, model
@@ -81,7 +81,7 @@ class SimulatedEncoder:
 
     def launch(self, rows: list[Any]) -> _Pending:
         width = max(row.length for row in rows)
-        ids = np.zeros((len(rows), width), dtype=np.int64)  # the host's collate, as models/padding.py does
+        ids = np.zeros((len(rows), width), dtype=np.int64)  # the host's collate, as models/inference/padding.py does
         for index, row in enumerate(rows):
             ids[index, : row.length] = row.input_ids
         until = time.perf_counter() + self.launch_s

@@ -18,7 +18,7 @@ recorded: a request counts when it was sent and answered within those seconds; i
    - A alone: A's clients: the server's saturated throughput, inputs/s.
    - A + B: both at once: B's p50 and p99, A's inputs/s.
    Per phase, from /metrics, for reference: the mean forward pass and its inputs (on CPU a big batch runs as one
-   pass per core, models/lanes.py), and the requests per model-service call (gateway/coalesce.py).
+   pass per core, models/inference/lanes.py), and the requests per model-service call (gateway/coalesce.py).
 2. Single queue: a second server, without a keys file (no key asked for; every request is the tenant `default`'s,
    one queue in arrival order): the same phases with the same clients (their keys are ignored).
 

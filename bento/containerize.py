@@ -15,8 +15,8 @@ import sys
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
+from config.errors import ConfigError
 from config.settings import ImageSettings
-from models.errors import ConfigError
 
 CONTAINER_BACKENDS = ("auto", "docker", "buildah", "podman")
 DAEMONLESS_BACKENDS = ("buildah", "podman")

@@ -2,7 +2,7 @@
 
 A model service declares, beside its store models, one `CarriedExport` per model that may run on ONNX
 Runtime (`backend: onnx`, or `auto` where its kind has an export): a store model named after the served model,
-versioned by the export's cache key (`models.onnx_export.ExportKey`). A build (`embento build` or a plain
+versioned by the export's cache key (`models.inference.onnx_export.ExportKey`). A build (`embento build` or a plain
 `bentoml build`: both ask each declared model for its info) makes it when the store lacks it: exporting,
 checking parity with torch for `auto`, and copying the export and its verdict into the store. The Bento pins
 it, and its model service adopts it as its cache entry at start (`adopt_carried_export`). Served from source,
@@ -23,8 +23,8 @@ from bentoml.models import BentoModel
 
 from bento.store import readable_by_all, store_name
 from config.settings import ModelConfig
+from models.inference.onnx_export import adopt_export, export_files, export_key, exported_checkpoint, onnx_entry
 from models.kinds import model_kind, spec
-from models.onnx_export import adopt_export, export_files, export_key, exported_checkpoint, onnx_entry
 from models.resolve import resolve_model
 
 logger = logging.getLogger(__name__)
@@ -49,7 +49,7 @@ class CarriedExport(BentoModel):
 
 def carried_tag(cfg: ModelConfig) -> str | None:
     """`onnx-<served name>:<export key digest>` for a model that may run on ONNX Runtime; None otherwise."""
-    from models.auto_backend import onnx_unfit  # numpy and the kind registry, no torch
+    from models.inference.auto_backend import onnx_unfit  # numpy and the kind registry, no torch
 
     if cfg.backend not in ("auto", "onnx") or (cfg.backend == "auto" and _for_gpus()):
         return None
@@ -83,7 +83,7 @@ def carry_exports(configs: Iterable[ModelConfig]) -> Callable[[T], T]:
 
 def make_export(cfg: ModelConfig, tag: str) -> None:
     """Export (and for `auto`, compare with torch) now, and copy the result into the store under `tag`."""
-    from models.auto_backend import check_export
+    from models.inference.auto_backend import check_export
 
     folder = resolve_model(cfg.model_id, cfg.revision)
     kind = model_kind(cfg)

@@ -1,4 +1,4 @@
-"""A start-up failure Embento knows (`models.errors.EmbentoError`: a ConfigError, a ModelLoadError) is told
+"""A start-up failure Embento knows (`config.errors.EmbentoError`: a ConfigError, a ModelLoadError) is told
 once, as one line, and the server exits non-zero. Unexpected errors keep one traceback. At BentoML's debug
 level (`embento serve --log-level debug`, `bentoml serve --debug`) every traceback is shown, as BentoML
 writes them.
@@ -33,7 +33,7 @@ from types import TracebackType
 from bentoml._internal.configuration import get_debug_mode
 from bentoml.exceptions import ImportServiceError
 
-from models.errors import EmbentoError
+from config.errors import EmbentoError
 
 START_FAILED = "embento: the server could not start: "  # the arbiter's line, for a worker's failure
 PREFIX = "embento: "  # a known error escaping a process: as `embento serve` and `embento build` print theirs

@@ -20,6 +20,7 @@ from typing import TypeVar
 import bentoml
 from bentoml._internal.context import server_context
 
+from config.errors import ConfigError, ModelLoadError
 from config.served import served_bento, store_tags
 from config.settings import (
     BENTO_CONFIG_ENV,
@@ -30,7 +31,6 @@ from config.settings import (
     get_config,
     load_config,
 )
-from models.errors import ConfigError, ModelLoadError
 from models.kinds import detect_kind
 from models.resolve import resolve_model
 

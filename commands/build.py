@@ -18,9 +18,9 @@ import yaml
 from pydantic import ValidationError
 
 from commands.flags import ACCELERATORS, IMAGE_FLAGS, PROJECT_ROOT, dest
+from config.errors import ConfigError
 from config.settings import CONFIG_FILE_NAME, ENV_PREFIX, EmbentoConfig, ImageSettings, carried, load_config
-from embento.cli import is_bundle
-from models.errors import ConfigError
+from embento.bundle import is_bundle
 
 
 def project_version(project_dir: Path) -> str:

@@ -17,8 +17,8 @@ from typing import Any
 
 import yaml
 
+from config.errors import ConfigError
 from config.keys_file import Tenant, new_secret, read_keys_file
-from models.errors import ConfigError
 
 LIMIT_FLAGS = (
     "requests_per_minute",

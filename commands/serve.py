@@ -14,8 +14,8 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from commands.flags import DEFAULT_HOST, DEFAULT_PORT, FLAGS, LOG_LEVELS, PROJECT_ROOT, dest
+from config.errors import ConfigError, EmbentoError
 from config.settings import CONFIG_FILE_NAME, ENV_PREFIX, EmbentoConfig, env_names, load_config, store_tag
-from models.errors import ConfigError, EmbentoError
 
 
 def build_env(args: argparse.Namespace, environ: Mapping[str, str], cwd: Path) -> dict[str, str]:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from config.errors import EmbentoError
 from config.settings import STORE_PREFIX
-from models.errors import EmbentoError
 
 
 def import_model(args: argparse.Namespace) -> int:

@@ -15,7 +15,7 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from models.errors import ConfigError
+from config.errors import ConfigError
 
 DEFAULT_TENANT = "default"
 KEY_PREFIX = "emb-"

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import bentoml
 
+from config.errors import ConfigError, ModelLoadError
 from config.settings import STORE_PREFIX, EmbentoConfig, bento_info, get_config, store_tag
-from models.errors import ConfigError, ModelLoadError
 
 
 @cache

@@ -28,7 +28,8 @@ from pydantic import (
     model_validator,
 )
 
-from models.errors import ConfigError
+from config.errors import ConfigError
+from config.kind_names import Kind
 
 DEFAULT_MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2"
 # `model_id: bentoml://<name>[:<version>]` names a checkpoint in BentoML's model store (bento/store.py).
@@ -40,7 +41,7 @@ BENTO_CONFIG_ENV = ENV_PREFIX + "BENTO_CONFIG"
 PoolingMethod = Literal["mean", "cls", "lasttoken", "max", "mean_sqrt_len_tokens", "weightedmean"]
 Backend = Literal["auto", "torch", "onnx", "ctranslate2"]
 Dtype = Literal["auto", "float32", "float16", "bfloat16", "int8", "int8_float16"]
-ModelKind = Literal["auto", "embed", "sparse", "rerank", "classify", "clip", "clap", "colpali", "colbert", "hybrid"]
+ModelKind = Literal["auto", Kind]
 # Which dtypes each backend can run ("int8": dynamic quantization on ONNX Runtime, int8 weights on CTranslate2).
 BACKEND_DTYPES: dict[str, tuple[str, ...]] = {
     "auto": ("auto", "float32", "float16", "bfloat16"),

@@ -16,16 +16,13 @@ from importlib.metadata import PackageNotFoundError, distribution
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
+from embento.bundle import BUNDLE_MARKERS, is_bundle
+
 BUNDLE_ENV = "EMBENTO_PROJECT_DIR"
-BUNDLE_MARKERS = ("service.py", "bentofile.yaml")
 
 
 class BundleNotFound(Exception):
     pass
-
-
-def is_bundle(folder: Path) -> bool:
-    return all((folder / name).is_file() for name in BUNDLE_MARKERS)
 
 
 def installed_from() -> Path | None:

@@ -7,9 +7,9 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 
+from config import errors
 from gateway.metrics import QUEUED_ITEMS, QUEUED_TOKENS, REJECTED
 from gateway.shared import SharedCounters
-from models import errors
 
 
 def admission_counters(model_service: str) -> list[str]:

@@ -13,12 +13,12 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from config import errors
 from gateway.errors import ErrorShape, error_response
 from gateway.metrics import TRACE, RequestTrace
 from gateway.priority import PRIORITY
 from gateway.tenants.keys import TENANT
 from gateway.wire import shared_rerank, tei, voyage
-from models import errors
 
 if TYPE_CHECKING:
     from gateway.engine import Engine

@@ -9,12 +9,12 @@ from typing import Any
 
 import numpy as np
 
+from config import errors
 from config.settings import EmbentoConfig
 from gateway.model_calls import ModelCalls
 from gateway.preprocessors import Preprocessors
 from gateway.shared import agreed
-from models import errors
-from models.base import ModelInfo, TokenizedText
+from models.base import ModelInfo
 from models.media import MediaLimits
 from models.packing import unpack_arrays
 from models.quantization import CALIBRATION_TEXTS, Quantizer, read_configured_ranges
@@ -47,16 +47,7 @@ async def warm_up(
 
 def warmup_rows(info: ModelInfo, preprocessors: Preprocessors) -> list[Any]:
     """A row through every modality; for a model with several representations, one more asking all of them."""
-    name, spec = info.served_model_name, info.spec
-    if spec.preprocessor == "media":
-        return preprocessors.processor(info).warmup_rows(name)
-    tokenizer = preprocessors.tokenizer(info)
-    if spec.scores_pairs:
-        return TokenizedText.rows(name, *tokenizer.encode_pairs("warm-up", ["warm-up"]))
-    rows = TokenizedText.rows(name, tokenizer.encode_texts(["warm-up"]))
-    if len(spec.representations) > 1:
-        rows += TokenizedText.rows(name, tokenizer.encode_texts(["warm-up"]), representations=spec.representations)
-    return rows
+    return preprocessors.of(info).warmup_rows(info.served_model_name)
 
 
 def _by_representation(info: ModelInfo, row: Any, output: np.ndarray) -> list[tuple[str, np.ndarray]]:
@@ -89,12 +80,7 @@ async def _quantizer(
     vectors, started = [], time.perf_counter()
     for start in range(0, len(CALIBRATION_TEXTS), CALIBRATION_CHUNK):
         texts = CALIBRATION_TEXTS[start : start + CALIBRATION_CHUNK]
-        if info.spec.preprocessor == "text":
-            tokenizer = preprocessors.tokenizer(info)
-            rows: list[Any] = TokenizedText.rows(name, tokenizer.encode_texts(texts, tokenizer.prompt(None)))
-        else:
-            rows = preprocessors.processor(info).encode(name, [("text", text) for text in texts], limits)
-        vectors += await calls.send(info, rows)
+        vectors += await calls.send(info, preprocessors.of(info).calibration_rows(name, texts, limits))
     logger.info(
         "model '%s': int8/uint8 %s quantization calibrated on %d texts in %.2f s",
         name,

@@ -14,7 +14,7 @@ from typing import TypeVar
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from models import errors
+from config import errors
 
 T = TypeVar("T")
 # Set while a POST request is answered: fires when its client disconnects.

@@ -7,12 +7,13 @@ adapters (`gateway/wire/`) turn their bodies into queries and the results into t
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
+from config import errors
 from config.settings import EmbentoConfig
 from gateway.cache.contexts import (
     IMAGE_RANK_CONTEXT,
@@ -29,7 +30,6 @@ from gateway.cache.keys import model_identity
 from gateway.cache.tiers import Answered, Computed, EmbeddingCache
 from gateway.calibration import warm_up
 from gateway.fetch import UrlFetcher
-from gateway.lifecycle import ModelRegistry
 from gateway.long_rows import Plan
 from gateway.metrics import current_trace
 from gateway.model_calls import ModelCalls
@@ -40,6 +40,7 @@ from gateway.queries import (
     DecodeQuery,
     EmbedQuery,
     InputItem,
+    LongInput,
     RankQuery,
     TokenizeQuery,
 )
@@ -57,13 +58,17 @@ from gateway.validation import (
     check_response_size,
     check_tokenize,
 )
-from models import errors
+from gateway.warmup import ModelRegistry
 from models.base import ModelInfo, Representation, Row
-from models.kinds import KindSpec, spec
+from models.kinds import KindSpec, RankBy, spec
 from models.media import MediaLimits
+from models.preprocessing.text_tokenizer import TextTokenizer
 from models.resolve import resolve_model
 from models.scores import activate, rank, similarities
-from models.text_tokenizer import TextTokenizer
+
+# What a way of ranking answers: the computed (or cached) outputs, each document's score, and its scores by every
+# score mode where the model has several (`return_scores`).
+Scored = tuple[Answered, np.ndarray, dict[str, list[float]] | None]
 
 
 class Engine:
@@ -85,6 +90,12 @@ class Engine:
         self.preprocessors = preprocessors
         self.limits = MediaLimits(config.max_item_bytes, config.max_image_pixels, config.max_audio_seconds)
         self.rows = Rows(preprocessors, fetcher, self.limits)
+        # One way to rank per `KindSpec.rank_by`.
+        self._rankers: dict[RankBy, Callable[[ModelInfo, RankQuery], Awaitable[Scored]]] = {
+            "pair-logits": self._rank_by_pair_logits,
+            "score-modes": self._rank_by_score_modes,
+            "image-similarity": self._rank_by_image_similarity,
+        }
 
     async def require_model(self, requested: str | None, capability: str | None) -> ModelInfo:
         """The named model, or the first that can do `capability`; once warm, and if it did not fail."""
@@ -100,12 +111,12 @@ class Engine:
         return info
 
     async def embed(self, query: EmbedQuery) -> Embeddings:
-        if query.late_chunking:
+        if query.long_input is LongInput.LATE_CHUNKING:
             return (await self.embed_in_context(ContextQuery(query, (len(query.items),)))).embeddings
         info = await self.require_model(query.model, query.capability)
         quantizer = self.registry.quantizers.get(info.served_model_name)
         check_embed(query, info, self.config, quantizer, self.registry.infos)
-        if info.spec.preprocessor == "media":
+        if info.spec.takes_media:
             answered = await self._media_outputs(info, query.items, embed_context(query, ""))
         else:
             answered = await self.cache.answer(
@@ -177,18 +188,8 @@ class Engine:
         similarity of their embeddings with the query's."""
         info = await self.require_model(query.model, "rerank")
         check_rank(query, info, self.config)
-        by_mode = None
-        if info.spec.preprocessor == "media":
-            items = [InputItem("text", query.query), *(InputItem("image", document) for document in query.documents)]
-            answered = await self._media_outputs(info, items, IMAGE_RANK_CONTEXT)
-            scores = similarities(answered.outputs[0], answered.outputs[1:], info.multi_vector)
-        elif not info.spec.scores_pairs:
-            mode = score_mode(query, info)
-            answered = await self._ranked_outputs(info, query, representations_for(mode, info))
-            scores, by_mode = scores_by_mode(info, query, mode, answered.outputs)
-        else:
-            answered = await self._score_pairs(info, query)
-            scores = activate(np.stack(answered.outputs), query.activation or info.activation)[:, 0]
+        assert info.spec.rank_by is not None, "every kind that reranks declares how (`KindSpec.rank_by`)"
+        answered, scores, by_mode = await self._rankers[info.spec.rank_by](info, query)
         current_trace().usage_tokens = answered.tokens
         return Ranking(
             query,
@@ -199,6 +200,20 @@ class Engine:
             by_mode if query.return_scores else None,
             answered.cached_tokens,
         )
+
+    async def _rank_by_pair_logits(self, info: ModelInfo, query: RankQuery) -> Scored:
+        answered = await self._score_pairs(info, query)
+        return answered, activate(np.stack(answered.outputs), query.activation or info.activation)[:, 0], None
+
+    async def _rank_by_score_modes(self, info: ModelInfo, query: RankQuery) -> Scored:
+        mode = score_mode(query, info)
+        answered = await self._ranked_outputs(info, query, representations_for(mode, info))
+        return answered, *scores_by_mode(info, query, mode, answered.outputs)
+
+    async def _rank_by_image_similarity(self, info: ModelInfo, query: RankQuery) -> Scored:
+        items = [InputItem("text", query.query), *(InputItem("image", document) for document in query.documents)]
+        answered = await self._media_outputs(info, items, IMAGE_RANK_CONTEXT)
+        return answered, similarities(answered.outputs[0], answered.outputs[1:], info.multi_vector), None
 
     async def _score_pairs(self, info: ModelInfo, query: RankQuery) -> Answered:
         """A cross-encoder's (or causal-LM scorer's) logit per (query, document) pair, each pair cached."""
@@ -266,7 +281,7 @@ class Engine:
     async def _tokenizer(self, requested: str | None) -> TextTokenizer:
         """The tokenizer of the named text model, or without a name of the first served one."""
         if requested is None and self.registry.done:
-            texts = (name for name, info in self.registry.infos.items() if info.spec.preprocessor == "text")
+            texts = (name for name, info in self.registry.infos.items() if not info.spec.takes_media)
             requested = next(texts, None)
             if requested is None:
                 raise errors.InvalidRequest("no served model is a text model", param="model")

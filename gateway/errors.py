@@ -16,7 +16,7 @@ from typing import Any, Literal
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from models import errors
+from config import errors
 
 logger = logging.getLogger(__name__)
 ErrorShape = Literal["openai", "tei", "voyage"]

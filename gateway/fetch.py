@@ -18,7 +18,7 @@ from urllib.parse import urljoin, urlsplit
 import aiohttp
 from aiohttp.abc import AbstractResolver
 
-from models.errors import InvalidRequest
+from config.errors import InvalidRequest
 
 MAX_REDIRECTS = 5
 REDIRECTS = {301, 302, 303, 307, 308}

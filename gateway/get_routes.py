@@ -12,12 +12,14 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from config import errors
 from config.settings import EmbentoConfig, ModelConfig
 from gateway.errors import error_response
-from gateway.lifecycle import Lifecycle, ModelRegistry
+from gateway.lifecycle import Lifecycle
 from gateway.tenants.keys import TENANT
+from gateway.warmup import ModelRegistry
 from gateway.wire.openai import model_list
-from models import errors
+from gateway.wire.tei import tei_model_type
 from models.base import ModelInfo
 
 try:
@@ -83,7 +85,7 @@ def tei_info(config: EmbentoConfig, default: ModelConfig, info: ModelInfo | None
 
 
 def _tei_model_type(info: ModelInfo, pooling: str | None) -> dict[str, Any]:
-    model_type = info.spec.tei_model_type
+    model_type = tei_model_type(info.spec)
     if model_type == "embedding":
         return {"embedding": {"pooling": "splade" if info.sparse else pooling}}
     labels = info.labels or ["LABEL_0"]

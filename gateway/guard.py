@@ -7,10 +7,10 @@ from collections.abc import Mapping
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from config import errors
 from gateway.errors import error_response
 from gateway.metrics import REJECTED
 from gateway.shared import SharedCounters
-from models import errors
 
 IN_FLIGHT = "requests"  # the shared counter of POST requests being answered, every gateway worker's
 

@@ -1,5 +1,5 @@
-"""The served models from start to serving: the registry warm-up fills, and the readiness and health the
-probes report from it.
+"""The served models from start to serving: warm-up (which fills `gateway.warmup.ModelRegistry`), then the
+readiness and health the probes report from the registry.
 
 One `Lifecycle` per gateway process, made at import: the GET routes and the /readyz middleware are mounted
 then and hold it. The Gateway starts it, since only the Gateway holds the model services' clients.
@@ -10,32 +10,18 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
 
+from config import errors
 from config.server_files import mark_gateway_worker
 from gateway.metrics import READY
-from gateway.warmup import Warmup
-from models import errors
-from models.base import Kind, ModelInfo
-from models.quantization import Quantizer
+from gateway.warmup import ModelRegistry, Warmup
+from models.base import ModelInfo
 
 WARMUP_RETRY_S = 1.0
 READINESS_TIMEOUT_S = 1
-
-
-@dataclass
-class ModelRegistry:
-    """What is known of the configured models: their kinds (configuration order; the first is the default),
-    and once warm-up is `done` the ones served (`infos`), those that failed, and the int8/uint8 quantizers."""
-
-    kinds: dict[str, Kind]
-    infos: dict[str, ModelInfo] = field(default_factory=dict)
-    failed: dict[str, str] = field(default_factory=dict)
-    quantizers: dict[str, Quantizer] = field(default_factory=dict)
-    done: bool = False
 
 
 class Lifecycle:

@@ -12,9 +12,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from config.errors import InvalidRequest
 from gateway.queries import AutoChunking
 from models.base import TokenizedText
-from models.errors import InvalidRequest
 from models.long_inputs import (
     Segment,
     auto_chunk_spans,
@@ -24,7 +24,7 @@ from models.long_inputs import (
     state_owners,
     window_starts,
 )
-from models.text_tokenizer import TextTokenizer
+from models.preprocessing.text_tokenizer import TextTokenizer
 
 Join = Callable[[Sequence[np.ndarray]], list[np.ndarray]]
 

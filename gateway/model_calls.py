@@ -23,6 +23,7 @@ import aiohttp
 import bentoml
 import numpy as np
 
+from config import errors
 from config.settings import EmbentoConfig
 from gateway.admission import Admission
 from gateway.coalesce import BatchSlot, Coalescer
@@ -30,7 +31,6 @@ from gateway.deadline import until_done
 from gateway.metrics import ABANDONED, QUEUED_BY_CLASS, REQUESTS_PER_CALL, current_trace, start_series
 from gateway.priority import PRIORITY, Priority
 from gateway.shared import SharedCounters
-from models import errors
 from models.base import Kind, ModelInfo, Row
 from models.kinds import spec
 from shared_metrics import DROPPED_INPUTS

@@ -6,13 +6,13 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+from config.errors import InvalidRequest
 from config.settings import EmbentoConfig, ModelConfig
-from models.base import Kind, ModelInfo
-from models.errors import InvalidRequest
-from models.kinds import spec
-from models.media_processor import MediaProcessor
+from models.base import Kind, ModelInfo, Preprocessor
+from models.kinds import preprocessor_class
+from models.preprocessing.media_processor import MediaProcessor
+from models.preprocessing.text_tokenizer import TextTokenizer
 from models.resolve import resolve_model
-from models.text_tokenizer import TextTokenizer
 
 # The load-failure policy (`runners.loading.load_models`): each model loaded, and why the others failed.
 LoadAll = Callable[[list[ModelConfig], Callable[[ModelConfig], object], bool], tuple[dict, dict[str, str]]]
@@ -20,18 +20,25 @@ LoadAll = Callable[[list[ModelConfig], Callable[[ModelConfig], object], bool], t
 
 @dataclass
 class Preprocessors:
-    """Each served model's tokenizer or media processor, by served name."""
+    """Each served model's input preparation (`KindSpec.preprocessor`), by served name."""
 
-    tokenizers: dict[str, TextTokenizer] = field(default_factory=dict)
-    processors: dict[str, MediaProcessor] = field(default_factory=dict)
+    by_model: dict[str, Preprocessor] = field(default_factory=dict)
+
+    def of(self, info: ModelInfo) -> Preprocessor:
+        return self.by_model[info.served_model_name]
 
     def tokenizer(self, info: ModelInfo) -> TextTokenizer:
-        if info.spec.preprocessor != "text":
+        """The model's tokenizer: for the routes and rows that take text only (tokenize, token ids, pairs)."""
+        preparation = self.by_model.get(info.served_model_name)
+        if not isinstance(preparation, TextTokenizer):
             raise InvalidRequest(f"model '{info.served_model_name}' is not a text model", param="model")
-        return self.tokenizers[info.served_model_name]
+        return preparation
 
     def processor(self, info: ModelInfo) -> MediaProcessor:
-        return self.processors[info.served_model_name]
+        """The model's media processor: for a model whose kind `takes_media`."""
+        preparation = self.of(info)
+        assert isinstance(preparation, MediaProcessor), "only for kinds that take media"
+        return preparation
 
 
 def load_preprocessors(
@@ -43,11 +50,7 @@ def load_preprocessors(
 
     def load(cfg: ModelConfig) -> None:
         name, folder = cfg.served_model_name, resolve_model(cfg.model_id, cfg.revision)
-        kind = kinds[name]
-        if spec(kind).preprocessor == "text":
-            loaded.tokenizers[name] = TextTokenizer(folder, cfg, kind)
-        else:
-            loaded.processors[name] = MediaProcessor(folder, cfg, kind)
+        loaded.by_model[name] = preprocessor_class(kinds[name])(folder, cfg, kinds[name])
 
     _, failed = load_all(config.models, load, config.allow_partial)
     return loaded, failed

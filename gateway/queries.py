@@ -7,15 +7,16 @@ Queries are frozen: an adapter decides everything the engine needs, and nothing 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from enum import Enum
 from typing import Literal
 
 from models.base import Activation, Modality, Representation, Truncation
-from models.kinds import ScoreMode
+from models.kinds import Output, ScoreMode
 
 OutputType = Literal["float", "base64", "int8", "uint8", "binary", "ubinary"]
-Shape = Literal["dense", "sparse", "multi-vector"]
-ALL_SHAPES: frozenset[Shape] = frozenset(("dense", "sparse", "multi-vector"))
+# The output shapes a wire format has room for (`EmbedQuery.shapes`): the registry's outputs but scores.
+ALL_SHAPES: frozenset[Output] = frozenset(("dense", "sparse", "multi-vector"))
 InputType = Literal["search_query", "search_document", "classification", "clustering", "image"]
 
 
@@ -23,6 +24,16 @@ InputType = Literal["search_query", "search_document", "classification", "cluste
 class InputItem:
     modality: Modality
     value: str | list[int]  # a text, a data URI or URL, or token ids
+
+
+class LongInput(Enum):
+    """What becomes of a text past the model's window: one choice per query (`EmbedQuery.long_input`)."""
+
+    CUT = "truncate"  # cut to the window, from `truncation.side`
+    REFUSE = "error"  # a 400 naming the input
+    MEAN = "mean"  # embedded in windows of the model's limit, their vectors averaged (weighted by tokens)
+    # The items are the chunks of one document, each embedded in the context of all (`ContextQuery`).
+    LATE_CHUNKING = "late_chunking"
 
 
 @dataclass(frozen=True)
@@ -34,7 +45,7 @@ class EmbedQuery:
     capability: Literal["embed", "embed_sparse"] = "embed"
     output_types: tuple[OutputType, ...] = ("float",)
     output_param: str = "encoding_format"  # the wire field that asked for `output_types`, named in errors
-    shapes: frozenset[Shape] = ALL_SHAPES  # the output shapes the wire format has room for
+    shapes: frozenset[Output] = ALL_SHAPES  # the output shapes the wire format has room for
     dimensions: int | None = None
     normalize: bool | None = None  # None: the model's own behaviour
     max_active_dims: int | None = None
@@ -43,14 +54,19 @@ class EmbedQuery:
     input_type: InputType | None = None
     truncation: Truncation = field(default_factory=Truncation)
     items_param: str = "input"  # the wire field holding the items, named in errors
-    # `long_input: mean`: a text past the model's window is embedded in windows and their vectors averaged.
-    windowed: bool = False
-    # Late chunking: the items are the chunks of one document, each embedded in the context of all
-    # (`ContextQuery` with this one document).
-    late_chunking: bool = False
+    long_input: LongInput = LongInput.CUT
     # The representations to answer, each under its own key (`output_types`); None: the model's own.
     representations: tuple[Representation, ...] | None = None
     representations_param: str = "output_types"
+
+    def __post_init__(self) -> None:
+        """`long_input` is the one choice: a wire's `truncate: false` (a truncation that is off) is REFUSE, and the
+        truncation the tokenizer is given cuts unless the query refuses."""
+        if not self.truncation.enabled and self.long_input is LongInput.CUT:
+            object.__setattr__(self, "long_input", LongInput.REFUSE)
+        cuts = self.long_input is not LongInput.REFUSE
+        if self.truncation.enabled != cuts:
+            object.__setattr__(self, "truncation", replace(self.truncation, enabled=cuts))
 
 
 @dataclass(frozen=True)

@@ -10,8 +10,8 @@ import numpy as np
 from gateway.queries import ClassifyQuery, EmbedQuery, OutputType, RankQuery, TokenizeQuery
 from models.base import ModelInfo, Representation
 from models.postprocess import keep_largest, to_base64, truncate_dimensions
+from models.preprocessing.text_tokenizer import Token
 from models.quantization import Precision, Quantizer, quantize
-from models.text_tokenizer import Token
 
 
 @dataclass(frozen=True)

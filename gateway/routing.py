@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from models import errors
+from config import errors
 from models.base import Modality, ModelInfo
 
 

@@ -12,11 +12,11 @@ from gateway.fetch import UrlFetcher
 from gateway.long_rows import LongTexts, Plan
 from gateway.media_inputs import load_item
 from gateway.preprocessors import Preprocessors
-from gateway.queries import ClassifyQuery, ContextQuery, EmbedQuery, InputItem, RankQuery
+from gateway.queries import ClassifyQuery, ContextQuery, EmbedQuery, InputItem, LongInput, RankQuery
 from gateway.representations import row_representations
 from models.base import ModelInfo, ModelInput, Representation, TokenizedText
 from models.media import MediaLimits
-from models.text_tokenizer import TextTokenizer
+from models.preprocessing.text_tokenizer import TextTokenizer
 
 T = TypeVar("T")
 INLINE_TOKENIZE_LIMIT = 2048  # characters (or token ids) per request
@@ -43,7 +43,7 @@ class Rows:
             is_query = query.input_type == "search_query"
             return Plan.direct(await self.with_roles(info, values, is_query, prompt, query))  # type: ignore[arg-type]
         prompt_length = tokenizer.prompt_length(prompt) if prompt else 0
-        if query.windowed:
+        if query.long_input is LongInput.MEAN:
             texts = long_texts(info, tokenizer, query)
             return await off_loop_if_large(
                 lambda: Plan.joined(
@@ -108,7 +108,11 @@ class Rows:
         chunking = query.auto_chunking
 
         def where(index: int) -> str:  # OpenAI's late chunking: the inputs are one document's chunks
-            return f"{embed.items_param} (one document)" if embed.late_chunking else f"{embed.items_param}[{index}]"
+            return (
+                f"{embed.items_param} (one document)"
+                if embed.long_input is LongInput.LATE_CHUNKING
+                else f"{embed.items_param}[{index}]"
+            )
 
         def plans() -> list[Plan]:
             return [

@@ -9,12 +9,13 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
+from config.errors import InvalidRequest
 from config.settings import EmbentoConfig
-from gateway.queries import ClassifyQuery, ContextQuery, DecodeQuery, EmbedQuery, RankQuery, Shape, TokenizeQuery
+from gateway.queries import ClassifyQuery, ContextQuery, DecodeQuery, EmbedQuery, LongInput, RankQuery, TokenizeQuery
 from gateway.representations import score_mode
 from gateway.routing import check_modalities
 from models.base import ModelInfo
-from models.errors import InvalidRequest
+from models.kinds import Output
 from models.quantization import PRECISIONS, Quantizer
 
 # A JSON float as Python writes a float32's value (up to 17 significant digits, sign, point, exponent) and a
@@ -24,7 +25,7 @@ BASE64_FLOAT_BYTES = 16 / 3
 EMPTY_ITEM = "{param}[{index}] is empty"
 EMPTY_INPUT = EMPTY_ITEM + "; every input needs at least one character or token"
 # Where a model of each output shape is answered, for the error of a route that has no room for it.
-ROUTES_FOR_SHAPE: dict[Shape, str] = {
+ROUTES_FOR_SHAPE: dict[Output, str] = {
     "dense": "/v1/embeddings",
     "sparse": "/embed_sparse or /v1/embeddings",
     "multi-vector": "/v1/embeddings or /embed",
@@ -66,10 +67,6 @@ def check_length(text: str | None, param: str, max_chars: int) -> None:
         raise InvalidRequest(f"{param} has {len(text)} characters; at most {max_chars} are allowed", param=param)
 
 
-def shape_of(info: ModelInfo) -> Shape:
-    return "sparse" if info.sparse else "multi-vector" if info.multi_vector else "dense"
-
-
 # Embed
 def check_embed(
     query: EmbedQuery,
@@ -95,15 +92,16 @@ def check_embed(
     _check_dimensions(query, info)
     _check_text_controls(query, info)
     check_modalities(served, info, {item.modality for item in items})
-    if query.windowed or query.late_chunking:
+    if query.long_input in (LongInput.MEAN, LongInput.LATE_CHUNKING):
         _check_long_input(query, info)
 
 
 def _check_long_input(query: EmbedQuery, info: ModelInfo) -> None:
     """`long_input: mean` and late chunking pool a text embedder's token states: text only, and not sparse or
     multi-vector models, whose outputs have no such mean."""
-    field = "late_chunking" if query.late_chunking else "long_input"
-    asked = "late_chunking" if query.late_chunking else "long_input 'mean'"
+    late = query.long_input is LongInput.LATE_CHUNKING
+    field = "late_chunking" if late else "long_input"
+    asked = "late_chunking" if late else "long_input 'mean'"
     if not info.spec.long_inputs:
         raise InvalidRequest(
             f"model '{info.served_model_name}' is a {info.kind} model; {asked} applies to dense text embedders. "
@@ -117,7 +115,7 @@ def _check_long_input(query: EmbedQuery, info: ModelInfo) -> None:
 def check_context(query: ContextQuery, info: ModelInfo) -> None:
     """Documents of chunks, or with auto-chunking one text each. That the overlap is less than the chunk size
     is checked where the size is known (`LongTexts.auto_chunked`: it defaults to the model's window)."""
-    _check_long_input(replace(query.embed, late_chunking=True), info)
+    _check_long_input(replace(query.embed, long_input=LongInput.LATE_CHUNKING), info)
     chunking = query.auto_chunking
     if chunking is None:
         return
@@ -143,7 +141,7 @@ def check_output_types(query: EmbedQuery, info: ModelInfo, quantizer: Quantizer 
     wire format answers only the output shapes it has room for (`query.shapes`)."""
     name, output_types, param = info.served_model_name, query.output_types, query.output_param
     quantized = [t for t in output_types if t in PRECISIONS]
-    shape = shape_of(info)
+    shape = info.spec.output
     if quantized and shape != "dense":
         raise InvalidRequest(
             f"model '{name}' is {shape}: {quantized[0]} output applies to dense single vectors", param=param
@@ -268,7 +266,7 @@ def check_rank(query: RankQuery, info: ModelInfo, limits: EmbentoConfig) -> None
         raise InvalidRequest("query must not be empty", param="query")
     check_length(query.query, "query", limits.max_item_chars)
     check_length(query.instruction, "instruction", limits.max_item_chars)
-    media = info.spec.preprocessor == "media"
+    media = info.spec.takes_media
     max_documents = limits.max_media_items if media else limits.max_client_batch_size
     check_texts(query.documents, query.documents_param, max_documents, None, empty_item=None)
     if query.top_n is not None and query.top_n < 1:

@@ -13,15 +13,13 @@ import logging
 import math
 import time
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
 
 import aiohttp
 
-from models import errors
-from models.base import ModelInfo
-
-if TYPE_CHECKING:
-    from gateway.lifecycle import ModelRegistry
+from config import errors
+from models.base import Kind, ModelInfo
+from models.quantization import Quantizer
 
 logger = logging.getLogger(__name__)
 WARN_AFTER_S = 30.0
@@ -37,6 +35,18 @@ TRANSIENT = (
 )
 
 FetchInfos = Callable[[], Awaitable[tuple[dict[str, ModelInfo], dict[str, str]]]]
+
+
+@dataclass
+class ModelRegistry:
+    """What is known of the configured models: their kinds (configuration order; the first is the default),
+    and once warm-up is `done` the ones served (`infos`), those that failed, and the int8/uint8 quantizers."""
+
+    kinds: dict[str, Kind]
+    infos: dict[str, ModelInfo] = field(default_factory=dict)
+    failed: dict[str, str] = field(default_factory=dict)
+    quantizers: dict[str, Quantizer] = field(default_factory=dict)
+    done: bool = False
 
 
 def describe(exc: BaseException) -> str:

@@ -20,6 +20,7 @@ from models.kinds import (  # Kind, Modality and Representation are imported fro
 
 if TYPE_CHECKING:
     from config.settings import ModelConfig
+    from models.media import MediaLimits
 # How raw outputs become scores: the names `models.scores.activate` knows.
 Activation = Literal["identity", "sigmoid", "softmax", "tanh"]
 
@@ -42,7 +43,9 @@ class ModelInfo:
     labels: list[str] = field(default_factory=list)
     activation: Activation = "identity"
     scorer: Scorer | None = None  # how a reranker or classifier scores (`models.kinds.model_scorer`)
-    backend_reason: str = "configured"  # why `backend` runs it (`backend: auto` decides: `models.auto_backend`)
+    backend_reason: str = (
+        "configured"  # why `backend` runs it (`backend: auto` decides: `models.inference.auto_backend`)
+    )
     # The pass limits in force (configured, or sized for the device); set by the model service after loading.
     batch_size: int = 0
     max_batch_tokens: int = 0
@@ -153,10 +156,11 @@ class TokenModel(Protocol):
     sparse models a (2, active) matrix: the active vocabulary indices (ascending) over their weights.
 
     A model may also offer `launch(rows) -> PendingOutputs`: the pass queued on its device and its outputs
-    on their way back, without waiting (models/transfer.py); `forward` is then `launch(rows).wait()`. On a
+    on their way back, without waiting (models/inference/transfer.py); `forward` is then `launch(rows).wait()`. On a
     GPU the pool launches every pass of a call before it waits, so the device never idles for the host.
 
-    Each class is built as `Class(folder, cfg, kind)`: its kind's `KindSpec.loader` (`models.kinds.load_model`)."""
+    Each class is built as `Class(folder, cfg, kind)`: its kind's `KindSpec.loader`
+    (`models.inference.auto_backend.load_model`)."""
 
     info: ModelInfo
 
@@ -180,22 +184,15 @@ class Truncation:
 
 
 class Preprocessor(Protocol):
-    """Turns request inputs into token ids (gateway side, so usage counts are real tokens)."""
+    """The gateway-side preparation of a kind's inputs (`KindSpec.preprocessor`), built as `Class(folder, cfg, kind)`:
+    what warm-up and int8 calibration ask of each, whatever its inputs."""
 
     max_input_tokens: int
 
-    def prompt(self, name: str | None, instruction: str | None = None) -> str: ...
+    def warmup_rows(self, model: str) -> list[Any]:
+        """Rows through every modality the model takes (and for several representations, one asking all)."""
+        ...
 
-    def prompt_length(self, prompt: str) -> int: ...
-
-    def encode_texts(
-        self, texts: list[str], prompt: str = "", truncation: Truncation = Truncation()
-    ) -> list[list[int]]: ...
-
-    def encode_ids(self, inputs: list[list[int]], truncation: Truncation = Truncation()) -> list[list[int]]: ...
-
-    def encode_pairs(
-        self, query: str, documents: list[str], instruction: str | None = None, truncation: Truncation = Truncation()
-    ) -> tuple[list[list[int]], list[list[int]] | None]:
-        """Token ids per (query, document) pair, and their segment ids if the model takes them."""
+    def calibration_rows(self, model: str, texts: list[str], limits: MediaLimits) -> list[Any]:
+        """Rows embedding `texts` as the model embeds documents: what int8/uint8 calibration runs."""
         ...

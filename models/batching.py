@@ -33,7 +33,7 @@ class BatchLimits:
 
 
 # On CPU a pass's cost grows with its tokens from the first one, and passes past a few dozen rows gain
-# nothing (models/lanes.py splits big batches across cores instead).
+# nothing (models/inference/lanes.py splits big batches across cores instead).
 CPU_LIMITS = BatchLimits(32, 16384)
 # On a GPU a pass costs about the same until the device is full: all-MiniLM-L6-v2 fills an H100 at a few
 # hundred short rows, bge-large at ~8k tokens. The bounds keep one pass's latency in tens of milliseconds.

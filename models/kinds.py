@@ -23,17 +23,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
+from config.errors import ConfigError
+from config.kind_names import Kind
 from config.settings import ModelConfig
-from models.errors import ConfigError
 from models.llm_reranker import has_qwen3_reranker_card, is_causal_cross_encoder, is_causal_lm
 from models.resolve import read_json, resolve_model
 
-if TYPE_CHECKING:
-    from models.base import TokenModel
-
-Kind = Literal["embed", "sparse", "rerank", "classify", "clip", "clap", "colpali", "colbert", "hybrid"]
 Modality = Literal["text", "image", "audio"]
 # How a scoring model scores: a sequence-classification head (sentence-transformers' CrossEncoder), or a
 # causal LM's next-token logits at the last position (`models.llm_reranker`).
@@ -61,7 +58,13 @@ REPRESENTATION_OF: dict[Output, tuple[Representation, ...]] = {
 ScoreMode = Literal["hybrid", "dense", "sparse", "colbert"]
 
 
-@dataclass(frozen=True)
+# How a model that reranks ranks (`Engine.rank` has one method per way): a (query, document) pair's logit from
+# a cross-encoder or causal LM; its own outputs for query and documents under a score mode (late interaction,
+# BGE-M3's hybrid); or image documents by their embeddings' similarity with the text query's.
+RankBy = Literal["pair-logits", "score-modes", "image-similarity"]
+
+
+@dataclass(frozen=True, kw_only=True)
 class KindSpec:
     """Everything that follows from a model's kind, declared once: no other module compares kind names."""
 
@@ -69,12 +72,15 @@ class KindSpec:
     modalities: tuple[Modality, ...]  # what its inputs may be
     backends: tuple[str, ...]  # which backends can run it
     output: Output  # per input: one vector, vocabulary weights, one vector per token or patch, or label scores
-    preprocessor: Literal["text", "media"]  # the gateway-side preparation: a tokenizer, or a media processor
+    # The gateway-side preparation of its inputs, "module:Class" in `models.preprocessing` (a tokenizer, or the
+    # checkpoint's media processor): `gateway.preprocessors` builds one per model as `Class(folder, cfg, kind)`.
+    preprocessor: str
     model_service: str  # the BentoML model service that runs it (`runners/`)
     service_api: str  # that service's batchable API
     loader: str  # the class that runs it on its model service, "module:Class" (imported there only: torch)
-    # optimum's export task when ONNX Runtime runs it (`backends` then holds "onnx"); `backend: auto` tries it.
+    # The export task when ONNX Runtime runs it (`backends` then holds "onnx"); `backend: auto` tries it.
     onnx_task: str | None = None
+    rank_by: RankBy | None = None  # how it ranks, where "rerank" is among its capabilities
     quantizable: bool = False  # int8/uint8 codes from a calibrated scale
     takes_token_ids: bool = False  # pre-tokenized input
     takes_instruction: bool = False  # an embedding task instruction
@@ -84,8 +90,6 @@ class KindSpec:
     scores_pairs: bool = False  # rows are (query, document) pairs, each scored by one logit
     # How its checkpoints may score, the first unless the files say otherwise (`model_scorer`); () if it does not.
     scorers: tuple[Scorer, ...] = ()
-    tei_model_type: Literal["embedding", "reranker", "classifier"] = "embedding"  # TEI's /info `model_type`
-    tei_root_task: Literal["embed", "embed_sparse", "predict"] = "embed"  # TEI's root dispatch by kind
     # Its gateway-side preprocessor needs torch: transformers' ClapFeatureExtractor refuses to load without
     # it, and ColPali's and ColQwen2's processors return torch tensors. The text tokenizers and the CLIP
     # family's image processors run without it (each tried in a process where transformers finds no torch).
@@ -101,6 +105,12 @@ class KindSpec:
     encodes_roles: bool = False
 
     @property
+    def takes_media(self) -> bool:
+        """Whether its inputs may be images or audio: fetched, keyed in the cache by their bytes, and processed
+        by the checkpoint's processor rather than tokenized."""
+        return any(modality != "text" for modality in self.modalities)
+
+    @property
     def representations(self) -> tuple[Representation, ...]:
         """What `output_types` may name for it, its default first."""
         return REPRESENTATION_OF[self.output] + self.extra_representations
@@ -111,23 +121,25 @@ class KindSpec:
         return ("hybrid", *self.representations) if len(self.representations) > 1 else ()
 
 
-# The model classes, by module (`KindSpec.loader`).
-TEXT_ENCODER = "models.text_encoder:TextEncoder"
-SPARSE_ENCODER = "models.sparse_encoder:SparseTextEncoder"
-TEXT_SCORER = "models.text_scorer:TextScorer"
-MEDIA_ENCODER = "models.media_encoder:MediaEncoder"
-COLBERT_ENCODER = "models.colbert_encoder:ColbertEncoder"
-HYBRID_ENCODER = "models.hybrid_encoder:HybridEncoder"
+# The gateway-side preparations (`KindSpec.preprocessor`) and the model classes (`KindSpec.loader`), by module.
+TEXT_TOKENIZER = "models.preprocessing.text_tokenizer:TextTokenizer"
+MEDIA_PROCESSOR = "models.preprocessing.media_processor:MediaProcessor"
+TEXT_ENCODER = "models.inference.text_encoder:TextEncoder"
+SPARSE_ENCODER = "models.inference.sparse_encoder:SparseTextEncoder"
+TEXT_SCORER = "models.inference.text_scorer:TextScorer"
+MEDIA_ENCODER = "models.inference.media_encoder:MediaEncoder"
+COLBERT_ENCODER = "models.inference.colbert_encoder:ColbertEncoder"
+HYBRID_ENCODER = "models.inference.hybrid_encoder:HybridEncoder"
 KIND_SPECS: dict[Kind, KindSpec] = {
     "embed": KindSpec(
-        ("embed",),
-        ("text",),
-        ("torch", "onnx", "ctranslate2"),
-        "dense",
-        "text",
-        "TextEmbedder",
-        "embed",
-        TEXT_ENCODER,
+        capabilities=("embed",),
+        modalities=("text",),
+        backends=("torch", "onnx", "ctranslate2"),
+        output="dense",
+        preprocessor=TEXT_TOKENIZER,
+        model_service="TextEmbedder",
+        service_api="embed",
+        loader=TEXT_ENCODER,
         onnx_task="feature-extraction",
         quantizable=True,
         takes_token_ids=True,
@@ -136,102 +148,103 @@ KIND_SPECS: dict[Kind, KindSpec] = {
         long_inputs=True,
     ),
     "sparse": KindSpec(
-        ("embed_sparse", "embed"),
-        ("text",),
-        ("torch",),
-        "sparse",
-        "text",
-        "TextEmbedder",
-        "embed",
-        SPARSE_ENCODER,
+        capabilities=("embed_sparse", "embed"),
+        modalities=("text",),
+        backends=("torch",),
+        output="sparse",
+        preprocessor=TEXT_TOKENIZER,
+        model_service="TextEmbedder",
+        service_api="embed",
+        loader=SPARSE_ENCODER,
         takes_token_ids=True,
         takes_instruction=True,
-        tei_root_task="embed_sparse",
     ),
     "rerank": KindSpec(
-        ("rerank",),
-        ("text",),
-        ("torch", "onnx"),
-        "scores",
-        "text",
-        "Reranker",
-        "score",
-        TEXT_SCORER,
+        capabilities=("rerank",),
+        modalities=("text",),
+        backends=("torch", "onnx"),
+        output="scores",
+        preprocessor=TEXT_TOKENIZER,
+        model_service="Reranker",
+        service_api="score",
+        loader=TEXT_SCORER,
         onnx_task="sequence-classification",
+        rank_by="pair-logits",
         scores_pairs=True,
         scorers=("cross-encoder", "causal-lm"),
-        tei_model_type="reranker",
     ),
     "classify": KindSpec(
-        ("classify",),
-        ("text",),
-        ("torch", "onnx"),
-        "scores",
-        "text",
-        "Reranker",
-        "score",
-        TEXT_SCORER,
+        capabilities=("classify",),
+        modalities=("text",),
+        backends=("torch", "onnx"),
+        output="scores",
+        preprocessor=TEXT_TOKENIZER,
+        model_service="Reranker",
+        service_api="score",
+        loader=TEXT_SCORER,
         onnx_task="sequence-classification",
         scorers=("cross-encoder",),
-        tei_model_type="classifier",
-        tei_root_task="predict",
     ),
     "clip": KindSpec(
-        ("embed", "rerank"),
-        ("text", "image"),
-        ("torch",),
-        "dense",
-        "media",
-        "ClipEmbedder",
-        "encode",
-        MEDIA_ENCODER,
+        capabilities=("embed", "rerank"),
+        modalities=("text", "image"),
+        backends=("torch",),
+        output="dense",
+        preprocessor=MEDIA_PROCESSOR,
+        model_service="ClipEmbedder",
+        service_api="encode",
+        loader=MEDIA_ENCODER,
+        rank_by="image-similarity",
         quantizable=True,
     ),
     "clap": KindSpec(
-        ("embed",),
-        ("text", "audio"),
-        ("torch",),
-        "dense",
-        "media",
-        "ClapEmbedder",
-        "encode",
-        MEDIA_ENCODER,
+        capabilities=("embed",),
+        modalities=("text", "audio"),
+        backends=("torch",),
+        output="dense",
+        preprocessor=MEDIA_PROCESSOR,
+        model_service="ClapEmbedder",
+        service_api="encode",
+        loader=MEDIA_ENCODER,
         quantizable=True,
         gateway_needs_torch=True,
     ),
     "colpali": KindSpec(
-        ("embed", "rerank"),
-        ("text", "image"),
-        ("torch",),
-        "multi-vector",
-        "media",
-        "ColPaliEmbedder",
-        "encode",
-        MEDIA_ENCODER,
+        capabilities=("embed", "rerank"),
+        modalities=("text", "image"),
+        backends=("torch",),
+        output="multi-vector",
+        preprocessor=MEDIA_PROCESSOR,
+        model_service="ColPaliEmbedder",
+        service_api="encode",
+        loader=MEDIA_ENCODER,
+        rank_by="image-similarity",
         gateway_needs_torch=True,
         processor_prompts=True,
     ),
     "colbert": KindSpec(
-        ("embed", "rerank"),
-        ("text",),
-        ("torch", "onnx"),
-        "multi-vector",
-        "text",
-        "TextEmbedder",
-        "embed",
-        COLBERT_ENCODER,
+        capabilities=("embed", "rerank"),
+        modalities=("text",),
+        backends=("torch", "onnx"),
+        output="multi-vector",
+        preprocessor=TEXT_TOKENIZER,
+        model_service="TextEmbedder",
+        service_api="embed",
+        loader=COLBERT_ENCODER,
         onnx_task="feature-extraction",
+        rank_by="score-modes",
         encodes_roles=True,
     ),
     "hybrid": KindSpec(
-        ("embed", "embed_sparse", "rerank"),
-        ("text",),
-        ("torch",),
-        "dense",
-        "text",
-        "TextEmbedder",
-        "embed",
-        HYBRID_ENCODER,
+        capabilities=("embed", "embed_sparse", "rerank"),
+        modalities=("text",),
+        backends=("torch",),
+        output="dense",
+        preprocessor=TEXT_TOKENIZER,
+        model_service="TextEmbedder",
+        service_api="embed",
+        loader=HYBRID_ENCODER,
+        rank_by="score-modes",
         quantizable=True,
         extra_representations=("sparse", "colbert"),
     ),
@@ -306,20 +319,16 @@ def _detected_kind(model_id: str, revision: str | None) -> Kind:
     return detect_kind(resolve_model(model_id, revision))
 
 
-def load_model(folder: Path, cfg: ModelConfig) -> TokenModel:
-    """The checkpoint in `folder` in the class that runs its kind (`KindSpec.loader`): model-service side."""
-    from models.saved_versions import check_saved_versions
-
-    check_saved_versions(folder, cfg.model_id)
-    kind = model_kind(cfg)
-    if cfg.backend == "auto":
-        from models.auto_backend import load_auto
-
-        return load_auto(model_class(kind), folder, cfg, kind)
-    return model_class(kind)(folder, cfg, kind)
-
-
 def model_class(kind: Kind) -> type:
     """The class that runs this kind (`KindSpec.loader`); importing it imports torch."""
-    module, _, name = spec(kind).loader.partition(":")
+    return _class_named(spec(kind).loader)
+
+
+def preprocessor_class(kind: Kind) -> type:
+    """The gateway-side class that prepares this kind's inputs (`KindSpec.preprocessor`)."""
+    return _class_named(spec(kind).preprocessor)
+
+
+def _class_named(path: str) -> type:
+    module, _, name = path.partition(":")
     return getattr(importlib.import_module(module), name)

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from config.errors import ModelLoadError
 from config.settings import ModelConfig
-from models.errors import ModelLoadError
 from models.resolve import read_json
 
 # The card's system prompt; its first sentence marks a Qwen3-Reranker card (the card quotes it in Python

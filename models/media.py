@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from models.errors import InvalidRequest
+from config.errors import InvalidRequest
 
 MIN_IMAGE_SIDE = 4  # pixels; smaller images carry no content and confuse channel inference
 

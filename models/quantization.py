@@ -27,7 +27,7 @@ from typing import Literal
 
 import numpy as np
 
-from models.errors import ConfigError, InvalidRequest
+from config.errors import ConfigError, InvalidRequest
 from models.postprocess import truncate_dimensions
 
 Precision = Literal["int8", "uint8", "binary", "ubinary"]

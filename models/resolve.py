@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from models.errors import ModelLoadError
+from config.errors import ModelLoadError
 
 logger = logging.getLogger(__name__)
 

@@ -7,8 +7,8 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from bento.lifecycle import stop_server
+from config.errors import EmbentoError
 from config.settings import ModelConfig
-from models.errors import EmbentoError
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")

@@ -35,9 +35,9 @@ from models.batching import (
     plan_batches,
     run_isolated,
 )
-from models.kinds import load_model
-from models.lanes import Lanes, shares_cores
-from models.memory import HeapTrimmer
+from models.inference.auto_backend import load_model
+from models.inference.lanes import Lanes, shares_cores
+from models.inference.memory import HeapTrimmer
 from models.resolve import resolve_model
 from runners.loading import load_models
 from runners.service_config import allow_partial, cpu_threads, models_of_service, placed
@@ -89,7 +89,7 @@ class ModelPool:
         # oversubscribes the cores, and libgomp then stops spinning: a MiniLM forward took 2x as long.
         self._torch_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="torch")
         if threads is not None:  # on the thread that runs the models: OpenMP keeps the count per thread
-            from models.device import set_cpu_threads  # imports torch: model-service processes only
+            from models.inference.device import set_cpu_threads  # imports torch: model-service processes only
 
             self._torch_thread.submit(set_cpu_threads, threads).result()
         self.models: dict[str, TokenModel]
@@ -97,7 +97,7 @@ class ModelPool:
         self.models, self.failed = self._torch_thread.submit(
             load_models, configs, partial(_load_one, load), allow_partial
         ).result()
-        # Batches big enough run as one pass per core (see models/lanes.py); the rest on the torch thread.
+        # Batches big enough run as one pass per core (see models/inference/lanes.py); the rest on the torch thread.
         sharing = any(shares_cores(model.info) for model in self.models.values())
         self._lanes = Lanes(threads if threads and sharing else 1)
         # Per model: inputs and padded tokens per pass, and what a pass costs beyond its tokens.
@@ -265,7 +265,7 @@ def pass_limits(cfg: ModelConfig, folder: Path, info: ModelInfo) -> BatchLimits:
     """The configured pass limits, or the device's (models/batching.py)."""
     if cfg.batch_size and cfg.max_batch_tokens:
         return BatchLimits(cfg.batch_size, cfg.max_batch_tokens)
-    from models.device import DTYPE_BYTES, free_memory  # imports torch: model-service processes only
+    from models.inference.device import DTYPE_BYTES, free_memory  # imports torch: model-service processes only
 
     free = free_memory(info.device)
     per_token = activation_bytes_per_token(folder, DTYPE_BYTES.get(info.dtype, 4)) if free else None

@@ -78,7 +78,7 @@ def build_stale_export(folder: Path, minilm: Path) -> Path:
     """A tiny BERT whose shipped `onnx/model.onnx` was exported from an earlier revision of its weights, as a
     Hub repository looks when its weights were updated and its ONNX folder was not: the export loads and runs,
     and answers other vectors."""
-    from models.onnx_export import export_graph
+    from models.inference.onnx_export import export_graph
 
     earlier = build_tiny_bert(folder / "earlier", minilm, seed=1)
     current = build_tiny_bert(folder / "current", minilm, seed=2)
@@ -566,7 +566,7 @@ def build_saved_qwen3_embedder(folder: Path, rope_base: float = ROPE_BASE) -> Pa
     pooling and normalization, saved whole by sentence-transformers 6's `save_pretrained` on transformers 5
     (so `rope_parameters` and sentence-transformers 6's module paths), nothing edited. Its tokenizer has no
     chat template: with one, sentence-transformers 6 declares chat-message input and renders every text
-    through the template, which Embento refuses to imitate (models/text_tokenizer.py)."""
+    through the template, which Embento refuses to imitate (models/preprocessing/text_tokenizer.py)."""
     import torch
     from sentence_transformers import SentenceTransformer
     from sentence_transformers.sentence_transformer.modules import Normalize, Pooling, Transformer

@@ -13,8 +13,8 @@ from models.base import TokenizedText
 from tests.sentences import make_sentences
 
 if TYPE_CHECKING:
-    from models.text_scorer import TextScorer
-    from models.text_tokenizer import TextTokenizer
+    from models.inference.text_scorer import TextScorer
+    from models.preprocessing.text_tokenizer import TextTokenizer
 
 TEXTS = make_sentences(30, seed=19)  # one word to far past the tiny models' limits
 QUERY = "quick brown fox"

@@ -9,7 +9,7 @@ from dataclasses import asdict
 from typing import Any
 
 from gateway.cache.keys import item_bytes, pair_bytes
-from gateway.queries import ClassifyQuery, EmbedQuery, InputItem, RankQuery
+from gateway.queries import ClassifyQuery, EmbedQuery, InputItem, LongInput, RankQuery
 from models.base import Representation
 
 
@@ -22,7 +22,7 @@ def embed_context(query: EmbedQuery, prompt: str) -> dict[str, Any]:
         "prompt": prompt,
         "truncation": asdict(query.truncation),
         "input_type": query.input_type,
-        "windowed": query.windowed,
+        "windowed": query.long_input is LongInput.MEAN,
         "normalize": query.normalize,
         "representations": query.representations,
     }

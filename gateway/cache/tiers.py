@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from config import errors
 from config.keys_file import DEFAULT_TENANT
 from config.settings import CacheSettings
 from gateway.cache.keys import CacheKeys
@@ -21,7 +22,6 @@ from gateway.cache.redis_tier import RedisTier
 from gateway.cache.values import Entry, decode, encode
 from gateway.metrics import CACHE_BYTES, CACHE_ERRORS, CACHE_HITS, CACHE_LOOKUP_SECONDS, CACHE_MISSES
 from gateway.tenants.keys import TENANT
-from models import errors
 
 
 @dataclass(frozen=True)

@@ -14,12 +14,12 @@ import pydantic_core
 from pydantic import BaseModel, ValidationError
 from starlette.responses import Response
 
+from config import errors
 from gateway.answer import answered
 from gateway.errors import INTERNAL_ERROR_MESSAGE, RETRY_STATUSES, STATUS, describe_validation, error_body
 from gateway.priority import BATCH, PRIORITY
 from gateway.wire import cohere, openai
 from gateway.wire.common import RerankRequest
-from models import errors
 
 if TYPE_CHECKING:
     from gateway.engine import Engine

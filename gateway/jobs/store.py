@@ -37,13 +37,13 @@ from sqlalchemy import (
 )
 from sqlalchemy.exc import IntegrityError
 
+from config import errors
 from config.keys_file import DEFAULT_TENANT, Tenant
 from config.settings import JobSettings
 from gateway.jobs import schema
 from gateway.jobs.blobs import Blobs, DatabaseBlobs, FolderBlobs
 from gateway.jobs.lines import BatchLine
 from gateway.tenants.keys import OPEN
-from models import errors
 
 Clock = Callable[[], float]
 FINISHED = ("completed", "failed", "expired", "cancelled")

@@ -19,13 +19,13 @@ import uuid
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from config import errors
 from config.keys_file import Tenant
 from gateway.errors import error_response
 from gateway.metrics import ACCOUNT, Account
 from gateway.tenants.keys import OPEN, TENANT, Keyring, Keys
 from gateway.tenants.ledger import UNCOUNTED, Ledger, Reading, Standing
 from gateway.tenants.usage import THROTTLED, AccessLog, record, start_series
-from models import errors
 
 Headers = list[tuple[bytes, bytes]]
 # Probes stay open so orchestrators need no key; /metrics too where configured (`public_metrics`).

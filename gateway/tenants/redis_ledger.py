@@ -16,11 +16,11 @@ import asyncio
 import logging
 import time
 
+from config import errors
 from config.keys_file import Tenant
 from gateway.cache.redis_tier import redis_client, within
 from gateway.tenants.ledger import CONCURRENCY_RETRY_S, UNCOUNTED, Standing, refusal, standing
 from gateway.tenants.usage import LIMIT_STORE_ERRORS
-from models import errors
 
 logger = logging.getLogger(__name__)
 RETRY_AFTER_S = 1.0

@@ -14,12 +14,12 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from config import errors
 from config.settings import JobSettings
 from gateway.errors import describe_validation, error_response
 from gateway.jobs.answers import ENDPOINTS
 from gateway.jobs.store import BATCH_WINDOW_S, JobStore
 from gateway.tenants.keys import TENANT
-from models import errors
 
 FILES_PATH = "/v1/files"
 MULTIPART_OVERHEAD_BYTES = 64 * 1024  # an upload's body beyond its file: boundaries, headers, `purpose`

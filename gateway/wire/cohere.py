@@ -9,18 +9,19 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, field_validator
 
+from config.errors import InvalidRequest
 from gateway.priority import Prioritized
-from gateway.queries import EmbedQuery, InputItem, InputType, OutputType, Shape
+from gateway.queries import EmbedQuery, InputItem, InputType, OutputType
 from gateway.results import Embeddings, Ranking
 from gateway.wire.common import ModeScores, RerankRequest, Usage, rank_query, response_id
 from models.base import Representation, Truncation
-from models.errors import InvalidRequest
+from models.kinds import Output
 
 if TYPE_CHECKING:
     from gateway.engine import Engine
 
 # Cohere's embed answers one dense vector per input: sparse and multi-vector models have no shape here.
-EMBED_SHAPES: frozenset[Shape] = frozenset({"dense"})
+EMBED_SHAPES: frozenset[Output] = frozenset({"dense"})
 Truncate = Literal["NONE", "START", "END"]
 
 

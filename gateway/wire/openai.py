@@ -21,10 +21,11 @@ from pydantic import (
 )
 from starlette.responses import Response
 
-from gateway.lifecycle import ModelRegistry
-from gateway.queries import EmbedQuery, InputType, OutputType
+from config import errors
+from gateway.queries import EmbedQuery, InputType, LongInput, OutputType
 from gateway.results import Embeddings
 from gateway.tenants.keys import allowed
+from gateway.warmup import ModelRegistry
 from gateway.wire.common import (
     SHORT_INPUT_TYPES,
     EmbeddingInput,
@@ -34,7 +35,6 @@ from gateway.wire.common import (
     json_answer,
     reworded_union,
 )
-from models import errors
 from models.base import Modality, ModelInfo, Representation
 from models.postprocess import to_base64
 
@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     from gateway.engine import Engine
 
 
-LongInput = Literal["truncate", "error", "mean"]
+LongInputName = Literal["truncate", "error", "mean"]
 
 
 class EmbeddingRequest(TruncationControls):
@@ -87,7 +87,7 @@ class EmbeddingRequest(TruncationControls):
     max_tokens: StrictInt | None = Field(
         None, description="Cohere's: cut text to at most N tokens (the model's own limit when that is lower)."
     )
-    long_input: LongInput | None = Field(
+    long_input: LongInputName | None = Field(
         None,
         description=(
             "Text past the model's window: `truncate` (the default) cuts it, `error` refuses it with a 400 (as "
@@ -131,9 +131,6 @@ def embed_query(body: EmbeddingRequest) -> EmbedQuery:
         raise errors.InvalidRequest(
             f"truncate: false refuses long input; long_input '{body.long_input}' contradicts it", param="long_input"
         )
-    truncation = replace(body.truncation(), max_tokens=body.max_tokens)
-    if body.long_input == "error":
-        truncation = replace(truncation, enabled=False)
     return EmbedQuery(
         items=input_items(body.input, body.modality),
         model=body.model,
@@ -144,9 +141,8 @@ def embed_query(body: EmbeddingRequest) -> EmbedQuery:
         prompt_name=body.prompt_name,
         instruction=body.instruction,
         input_type=body.input_type,
-        truncation=truncation,
-        windowed=body.long_input == "mean",
-        late_chunking=body.late_chunking,
+        truncation=replace(body.truncation(), max_tokens=body.max_tokens),
+        long_input=LongInput.LATE_CHUNKING if body.late_chunking else LongInput(body.long_input or "truncate"),
         representations=None if body.output_types is None else tuple(dict.fromkeys(body.output_types)),
     )
 
@@ -338,12 +334,6 @@ def _model_card(info: ModelInfo, registry: ModelRegistry, created: int) -> Model
         sparse=info.sparse,
         outputs=list(info.spec.representations),
         score_modes=list(info.spec.score_modes),
-        labels=info.labels if _is_classifier(info) else None,
+        labels=info.labels if "classify" in info.spec.capabilities else None,  # what a classifier answers
         quantization=quantizer.report(info.dimension, info.normalized) if quantizer else None,
     )
-
-
-def _is_classifier(info: ModelInfo) -> bool:
-    """Its labels are what it answers: scores per text, not one relevance per (query, document) pair."""
-    spec = info.spec
-    return spec.output == "scores" and not spec.scores_pairs

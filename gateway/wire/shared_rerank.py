@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from pydantic import BaseModel, Field, StrictBool, StrictStr
 from starlette.responses import JSONResponse
 
+from config.errors import InvalidRequest
 from gateway.wire import infinity, tei
 from gateway.wire.common import DocumentObject, RerankRequest
-from models.errors import InvalidRequest
 
 if TYPE_CHECKING:
     from gateway.engine import Engine

@@ -13,8 +13,9 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, ValidationError
 from starlette.responses import JSONResponse
 
+from config.errors import InvalidRequest
 from gateway.priority import Prioritized
-from gateway.queries import ClassifyQuery, DecodeQuery, EmbedQuery, InputItem, RankQuery, Shape, TokenizeQuery
+from gateway.queries import ClassifyQuery, DecodeQuery, EmbedQuery, InputItem, RankQuery, TokenizeQuery
 from gateway.results import Classified, Embeddings, Ranking, Tokens
 from gateway.wire.common import (
     EmbeddingInput,
@@ -27,8 +28,7 @@ from gateway.wire.common import (
     reworded_union,
 )
 from models.base import Activation
-from models.errors import InvalidRequest
-from models.kinds import KindSpec
+from models.kinds import KindSpec, Output
 
 if TYPE_CHECKING:
     from gateway.engine import Engine
@@ -36,8 +36,8 @@ if TYPE_CHECKING:
 # The routes answering in TEI's error shape. `/rerank` is shared with infinity: `gateway.wire.shared_rerank`.
 TEI_PATHS = frozenset({"/", "/embed", "/embed_sparse", "/predict", "/similarity", "/tokenize", "/decode"})
 # What /embed answers: vectors, or per-token vectors; sparse models answer /embed_sparse.
-EMBED_SHAPES: frozenset[Shape] = frozenset({"dense", "multi-vector"})
-SIMILARITY_SHAPES: frozenset[Shape] = frozenset({"dense"})  # a cosine needs one vector per text
+EMBED_SHAPES: frozenset[Output] = frozenset({"dense", "multi-vector"})
+SIMILARITY_SHAPES: frozenset[Output] = frozenset({"dense"})  # a cosine needs one vector per text
 M = TypeVar("M", bound=BaseModel)
 
 
@@ -336,7 +336,23 @@ def root_task(body: TeiRootRequest, default: KindSpec | None) -> RootTask:
         return "similarity"
     if body.parameters is not None and set(body.parameters) <= {"function_to_apply", "top_k"}:
         return "text-classification"
-    return default.tei_root_task if default is not None else "embed"
+    return tei_root_task(default) if default is not None else "embed"
+
+
+def tei_root_task(kind: KindSpec) -> RootTask:
+    """TEI's root dispatch for a model of this kind when the body does not tell: by its main capability."""
+    main = kind.capabilities[0]
+    if main == "embed_sparse":
+        return "embed_sparse"
+    return "predict" if main == "classify" else "embed"
+
+
+def tei_model_type(kind: KindSpec) -> Literal["embedding", "reranker", "classifier"]:
+    """TEI's /info `model_type` for a model of this kind: by its main capability."""
+    main = kind.capabilities[0]
+    if main == "rerank":
+        return "reranker"
+    return "classifier" if main == "classify" else "embedding"
 
 
 async def text_classification(engine: Engine, fields: dict[str, Any]) -> list[list[dict]]:

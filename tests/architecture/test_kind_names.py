@@ -1,6 +1,7 @@
-"""Kind names are compared in one module only: `models/kinds.py`, whose `KindSpec` says everything that follows
-from a kind. Anywhere else a branch on a kind name, or a table keyed by kind names, is a second copy of the
-registry that the next kind would have to find. Read from the source with `ast`.
+"""Kind names are spelled once, as the `Kind` literal of `config/kind_names.py`, and compared in one module only:
+`models/kinds.py`, whose `KindSpec` says everything that follows from a kind. Anywhere else a branch on a kind
+name, a table keyed by kind names or a `Literal` of them is a second copy of the registry that the next kind would
+have to find. Read from the source with `ast`.
 
 "embed", "rerank" and "classify" are also capability and route names, and "sparse" an output type: only
 comparisons against a kind (a name, attribute or call ending in `kind`) count, and only tables keyed by kind
@@ -13,12 +14,15 @@ import ast
 from pathlib import Path
 from typing import get_args
 
-from models.kinds import KIND_SPECS, Kind
+from models.kinds import KIND_SPECS, Kind, Output, ScoreMode
 from tests.conftest import ROOT
 
 KIND_NAMES = frozenset(get_args(Kind))
 CAPABILITIES = frozenset(capability for spec in KIND_SPECS.values() for capability in spec.capabilities)
+# Kind names that are also another vocabulary's words: capabilities, outputs, representations and score modes.
+SHARED_WORDS = CAPABILITIES | frozenset(get_args(Output)) | frozenset(get_args(ScoreMode))
 REGISTRY = Path("models/kinds.py")
+KIND_NAMES_MODULE = Path("config/kind_names.py")  # the one `Literal` of the kind names
 CHECKED = ("service.py", "gateway", "models", "runners", "bento", "commands", "config", "embento")
 
 
@@ -80,6 +84,20 @@ def kind_comparisons(source: str, filename: str = "<source>") -> list[str]:
     return [f"{node.lineno}: {ast.get_source_segment(source, node)}" for node in found]
 
 
+def kind_name_literals(source: str, filename: str = "<source>") -> list[str]:
+    """Each `Literal[...]` that spells out a kind name no other vocabulary uses (`SHARED_WORDS`): a second copy of
+    `config.kind_names.Kind`."""
+    found = []
+    for node in ast.walk(ast.parse(source, filename=filename)):
+        if (
+            isinstance(node, ast.Subscript)
+            and _name(node.value) == "Literal"
+            and kind_literals(node.slice) - SHARED_WORDS
+        ):
+            found.append(f"{node.lineno}: {ast.get_source_segment(source, node)}")
+    return found
+
+
 def sites() -> dict[str, list[str]]:
     found = {}
     for path in checked_files():
@@ -90,6 +108,21 @@ def sites() -> dict[str, list[str]]:
 
 def test_kind_names_are_compared_in_the_registry_only():
     assert sites() == {}
+
+
+def test_kind_names_are_spelled_out_once():
+    copies = {
+        str(path.relative_to(ROOT)): literals
+        for path in [*checked_files(), ROOT / REGISTRY]
+        if path.relative_to(ROOT) != KIND_NAMES_MODULE and (literals := kind_name_literals(path.read_text()))
+    }
+    assert copies == {}
+    assert kind_name_literals((ROOT / KIND_NAMES_MODULE).read_text()) != []
+
+
+def test_the_guard_sees_a_copy_of_the_kind_literal():
+    planted = 'ModelKind = Literal["auto", "embed", "clip"]\nTask = Literal["embed", "rerank"]\n'
+    assert kind_name_literals(planted) == ['1: Literal["auto", "embed", "clip"]']
 
 
 def test_the_guard_sees_each_form():

@@ -1,7 +1,9 @@
 """Dependencies point one way: service.py -> gateway/ and runners/ -> models/, with config/ under all of
 them and bento/ (packaging and operations) beside runners/; commands/ (the CLI) beside the servers, and the
-installed `embento` package outside the bundle. Read from the source with `ast`, so a lazy import inside a
-function counts as much as one at the top of a file."""
+installed `embento` package outside the bundle. No module imports itself through others (no circles), and the
+gateway never reaches `models/inference/` (the code that runs models), even through another module. Read from
+the source with `ast`, so a lazy import inside a function, or `importlib.import_module("name")`, counts as much as
+one at the top of a file."""
 
 from __future__ import annotations
 
@@ -31,10 +33,10 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     ),
     "runners": ("gateway", "commands"),
     "bento": ("gateway", "runners", "commands"),
-    "config": ("gateway", "runners", "bento", "commands"),
+    "config": ("gateway", "runners", "bento", "commands", "models"),
     # The CLI builds (bento/), serves through a `bentoml serve` subprocess and stores models: it reads config/,
     # models/ (the kind registry, errors) and bento/, never the servers' code.
-    "commands": ("gateway", "runners"),
+    "commands": ("gateway", "runners", "embento.cli"),
     # The installed package (client and entry point) is not the bundle: it reaches the bundle's `commands` only
     # by `importlib.import_module` once it has found the bundle (test_embento_reaches_the_bundle_by_commands_only).
     "embento": ("gateway", "runners", "bento", "commands", "config", "models", "shared_metrics", "service"),
@@ -109,7 +111,9 @@ def import_module_calls(path: Path) -> list[tuple[str, bool]]:
     return [
         (ast.literal_eval(node.args[0]), id(node) in in_functions)
         for node in ast.walk(tree)
-        if isinstance(node, ast.Call) and called_name(node) == "import_module"
+        if isinstance(node, ast.Call)
+        and called_name(node) == "import_module"
+        and isinstance(node.args[0], ast.Constant)  # a name chosen at run time (`KindSpec.loader`) is no edge
     ]
 
 
@@ -131,8 +135,9 @@ def test_config_settings_holds_no_bentoml():
 
 def test_models_package_has_no_bentoml_import():
     code = (
-        "import sys, config.settings, models.kinds, models.scores, models.text_encoder, models.text_scorer, "
-        "models.text_tokenizer, models.batching; print('bentoml' in sys.modules)"
+        "import sys, config.settings, models.kinds, models.scores, models.inference.text_encoder, "
+        "models.inference.text_scorer, models.preprocessing.text_tokenizer, models.batching; "
+        "print('bentoml' in sys.modules)"
     )
     result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "False"
@@ -142,7 +147,129 @@ def test_shared_metrics_import_none_of_the_packages():
     assert [m for m in imported_modules(ROOT / "shared_metrics.py") if names(m, tuple(FORBIDDEN))] == []
 
 
+def module_name(path: Path, root: Path) -> str:
+    parts = path.relative_to(root).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def module_graph(root: Path, places: tuple[str, ...]) -> dict[str, set[str]]:
+    """Each module under `places` and the modules among them it imports (`from a import b` names `a.b` when that
+    is a module, else `a`); `import_module("name")` with a literal name counts."""
+    files = {
+        module_name(path, root): path
+        for place in places
+        for path in ([root / place] if (root / place).is_file() else sorted((root / place).rglob("*.py")))
+    }
+
+    def known(name: str) -> str | None:
+        while name and name not in files:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    graph = {}
+    for name, path in files.items():
+        imported = imported_modules(path) | {module for module, _ in import_module_calls(path)}
+        graph[name] = {target for module in imported if (target := known(module)) and target != name}
+    return graph
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected sets of more than one module (Tarjan's algorithm), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found = []
+
+    def visit(module: str) -> None:
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        for other in graph[module]:
+            if other not in index:
+                visit(other)
+                low[module] = min(low[module], low[other])
+            elif other in stack:
+                low[module] = min(low[module], index[other])
+        if low[module] == index[module]:
+            members = []
+            while not members or members[-1] != module:
+                members.append(stack.pop())
+            if len(members) > 1:
+                found.append(sorted(members))
+
+    for module in graph:
+        if module not in index:
+            visit(module)
+    return found
+
+
+def reached(graph: dict[str, set[str]], start: str) -> set[str]:
+    """Every module the modules under `start` import, directly or through others."""
+    seen = {name for name in graph if names(name, (start,))}
+    todo = list(seen)
+    while todo:
+        for other in graph[todo.pop()] - seen:
+            seen.add(other)
+            todo.append(other)
+    return seen
+
+
+BUNDLE = ("service.py", "shared_metrics.py", *FORBIDDEN)
+
+
+def test_no_module_imports_itself_through_others():
+    assert circles(module_graph(ROOT, BUNDLE)) == []
+
+
+def test_the_gateway_reaches_no_model_running_code():
+    """The gateway prepares inputs (`models/preprocessing/`) and reads results; it never imports what runs models,
+    so it starts without torch and cannot run a model by mistake."""
+    assert sorted(m for m in reached(module_graph(ROOT, BUNDLE), "gateway") if names(m, ("models.inference",))) == []
+
+
+def plant(root: Path, files: dict[str, str]) -> Path:
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    return root
+
+
+def test_the_guard_sees_a_circle_through_a_lazy_import(tmp_path):
+    root = plant(
+        tmp_path,
+        {
+            "models/kinds.py": "def load():\n    from models.loader import load\n",
+            "models/loader.py": "from models.base import Row\n",
+            "models/base.py": "from models import kinds\n",
+            "models/free.py": "import models.base\n",
+        },
+    )
+    assert circles(module_graph(root, ("models",))) == [["models.base", "models.kinds", "models.loader"]]
+
+
+def test_the_guard_sees_the_gateway_reach_model_code_through_another_module(tmp_path):
+    root = plant(
+        tmp_path,
+        {
+            "gateway/engine.py": "from models.preprocessing.tokenizer import tokenize\n",
+            "models/preprocessing/tokenizer.py": "import importlib\nimportlib.import_module('models.inference.x')\n",
+            "models/inference/x.py": "import torch\n",
+        },
+    )
+    graph = module_graph(root, ("gateway", "models"))
+    assert [m for m in reached(graph, "gateway") if names(m, ("models.inference",))] == ["models.inference.x"]
+
+
 def test_the_guard_sees_an_import_inside_a_function(tmp_path):
     module = tmp_path / "lazy.py"
     module.write_text("def f():\n    from runners.pool import ModelPool\n")
     assert names("runners.pool", ("runners",)) and "runners.pool" in imported_modules(module)
+
+
+def test_the_registry_points_the_gateway_at_preparation_and_the_model_services_at_inference():
+    """`KindSpec.preprocessor` is built in the gateway and `KindSpec.loader` on a model service, both by name
+    (`importlib`, which the import graph cannot see): each must name a module on its side."""
+    from models.kinds import KIND_SPECS
+
+    for kind in KIND_SPECS.values():
+        assert names(kind.preprocessor.partition(":")[0], ("models.preprocessing",)), kind.preprocessor
+        assert names(kind.loader.partition(":")[0], ("models.inference",)), kind.loader

@@ -1,4 +1,4 @@
-"""Every (kind, backend) pair of the support matrix (models/backends.py) in every dtype it allows on a CPU,
+"""Every (kind, backend) pair of the support matrix (models/inference/backends.py) in every dtype it allows on a CPU,
 through a real server: it loads, warms up through every modality, answers, and agrees with float32.
 
 `dtype: auto` is bfloat16 on an H100 or H200, so the bf16 column here is what most GPU users run. float32
@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from config.settings import BACKEND_DTYPES
-from models.backends import CPU_ONLY, GPU_ONLY
+from models.inference.backends import CPU_ONLY, GPU_ONLY
 from models.kinds import KIND_SPECS
 from tests.conftest import (
     MINILM_CLASSIFIER,

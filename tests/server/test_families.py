@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from config.settings import EmbentoConfig, ModelConfig
-from models.text_scorer import TextScorer
-from models.text_tokenizer import TextTokenizer
+from models.inference.text_scorer import TextScorer
+from models.preprocessing.text_tokenizer import TextTokenizer
 from tests.conftest import (
     MINILM,
     PLAIN_RERANKER_MAX_TOKENS,

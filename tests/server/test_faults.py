@@ -350,7 +350,7 @@ def test_at_debug_level_a_refused_dtype_shows_its_traceback(stopped, tiny_bert_p
     assert status == STARTUP_FAILED_STATUS
     assert f"{START_FAILED}model '{tiny_bert_path.name}': {REFUSED_DTYPE}" in log
     assert "Traceback (most recent call last)" in log and "Initializing service error" in log
-    assert "models.errors.ConfigError: model" in log
+    assert "config.errors.ConfigError: model" in log
 
 
 @pytest.mark.parametrize("debug", [False, True])

@@ -77,9 +77,9 @@ def _admit_and_hold(worker_index: int, items: int, started, release, result) -> 
     """In a worker process of its own: admit `items`, say so, hold them until released."""
     from bentoml._internal.context import server_context
 
+    from config import errors
     from gateway.admission import Admission, admission_counters
     from gateway.shared import SharedCounters
-    from models import errors
 
     server_context.worker_index = worker_index
     admission = Admission(

@@ -19,8 +19,8 @@ from bento.containerize import choose_backend, containerize_command, local_packa
 from commands import build_parser
 from commands.build import default_project_dir, image_arguments, image_settings, project_version
 from commands.flags import ACCELERATORS, PROJECT_ROOT
+from config.errors import ConfigError
 from config.settings import EmbentoConfig, ImageSettings, load_config
-from models.errors import ConfigError
 from tests.conftest import ROOT, server_env
 
 VERSION = project_version(ROOT)

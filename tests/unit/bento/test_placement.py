@@ -187,7 +187,7 @@ def test_a_pass_failing_on_the_device_runs_again_alone_bisected(tmp_path):
 def test_transfers_on_cpu_are_plain_copies():
     import torch
 
-    from models.transfer import Ready, to_device, to_host
+    from models.inference.transfer import Ready, to_device, to_host
 
     host = torch.arange(6, dtype=torch.float32).reshape(2, 3)
     for non_blocking in (False, True):  # pinned staging is for CUDA only; on CPU both are a plain copy

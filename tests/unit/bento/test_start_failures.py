@@ -7,7 +7,7 @@ import pytest
 from bentoml.exceptions import ImportServiceError
 
 from bento.start_failures import PREFIX, _print_start_failure
-from models.errors import ConfigError
+from config.errors import ConfigError
 
 
 def raised(exc: BaseException) -> BaseException:
@@ -47,4 +47,4 @@ def test_at_debug_level_everything_is_shown(capsys, monkeypatch):
     exc = raised(ConfigError("refused"))
     _print_start_failure(type(exc), exc, exc.__traceback__)
     err = capsys.readouterr().err
-    assert 'not found in module "embento"' in err and err.endswith("models.errors.ConfigError: refused\n")
+    assert 'not found in module "embento"' in err and err.endswith("config.errors.ConfigError: refused\n")

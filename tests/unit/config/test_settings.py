@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from config.errors import ConfigError
 from config.settings import DEFAULT_MODEL_ID, carried, carried_text, load_config, split_list
-from models.errors import ConfigError
 
 
 def write(tmp_path: Path, data: dict) -> Path:

@@ -11,10 +11,10 @@ import pytest
 from config.settings import EmbentoConfig, ModelConfig
 from gateway.cache.tiers import EmbeddingCache
 from gateway.engine import Engine
-from gateway.lifecycle import ModelRegistry
 from gateway.model_calls import ModelCalls
 from gateway.preprocessors import Preprocessors
-from models.text_tokenizer import TextTokenizer
+from gateway.warmup import ModelRegistry
+from models.preprocessing.text_tokenizer import TextTokenizer
 from tests.unit.gateway.fake_engine import EMBEDDER, INFOS, TEXT_MODELS, Call, FakeModelService, Serve
 
 
@@ -39,7 +39,7 @@ def serve(tokenizers: dict[str, TextTokenizer]) -> Serve:
                 config,
                 registry,
                 calls,
-                Preprocessors(tokenizers=dict(tokenizers)),
+                Preprocessors(by_model=dict(tokenizers)),
                 fetcher=None,
                 cache=EmbeddingCache(config.cache),
             )

@@ -22,7 +22,7 @@ from gateway.cache.memory import MemoryTier, entry_bytes
 from gateway.cache.policy import REQUEST_POLICY, policy_of
 from gateway.cache.values import HEADER, Entry, decode, encode
 from gateway.engine import Engine
-from gateway.queries import EmbedQuery, InputItem
+from gateway.queries import EmbedQuery, InputItem, LongInput
 from gateway.tenants.keys import TENANT
 from gateway.wire import infinity, openai
 from gateway.wire.common import RerankRequest
@@ -137,7 +137,7 @@ def test_keys_differ_by_prompt_truncation_input_type_and_model_not_by_output_con
         _key(EmbedQuery(text, input_type="search_query")),
         _key(EmbedQuery(text, input_type="search_document")),
         _key(EmbedQuery(text, normalize=False)),
-        _key(EmbedQuery(text, windowed=True)),
+        _key(EmbedQuery(text, long_input=LongInput.MEAN)),
         _key(EmbedQuery(text, representations=("dense", "sparse"))),
         _key(EmbedQuery(text), identity=b"n" * 32),
         _key(EmbedQuery((InputItem("image", "what is a fox"),))),

@@ -10,12 +10,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
+from config.errors import EmbentoError
 from config.settings import EmbentoConfig
 from gateway.validation import check_classify, check_embed, check_rank
 from gateway.wire import cohere, infinity, openai
 from gateway.wire.common import RerankRequest, rank_query
 from models.base import ModelInfo
-from models.errors import EmbentoError
 
 TEXT_MODEL = ModelInfo(
     served_model_name="m",

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from config import errors
 from gateway.routing import check_modalities, choose_model
-from models import errors
 from models.base import ModelInfo
 
 

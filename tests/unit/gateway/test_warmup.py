@@ -10,9 +10,8 @@ import logging
 import aiohttp
 import pytest
 
-from gateway.lifecycle import ModelRegistry
-from gateway.warmup import Warmup
-from models import errors
+from config import errors
+from gateway.warmup import ModelRegistry, Warmup
 from models.base import ModelInfo
 
 

@@ -10,12 +10,11 @@ import numpy as np
 import pytest
 
 from config.settings import ModelConfig
-from models import auto_backend, onnx_export
-from models.auto_backend import compare
 from models.base import TokenizedText
-from models.kinds import load_model
-from models.onnx_export import ExportKey, checkpoint_revision, export_key, onnx_entry
-from models.text_tokenizer import TextTokenizer
+from models.inference import auto_backend, onnx_export
+from models.inference.auto_backend import compare, load_model
+from models.inference.onnx_export import ExportKey, checkpoint_revision, export_key, onnx_entry
+from models.preprocessing.text_tokenizer import TextTokenizer
 from tests.checkpoints import build_lfs_pointer_export, build_stale_export, build_tiny_ernie
 from tests.sentences import make_sentences
 from tests.tolerance import cosines
@@ -88,7 +87,7 @@ def test_auto_keeps_torch_for_weights_past_one_onnx_files_limit(tiny_bert_path, 
 
 
 def test_an_export_that_cannot_run_falls_back_to_torch_once(tmp_path, minilm_path, monkeypatch):
-    from models import onnx_runtime
+    from models.inference import onnx_runtime
 
     pointer = build_lfs_pointer_export(tmp_path / "pointer", minilm_path)
     cfg = ModelConfig(model_id=str(pointer), device="cpu")

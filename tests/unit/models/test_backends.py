@@ -6,15 +6,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from config.errors import ConfigError
 from config.settings import ModelConfig, load_config
-from models.backends import check_device
 from models.base import TokenizedText
 from models.batching import plan_batches
-from models.errors import ConfigError
+from models.inference.backends import check_device
+from models.inference.text_encoder import TextEncoder
+from models.inference.text_scorer import TextScorer
 from models.kinds import model_kind
-from models.text_encoder import TextEncoder
-from models.text_scorer import TextScorer
-from models.text_tokenizer import TextTokenizer
+from models.preprocessing.text_tokenizer import TextTokenizer
 from tests.conftest import MINILM
 from tests.retrieval import CORPUS, CORPUS_QUERIES, QUERIES, nearest, top_k_agreement
 from tests.sentences import make_sentences
@@ -93,7 +93,7 @@ def test_int8_keeps_down_projections_float(minilm_path, cache_dir):
     the other weight MatMuls are quantized."""
     import onnx
 
-    from models.onnx_runtime import EXPORTED, float_matmuls, onnx_checkpoint
+    from models.inference.onnx_runtime import EXPORTED, float_matmuls, onnx_checkpoint
 
     entry, _ = onnx_checkpoint(minilm_path, "feature-extraction", quantize=False)
     kept = set(float_matmuls(entry / EXPORTED))
@@ -130,7 +130,7 @@ def test_onnx_scorers_match_torch(request, fixture):
 def test_the_second_load_reuses_the_export_and_conversion(tiny_bert_path, cache_dir, monkeypatch):
     import ctranslate2.converters
 
-    from models import onnx_export, onnx_runtime
+    from models.inference import onnx_export, onnx_runtime
 
     for backend, dtype in (("onnx", "int8"), ("ctranslate2", "auto")):
         TextEncoder(tiny_bert_path, ModelConfig(model_id=str(tiny_bert_path), backend=backend, dtype=dtype))
@@ -190,7 +190,7 @@ def test_ctranslate2_bfloat16_output_becomes_float32_tokens():
     import ctranslate2
     import torch
 
-    from models.ctranslate2_encoder import token_embeddings
+    from models.inference.ctranslate2_encoder import token_embeddings
 
     values = np.array([[[0.5, -1.25], [3.0, 0.0078125]]], dtype=np.float32)  # exact in bfloat16
     hidden = ctranslate2.StorageView.from_array(values).to(ctranslate2.DataType.bfloat16)
@@ -204,7 +204,7 @@ def test_ctranslate2_bfloat16_output_becomes_float32_tokens():
 def test_onnx_runtime_runs_on_the_gpu_it_is_given():
     """ONNX Runtime's CUDA provider without a device_id runs on GPU 0: `device: cuda:1` ran there. The
     providers are what the session is opened with (no GPU here to open one on)."""
-    from models.onnx_runtime import providers
+    from models.inference.onnx_runtime import providers
 
     assert providers("cuda:1") == [("CUDAExecutionProvider", {"device_id": 1}), "CPUExecutionProvider"]
     assert providers("cuda") == [("CUDAExecutionProvider", {"device_id": 0}), "CPUExecutionProvider"]

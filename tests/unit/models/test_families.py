@@ -12,15 +12,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from config.errors import InvalidRequest, ModelLoadError
 from config.settings import ModelConfig
 from models.base import TokenizedText, Truncation
-from models.errors import InvalidRequest, ModelLoadError
+from models.inference.sparse_encoder import SparseTextEncoder
+from models.inference.text_encoder import TextEncoder
+from models.inference.text_scorer import TextScorer
 from models.kinds import detect_kind
 from models.postprocess import keep_largest
-from models.sparse_encoder import SparseTextEncoder
-from models.text_encoder import TextEncoder
-from models.text_scorer import TextScorer
-from models.text_tokenizer import TextTokenizer
+from models.preprocessing.text_tokenizer import TextTokenizer
 from tests.checkpoints import QWEN3_RERANKER_PREFIX, QWEN3_RERANKER_SUFFIX
 from tests.references import INSTRUCTION, QUERY, TEXTS, pair_logits
 from tests.tolerance import assert_close, assert_same_vectors

@@ -7,11 +7,13 @@ import numpy as np
 import pytest
 
 from config.settings import ModelConfig
+from gateway.preprocessors import Preprocessors
 from models.base import TokenizedText
-from models.kinds import detect_kind, load_model
+from models.inference.auto_backend import load_model
+from models.kinds import detect_kind
 from models.packing import unpack_arrays
+from models.preprocessing.text_tokenizer import TextTokenizer
 from models.scores import late_interaction, mode_scores, weighted_mean
-from models.text_tokenizer import TextTokenizer
 from tests.hybrid_reference import DOCUMENTS, M3_WEIGHTS, QUERIES
 from tests.tolerance import assert_close, assert_same_vectors
 
@@ -142,8 +144,8 @@ def test_m3_sparse_keeps_the_mask_token_and_drops_unknown_ones(m3, m3_reference)
 
 
 def test_colbert_with_truncation_off_refuses_a_document_past_its_length(colbert_path):
+    from config.errors import InvalidRequest
     from models.base import Truncation
-    from models.errors import InvalidRequest
 
     tokenizer = TextTokenizer(colbert_path, ModelConfig(model_id=str(colbert_path)), "colbert")
     long_document = DOCUMENTS[4]
@@ -166,12 +168,8 @@ class InProcessCalls:
         pass
 
 
-class OneTokenizer:
-    def __init__(self, tokenizer: TextTokenizer) -> None:
-        self._tokenizer = tokenizer
-
-    def tokenizer(self, info) -> TextTokenizer:
-        return self._tokenizer
+def one_tokenizer(info, tokenizer: TextTokenizer) -> Preprocessors:
+    return Preprocessors(by_model={info.served_model_name: tokenizer})
 
 
 def test_m3_warm_up_runs_every_head_and_refuses_one_of_the_wrong_width(m3, bge_m3_path, tmp_path):
@@ -180,19 +178,21 @@ def test_m3_warm_up_runs_every_head_and_refuses_one_of_the_wrong_width(m3, bge_m
 
     import torch
 
+    from config.errors import InferenceError
     from config.settings import EmbentoConfig
     from gateway.calibration import warm_up
-    from models.errors import InferenceError
     from models.media import MediaLimits
 
     tokenizer, model = m3
     limits = MediaLimits(1, 1, 1.0)
     config = EmbentoConfig(models=[ModelConfig(model_id=str(bge_m3_path), backend="torch", device="cpu")])
-    quantizer = asyncio.run(warm_up(model.info, InProcessCalls(model), OneTokenizer(tokenizer), config, limits))
+    quantizer = asyncio.run(
+        warm_up(model.info, InProcessCalls(model), one_tokenizer(model.info, tokenizer), config, limits)
+    )
     assert quantizer is not None  # its dense vectors are calibrated as any embedder's
     broken = tmp_path / "m3-narrow-colbert"
     shutil.copytree(bge_m3_path, broken)
     torch.save(torch.nn.Linear(model.info.dimension, 8).state_dict(), broken / "colbert_linear.pt")
     narrow = load_model(broken, ModelConfig(model_id=str(broken), backend="torch", device="cpu"))
     with pytest.raises(InferenceError, match=r"\(\d+, 8\)"):
-        asyncio.run(warm_up(narrow.info, InProcessCalls(narrow), OneTokenizer(tokenizer), config, limits))
+        asyncio.run(warm_up(narrow.info, InProcessCalls(narrow), one_tokenizer(narrow.info, tokenizer), config, limits))

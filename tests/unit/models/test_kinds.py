@@ -10,10 +10,11 @@ import pytest
 
 from config.settings import ModelConfig, ModelKind
 from models.base import ModelInfo
-from models.kinds import KIND_SPECS, Kind, load_model, model_scorer, spec
+from models.inference.auto_backend import load_model
+from models.kinds import KIND_SPECS, Kind, model_scorer, spec
 
-# The tables the registry replaced (models/base.py CAPABILITIES, models/backends.py BACKENDS_FOR_KIND,
-# models/media_processor.py MODALITIES, service.py RUNNERS), as they were.
+# The tables the registry replaced (models/base.py CAPABILITIES, models/inference/backends.py BACKENDS_FOR_KIND,
+# models/preprocessing/media_processor.py MODALITIES, service.py RUNNERS), as they were.
 BEFORE = {  # kind: capabilities, backends, modalities, model service and its API
     "embed": (["embed"], ("torch", "onnx", "ctranslate2"), ["text"], "TextEmbedder", "embed"),
     "sparse": (["embed_sparse", "embed"], ("torch",), ["text"], "TextEmbedder", "embed"),
@@ -91,9 +92,9 @@ def test_models_record_their_scorer(tiny_reranker_path, qwen3_reranker_path, pla
 
 
 def test_each_kind_loads_in_its_own_class(tiny_bert_path, tiny_classifier_path):
-    from models.sparse_encoder import SparseTextEncoder
-    from models.text_encoder import TextEncoder
-    from models.text_scorer import TextScorer
+    from models.inference.sparse_encoder import SparseTextEncoder
+    from models.inference.text_encoder import TextEncoder
+    from models.inference.text_scorer import TextScorer
 
     for path, kind, model_class, scorer in (
         (tiny_bert_path, "embed", TextEncoder, None),

@@ -14,9 +14,9 @@ import pytest
 
 from config.settings import ModelConfig
 from models.base import TokenizedText
-from models.lanes import Lanes, share_out
-from models.text_encoder import TextEncoder
-from models.text_tokenizer import TextTokenizer
+from models.inference.lanes import Lanes, share_out
+from models.inference.text_encoder import TextEncoder
+from models.preprocessing.text_tokenizer import TextTokenizer
 from tests.sentences import make_sentences
 from tests.tolerance import assert_same_vectors
 

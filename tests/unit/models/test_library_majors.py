@@ -12,11 +12,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from config.errors import ModelLoadError
 from config.settings import ModelConfig
 from models.base import TokenizedText
-from models.errors import ModelLoadError
-from models.kinds import load_model
-from models.text_tokenizer import TextTokenizer
+from models.inference.auto_backend import load_model
+from models.preprocessing.text_tokenizer import TextTokenizer
 from tests.checkpoints import ROPE_BASE
 from tests.majors_reference import PAIRS, TEXTS
 from tests.tolerance import assert_close, assert_same_vectors, cosines

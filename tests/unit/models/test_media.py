@@ -14,14 +14,14 @@ from typing import get_args
 import numpy as np
 import pytest
 
+from config.errors import InvalidRequest
 from config.settings import ModelConfig
 from gateway.fetch import UrlPolicy
 from gateway.media_inputs import decode_data_uri
 from models.base import Kind
-from models.errors import InvalidRequest
+from models.inference.media_encoder import MediaEncoder
 from models.kinds import KIND_SPECS, detect_kind
 from models.media import MediaLimits, decode_audio, decode_image
-from models.media_encoder import MediaEncoder
 from models.scores import late_interaction
 from tests.conftest import ROOT
 from tests.media import AUDIO, IMAGES, audio_bytes, bomb_png, data_uri, image_bytes
@@ -277,8 +277,8 @@ import json, sys
 sys.modules["torch"] = None
 from pathlib import Path
 from config.settings import ModelConfig
-from models.media_processor import MediaProcessor
-from models.text_tokenizer import TextTokenizer
+from models.preprocessing.media_processor import MediaProcessor
+from models.preprocessing.text_tokenizer import TextTokenizer
 outcomes = []
 for kind, folder in json.loads(sys.argv[1]):
     cfg = ModelConfig(backend="torch", model_id=folder)

@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from config.errors import ConfigError, InvalidRequest
 from config.settings import ModelConfig
-from models.errors import ConfigError, InvalidRequest
 from models.postprocess import truncate_dimensions
 from models.quantization import (
     CALIBRATION_TEXTS,

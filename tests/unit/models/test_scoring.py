@@ -11,13 +11,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from config.errors import InvalidRequest, ModelLoadError
 from config.settings import ModelConfig
 from models.base import TokenizedText
-from models.errors import InvalidRequest, ModelLoadError
+from models.inference.text_scorer import TextScorer
 from models.kinds import detect_kind, model_kind
+from models.preprocessing.text_tokenizer import TextTokenizer
 from models.scores import activate, rank
-from models.text_scorer import TextScorer
-from models.text_tokenizer import TextTokenizer
 from tests.conftest import CLASSIFIER_LABELS
 from tests.sentences import make_sentences
 from tests.tolerance import assert_close

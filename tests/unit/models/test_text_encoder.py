@@ -8,14 +8,14 @@ import random
 import numpy as np
 import pytest
 
+from config.errors import ConfigError, InvalidRequest, ModelLoadError
 from config.settings import ModelConfig
 from models.base import TokenizedText
 from models.batching import plan_batches, run_isolated
-from models.errors import ConfigError, InvalidRequest, ModelLoadError
+from models.inference.text_encoder import TextEncoder
 from models.postprocess import to_base64, truncate_dimensions
+from models.preprocessing.text_tokenizer import TextTokenizer
 from models.resolve import resolve_model
-from models.text_encoder import TextEncoder
-from models.text_tokenizer import TextTokenizer
 from tests.checkpoints import WORDS
 from tests.conftest import MINILM
 from tests.sentences import make_sentences

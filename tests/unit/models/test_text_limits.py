@@ -9,10 +9,10 @@ import pytest
 
 from config.settings import ModelConfig
 from models.base import TokenizedText
-from models.media_encoder import MediaEncoder
-from models.text_encoder import TextEncoder
-from models.text_settings import text_limit
-from models.text_tokenizer import TextTokenizer
+from models.inference.media_encoder import MediaEncoder
+from models.inference.text_encoder import TextEncoder
+from models.preprocessing.text_settings import text_limit
+from models.preprocessing.text_tokenizer import TextTokenizer
 from tests.checkpoints import build_colpali, build_roberta, build_siglip
 from tests.sentences import WORDS
 from tests.tolerance import assert_same_vectors

@@ -1,13 +1,13 @@
-"""The tokenizer under the wire formats (models/text_tokenizer.py), against transformers: Cohere's input types onto
-prompts, the token-id refusal, pairs for TEI's /predict and tokens for /tokenize."""
+"""The tokenizer under the wire formats (models/preprocessing/text_tokenizer.py), against transformers: Cohere's
+input types onto prompts, the token-id refusal, pairs for TEI's /predict and tokens for /tokenize."""
 
 from __future__ import annotations
 
 import pytest
 
+from config.errors import ConfigError, InvalidRequest
 from config.settings import ModelConfig
-from models.errors import ConfigError, InvalidRequest
-from models.text_tokenizer import TextTokenizer
+from models.preprocessing.text_tokenizer import TextTokenizer
 from tests.conftest import MINILM
 
 

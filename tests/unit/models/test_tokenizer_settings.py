@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from config.errors import InvalidRequest
 from config.settings import ModelConfig
-from models.errors import InvalidRequest
-from models.text_tokenizer import TextTokenizer
+from models.preprocessing.text_tokenizer import TextTokenizer
 from tests.sentences import make_sentences
 
 CHECKPOINTS = ["minilm_path", "minilm_reranker_path", "minilm_classifier_path"]

@@ -10,13 +10,13 @@ from pathlib import Path
 import pytest
 from sqlalchemy import inspect, text
 
+from config import errors
 from config.keys_file import Tenant
 from config.settings import JobSettings
 from gateway.jobs import schema
 from gateway.jobs.lines import parse_batch_file
 from gateway.jobs.store import JobStore
 from gateway.tenants.keys import OPEN
-from models import errors
 from tests.conftest import free_port
 from tests.postgres_server import PostgresServer, running_postgres
 

@@ -16,10 +16,10 @@ import pytest
 import yaml
 from pydantic import ValidationError
 
+from config.errors import ConfigError
 from config.keys_file import DEFAULT_TENANT, Tenant, read_keys_file
 from gateway.tenants import keys as keys_module
 from gateway.tenants.keys import OPEN, TENANT, Keyring, Keys, allowed, config_tenant
-from models.errors import ConfigError
 
 
 def sha(secret: str) -> str:

@@ -15,11 +15,11 @@ from types import SimpleNamespace
 import pytest
 from prometheus_client import REGISTRY
 
+from config import errors
 from config.keys_file import Tenant
 from gateway.tenants import redis_ledger as redis_ledger_module
 from gateway.tenants.ledger import CONCURRENCY_RETRY_S, UNCOUNTED
 from gateway.tenants.redis_ledger import RedisLedger
-from models import errors
 from tests.conftest import free_port
 from tests.redis_server import RedisServer, running_redis
 

@@ -9,11 +9,11 @@ import base64
 import numpy as np
 import pytest
 
+from config.errors import InvalidRequest
 from gateway.queries import EmbedQuery, InputItem, RankQuery
 from gateway.results import Embeddings, Ranking
 from gateway.wire import cohere
 from models.base import ModelInfo, Truncation
-from models.errors import InvalidRequest
 from tests.unit.gateway.fake_engine import CLASSIFIER, COLPALI, EMBEDDER, RERANKER, SPLADE, answer, assert_refused
 
 IMAGE = "data:image/png;base64,iVBORw0KGgo="

@@ -7,9 +7,9 @@ import asyncio
 
 import pytest
 
+from config.errors import InvalidRequest
 from gateway.wire import shared_rerank, tei
 from gateway.wire.common import DocumentObject, RerankRequest
-from models.errors import InvalidRequest
 
 
 def test_a_body_is_teis_by_texts_without_documents():

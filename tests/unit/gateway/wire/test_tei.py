@@ -9,15 +9,15 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
+from config.errors import InvalidRequest
 from config.settings import EmbentoConfig
 from gateway.queries import ClassifyQuery, DecodeQuery, EmbedQuery, InputItem, RankQuery, TokenizeQuery
 from gateway.results import Classified, Embeddings, Ranking, Tokens
 from gateway.validation import check_embed
 from gateway.wire import tei
 from models.base import ModelInfo, Truncation
-from models.errors import InvalidRequest
 from models.kinds import spec
-from models.text_tokenizer import Token
+from models.preprocessing.text_tokenizer import Token
 from tests.unit.gateway.fake_engine import (
     CLASSIFIER,
     CLIP,

@@ -12,19 +12,19 @@ from typing import Any
 
 import numpy as np
 
+from config.errors import ModelLoadError
 from config.settings import ModelConfig
 from models.base import Kind, ModelInfo, ModelInput
-from models.errors import ModelLoadError
+from models.inference.padding import collate
 from models.kinds import spec
-from models.media_processor import MediaProcessor
-from models.padding import collate
+from models.preprocessing.media_processor import MediaProcessor
 
 
 class MediaEncoder:
     """The `TokenModel` of `clip`, `clap` and `colpali` checkpoints."""
 
     def __init__(self, folder: Path, cfg: ModelConfig, kind: Kind) -> None:
-        from models.device import pick_device, pick_dtype
+        from models.inference.device import pick_device, pick_dtype
 
         self.processor = MediaProcessor(folder, cfg, kind)
         device = pick_device(cfg.device)

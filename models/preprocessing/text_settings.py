@@ -6,8 +6,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from config.errors import ConfigError
 from config.settings import ModelConfig
-from models.errors import ConfigError
 from models.resolve import read_json
 
 # Tokenizers without a real limit report this sentinel (transformers' VERY_LARGE_INTEGER is larger).

@@ -14,7 +14,7 @@ from config.settings import ModelConfig
 def load_transformer(folder: Path, cfg: ModelConfig) -> tuple[Any, str, str]:
     """The folder's transformer as a one-module SentenceTransformer on the configured device, backend (torch or
     ONNX Runtime) and dtype, with (device, dtype name): `model(features)["token_embeddings"]` are its states."""
-    from models.device import load_on_device
+    from models.inference.device import load_on_device
 
     return load_on_device(_transformer_only, folder, cfg, "feature-extraction")
 

@@ -13,10 +13,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from config.errors import InvalidRequest
 from models.base import Truncation
-from models.errors import InvalidRequest
+from models.preprocessing.single_texts import SingleTexts
 from models.resolve import read_json
-from models.single_texts import SingleTexts
 
 SETTINGS_FILE = "config_sentence_transformers.json"
 

@@ -12,8 +12,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from models.backends import cache_folder
-from models.errors import ModelLoadError
+from config.errors import ModelLoadError
+from models.inference.backends import cache_folder
 
 logger = logging.getLogger(__name__)
 

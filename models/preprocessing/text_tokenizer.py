@@ -2,26 +2,27 @@
 
 Runs in the gateway so usage is a true token count and over-long input is truncated before queuing.
 Imports no torch: the gateway process stays small. The encode paths are separate pieces over one shared
-tokenizer: single texts and token ids (models/single_texts.py), cross-encoder pairs (models/cross_pairs.py)
-and a causal-LM reranker's chat pairs (models/chat_pairs.py).
+tokenizer: single texts and token ids (`single_texts.py`), cross-encoder pairs (`cross_pairs.py`) and a causal-LM
+reranker's chat pairs (`chat_pairs.py`), all in models/preprocessing/.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from config.errors import ConfigError, InvalidRequest, ModelLoadError
 from config.settings import ModelConfig
-from models.base import Kind, Truncation
-from models.chat_pairs import ChatPairs
-from models.colbert_texts import ColbertSettings, ColbertTexts
-from models.cross_pairs import CrossEncoderPairs, Encoded
-from models.errors import ConfigError, InvalidRequest, ModelLoadError
-from models.fast_tokenizer import FastTokenizer, load_fast_tokenizer
+from models.base import Kind, TokenizedText, Truncation
 from models.kinds import model_scorer, spec
 from models.llm_reranker import causal_rerank_format
 from models.long_inputs import LongInputSettings
-from models.single_texts import DocumentTokens, SingleTexts, Token
-from models.text_settings import TextSettings, declares_chat_input, read_text_settings
+from models.media import MediaLimits
+from models.preprocessing.chat_pairs import ChatPairs
+from models.preprocessing.colbert_texts import ColbertSettings, ColbertTexts
+from models.preprocessing.cross_pairs import CrossEncoderPairs, Encoded
+from models.preprocessing.fast_tokenizer import FastTokenizer, load_fast_tokenizer
+from models.preprocessing.single_texts import DocumentTokens, SingleTexts, Token
+from models.preprocessing.text_settings import TextSettings, declares_chat_input, read_text_settings
 
 PROMPT_LENGTHS_KEPT = 1024
 
@@ -32,6 +33,7 @@ class TextTokenizer:
 
     def __init__(self, folder: Path, cfg: ModelConfig, kind: Kind = "embed") -> None:
         template = load_fast_tokenizer(folder, cfg)
+        self.spec = spec(kind)
         self.settings: TextSettings = read_text_settings(folder, cfg, template.model_max_length)
         colbert = ColbertSettings.read(folder) if spec(kind).encodes_roles else None
         self.max_input_tokens = self.settings.max_seq_length if colbert is None else colbert.longest
@@ -52,6 +54,18 @@ class TextTokenizer:
         self._rerank_pairs: CrossEncoderPairs | ChatPairs = (
             self._cross_pairs if causal is None else ChatPairs(self._tokenizer, causal.chat_template, cfg.model_id)
         )
+
+    def warmup_rows(self, model: str) -> list[TokenizedText]:
+        """A text (or a pair, for a reranker); for a model with several representations, one more asking all."""
+        if self.spec.scores_pairs:
+            return TokenizedText.rows(model, *self.encode_pairs("warm-up", ["warm-up"]))
+        rows = TokenizedText.rows(model, self.encode_texts(["warm-up"]))
+        if len(self.spec.representations) > 1:
+            rows += TokenizedText.rows(model, self.encode_texts(["warm-up"]), representations=self.spec.representations)
+        return rows
+
+    def calibration_rows(self, model: str, texts: list[str], limits: MediaLimits) -> list[TokenizedText]:
+        return TokenizedText.rows(model, self.encode_texts(texts, self.prompt(None)))
 
     def prompt(self, name: str | None, instruction: str | None = None, input_type: str | None = None) -> str:
         """The prefix of a named prompt (None: the one for Cohere's `input_type`, else the default one), or of

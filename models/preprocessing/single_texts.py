@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from config.errors import InvalidRequest
 from models.base import Truncation
-from models.errors import InvalidRequest
-from models.fast_tokenizer import FastTokenizer
+from models.preprocessing.fast_tokenizer import FastTokenizer
 
 TIKTOKEN_HINT = (
     "Token ids must come from this model's own tokenizer. LangChain's OpenAIEmbeddings sends tiktoken "

@@ -1,10 +1,12 @@
-"""`backend: auto`: ONNX Runtime on a CPU where the model exports and matches torch; torch everywhere else.
+"""`load_model`: a checkpoint in the class that runs its kind, on its backend.
+
+`backend: auto`: ONNX Runtime on a CPU where the model exports and matches torch; torch everywhere else.
 
 On a 2-core AMD EPYC, all-MiniLM-L6-v2 runs a pass of one sentence 2.3x as fast on ONNX Runtime as on torch,
 and 32 sentences 1.2x (bench/onnx_cpu.py), with the same vectors to 2e-6. That holds only where the export
 is faithful, so before ONNX Runtime serves a model its outputs on fixed texts are compared with torch's:
 vectors at cosine >= 0.99999, scores within 1e-4 (relative, or absolute below 1). The verdict is kept in the
-export's cache entry, whose key names everything it depends on (`models.onnx_export.ExportKey`), so it is
+export's cache entry, whose key names everything it depends on (`models.inference.onnx_export.ExportKey`), so it is
 taken once, like the export. On a GPU torch stays: it runs in half precision there.
 """
 
@@ -19,10 +21,11 @@ from pathlib import Path
 
 import numpy as np
 
+from config.errors import ModelLoadError
 from config.settings import ModelConfig
 from models.base import TokenizedText, TokenModel
-from models.errors import ModelLoadError
-from models.kinds import Kind, model_class, model_scorer, spec
+from models.inference.saved_versions import check_saved_versions
+from models.kinds import Kind, model_class, model_kind, model_scorer, spec
 from models.quantization import CALIBRATION_TEXTS
 
 logger = logging.getLogger(__name__)
@@ -87,7 +90,7 @@ def weight_bytes(folder: Path) -> int:
 
 
 def _off_cpu(cfg: ModelConfig) -> str | None:
-    from models.device import pick_device
+    from models.inference.device import pick_device
 
     device = pick_device(cfg.device)
     return None if device == "cpu" else f"torch: on {device}, torch runs it in half precision"
@@ -99,7 +102,7 @@ def _verdict(
     """The export's verdict as its cache entry records it, else taken now: exporting, loading it on both
     backends and comparing; with the models loaded for it, by backend, for the caller to keep one. A failed
     export is recorded too, so no later start tries it again."""
-    from models.onnx_export import onnx_entry
+    from models.inference.onnx_export import onnx_entry
 
     task = spec(kind).onnx_task or ""
     recorded = onnx_entry(folder, task) / VERDICT_FILE
@@ -127,7 +130,7 @@ def _verdict(
 def parity_rows(folder: Path, cfg: ModelConfig, kind: Kind) -> list[TokenizedText]:
     """Fixed texts as the gateway would tokenize them, of every length up to the model's limit: the first
     ones as they are, the last all of them joined (truncated to the limit). Pairs for a pair scorer."""
-    from models.text_tokenizer import TextTokenizer
+    from models.preprocessing.text_tokenizer import TextTokenizer
 
     tokenizer = TextTokenizer(folder, cfg, kind)
     texts = [*CALIBRATION_TEXTS[: PARITY_TEXTS - 1], " ".join(CALIBRATION_TEXTS)]
@@ -164,3 +167,12 @@ def _chosen(model: TokenModel, reason: str) -> TokenModel:
     logger.info("model '%s' runs on %s", model.info.served_model_name, reason)
     model.info = replace(model.info, backend_reason=reason)
     return model
+
+
+def load_model(folder: Path, cfg: ModelConfig) -> TokenModel:
+    """The checkpoint in `folder` in the class that runs its kind (`KindSpec.loader`): model-service side."""
+    check_saved_versions(folder, cfg.model_id)
+    kind = model_kind(cfg)
+    if cfg.backend == "auto":
+        return load_auto(model_class(kind), folder, cfg, kind)
+    return model_class(kind)(folder, cfg, kind)

@@ -1,7 +1,7 @@
 """Token ids -> one unit vector per token, for ColBERT text models in PyLate's layout: the transformer, then
 PyLate's Dense projection (no bias; optionally with a residual), each vector L2-normalized, as PyLate encodes.
 
-The gateway frames queries and documents (`models.colbert_texts`); here a query row keeps every position,
+The gateway frames queries and documents (`models.preprocessing.colbert_texts`); here a query row keeps every position,
 its expansion tokens included, and a document row drops its skiplist tokens.
 """
 
@@ -14,13 +14,13 @@ from typing import Any
 
 import numpy as np
 
+from config.errors import ModelLoadError
 from config.settings import ModelConfig
 from models.base import ModelInfo, TokenizedText
-from models.colbert_texts import ColbertSettings
-from models.errors import ModelLoadError
+from models.inference.padding import pad_rows
+from models.inference.token_states import load_transformer, row_offsets
 from models.kinds import Kind
-from models.padding import pad_rows
-from models.token_states import load_transformer, row_offsets
+from models.preprocessing.colbert_texts import ColbertSettings
 
 PYLATE_DENSE = "pylate.models.Dense.Dense"
 IDENTITY = "torch.nn.modules.linear.Identity"

@@ -17,7 +17,7 @@ def pad_rows(
     """`input_ids`, `attention_mask` and, where the tokenizer gives them, `token_type_ids`, padded on the
     tokenizer's side with its pad id. Rows without segment ids (single texts) get zeros, as the tokenizer itself
     would give them; a model whose tokenizer has none gets none (ModernBERT's forward refuses them).
-    `non_blocking` (torch models only, see `models.transfer.to_device`): copied to a GPU without waiting."""
+    `non_blocking` (torch models only, see `models.inference.transfer.to_device`): copied to a GPU without waiting."""
     import numpy as np
 
     segmented = "token_type_ids" in tokenizer.model_input_names or any(r.token_type_ids is not None for r in rows)
@@ -50,7 +50,7 @@ def collate(
     import numpy as np
     import torch
 
-    from models.transfer import to_device
+    from models.inference.transfer import to_device
 
     batch: dict[str, Any] = {}
     for key in items[0]:

@@ -24,8 +24,8 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
+from config.errors import ModelLoadError, one_line
 from config.settings import get_config
-from models.errors import ModelLoadError, one_line
 
 logger = logging.getLogger(__name__)
 EXPORTED = "onnx/model.onnx"
@@ -203,7 +203,7 @@ def _task_model(folder: Path, task: str, attention: str) -> Any:  # transformers
 
 
 def _sample_inputs(folder: Path) -> dict[str, Any]:
-    """Two rows of different lengths, as the model service pads them (`models.padding.pad_rows`): the graph's
+    """Two rows of different lengths, as the model service pads them (`models.inference.padding.pad_rows`): the graph's
     inputs are the tensors the tokenizer names, and two distinct sizes keep the exporter from fixing either axis."""
     import torch
     from transformers import AutoTokenizer

@@ -1,7 +1,7 @@
 """Texts, images and audio -> model-ready arrays for multimodal models (CLIP family, CLAP, ColPali).
 
 The checkpoint's own `AutoProcessor` does the work. Runs in the gateway, one item at a time so each row
-keeps its own length; the model service pads and stacks rows into batches (`models.padding.collate`).
+keeps its own length; the model service pads and stacks rows into batches (`models.inference.padding.collate`).
 """
 
 from __future__ import annotations
@@ -11,14 +11,14 @@ from typing import Any
 
 import numpy as np
 
+from config.errors import InvalidRequest, ModelLoadError
 from config.settings import ModelConfig
 from models.base import Kind, Modality, ModelInput
-from models.errors import InvalidRequest, ModelLoadError
 from models.kinds import spec
 from models.media import MediaLimits, decode_audio, decode_image
-from models.per_thread import PerThread
+from models.preprocessing.per_thread import PerThread
+from models.preprocessing.text_settings import text_limit
 from models.resolve import read_json
-from models.text_settings import text_limit
 
 # SigLIP reads its text embedding at the last position: it was trained on text padded to 64 tokens.
 PADDED_TEXT = {"siglip": 64, "siglip2": 64}
@@ -63,6 +63,9 @@ class MediaProcessor:
             for index, row in zip(indices, self.rows(model, modality, [decoded[i][1] for i in indices])):
                 rows[index] = row
         return rows  # type: ignore[return-value]
+
+    def calibration_rows(self, model: str, texts: list[str], limits: MediaLimits) -> list[ModelInput]:
+        return self.encode(model, [("text", text) for text in texts], limits)
 
     def warmup_rows(self, model: str) -> list[ModelInput]:
         """One row per modality the model takes, so that warm-up runs every tower (and each input's dtype)."""

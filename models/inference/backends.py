@@ -2,7 +2,7 @@
 
 The backends each kind runs on are its `KindSpec.backends` (`models.kinds.check_kind`): text embedders on
 torch, ONNX Runtime and CTranslate2; rerankers and classifiers on torch and ONNX Runtime (causal-LM rerankers
-on torch only, `models.text_scorer`); sparse (SPLADE), CLIP, CLAP and ColPali models on torch only. Dtypes per
+on torch only, `models.inference.text_scorer`); sparse (SPLADE), CLIP, CLAP and ColPali models on torch only. Dtypes per
 backend are checked when the configuration is read (`config.settings.BACKEND_DTYPES`); the device-dependent
 ones here.
 """
@@ -13,8 +13,8 @@ import hashlib
 import re
 from pathlib import Path
 
+from config.errors import ConfigError
 from config.settings import ModelConfig, get_config
-from models.errors import ConfigError
 
 GPU_ONLY = {
     ("torch", "float16"),

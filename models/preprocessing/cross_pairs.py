@@ -3,9 +3,9 @@ cut as sentence-transformers' CrossEncoder cuts them."""
 
 from __future__ import annotations
 
+from config.errors import InvalidRequest
 from models.base import Truncation
-from models.errors import InvalidRequest
-from models.fast_tokenizer import FastTokenizer
+from models.preprocessing.fast_tokenizer import FastTokenizer
 
 Encoded = tuple[list[list[int]], list[list[int]] | None]  # token ids, and segment ids where the model takes them
 

@@ -1,4 +1,4 @@
-"""ONNX Runtime: its sessions' settings, the dynamic-int8 form of an export (`models.onnx_export`), cached
+"""ONNX Runtime: its sessions' settings, the dynamic-int8 form of an export (`models.inference.onnx_export`), cached
 beside it, and the export run in place of a sentence-transformers Transformer module's torch model.
 """
 
@@ -10,8 +10,8 @@ import platform
 from pathlib import Path
 from typing import Any
 
-from models.errors import ModelLoadError, one_line
-from models.onnx_export import EXPORTED, OPTIMIZATION, exported_checkpoint
+from config.errors import ModelLoadError, one_line
+from models.inference.onnx_export import EXPORTED, OPTIMIZATION, exported_checkpoint
 
 logger = logging.getLogger(__name__)
 # The quantized graph's folder names _quantize's settings (bump the version when they change) and the preset
@@ -46,7 +46,7 @@ def session_options(threads: int) -> Any:
     """ONNX Runtime's threads from the CPU budget torch was given, not its own default of every core.
 
     Its workers do not spin while they wait for work. A model service runs one batch as concurrent passes on
-    one session, one per lane (models/lanes.py), and shares the cores with its gateway: spinning workers took
+    one session, one per lane (models/inference/lanes.py), and shares the cores with its gateway: spinning workers took
     the cores those passes needed. all-MiniLM-L6-v2, 2 cores, 32 rows in 2 lanes: 248 ms spinning, 193 ms
     not, 185 ms on single-thread sessions; a lone row on both threads: the same 9 ms either way
     (bench/onnx_cpu.py, on a machine another process kept one core busy)."""
@@ -72,7 +72,7 @@ def providers(device: str) -> list[Any]:
 def attach_session(transformer: Any, folder: Path, task: str, quantize: bool, device: str, threads: int) -> None:
     """The Transformer module of a loaded sentence-transformers model runs the checkpoint's export on ONNX
     Runtime from now on, its torch weights let go; its Pooling, Dense and Normalize modules stay."""
-    from models.onnx_model import OnnxTransformerModel
+    from models.inference.onnx_model import OnnxTransformerModel
 
     entry, file_name = onnx_checkpoint(folder, task, quantize)
     try:

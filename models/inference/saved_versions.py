@@ -9,7 +9,7 @@ from __future__ import annotations
 from importlib.metadata import version
 from pathlib import Path
 
-from models.errors import ModelLoadError
+from config.errors import ModelLoadError
 from models.resolve import read_json
 
 

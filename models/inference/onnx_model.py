@@ -2,7 +2,7 @@
 
 The module keeps its tokenizer, settings and output routing, and the modules after it (Pooling, Dense,
 Normalize, a CrossEncoder's activation) keep running as the checkpoint declares them: one pooling
-implementation for every backend, as with CTranslate2 (`models.ctranslate2_encoder`).
+implementation for every backend, as with CTranslate2 (`models.inference.ctranslate2_encoder`).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from models.onnx_export import TASK_OUTPUTS
+from models.inference.onnx_export import TASK_OUTPUTS
 
 
 class OnnxTransformerModel(torch.nn.Module):

@@ -12,10 +12,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from config.errors import InvalidRequest, ModelLoadError
 from models.base import Truncation
-from models.cross_pairs import Encoded
-from models.errors import InvalidRequest, ModelLoadError
-from models.fast_tokenizer import FastTokenizer
+from models.preprocessing.cross_pairs import Encoded
+from models.preprocessing.fast_tokenizer import FastTokenizer
 
 _DOCUMENT_MARK = "\x00document\x00"
 _QUERY_MARK = "\x00query\x00"

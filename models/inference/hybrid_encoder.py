@@ -20,11 +20,11 @@ import numpy as np
 
 from config.settings import ModelConfig
 from models.base import ModelInfo, Representation, TokenizedText
+from models.inference.padding import pad_rows
+from models.inference.token_states import load_transformer, row_offsets
 from models.kinds import HYBRID_HEADS, Kind
 from models.packing import pack_arrays
-from models.padding import pad_rows
-from models.text_settings import read_text_settings
-from models.token_states import load_transformer, row_offsets
+from models.preprocessing.text_settings import read_text_settings
 
 COLBERT_HEAD, SPARSE_HEAD = HYBRID_HEADS
 

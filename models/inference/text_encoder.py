@@ -16,12 +16,12 @@ from typing import Any
 
 import numpy as np
 
+from config.errors import ModelLoadError
 from config.settings import ModelConfig
 from models.base import ModelInfo, PendingOutputs, TokenizedText
-from models.errors import ModelLoadError
+from models.inference.padding import pad_rows
 from models.kinds import Kind
-from models.padding import pad_rows
-from models.text_settings import TextSettings, is_sentence_transformers_folder, read_text_settings
+from models.preprocessing.text_settings import TextSettings, is_sentence_transformers_folder, read_text_settings
 
 logger = logging.getLogger(__name__)
 
@@ -55,7 +55,7 @@ class TextEncoder:
     def launch(self, rows: Sequence[TokenizedText]) -> PendingOutputs:
         import torch
 
-        from models.transfer import to_host
+        from models.inference.transfer import to_host
 
         staged = pad_rows(rows, self._tokenizer, self._device, non_blocking=self.info.backend == "torch")
         features = {**staged, "modality": "text"}
@@ -146,12 +146,12 @@ def _load_sentence_transformer(folder: Path, cfg: ModelConfig) -> tuple[Any, str
     from sentence_transformers import SentenceTransformer
     from sentence_transformers.sentence_transformer.modules import Normalize, Pooling
 
-    from models.device import load_on_device
+    from models.inference.device import load_on_device
 
     declared = is_sentence_transformers_folder(folder)
     model, device, dtype = load_on_device(SentenceTransformer, folder, cfg, "feature-extraction")
     if cfg.backend == "ctranslate2":
-        from models.ctranslate2_encoder import CTranslate2Transformer
+        from models.inference.ctranslate2_encoder import CTranslate2Transformer
 
         model[0] = CTranslate2Transformer(folder, model.tokenizer, device, dtype)
 

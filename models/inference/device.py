@@ -7,8 +7,8 @@ from typing import Any
 
 import torch
 
+from config.errors import ConfigError, ModelLoadError
 from config.settings import ModelConfig
-from models.errors import ConfigError, ModelLoadError
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
@@ -60,7 +60,7 @@ def load_on_device(model_class: type, folder: Path, cfg: ModelConfig, task: str)
     """A sentence-transformers `SentenceTransformer` or `CrossEncoder` from a local folder on the configured
     device, backend and dtype, in eval mode, with (device, dtype name). Nothing is fetched: the folder was
     resolved beforehand. CTranslate2 loads the torch model here; the caller swaps its Transformer module."""
-    from models.backends import check_device
+    from models.inference.backends import check_device
 
     try:
         device = pick_device(cfg.device)
@@ -77,7 +77,7 @@ def load_on_device(model_class: type, folder: Path, cfg: ModelConfig, task: str)
     elif cfg.backend == "ctranslate2":
         kwargs = {}
         dtype = ctranslate2_compute_type(cfg.dtype, device)
-    else:  # `auto` is decided before a model class is built (models.kinds.load_model)
+    else:  # `auto` is decided before a model class is built (models.inference.auto_backend.load_model)
         raise ValueError(f"a model class was given backend '{cfg.backend}', which names no backend")
     try:
         model = model_class(
@@ -86,7 +86,7 @@ def load_on_device(model_class: type, folder: Path, cfg: ModelConfig, task: str)
     except Exception as exc:
         raise ModelLoadError(f"cannot load '{cfg.model_id}' from {folder} ({cfg.backend}): {exc}") from exc
     if cfg.backend == "onnx":
-        from models.onnx_runtime import attach_session
+        from models.inference.onnx_runtime import attach_session
 
         attach_session(model[0], folder, task, cfg.dtype == "int8", device, torch.get_num_threads())
     return model.eval(), device, dtype

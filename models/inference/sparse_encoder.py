@@ -14,9 +14,9 @@ import numpy as np
 
 from config.settings import ModelConfig
 from models.base import ModelInfo, TokenizedText
+from models.inference.padding import pad_rows
 from models.kinds import Kind
-from models.padding import pad_rows
-from models.text_settings import read_text_settings
+from models.preprocessing.text_settings import read_text_settings
 
 
 class SparseTextEncoder:
@@ -25,7 +25,7 @@ class SparseTextEncoder:
     def __init__(self, folder: Path, cfg: ModelConfig, kind: Kind = "sparse") -> None:
         from sentence_transformers import SparseEncoder
 
-        from models.device import load_on_device
+        from models.inference.device import load_on_device
 
         self._model, device, dtype = load_on_device(SparseEncoder, folder, cfg, "fill-mask")
         self._tokenizer = self._model.tokenizer

@@ -6,10 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from config.errors import InvalidRequest, ModelLoadError
 from config.settings import ModelConfig
 from models.base import Truncation
-from models.errors import InvalidRequest, ModelLoadError
-from models.per_thread import PerThread
+from models.preprocessing.per_thread import PerThread
 
 
 def load_fast_tokenizer(folder: Path, cfg: ModelConfig) -> Any:

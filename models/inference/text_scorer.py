@@ -14,13 +14,13 @@ from typing import Any
 
 import numpy as np
 
+from config.errors import ConfigError, ModelLoadError
 from config.settings import ModelConfig
 from models.base import Activation, Kind, ModelInfo, PendingOutputs, TokenizedText
-from models.errors import ConfigError, ModelLoadError
+from models.inference.padding import pad_rows
 from models.kinds import model_scorer, spec
 from models.llm_reranker import causal_rerank_format, token_id
-from models.padding import pad_rows
-from models.text_settings import read_text_settings
+from models.preprocessing.text_settings import read_text_settings
 
 # torch activation class -> the name `models.scores.activate` applies.
 ACTIVATIONS: dict[str, Activation] = {
@@ -72,7 +72,7 @@ class TextScorer:
     def launch(self, rows: Sequence[TokenizedText]) -> PendingOutputs:
         import torch
 
-        from models.transfer import to_host
+        from models.inference.transfer import to_host
 
         features = pad_rows(rows, self._tokenizer, self._device, non_blocking=self.info.backend == "torch")
         with torch.inference_mode():
@@ -83,7 +83,7 @@ class TextScorer:
 def _load_cross_encoder(folder: Path, cfg: ModelConfig) -> tuple[Any, str, str]:  # CrossEncoder
     from sentence_transformers import CrossEncoder
 
-    from models.device import load_on_device
+    from models.inference.device import load_on_device
 
     model, device, dtype = load_on_device(CrossEncoder, folder, cfg, "sequence-classification")
     if not any(name.endswith("ForSequenceClassification") for name in model.config.architectures or []):
@@ -102,7 +102,7 @@ def _load_causal_reranker(
     from sentence_transformers import CrossEncoder
     from sentence_transformers.cross_encoder.modules import LogitScore
 
-    from models.device import load_on_device
+    from models.inference.device import load_on_device
 
     if cfg.backend != "torch":
         raise ConfigError(f"model '{cfg.served_model_name}' is a causal-LM reranker; it runs on the torch backend only")
