@@ -16,8 +16,8 @@ from models.base import TokenizedText
 from models.kinds import load_model
 from models.onnx_export import ExportKey, checkpoint_revision, export_key, onnx_entry
 from models.text_tokenizer import TextTokenizer
-from tests.checkpoints import build_lfs_pointer_export, build_stale_export, build_tiny_ernie
-from tests.sentences import make_sentences
+from testkit.checkpoints import build_lfs_pointer_export, build_stale_export, build_tiny_ernie
+from testkit.sentences import make_sentences
 from tests.tolerance import cosines
 
 pytestmark = pytest.mark.usefixtures("cache_dir")

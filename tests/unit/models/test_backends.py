@@ -15,9 +15,9 @@ from models.kinds import model_kind
 from models.text_encoder import TextEncoder
 from models.text_scorer import TextScorer
 from models.text_tokenizer import TextTokenizer
+from testkit.sentences import make_sentences
 from tests.conftest import MINILM
 from tests.retrieval import CORPUS, CORPUS_QUERIES, QUERIES, nearest, top_k_agreement
-from tests.sentences import make_sentences
 from tests.tolerance import assert_close, cosines
 
 pytestmark = pytest.mark.usefixtures("cache_dir")
