@@ -89,13 +89,13 @@ def save_sequence_classifier(folder: Path, labels: list[str]) -> Path:
 
 
 def checkpoint_builders() -> dict[str, Callable[[Path], Path]]:
-    """Served name -> builder of its folder. The test suite's builders (tests/checkpoints.py, which imports
+    """Served name -> builder of its folder. The test suite's builders (testkit/checkpoints.py, which imports
     no pytest) are imported only when a folder is missing, so a later capture needs only the cached folders."""
 
     def suite(name: str) -> Callable[[Path], Path]:
         def build(folder: Path) -> Path:
             sys.path.insert(0, str(REPO))
-            from tests import checkpoints
+            from testkit import checkpoints
 
             builder = getattr(checkpoints, name)
             return builder(folder) if name == "build_colpali" else builder(folder, minilm_folder())

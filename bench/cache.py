@@ -4,10 +4,10 @@ requests, and whether the memory tier's byte budget is the memory it takes.
 
     python bench/cache.py [--rounds 3] [--seconds 5] [--skip-faults] [--memory-only]
 
-Inputs are short sentences (tests/sentences.py's `short_sentences`, 6-20 words, about 8-25 tokens): a pool of
+Inputs are short sentences (testkit/sentences.py's `short_sentences`, 6-20 words, about 8-25 tokens): a pool of
 POOL of them is embedded once by the cached servers before anything is measured (the "repeats"); every other
 input is a sentence this run never sent before (`Fresh`), so that a miss is a real miss in memory and in Redis.
-One real `redis-server` on loopback (tests/redis_server.py) serves every cached server; the servers are
+One real `redis-server` on loopback (testkit/redis_server.py) serves every cached server; the servers are
 production-mode `bentoml serve` (bench/server.py) side by side, idle but for the one under load.
 
 1. Throughput, inputs/s: CLIENTS closed-loop clients x PER_REQUEST inputs per request for `--seconds`, against a
@@ -79,8 +79,8 @@ from bench.load import LoadWatch  # noqa: E402
 from bench.server import free_port, start_server, stop_server  # noqa: E402
 from gateway.cache.memory import ENTRY_OVERHEAD_BYTES, MemoryTier  # noqa: E402
 from gateway.cache.values import Entry, encode  # noqa: E402
-from tests.redis_server import RedisServer  # noqa: E402
-from tests.sentences import short_sentences  # noqa: E402
+from testkit.redis_server import RedisServer  # noqa: E402
+from testkit.sentences import short_sentences  # noqa: E402
 
 MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 SHORTEST, LONGEST = 6, 20  # words per sentence

@@ -40,7 +40,7 @@ def build_encoder(folder: Path, tokenizer: Path, size: str) -> Path:
     """A sentence-transformers folder (Transformer, mean Pooling, Normalize) with random BERT weights."""
     from sentence_transformers import SentenceTransformer, models
 
-    from tests.checkpoints import build_tiny_bert
+    from testkit.checkpoints import build_tiny_bert
 
     hidden, layers, heads, intermediate = SIZES[size]  # the tests' BERT, grown to this model's size
     raw = build_tiny_bert(
@@ -125,7 +125,7 @@ def in_process(dev: str, tokenizer: Path, work: Path, report: dict) -> None:
 def every_kind(dev: str, tokenizer: Path, work: Path, report: dict) -> None:
     """Each kind's tiny checkpoint loaded and run in bf16 (CTranslate2: its bfloat16 compute type)."""
     from config.settings import ModelConfig
-    from tests import checkpoints
+    from testkit import checkpoints
 
     builders = {
         "clip": lambda f: checkpoints.build_clip(f, tokenizer),
@@ -199,7 +199,7 @@ def through_server(dev: str, work: Path, report: dict, seconds: float) -> None:
             try:
                 for clients, per_request in SCENARIOS:
 
-                    def request_for(batch: list[str]) -> tuple[str, dict]:
+                    def request_for(batch: list[str], size: str = size) -> tuple[str, dict]:
                         return "/v1/embeddings", {"model": size, "input": batch}
 
                     url = f"http://127.0.0.1:{port}"

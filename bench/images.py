@@ -15,8 +15,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from tests.checkpoints import build_clip  # noqa: E402
-from tests.media import image_bytes  # noqa: E402
+from testkit.checkpoints import build_clip  # noqa: E402
+from testkit.media import image_bytes  # noqa: E402
 
 IMAGE_SIDE = 256
 IMAGES = 64

@@ -16,7 +16,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.server import closed_loop, free_port, start_server, stop_server  # noqa: E402
-from tests.sentences import make_sentences  # noqa: E402
+from testkit.sentences import make_sentences  # noqa: E402
 
 MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 IN_FLIGHT = 8

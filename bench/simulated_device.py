@@ -146,7 +146,7 @@ def measure(
 
 def main() -> None:
     from bench.server import free_port, start_server, stop_server
-    from tests.sentences import make_sentences
+    from testkit.sentences import make_sentences
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seconds", type=float, default=8.0)

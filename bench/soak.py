@@ -34,8 +34,8 @@ from rerank import QUERY, build_reranker
 from server import free_port, start_server, stop_server
 
 from models.resolve import packaged_model_path
-from tests.checkpoints import build_clip
-from tests.media import image_bytes
+from testkit.checkpoints import build_clip
+from testkit.media import image_bytes
 
 MINILM = "sentence-transformers/all-MiniLM-L6-v2"
 SETTLE_S = 60.0

@@ -11,7 +11,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -19,7 +19,7 @@ import psutil
 import pytest
 import yaml
 
-from tests.checkpoints import (
+from testkit.checkpoints import (
     build_clap,
     build_clip,
     build_colpali,
@@ -205,23 +205,6 @@ def plain_qwen3_reranker_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def splade_path(tmp_path_factory: pytest.TempPathFactory, minilm_path: Path) -> Path:
     return build_splade(tmp_path_factory.mktemp("splade"), minilm_path)
-
-
-def apt_install(
-    packages: Sequence[str], recommends: bool = True, timeout_s: float = 900
-) -> subprocess.CompletedProcess:
-    """Debian's packages, installed without questions (as root; the caller decides what a failure means)."""
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    update = subprocess.run(["apt-get", "update", "-qq"], env=env, capture_output=True, text=True, timeout=timeout_s)
-    if update.returncode != 0:
-        return update
-    return subprocess.run(
-        ["apt-get", "install", "-y", "-qq", *([] if recommends else ["--no-install-recommends"]), *packages],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout_s,
-    )
 
 
 _PORTS_HANDED: set[int] = set()
@@ -438,7 +421,7 @@ def colbert_reference(colbert_checkpoint_and_reference):  # -> tests.hybrid_refe
 @pytest.fixture(scope="session")
 def bge_m3_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny BGE-M3 in BAAI's layout: XLM-RoBERTa with colbert_linear.pt and sparse_linear.pt."""
-    from tests.checkpoints import build_bge_m3
+    from testkit.checkpoints import build_bge_m3
 
     return build_bge_m3(tmp_path_factory.mktemp("bge-m3"))
 

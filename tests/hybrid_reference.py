@@ -25,7 +25,7 @@ COLBERT_QUERY_LENGTH = 12
 COLBERT_DOCUMENT_LENGTH = 24
 M3_WEIGHTS = (0.4, 0.2, 0.4)  # FlagEmbedding's compute_score weights: dense, sparse, colbert
 
-# Words of tests.checkpoints.WORDS (what the M3 tokenizer was trained on) and punctuation. The third query is longer
+# Words of testkit.checkpoints.WORDS (what the M3 tokenizer was trained on) and punctuation. The third query is longer
 # than COLBERT_QUERY_LENGTH tokens and the last query holds punctuation (queries keep it). Documents carry
 # punctuation (PyLate's skiplist drops it), repeat words (M3's sparse weight is the max over a token's
 # occurrences), and the fifth is longer than COLBERT_DOCUMENT_LENGTH tokens. `&` and `7` are outside the M3

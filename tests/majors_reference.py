@@ -11,9 +11,9 @@ from pathlib import Path
 
 import numpy as np
 
-from tests.checkpoints import build_saved_qwen3_embedder
+from testkit.checkpoints import build_saved_qwen3_embedder
+from testkit.sentences import make_sentences
 from tests.hybrid_reference import run_reference
-from tests.sentences import make_sentences
 
 # Up to the embedder's 48 tokens: RoPE turns each position by base^(-2i/d), so the base shows most at the far
 # positions, and a misread base would move every vector here.

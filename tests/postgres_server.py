@@ -22,7 +22,7 @@ def postgres_bin() -> Path:
     """The newest installed server's bin folder (Debian's `/usr/bin` holds only wrappers), installed when missing."""
     found = newest_bin()
     if found is None:
-        from tests.conftest import apt_install
+        from testkit.apt import apt_install
 
         result = apt_install(["postgresql"], recommends=False)
         found = newest_bin()

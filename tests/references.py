@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from models.base import TokenizedText
-from tests.sentences import make_sentences
+from testkit.sentences import make_sentences
 
 if TYPE_CHECKING:
     from models.inference.text_scorer import TextScorer

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from models.quantization import CALIBRATION_TEXTS
-from tests.sentences import make_sentences, short_sentences
+from testkit.sentences import make_sentences, short_sentences
 
 DOCUMENTS = [
     "The cat sat on the warm windowsill all afternoon.",

@@ -3,7 +3,7 @@
 `backend: auto`: ONNX Runtime on a CPU where the model exports and matches torch; torch everywhere else.
 
 On a 2-core AMD EPYC, all-MiniLM-L6-v2 runs a pass of one sentence 2.3x as fast on ONNX Runtime as on torch,
-and 32 sentences 1.2x (bench/onnx_cpu.py), with the same vectors to 2e-6. That holds only where the export
+and 32 sentences 1.2x (853238e:bench/onnx_cpu.py), with the same vectors to 2e-6. That holds only where the export
 is faithful, so before ONNX Runtime serves a model its outputs on fixed texts are compared with torch's:
 vectors at cosine >= 0.99999, scores within 1e-4 (relative, or absolute below 1). The verdict is kept in the
 export's cache entry, whose key names everything it depends on (`models.inference.onnx_export.ExportKey`), so it is

@@ -12,7 +12,7 @@ rows/s, 12 rows: even, 16 rows: 301 -> 316).
 
 ONNX Runtime follows the same rule. Its passes run concurrently on one session, which has the service's
 threads for a batch run whole and workers that do not spin (models/inference/onnx_runtime.session_options), so a lane
-runs on its own calling thread. Measured on 2 cores (bench/onnx_cpu.py), 1 lane x 2 threads against 2 lanes
+runs on its own calling thread. Measured on 2 cores (853238e:bench/onnx_cpu.py), 1 lane x 2 threads against 2 lanes
 x 1 thread, neither spinning: 8 rows 47 -> 58 ms, 16 rows 160 -> 120 ms, 32 rows 327 -> 276 ms, 64 rows
 632 -> 455 ms. On N cores a model service gets its share of them (`cpu_threads`), and as many lanes as
 threads.

@@ -31,7 +31,7 @@ logger = logging.getLogger(__name__)
 EXPORTED = "onnx/model.onnx"
 KEY_FILE = "export-key.json"
 # The graph optimizations ONNX Runtime applies when it opens a session (`onnx_runtime.session_options`); every
-# level was measured at the same speed and the same outputs on all-MiniLM-L6-v2 (bench/onnx_cpu.py), so the
+# level was measured at the same speed and the same outputs on all-MiniLM-L6-v2 (853238e:bench/onnx_cpu.py), so the
 # export is kept unoptimized and the level only names the entry its parity verdict was taken at.
 OPTIMIZATION = "all"
 # Checkpoint files this large are sampled, not read whole, for the revision digest (a 2 GB model would take
@@ -168,7 +168,7 @@ def _export(folder: Path, task: str, target: Path) -> None:
 def export_graph(folder: Path, task: str, file: Path, attention: str = "eager") -> None:
     """The checkpoint's transformers model for `task` as one ONNX file, batch and sequence axes dynamic.
     Attention is transformers' eager implementation: the SDPA graph ran all-MiniLM-L6-v2 3 % slower on ONNX
-    Runtime (bench/onnx_cpu.py --attention)."""
+    Runtime (853238e:bench/onnx_cpu.py --attention)."""
     import torch
 
     model = _task_model(folder, task, attention)

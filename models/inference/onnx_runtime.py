@@ -49,7 +49,7 @@ def session_options(threads: int) -> Any:
     one session, one per lane (models/inference/lanes.py), and shares the cores with its gateway: spinning workers took
     the cores those passes needed. all-MiniLM-L6-v2, 2 cores, 32 rows in 2 lanes: 248 ms spinning, 193 ms
     not, 185 ms on single-thread sessions; a lone row on both threads: the same 9 ms either way
-    (bench/onnx_cpu.py, on a machine another process kept one core busy)."""
+    (853238e:bench/onnx_cpu.py, on a machine another process kept one core busy)."""
     import onnxruntime
 
     options = onnxruntime.SessionOptions()
@@ -87,7 +87,7 @@ def _quantize(exported: Path, target: Path, preset: str) -> None:
     """Dynamic int8 of the MatMuls that have a weight, per channel, by ONNX Runtime's own quantizer; the
     embeddings (Gather) and attention's activation-by-activation MatMuls stay float32. ONNX Runtime scales
     activations per tensor, one scale for the whole padded batch, which costs short inputs most: every int8
-    input left out helps them, and the graph runs faster so (figures: bench/onnx_int8.py, docs/models.md,
+    input left out helps them, and the graph runs faster so (figures: 853238e:bench/onnx_int8.py, docs/models.md,
     int8). The file grows from 22 to 57 MB on all-MiniLM-L6-v2 (float32 embeddings)."""
     import onnx
     from onnxruntime.quantization import QuantType, quantize_dynamic
@@ -122,7 +122,7 @@ def float_matmuls(model: Path) -> list[str]:
     layer, a classifier head). A down-projection reads the activation function's output, whose few outlier
     features set the one per-tensor activation scale and leave every other feature a handful of steps; on
     all-MiniLM-L6-v2 keeping them float32 lifts the worst cosine to float32 from 0.970 to 0.98+ on an AVX2
-    EPYC (bench/onnx_int8.py)."""
+    EPYC (853238e:bench/onnx_int8.py)."""
     import onnx
 
     graph = onnx.load(str(model), load_external_data=False).graph

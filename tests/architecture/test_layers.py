@@ -13,6 +13,8 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
+from pathspec import PathSpec
 
 from tests.conftest import ROOT
 
@@ -44,6 +46,9 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
 # Every module of the bundle and the installed package; none imports the composition root, service.py (tests and
 # bench/, which run or inspect it, may).
 CODE = (*FORBIDDEN, "shared_metrics.py")
+# Test and benchmark code: the suite, the benchmarks and the helpers they share (testkit/). None ships in the Bento,
+# so nothing in the bundle or the installed package may import it.
+NOT_SHIPPED = ("tests", "testkit", "bench")
 # One adapter per client family; none reads another's fields, so none imports another (`gateway/wire/common.py`
 # holds what they share). infinity's embedding answers ARE OpenAI's shape: that import is the one allowed.
 FAMILIES = ("openai", "infinity", "cohere", "tei")
@@ -87,6 +92,26 @@ def test_imports_point_one_way(folder):
 @pytest.mark.parametrize("place", CODE)
 def test_nothing_imports_the_composition_root(place):
     assert breaches(place, ("service",)) == []
+
+
+@pytest.mark.parametrize("place", (*CODE, "service.py"))
+def test_the_bundle_imports_no_test_or_benchmark_code(place):
+    assert breaches(place, NOT_SHIPPED) == []
+
+
+def test_testkit_imports_neither_the_suite_nor_the_benchmarks():
+    """Both import it: a benchmark runs without the test suite (or pytest) on the path."""
+    assert breaches("testkit", ("tests", "bench", "pytest")) == []
+
+
+@pytest.mark.filterwarnings("ignore:GitWildMatchPattern:DeprecationWarning")  # BentoML 1.4 still names it so
+def test_the_bentofile_includes_no_test_or_benchmark_code():
+    """bentofile.yaml's `include`, read as BentoML reads it (gitwildmatch), picks no file of tests/, testkit/ or
+    bench/."""
+    bentofile = yaml.safe_load((ROOT / "bentofile.yaml").read_text())
+    spec = PathSpec.from_lines("gitwildmatch", bentofile["include"])
+    files = [path.relative_to(ROOT).as_posix() for folder in NOT_SHIPPED for path in (ROOT / folder).rglob("*")]
+    assert files and [path for path in files if spec.match_file(path)] == []
 
 
 @pytest.mark.parametrize("family", FAMILIES)

@@ -22,6 +22,8 @@ import yaml
 
 from commands.build import project_version
 from commands.flags import ACCELERATORS
+from testkit.media import IMAGES, data_uri
+from testkit.sentences import make_sentences
 from tests.conftest import (
     MINILM,
     ROOT,
@@ -34,8 +36,6 @@ from tests.conftest import (
     wait_listening,
     wait_ready,
 )
-from tests.media import IMAGES, data_uri
-from tests.sentences import make_sentences
 from tests.tolerance import assert_close, assert_same_vectors
 
 pytestmark = pytest.mark.server

@@ -25,8 +25,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.conftest import MINILM, ROOT, TINY_RERANKER, apt_install, server_env
-from tests.sentences import make_sentences
+from testkit.apt import apt_install
+from testkit.sentences import make_sentences
+from tests.conftest import MINILM, ROOT, TINY_RERANKER, server_env
 from tests.tolerance import assert_close, assert_same_vectors
 
 pytestmark = pytest.mark.container

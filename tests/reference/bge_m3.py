@@ -1,5 +1,5 @@
 """Runs in the reference venv (.venv-reference), not in .venv: FlagEmbedding's BGEM3FlagModel on a BGE-M3 folder
-(built in .venv by tests/checkpoints.py), writing its dense, sparse and ColBERT outputs and its `compute_score`
+(built in .venv by testkit/checkpoints.py), writing its dense, sparse and ColBERT outputs and its `compute_score`
 for every (query, document) pair. Standalone: imports nothing of the project (this venv has none of it).
 
     python tests/reference/bge_m3.py CHECKPOINT TEXTS_JSON RESULT_NPZ RESULT_JSON [--weights 0.4 0.2 0.4]

@@ -1,4 +1,4 @@
-"""The embedding cache in real servers sharing a real Redis (tests/redis_server.py): MiniLM with `cache: true`,
+"""The embedding cache in real servers sharing a real Redis (testkit/redis_server.py): MiniLM with `cache: true`,
 one server with two gateway workers and a second server of one; and CLIP with a cross-encoder. A hit answers the
 bytes the miss computed in every encoding; workers and servers share hits through Redis; `Cache-Control` is read
 from the request; Redis
@@ -15,9 +15,9 @@ from pathlib import Path
 import httpx
 import pytest
 
+from testkit.media import IMAGES, data_uri
+from testkit.redis_server import RedisServer, running_redis
 from tests.conftest import MINILM, SAMPLE, TINY_CLIP, TINY_RERANKER, free_port, metric, running_server
-from tests.media import IMAGES, data_uri
-from tests.redis_server import RedisServer, running_redis
 
 ENCODINGS = ("float", "base64", "int8", "uint8", "binary", "ubinary")
 CLIENTS = 32

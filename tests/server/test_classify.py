@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from testkit.sentences import make_sentences
 from tests.asserts import assert_healthy, assert_openai_error
 from tests.conftest import CLASSIFIER_LABELS, MINILM, MINILM_CLASSIFIER, TINY_CLASSIFIER, TINY_RERANKER
-from tests.sentences import make_sentences
 from tests.tolerance import assert_close
 
 pytestmark = pytest.mark.server

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from embento import Client, EmbentoClientError
+from testkit.media import AUDIO, IMAGES, data_uri
 from tests.conftest import (
     CLASSIFIER_LABELS,
     MINILM,
@@ -18,7 +19,6 @@ from tests.conftest import (
     TINY_RERANKER,
     TINY_SPLADE,
 )
-from tests.media import AUDIO, IMAGES, data_uri
 from tests.tolerance import assert_close, assert_same_vectors
 
 pytestmark = pytest.mark.server

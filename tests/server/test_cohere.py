@@ -16,11 +16,11 @@ import numpy as np
 import pytest
 
 from models.quantization import CALIBRATION_TEXTS, RANGE_GRID, Quantizer
+from testkit.media import data_uri, image_bytes
+from testkit.sentences import make_sentences
 from tests.asserts import assert_openai_error
 from tests.conftest import MINILM, QWEN3_EMBEDDER, TINY_CLIP, TINY_COLPALI, running_server
-from tests.media import data_uri, image_bytes
 from tests.retrieval import SHORT_DOCUMENTS, SHORT_QUERIES
-from tests.sentences import make_sentences
 from tests.tolerance import assert_close, assert_same_vectors
 
 pytestmark = pytest.mark.server

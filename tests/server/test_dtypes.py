@@ -18,6 +18,7 @@ import pytest
 from config.settings import BACKEND_DTYPES
 from models.inference.backends import CPU_ONLY, GPU_ONLY
 from models.kinds import KIND_SPECS
+from testkit.media import audio_bytes, data_uri, image_bytes
 from tests.conftest import (
     MINILM_CLASSIFIER,
     MINILM_RERANKER,
@@ -30,7 +31,6 @@ from tests.conftest import (
     TINY_SPLADE,
     running_server,
 )
-from tests.media import audio_bytes, data_uri, image_bytes
 from tests.retrieval import DOCUMENTS
 from tests.tolerance import cosines
 

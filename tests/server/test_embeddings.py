@@ -9,6 +9,7 @@ import httpx
 import numpy as np
 import pytest
 
+from testkit.sentences import make_sentences
 from tests.conftest import (
     MINILM,
     MINILM_CLASSIFIER,
@@ -28,7 +29,6 @@ from tests.conftest import (
     TINY_SPLADE,
 )
 from tests.references import transformers_embeddings
-from tests.sentences import make_sentences
 from tests.tolerance import assert_close, assert_same_vectors
 
 pytestmark = pytest.mark.server

@@ -25,7 +25,8 @@ import yaml
 
 from bento.lifecycle import STARTUP_FAILED_STATUS
 from bento.start_failures import PREFIX, START_FAILED
-from tests.checkpoints import build_tiny_bert, copy_bert_tokenizer
+from testkit.checkpoints import build_tiny_bert, copy_bert_tokenizer
+from testkit.sentences import make_sentences
 from tests.conftest import (
     MINILM,
     ROOT,
@@ -39,7 +40,6 @@ from tests.conftest import (
     wait_ready,
 )
 from tests.references import transformers_embeddings
-from tests.sentences import make_sentences
 from tests.tolerance import assert_same_vectors
 
 pytestmark = pytest.mark.server

@@ -8,9 +8,9 @@ import json
 import pytest
 
 from config.settings import EmbentoConfig
+from testkit.media import IMAGES, data_uri
 from tests.asserts import assert_healthy, assert_openai_error
 from tests.conftest import MINILM, TINY_CLAP, TINY_CLASSIFIER, TINY_CLIP, TINY_RERANKER
-from tests.media import IMAGES, data_uri
 
 pytestmark = pytest.mark.server
 

@@ -18,9 +18,9 @@ import httpx
 import numpy as np
 import pytest
 
+from testkit.media import audio_bytes, data_uri, image_bytes
+from testkit.sentences import WORDS
 from tests.conftest import CLASSIFIER_LABELS, MINILM, listening_server, wait_ready
-from tests.media import audio_bytes, data_uri, image_bytes
-from tests.sentences import WORDS
 
 pytestmark = pytest.mark.server
 

@@ -8,8 +8,8 @@ from collections import Counter
 import httpx
 import pytest
 
+from testkit.sentences import make_sentences
 from tests.conftest import MINILM, TINY_MEAN, TINY_RERANKER, merged_batches
-from tests.sentences import make_sentences
 
 pytestmark = pytest.mark.server
 

@@ -21,9 +21,9 @@ import httpx
 import numpy as np
 import pytest
 
+from testkit.checkpoints import WORDS
 from tests import long_reference as reference
 from tests.asserts import assert_openai_error, assert_voyage_error
-from tests.checkpoints import WORDS
 from tests.conftest import MINILM, TINY_COLPALI, TINY_SPLADE, running_server
 from tests.tolerance import assert_same_vectors, cosines
 

@@ -13,9 +13,9 @@ import httpx
 import numpy as np
 import pytest
 
+from testkit.media import AUDIO, IMAGES, audio_bytes, bomb_png, data_uri, image_bytes
 from tests.asserts import assert_healthy, assert_openai_error
 from tests.conftest import MAX_AUDIO_SECONDS, MINILM, TINY_CLAP, TINY_CLIP, TINY_COLPALI
-from tests.media import AUDIO, IMAGES, audio_bytes, bomb_png, data_uri, image_bytes
 from tests.tolerance import assert_close, assert_same_vectors
 
 pytestmark = pytest.mark.server

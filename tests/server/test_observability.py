@@ -12,7 +12,8 @@ import subprocess
 import pytest
 import yaml
 
-from tests.conftest import MINILM, ROOT, SAMPLE, TINY_RERANKER, apt_install, metric
+from testkit.apt import apt_install
+from tests.conftest import MINILM, ROOT, SAMPLE, TINY_RERANKER, metric
 
 pytestmark = pytest.mark.server
 

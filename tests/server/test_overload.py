@@ -12,8 +12,8 @@ import httpx
 import numpy as np
 import pytest
 
+from testkit.sentences import make_sentences
 from tests.conftest import MINILM, metric, running_server
-from tests.sentences import make_sentences
 
 pytestmark = pytest.mark.server
 

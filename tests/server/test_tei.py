@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from testkit.sentences import make_sentences
 from tests.asserts import assert_openai_error, assert_tei_error
 from tests.conftest import (
     CLASSIFIER_LABELS,
@@ -21,7 +22,6 @@ from tests.conftest import (
     TINY_COLPALI,
     TINY_SPLADE,
 )
-from tests.sentences import make_sentences
 from tests.tolerance import assert_close, assert_same_vectors
 
 pytestmark = pytest.mark.server

@@ -14,8 +14,8 @@ import pytest
 import yaml
 
 from config.keys_file import new_secret
+from testkit.redis_server import RedisServer, running_redis
 from tests.conftest import MINILM, free_port, metric, running_server
-from tests.redis_server import RedisServer, running_redis
 
 pytestmark = pytest.mark.server
 

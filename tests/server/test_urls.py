@@ -12,9 +12,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import httpx
 import pytest
 
+from testkit.media import IMAGES, data_uri, image_bytes
 from tests.asserts import assert_openai_error
 from tests.conftest import TINY_CLIP, running_server
-from tests.media import IMAGES, data_uri, image_bytes
 from tests.tolerance import assert_same_vectors
 
 pytestmark = pytest.mark.server

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.checkpoints import WORDS
+from testkit.checkpoints import WORDS
 from tests.long_reference import auto_chunks, late_chunk_vectors, load, mean_vector
 
 CHECKPOINTS = ["windowed_bert_path", "modernbert_path", "qwen3_embedder_path"]

@@ -1,4 +1,4 @@
-"""The cache's Redis tier against a real `redis-server` (tests/redis_server.py): shared between caches (as
+"""The cache's Redis tier against a real `redis-server` (testkit/redis_server.py): shared between caches (as
 between gateway workers), a value it cannot read recomputed and overwritten, and Redis killed, restarted or
 stalled without a request failing or waiting for it."""
 
@@ -15,8 +15,8 @@ from prometheus_client import REGISTRY
 from config.settings import CacheSettings
 from gateway.cache import redis_tier
 from gateway.cache.tiers import Computed, EmbeddingCache
+from testkit.redis_server import RedisServer, running_redis
 from tests.conftest import free_port
-from tests.redis_server import RedisServer, running_redis
 
 MODEL = "redis-test-model"
 IDENTITY = b"r" * 32

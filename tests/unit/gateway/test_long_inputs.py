@@ -14,7 +14,7 @@ from config.settings import EmbentoConfig
 from gateway.model_calls import ModelCalls, passes
 from gateway.wire import openai, voyage
 from models.base import TokenizedText
-from tests.checkpoints import WORDS
+from testkit.checkpoints import WORDS
 from tests.unit.gateway.fake_engine import (
     COLPALI,
     EMBEDDER,

@@ -15,8 +15,8 @@ from models.inference import auto_backend, onnx_export
 from models.inference.auto_backend import compare, load_model
 from models.inference.onnx_export import ExportKey, checkpoint_revision, export_key, onnx_entry
 from models.preprocessing.text_tokenizer import TextTokenizer
-from tests.checkpoints import build_lfs_pointer_export, build_stale_export, build_tiny_ernie
-from tests.sentences import make_sentences
+from testkit.checkpoints import build_lfs_pointer_export, build_stale_export, build_tiny_ernie
+from testkit.sentences import make_sentences
 from tests.tolerance import cosines
 
 pytestmark = pytest.mark.usefixtures("cache_dir")

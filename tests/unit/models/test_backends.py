@@ -15,9 +15,9 @@ from models.inference.text_encoder import TextEncoder
 from models.inference.text_scorer import TextScorer
 from models.kinds import model_kind
 from models.preprocessing.text_tokenizer import TextTokenizer
+from testkit.sentences import make_sentences
 from tests.conftest import MINILM
 from tests.retrieval import CORPUS, CORPUS_QUERIES, QUERIES, nearest, top_k_agreement
-from tests.sentences import make_sentences
 from tests.tolerance import assert_close, cosines
 
 pytestmark = pytest.mark.usefixtures("cache_dir")
@@ -59,7 +59,7 @@ def _embed_as_served(path, cfg: ModelConfig, texts: list[str]) -> np.ndarray:
 
 # Mean top-10 agreement with float32 on all-MiniLM-L6-v2 and tests/retrieval.py's set, measured on a 2-core AVX2
 # EPYC without VNNI, the weakest int8 kernel path: 0.95 in these passes (ONNX and CTranslate2 alike), and
-# 0.90-0.94 in bench/onnx_int8.py over every ONNX setting tried, s8 weights through the saturating kernel
+# 0.90-0.94 in 853238e:bench/onnx_int8.py over every ONNX setting tried, s8 weights through the saturating kernel
 # included. 0.85 leaves 0.05 under the worst of them for other processors' rounding; a broken quantization
 # (a wrong scale, lost ranges) falls far below it.
 MIN_TOP10_AGREEMENT = 0.85

@@ -21,7 +21,7 @@ from models.inference.text_scorer import TextScorer
 from models.kinds import detect_kind
 from models.postprocess import keep_largest
 from models.preprocessing.text_tokenizer import TextTokenizer
-from tests.checkpoints import QWEN3_RERANKER_PREFIX, QWEN3_RERANKER_SUFFIX
+from testkit.checkpoints import QWEN3_RERANKER_PREFIX, QWEN3_RERANKER_SUFFIX
 from tests.references import INSTRUCTION, QUERY, TEXTS, pair_logits
 from tests.tolerance import assert_close, assert_same_vectors
 
@@ -254,7 +254,7 @@ def test_reranker_truncation_and_instruction_errors(qwen3_reranker, tiny_reranke
 
 
 def test_a_bare_causal_lm_needs_a_template_and_a_true_token(tmp_path, plain_qwen3_reranker_path):
-    from tests.checkpoints import QWEN3_RERANKER_CHAT_TEMPLATE
+    from testkit.checkpoints import QWEN3_RERANKER_CHAT_TEMPLATE
 
     bare = tmp_path / "bare"
     shutil.copytree(plain_qwen3_reranker_path, bare)
@@ -313,7 +313,7 @@ def test_a_bare_masked_lm_is_sparse_only_when_configured(tmp_path, minilm_path):
     from transformers import BertForMaskedLM
 
     from models.kinds import model_kind
-    from tests.checkpoints import copy_bert_tokenizer, tiny_bert_config
+    from testkit.checkpoints import copy_bert_tokenizer, tiny_bert_config
 
     torch.manual_seed(24)
     BertForMaskedLM(tiny_bert_config(num_hidden_layers=1)).save_pretrained(tmp_path)

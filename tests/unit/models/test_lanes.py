@@ -17,7 +17,7 @@ from models.base import TokenizedText
 from models.inference.lanes import Lanes, share_out
 from models.inference.text_encoder import TextEncoder
 from models.preprocessing.text_tokenizer import TextTokenizer
-from tests.sentences import make_sentences
+from testkit.sentences import make_sentences
 from tests.tolerance import assert_same_vectors
 
 

@@ -17,7 +17,7 @@ from config.settings import ModelConfig
 from models.base import TokenizedText
 from models.inference.auto_backend import load_model
 from models.preprocessing.text_tokenizer import TextTokenizer
-from tests.checkpoints import ROPE_BASE
+from testkit.checkpoints import ROPE_BASE
 from tests.majors_reference import PAIRS, TEXTS
 from tests.tolerance import assert_close, assert_same_vectors, cosines
 

@@ -23,8 +23,8 @@ from models.inference.media_encoder import MediaEncoder
 from models.kinds import KIND_SPECS, detect_kind
 from models.media import MediaLimits, decode_audio, decode_image
 from models.scores import late_interaction
+from testkit.media import AUDIO, IMAGES, audio_bytes, bomb_png, data_uri, image_bytes
 from tests.conftest import ROOT
-from tests.media import AUDIO, IMAGES, audio_bytes, bomb_png, data_uri, image_bytes
 from tests.tolerance import assert_close, assert_same_vectors
 
 LIMITS = MediaLimits(max_item_bytes=20_000_000, max_image_pixels=40_000_000, max_audio_seconds=5.0)

@@ -18,8 +18,8 @@ from models.inference.text_scorer import TextScorer
 from models.kinds import detect_kind, model_kind
 from models.preprocessing.text_tokenizer import TextTokenizer
 from models.scores import activate, rank
+from testkit.sentences import make_sentences
 from tests.conftest import CLASSIFIER_LABELS
-from tests.sentences import make_sentences
 from tests.tolerance import assert_close
 
 QUERY = "how do engineers keep their data private"

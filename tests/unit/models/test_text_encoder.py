@@ -16,9 +16,9 @@ from models.inference.text_encoder import TextEncoder
 from models.postprocess import to_base64, truncate_dimensions
 from models.preprocessing.text_tokenizer import TextTokenizer
 from models.resolve import resolve_model
-from tests.checkpoints import WORDS
+from testkit.checkpoints import WORDS
+from testkit.sentences import make_sentences
 from tests.conftest import MINILM
-from tests.sentences import make_sentences
 from tests.tolerance import assert_same_vectors
 
 

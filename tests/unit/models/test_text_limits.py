@@ -13,8 +13,8 @@ from models.inference.media_encoder import MediaEncoder
 from models.inference.text_encoder import TextEncoder
 from models.preprocessing.text_settings import text_limit
 from models.preprocessing.text_tokenizer import TextTokenizer
-from tests.checkpoints import build_colpali, build_roberta, build_siglip
-from tests.sentences import WORDS
+from testkit.checkpoints import build_colpali, build_roberta, build_siglip
+from testkit.sentences import WORDS
 from tests.tolerance import assert_same_vectors
 
 LONG_TEXT = " ".join(WORDS * 4)  # 128 words, 770 characters: longer than any of these towers takes

@@ -16,7 +16,7 @@ import pytest
 from config.errors import InvalidRequest
 from config.settings import ModelConfig
 from models.preprocessing.text_tokenizer import TextTokenizer
-from tests.sentences import make_sentences
+from testkit.sentences import make_sentences
 
 CHECKPOINTS = ["minilm_path", "minilm_reranker_path", "minilm_classifier_path"]
 TEXTS = ["hello", "Hello World, again!", "<unk> stays text", "é ü 漢字"] + make_sentences(12, seed=31)

@@ -1,4 +1,4 @@
-"""The Redis ledger (gateway/tenants/redis_ledger.py) against a real `redis-server` (tests/redis_server.py): two
+"""The Redis ledger (gateway/tenants/redis_ledger.py) against a real `redis-server` (testkit/redis_server.py): two
 ledgers (two replicas) on one Redis share a tenant's limits exactly, a dead replica's requests lapse, and Redis
 down or stalled lets requests through uncounted (fail open) or refuses them (fail closed), Redis left alone for a
 second after a failure."""
@@ -20,8 +20,8 @@ from config.keys_file import Tenant
 from gateway.tenants import redis_ledger as redis_ledger_module
 from gateway.tenants.ledger import CONCURRENCY_RETRY_S, UNCOUNTED
 from gateway.tenants.redis_ledger import RedisLedger
+from testkit.redis_server import RedisServer, running_redis
 from tests.conftest import free_port
-from tests.redis_server import RedisServer, running_redis
 
 TIMEOUT_S = 2.0  # generous: the tests that need Redis to answer must not see a loaded host's pause as a failure
 

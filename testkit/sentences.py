@@ -1,5 +1,4 @@
-"""Generated sentences over a small vocabulary, for the tests and the benchmarks alike (a plain module: it
-imports no pytest, so `bench/` can use it)."""
+"""Generated sentences over a small vocabulary, for the tests and the benchmarks alike."""
 
 from __future__ import annotations
 

@@ -19,7 +19,7 @@ def redis_server_binary() -> str:
     """`redis-server`, installed from Debian's packages when missing (as the container test installs its tools)."""
     found = shutil.which("redis-server")
     if found is None:
-        from tests.conftest import apt_install
+        from testkit.apt import apt_install
 
         result = apt_install(["redis-server"], recommends=False)
         found = shutil.which("redis-server")
