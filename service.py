@@ -36,8 +36,8 @@ from gateway.engine import Engine
 from gateway.jobs.store import open_store
 from gateway.jobs.worker import JobWorker
 from gateway.lifecycle import Lifecycle
-from gateway.model_calls import ModelCalls
 from gateway.preprocessors import load_preprocessors
+from gateway.queue.model_calls import ModelCalls
 from gateway.warmup import ModelRegistry
 from gateway.wire import cohere, infinity, openai, shared_rerank, tei, voyage
 from gateway.wire.common import RerankRequest

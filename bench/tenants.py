@@ -11,14 +11,14 @@ recorded: a request counts when it was sent and answered within those seconds; i
 `--seconds`.
 
 1. Fair queue: a production-mode server (bench/server.py) with the keys file, so that waiting requests leave across
-   tenants by weighted fair share of tokens (gateway/fair_queue.py).
+   tenants by weighted fair share of tokens (gateway/queue/fair_queue.py).
    - one pass: the batch size in force (GET /info, `models[0].batch_size`), and the median time of PASS_TRIES
      requests of that many sentences on the idle server: a pass at the batch size, plus the gateway's own part.
    - B alone: B's clients on the idle server: p50, p99.
    - A alone: A's clients: the server's saturated throughput, inputs/s.
    - A + B: both at once: B's p50 and p99, A's inputs/s.
    Per phase, from /metrics, for reference: the mean forward pass and its inputs (on CPU a big batch runs as one
-   pass per core, models/inference/lanes.py), and the requests per model-service call (gateway/coalesce.py).
+   pass per core, models/inference/lanes.py), and the requests per model-service call (gateway/queue/coalesce.py).
 2. Single queue: a second server, without a keys file (no key asked for; every request is the tenant `default`'s,
    one queue in arrival order): the same phases with the same clients (their keys are ignored).
 
@@ -177,7 +177,7 @@ METRICS = (
 
 def server_counts(url: str, headers: dict[str, str]) -> dict[str, float]:
     """METRICS so far, summed over models and services: the forward passes' seconds, count and inputs
-    (bench/batch_jobs.py's way), and the requests that left in the model-service calls (gateway/coalesce.py)."""
+    (bench/batch_jobs.py's way), and the requests that left in the model-service calls (gateway/queue/coalesce.py)."""
     text = httpx.get(f"{url}/metrics", headers=headers, timeout=30).text
     found = dict.fromkeys(METRICS, 0.0)
     for line in text.splitlines():

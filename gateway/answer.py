@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from config import errors
 from gateway.errors import ErrorShape, error_response
 from gateway.metrics import TRACE, RequestTrace
-from gateway.priority import PRIORITY
+from gateway.queue.priority import PRIORITY
 from gateway.tenants.keys import TENANT
 from gateway.wire import shared_rerank, tei, voyage
 

@@ -11,8 +11,8 @@ import numpy as np
 
 from config import errors
 from config.settings import EmbentoConfig
-from gateway.model_calls import ModelCalls
 from gateway.preprocessors import Preprocessors
+from gateway.queue.model_calls import ModelCalls
 from gateway.shared import agreed
 from models.base import ModelInfo
 from models.media import MediaLimits

@@ -1,6 +1,6 @@
 """When a request stops being worth computing: its deadline passed, or its client disconnected.
 
-Either way the gateway stops waiting at once, and the caller (`ModelCalls._abandon` in gateway/model_calls.py)
+Either way the gateway stops waiting at once, and the caller (`ModelCalls._abandon` in gateway/queue/model_calls.py)
 tells the model service to drop the request's queued rows, so abandoned work does not delay the requests behind it.
 """
 

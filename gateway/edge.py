@@ -13,10 +13,8 @@ from typing import Any
 from starlette.applications import Starlette
 
 from config.settings import EmbentoConfig
-from gateway.admission import admission_counters
 from gateway.answer import ERROR_SHAPES, TEI_BODIES
 from gateway.cache.policy import CacheControl
-from gateway.coalesce import batch_call_counter
 from gateway.deadline import WatchDisconnect
 from gateway.errors import ErrorBodies
 from gateway.fetch import UrlFetcher, UrlPolicy
@@ -24,6 +22,8 @@ from gateway.get_routes import ReadinessReport, get_routes
 from gateway.guard import IN_FLIGHT, RequestGuard
 from gateway.jobs.store import JobStore
 from gateway.lifecycle import Lifecycle
+from gateway.queue.admission import admission_counters
+from gateway.queue.coalesce import batch_call_counter
 from gateway.shared import SharedCounters
 from gateway.tenants.gate import PROBE_PATHS, TenantGate
 from gateway.tenants.keys import Keys

@@ -1,6 +1,6 @@
 """The gateway's core: one typed query per operation (`gateway.queries`) answered with one result
 (`gateway.results`). Each operation chooses the model, validates the query against it (`gateway.validation`),
-prepares its rows (`gateway.rows`) and runs them through the model's service (`gateway.model_calls`). The wire
+prepares its rows (`gateway.rows`) and runs them through the model's service (`gateway.queue.model_calls`). The wire
 adapters (`gateway/wire/`) turn their bodies into queries and the results into their answers.
 """
 
@@ -32,7 +32,6 @@ from gateway.calibration import warm_up
 from gateway.fetch import UrlFetcher
 from gateway.long_rows import Plan
 from gateway.metrics import current_trace
-from gateway.model_calls import ModelCalls
 from gateway.preprocessors import Preprocessors
 from gateway.queries import (
     ClassifyQuery,
@@ -44,6 +43,7 @@ from gateway.queries import (
     RankQuery,
     TokenizeQuery,
 )
+from gateway.queue.model_calls import ModelCalls
 from gateway.representations import asked_parts, representations_for, score_mode, scores_by_mode
 from gateway.results import Classified, ContextEmbeddings, Embeddings, Ranking, Tokens
 from gateway.routing import choose_model

@@ -80,7 +80,7 @@ REJECTED = bentoml.metrics.Counter(
 )
 REQUESTS_PER_CALL = bentoml.metrics.Histogram(
     name="embento_requests_per_call",
-    documentation="Requests that left together in one model-service call (gateway/coalesce.py)",
+    documentation="Requests that left together in one model-service call (gateway/queue/coalesce.py)",
     labelnames=["model_service"],
     buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, float("inf")),
 )

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, Protocol
 import numpy as np
 from pydantic import BaseModel, ConfigDict, PlainSerializer, PlainValidator, WithJsonSchema
 
+from models.batching import BatchLimits
 from models.kinds import (  # Kind, Modality and Representation are imported from here too
     KIND_SPECS,
     Kind,
@@ -65,6 +66,13 @@ class ModelInfo:
     @property
     def spec(self) -> KindSpec:
         return KIND_SPECS[self.kind]
+
+    @property
+    def pass_limits(self) -> BatchLimits | None:
+        """Its pass limits, once its model service has reported them (warm-up); None before."""
+        return (
+            BatchLimits(self.batch_size, self.max_batch_tokens) if self.batch_size and self.max_batch_tokens else None
+        )
 
     @property
     def capabilities(self) -> list[str]:

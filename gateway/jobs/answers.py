@@ -17,7 +17,7 @@ from starlette.responses import Response
 from config import errors
 from gateway.answer import answered
 from gateway.errors import INTERNAL_ERROR_MESSAGE, RETRY_STATUSES, STATUS, describe_validation, error_body
-from gateway.priority import BATCH, PRIORITY
+from gateway.queue.priority import BATCH, PRIORITY
 from gateway.wire import cohere, openai
 from gateway.wire.common import RerankRequest
 
@@ -52,7 +52,7 @@ class LineAnswer:
 
 
 async def answer_line(engine: Engine, endpoint: str, body: str) -> LineAnswer:
-    """The online route's answer to `body`, computed in the batch class (gateway/priority.py)."""
+    """The online route's answer to `body`, computed in the batch class (gateway/queue/priority.py)."""
     request_model, adapter = ENDPOINTS[endpoint]
     try:
         request = request_model.model_validate_json(body)

@@ -8,7 +8,7 @@
   included (gateway/tenants/usage.py).
 
 The tenant is set for the request (`TENANT`): the routes answer only with its models, and its rows take their
-weighted share of a saturated model service (gateway/fair_queue.py).
+weighted share of a saturated model service (gateway/queue/fair_queue.py).
 """
 
 from __future__ import annotations

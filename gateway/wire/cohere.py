@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, get_args
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, field_validator
 
 from config.errors import InvalidRequest
-from gateway.priority import Prioritized
 from gateway.queries import EmbedQuery, InputItem, InputType, OutputType
+from gateway.queue.priority import Prioritized
 from gateway.results import Embeddings, Ranking
 from gateway.wire.common import ModeScores, RerankRequest, Usage, rank_query, response_id
 from models.base import Representation, Truncation

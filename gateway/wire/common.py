@@ -24,8 +24,8 @@ from pydantic import (
 )
 from starlette.responses import Response
 
-from gateway.priority import Prioritized
 from gateway.queries import InputItem, RankQuery
+from gateway.queue.priority import Prioritized
 from models.base import Modality, Truncation
 from models.kinds import ScoreMode
 

@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, Field, StrictBool, StrictStr
 
-from gateway.priority import Prioritized
 from gateway.queries import ClassifyQuery, EmbedQuery
+from gateway.queue.priority import Prioritized
 from gateway.results import Classified, Ranking
 from gateway.wire.common import (
     LabelScore,

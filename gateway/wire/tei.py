@@ -14,8 +14,8 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, Strict
 from starlette.responses import JSONResponse
 
 from config.errors import InvalidRequest
-from gateway.priority import Prioritized
 from gateway.queries import ClassifyQuery, DecodeQuery, EmbedQuery, InputItem, RankQuery, TokenizeQuery
+from gateway.queue.priority import Prioritized
 from gateway.results import Classified, Embeddings, Ranking, Tokens
 from gateway.wire.common import (
     EmbeddingInput,

@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Literal
 from pydantic import BaseModel, Field, StrictBool, StrictInt, StrictStr
 
 from config.errors import InvalidRequest
-from gateway.priority import Prioritized
 from gateway.queries import AutoChunking, ContextQuery, EmbedQuery, InputItem
+from gateway.queue.priority import Prioritized
 from gateway.results import ContextEmbeddings, Embeddings
 from gateway.wire.common import SHORT_INPUT_TYPES
 from models.postprocess import to_base64

@@ -78,7 +78,7 @@ def _admit_and_hold(worker_index: int, items: int, started, release, result) -> 
     from bentoml._internal.context import server_context
 
     from config import errors
-    from gateway.admission import Admission, admission_counters
+    from gateway.queue.admission import Admission, admission_counters
     from gateway.shared import SharedCounters
 
     server_context.worker_index = worker_index

@@ -8,9 +8,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from gateway import coalesce
-from gateway.coalesce import RETURN_WAIT_S, BatchSlot, Coalescer, batch_call_counter
-from gateway.priority import BATCH, Priority
+from gateway.queue import coalesce
+from gateway.queue.coalesce import RETURN_WAIT_S, BatchSlot, Coalescer, batch_call_counter
+from gateway.queue.priority import BATCH, Priority
 from gateway.shared import SharedCounters
 from models.base import TokenizedText
 
@@ -344,7 +344,7 @@ def test_one_batch_call_per_model_service_across_gateway_workers():
     asyncio.run(scenario())
 
 
-# Tenants: fair shares of a saturated model service (gateway/fair_queue.py)
+# Tenants: fair shares of a saturated model service (gateway/queue/fair_queue.py)
 
 TENANT_A, TENANT_B = Priority(tenant="a"), Priority(tenant="b")
 

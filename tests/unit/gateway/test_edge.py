@@ -123,7 +123,7 @@ def test_framework_errors_are_reshaped_with_their_status():
 
 def test_admission_bounds_waiting_work_and_releases_it():
     from config import errors
-    from gateway.admission import Admission
+    from gateway.queue.admission import Admission
 
     admission = Admission("TextEmbedder", max_items=10, max_tokens=100)
     with admission.admit(500, 5000):  # an idle service takes even an oversize request

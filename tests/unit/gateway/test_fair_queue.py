@@ -1,5 +1,5 @@
-"""The fair queue (gateway/fair_queue.py): class first, then start-time fair queueing across tenants by tokens over
-weight; a tenant's own requests by level, then arrival; a request popped uncharged costs its tenant nothing."""
+"""The fair queue (gateway/queue/fair_queue.py): class first, then start-time fair queueing across tenants by tokens
+over weight; a tenant's own requests by level, then arrival; a request popped uncharged costs its tenant nothing."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import itertools
 from collections import Counter
 from dataclasses import dataclass, field
 
-from gateway.fair_queue import FairQueue
+from gateway.queue.fair_queue import FairQueue
 
 _arrivals = itertools.count()
 

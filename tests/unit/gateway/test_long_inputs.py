@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from config.settings import EmbentoConfig
-from gateway.model_calls import ModelCalls, passes
+from gateway.queue.model_calls import ModelCalls, in_request_order, request_parts
 from gateway.wire import openai, voyage
 from models.base import TokenizedText
 from testkit.checkpoints import WORDS
@@ -167,11 +167,20 @@ def test_refusals_on_the_voyage_route(serve, body, param):
     )
 
 
-def test_a_long_request_goes_in_pass_sized_parts():
+def test_a_long_request_goes_in_pass_sized_parts_cut_where_padding_costs_least():
+    """The cuts the model service would make (`plan_batches`): the 30-token rows together, not padded onto
+    10-token ones as consecutive cuts would ([10, 10, 10, 10], [10, 30, 30], [30, 5]: 190 padded tokens, not 150);
+    and the outputs back in the request's order."""
     info = replace(INFOS[EMBEDDER], batch_size=4, max_batch_tokens=100)
-    rows = [TokenizedText(model=EMBEDDER, input_ids=[1] * length) for length in (10, 10, 10, 10, 10, 30, 30, 30, 5)]
-    assert [[row.length for row in part] for part in passes(rows, info)] == [[10, 10, 10, 10], [10, 30, 30], [30, 5]]
-    assert len(passes(rows, INFOS[EMBEDDER])) == 1, "limits unknown: one part"
+    lengths = (10, 10, 10, 10, 10, 30, 30, 30, 5)
+    rows = [TokenizedText(model=EMBEDDER, input_ids=[1] * length) for length in lengths]
+    parts = request_parts(rows, info)
+    assert [[lengths[i] for i in part] for part in parts] == [[5, 10, 10, 10], [10, 10], [30, 30, 30]]
+    assert sorted(i for part in parts for i in part) == list(range(len(rows)))
+    answered = [np.array([float(i)]) for part in parts for i in part]  # each output names its row
+    assert [float(output[0]) for output in in_request_order(parts, answered)] == [float(i) for i in range(len(rows))]
+    assert request_parts(rows, INFOS[EMBEDDER]) == [list(range(len(rows)))], "limits unknown: one part"
+    assert request_parts(rows[:4], info) == [[0, 1, 2, 3]], "one pass: one part, in order"
 
 
 class SlowService:

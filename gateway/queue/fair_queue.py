@@ -1,4 +1,4 @@
-"""The order in which requests waiting for one model service leave: by class first (gateway/priority.py), then
+"""The order in which requests waiting for one model service leave: by class first (gateway/queue/priority.py), then
 across tenants by weighted fair share of tokens; within a tenant, by level (its `priority`), then arrival.
 
 Start-time fair queueing: a tenant's next request is tagged with a start time, the later of the queue's virtual

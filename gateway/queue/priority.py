@@ -3,8 +3,8 @@
 Two classes: `interactive` (every online request) and `batch` (the lines of bulk jobs, gateway/jobs/). A batch
 row leaves for a model service only when no interactive row waits, one pass at a time, so bulk work fills idle
 capacity and an interactive request is never held behind more than one batch pass. Within a class, tenants share by
-`weight` (gateway/fair_queue.py), and among a tenant's requests a lower `level` goes first: the `priority` field of
-an online request (vLLM's: an integer, lower first, default 0).
+`weight` (gateway/queue/fair_queue.py), and among a tenant's requests a lower `level` goes first: the `priority`
+field of an online request (vLLM's: an integer, lower first, default 0).
 """
 
 from __future__ import annotations

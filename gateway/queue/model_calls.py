@@ -4,7 +4,7 @@ Each model service (`KindSpec.model_service`) gets its admission (the queue boun
 requests leave as one call) and its client, the Gateway's BentoML dependency. A request abandoned at its
 deadline or by its client is cancelled on the service.
 
-Bulk-job lines (the batch class, gateway/priority.py) wait for idle capacity instead: no queue bound refuses
+Bulk-job lines (the batch class, gateway/queue/priority.py) wait for idle capacity instead: no queue bound refuses
 them and no deadline cuts them (their job's window does), and they never take an interactive request's room.
 """
 
@@ -25,13 +25,14 @@ import numpy as np
 
 from config import errors
 from config.settings import EmbentoConfig
-from gateway.admission import Admission
-from gateway.coalesce import BatchSlot, Coalescer
 from gateway.deadline import until_done
 from gateway.metrics import ABANDONED, QUEUED_BY_CLASS, REQUESTS_PER_CALL, current_trace, start_series
-from gateway.priority import PRIORITY, Priority
+from gateway.queue.admission import Admission
+from gateway.queue.coalesce import BatchSlot, Coalescer
+from gateway.queue.priority import PRIORITY, Priority
 from gateway.shared import SharedCounters
 from models.base import Kind, ModelInfo, Row
+from models.batching import BatchLimits, pass_overhead_tokens, plan_batches
 from models.kinds import spec
 from shared_metrics import DROPPED_INPUTS
 
@@ -59,13 +60,13 @@ class ModelCalls:
             name: Admission(name, config.max_queued_items, config.max_queued_tokens, counters) for name in self.apis
         }
         start_series(list(self.apis), config.max_queued_items, config.max_queued_tokens)
-        self.pass_limits: dict[str, tuple[int, int]] = {}  # per service: the smallest pass of its models
+        self.pass_limits: dict[str, BatchLimits] = {}  # per served model, from its service at warm-up (`learn`)
         self.coalescers = {
             name: Coalescer(
                 functools.partial(self._call_service, name),
                 dispatch_rows,
                 _count_dropped,
-                one_pass=functools.partial(self._fits_one_pass, name),
+                one_pass=self._fits_one_pass,
                 batch_slot=BatchSlot(counters, name) if counters else None,
             )
             for name in self.apis
@@ -87,17 +88,18 @@ class ModelCalls:
         trace = current_trace()
         trace.sending(len(rows), tokens)
         service, priority = info.spec.model_service, PRIORITY.get()
+        parts = request_parts(rows, info)
         try:
             with self._queued(service, priority, len(rows), tokens):
-                outputs = await until_done(
-                    self._in_parts(service, passes(rows, info), priority),
+                answered = await until_done(
+                    self._in_parts(service, [[rows[i] for i in part] for part in parts], priority),
                     None if priority.batch else self.config.request_timeout_s,
                 )
         except (errors.RequestTimeout, errors.ClientGone) as exc:
             self._abandon(service, request_id, "deadline" if isinstance(exc, errors.RequestTimeout) else "disconnect")
             raise
         trace.answered = time.perf_counter()
-        return checked(outputs)
+        return checked(in_request_order(parts, answered))
 
     @contextlib.contextmanager
     def _queued(self, service: str, priority: Priority, items: int, tokens: int) -> Iterator[None]:
@@ -145,21 +147,26 @@ class ModelCalls:
         return checked(await self.coalescers[info.spec.model_service].run(rows))
 
     def learn(self, info: ModelInfo) -> None:
-        """A loaded model's facts: on a GPU its service gets more calls in flight (see gateway/coalesce.py), and
+        """A loaded model's facts: on a GPU its service gets more calls in flight (see gateway/queue/coalesce.py), and
         its pass limits bound the service's bulk-job calls."""
         service = info.spec.model_service
         if info.device != "cpu":
             self.coalescers[service].max_calls = GPU_CALLS_IN_FLIGHT
-        if info.batch_size and info.max_batch_tokens:
-            rows, tokens = self.pass_limits.get(service, (info.batch_size, info.max_batch_tokens))
-            self.pass_limits[service] = (min(rows, info.batch_size), min(tokens, info.max_batch_tokens))
+        if info.pass_limits is not None:
+            self.pass_limits[info.served_model_name] = info.pass_limits
 
-    def _fits_one_pass(self, service: str, rows: list[Row]) -> bool:
-        """Whether `rows` fit one pass of every model of `service` (its limits once learned; else one call's)."""
-        if service not in self.pass_limits:
-            return len(rows) <= self.dispatch_rows
-        max_rows, max_tokens = self.pass_limits[service]
-        return len(rows) <= max_rows and max(row.length for row in rows) * len(rows) <= max_tokens
+    def _fits_one_pass(self, rows: list[Row]) -> bool:
+        """Whether `rows` make at most one pass of each of their models (by its limits, learned at warm-up; before,
+        at most one call's rows)."""
+        by_model: dict[str, list[int]] = {}
+        for row in rows:
+            by_model.setdefault(row.model, []).append(row.length)
+        return all(
+            len(lengths) <= self.dispatch_rows
+            if model not in self.pass_limits
+            else self.pass_limits[model].fits(lengths)
+            for model, lengths in by_model.items()
+        )
 
     def _abandon(self, service: str, request_id: str, reason: str) -> None:
         """Nobody waits for this request any more: its model service drops whatever of it is still queued."""
@@ -196,22 +203,22 @@ class ModelCalls:
             raise errors.NotReady(f"the model service is unavailable ({type(exc).__name__}); retry shortly") from exc
 
 
-def passes(rows: Sequence[Row], info: ModelInfo) -> list[list[Row]]:
-    """Consecutive rows cut where one of the model's passes would be full (its rows, or its padded tokens); one
-    part for a model whose limits are unknown."""
-    if not info.batch_size or not info.max_batch_tokens:
-        return [list(rows)]
-    parts: list[list[Row]] = [[]]
-    longest = 0
-    for row in rows:
-        longest_with = max(longest, row.length)
-        part = parts[-1]
-        if part and (len(part) == info.batch_size or longest_with * (len(part) + 1) > info.max_batch_tokens):
-            parts.append([])
-            longest_with = row.length
-        parts[-1].append(row)
-        longest = longest_with
-    return parts
+def request_parts(rows: Sequence[Row], info: ModelInfo) -> list[list[int]]:
+    """A request's rows (their indices) in parts of one pass each, cut as the model service cuts its passes
+    (`plan_batches`, with the model's pass limits): each part is queued on its own, so other requests' rows get in
+    between a long request's. One part while the limits are unknown, or when all fit one pass."""
+    limits, lengths = info.pass_limits, [row.length for row in rows]
+    if limits is None or limits.fits(lengths):
+        return [list(range(len(rows)))]
+    return plan_batches(lengths, limits.batch_size, limits.max_batch_tokens, pass_overhead_tokens(info.device))
+
+
+def in_request_order(parts: list[list[int]], answered: list[np.ndarray]) -> list[np.ndarray]:
+    """The parts' outputs (one after the other) back in the order of the request's rows."""
+    outputs: list[np.ndarray] = [np.empty(0)] * len(answered)
+    for index, output in zip((i for part in parts for i in part), answered, strict=True):
+        outputs[index] = output
+    return outputs
 
 
 def checked(outputs: list[np.ndarray]) -> list[np.ndarray]:

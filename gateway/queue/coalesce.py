@@ -21,10 +21,11 @@ idle while the device runs a call, then the device idle while the gateway answer
 model, 64 clients x 32 sentences: 3,599 sent/s and the device 43 % busy with one call; see
 bench/simulated_device.py). On CPU the model service needs the gateway's cores itself: one call.
 
-Waiting requests leave in priority order (gateway/priority.py): interactive ones first, then by tenants' weighted
-shares (gateway/fair_queue.py), each tenant's by level, then by arrival. While several tenants send requests, a call
-holds one pass: a call of every waiting row would keep a light tenant's request behind all of a flooding tenant's
-rows in flight, whatever order they left in. And the return wait is only for a tenant with nothing waiting.
+Waiting requests leave in priority order (gateway/queue/priority.py): interactive ones first, then by tenants'
+weighted shares (gateway/queue/fair_queue.py), each tenant's by level, then by arrival. While several tenants send
+requests, a call holds one pass: a call of every waiting row would keep a light tenant's request behind all of a
+flooding tenant's rows in flight, whatever order they left in. And the return wait is only for a tenant with nothing
+waiting.
 
 Bulk-job (batch class) rows never share a call with interactive ones, leave only when no interactive request
 waits, at most one call of them at a time per model service, whichever gateway worker sends it (`BatchSlot`),
@@ -45,8 +46,8 @@ from typing import Protocol
 
 import numpy as np
 
-from gateway.fair_queue import FairQueue
-from gateway.priority import CLASS_ORDER, INTERACTIVE, Priority
+from gateway.queue.fair_queue import FairQueue
+from gateway.queue.priority import CLASS_ORDER, INTERACTIVE, Priority
 from gateway.shared import SharedCounters
 from models.base import Row
 
@@ -179,8 +180,8 @@ class Coalescer:
 
     async def run(self, rows: list[Row], alone: bool = False, priority: Priority = INTERACTIVE) -> list[np.ndarray]:
         """One output per row, as the model service answered. Cancelling this before the rows left drops them.
-        `alone`: a full pass of a long request (`gateway.model_calls.passes`), sent in a call of its own, so
-        that a short request waiting with it is not held for its pass."""
+        `alone`: a full pass of a long request (`gateway.queue.model_calls.request_parts`), sent in a call of its
+        own, so that a short request waiting with it is not held for its pass."""
         future: asyncio.Future[list[np.ndarray]] = asyncio.get_running_loop().create_future()
         if not priority.batch:
             self._last_interactive = self._tenants_seen[priority.tenant] = self._clock.time()
@@ -279,7 +280,7 @@ class Coalescer:
     def _shared(self) -> bool:
         """Whether several tenants sent interactive requests within `INTERACTIVE_RECENT_S`: then a call holds one
         pass, so that a tenant whose request arrives behind another's flood waits at most one pass for the call
-        in flight, then leaves first (gateway/fair_queue.py)."""
+        in flight, then leaves first (gateway/queue/fair_queue.py)."""
         now = self._clock.time()
         for tenant, seen in list(self._tenants_seen.items()):
             if now - seen >= INTERACTIVE_RECENT_S:
