@@ -455,13 +455,6 @@ class JobSettings(BaseModel):
         ge=1,
         description=("How long files (inputs and outputs) are kept, from their creation (30 days); deleted then."),
     )
-    crash_at: str | None = Field(
-        None,
-        description=(
-            "Testing only: the job step (`validating`, `chunk`, `finalizing`) at which a gateway worker kills itself "
-            "with SIGKILL, for the crash-recovery tests."
-        ),
-    )
 
     def database(self) -> str | None:
         return revealed(self.database_url)

@@ -295,12 +295,13 @@ def running_server(folder: Path, config: dict) -> Iterator[tuple[str, int]]:
 
 
 @contextlib.contextmanager
-def listening_server(folder: Path, config: dict) -> Iterator[tuple[str, subprocess.Popen]]:
+def listening_server(folder: Path, config: dict, **env_extra: str) -> Iterator[tuple[str, subprocess.Popen]]:
     """`running_server` once its port is bound, before it is ready: a server started after this one may
-    choose its port then (this one's arbiter has bound its own ports by then; see wait_listening)."""
+    choose its port then (this one's arbiter has bound its own ports by then; see wait_listening). `env_extra`:
+    more environment for it (a test's fault, tests/crash_hook)."""
     (folder / "embento.yaml").write_text(yaml.safe_dump(in_session_cache(config)))
     port = free_port()
-    env = server_env(folder / "bentoml", EMBENTO_CONFIG=str(folder / "embento.yaml"))
+    env = server_env(folder / "bentoml", EMBENTO_CONFIG=str(folder / "embento.yaml"), **env_extra)
     command = [sys.executable, "-m", "bentoml", "serve", "service:Gateway", "--host", "127.0.0.1", "--port", str(port)]
     with background(command, env, folder / "server.log") as process:
         wait_listening(port, process, folder / "server.log")

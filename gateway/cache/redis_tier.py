@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVar
 
 import redis.asyncio as redis
@@ -33,9 +33,17 @@ SET_ALL = "for i = 1, #KEYS do redis.call('SET', KEYS[i], ARGV[i], 'EX', ARGV[#A
 
 
 class RedisTier:
-    """The shared tier at `url`: lookups wait at most `timeout_s`, values live `ttl_s`."""
+    """The shared tier at `url`: lookups wait at most `timeout_s`, values live `ttl_s`; after a failure Redis rests
+    `retry_after_s` by `clock`."""
 
-    def __init__(self, url: str, ttl_s: int, timeout_s: float) -> None:
+    def __init__(
+        self,
+        url: str,
+        ttl_s: int,
+        timeout_s: float,
+        retry_after_s: float = RETRY_AFTER_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.lookups = redis_client(url, timeout_s)
         self.stores = redis_client(url, STORE_TIMEOUT_S)
         # One script call sets every key with its TTL: a third of the client CPU of a pipeline of SETs, which is
@@ -43,6 +51,8 @@ class RedisTier:
         self._set_all = self.stores.register_script(SET_ALL)
         self.ttl_s = ttl_s
         self.timeout_s = timeout_s
+        self.retry_after_s = retry_after_s
+        self._clock = clock
         self._skip_until = 0.0
         self._probing = False  # after a rest, one request tries Redis before the others do
         self._healthy = True
@@ -52,7 +62,7 @@ class RedisTier:
     def _may_try(self) -> bool:
         if self._healthy:
             return True
-        if self._probing or time.monotonic() < self._skip_until:
+        if self._probing or self._clock() < self._skip_until:
             return False
         self._probing = True
         return True
@@ -93,8 +103,8 @@ class RedisTier:
 
     def _failed(self, model: str, what: str, exc: BaseException) -> None:
         CACHE_ERRORS.labels(model=model, tier="redis").inc()
-        now = time.monotonic()
-        self._healthy, self._probing, self._skip_until = False, False, now + RETRY_AFTER_S
+        now = self._clock()
+        self._healthy, self._probing, self._skip_until = False, False, now + self.retry_after_s
         if now - self._warned_at >= WARN_EVERY_S:
             self._warned_at = now
             logger.warning(
@@ -102,7 +112,7 @@ class RedisTier:
                 "(this warning repeats at most once a minute)",
                 what,
                 exc,
-                RETRY_AFTER_S,
+                self.retry_after_s,
             )
 
     async def close(self) -> None:

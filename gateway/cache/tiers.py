@@ -18,7 +18,7 @@ from config.settings import CacheSettings
 from gateway.cache.keys import CacheKeys
 from gateway.cache.memory import MemoryTier
 from gateway.cache.policy import REQUEST_POLICY
-from gateway.cache.redis_tier import RedisTier
+from gateway.cache.redis_tier import RETRY_AFTER_S, RedisTier
 from gateway.cache.values import Entry, decode, encode
 from gateway.metrics import CACHE_BYTES, CACHE_ERRORS, CACHE_HITS, CACHE_LOOKUP_SECONDS, CACHE_MISSES
 from gateway.tenants.keys import TENANT
@@ -47,12 +47,23 @@ Compute = Callable[[list[int]], Awaitable[Computed]]
 
 
 class EmbeddingCache:
-    """The tiers `settings` configures, for the models `enable`d (those with `cache: true`, once warm)."""
+    """The tiers `settings` configures, for the models `enable`d (those with `cache: true`, once warm). A Redis
+    that failed rests `redis_retry_after_s` by `clock`."""
 
-    def __init__(self, settings: CacheSettings) -> None:
+    def __init__(
+        self,
+        settings: CacheSettings,
+        *,
+        redis_retry_after_s: float = RETRY_AFTER_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.memory = MemoryTier(settings.memory_bytes) if settings.memory_bytes else None
         url = settings.redis()
-        self.redis = RedisTier(url, settings.ttl_s, settings.redis_timeout_ms / 1000) if url else None
+        self.redis = (
+            RedisTier(url, settings.ttl_s, settings.redis_timeout_ms / 1000, redis_retry_after_s, clock)
+            if url
+            else None
+        )
         self._keys: dict[str, CacheKeys] = {}
         self._storing: set[asyncio.Task] = set()
         # Else each tenant has its own entries: a hit (its `cached_tokens`, its speed) would tell one tenant what

@@ -13,7 +13,6 @@ import asyncio
 import contextlib
 import logging
 import os
-import signal
 import socket
 import time
 import uuid
@@ -101,7 +100,6 @@ class JobWorker:
             await self._validate(batch_id)
         elif status == "in_progress":
             if await asyncio.to_thread(self.store.finalizing, batch_id, self.owner):
-                self._crash_point("finalizing")
                 await asyncio.to_thread(self.store.finish, batch_id, self.owner, "finalizing", "completed")
         elif status == "finalizing":
             await asyncio.to_thread(self.store.finish, batch_id, self.owner, "finalizing", "completed")
@@ -128,7 +126,6 @@ class JobWorker:
             parsed, problems = await asyncio.to_thread(
                 parse_batch_file, content, record["endpoint"], self.settings.max_lines
             )
-        self._crash_point("validating")
         await asyncio.to_thread(self.store.validated, batch_id, self.owner, parsed, problems)
         self.new_work.set()  # its chunks
 
@@ -144,8 +141,6 @@ class JobWorker:
         finally:
             TENANT.reset(tenant)
             renewing.cancel()
-        if chunk.first_line > 1:  # a batch partway done
-            self._crash_point("chunk")
         if await asyncio.to_thread(self.store.store_chunk, chunk, self.owner, outputs):
             self.new_work.set()  # perhaps the batch's last: to finalize
             succeeded = sum(ok for _, ok, _ in outputs)
@@ -192,10 +187,3 @@ class JobWorker:
         counts: dict[str, Any] = await asyncio.to_thread(self.store.counts)
         for status in STATUSES:
             BATCHES.labels(status=status).set(counts.get(status, 0))
-
-    def _crash_point(self, step: str) -> None:
-        """Testing only (`jobs.crash_at`): this process dies here as a SIGKILLed one would."""
-        if self.settings.crash_at == step:
-            logger.critical("jobs.crash_at=%s: killing this worker", step)
-            logging.shutdown()
-            os.kill(os.getpid(), signal.SIGKILL)

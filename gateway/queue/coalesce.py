@@ -157,12 +157,13 @@ class Coalescer:
         clock: Clock | None = None,
         one_pass: Callable[[list[Row]], bool] | None = None,
         batch_slot: BatchSlot | None = None,
+        interactive_recent_s: float = INTERACTIVE_RECENT_S,
     ) -> None:
         """`send` runs rows on the model service; `max_rows` bounds one call (a larger request goes alone);
         `dropped` hears of each abandoned request's rows that never left; `clock` times the return wait
         (the event loop's unless a test brings its own); `one_pass` tells whether rows fit one forward pass
         (bulk-job calls stop there; unknown: `max_rows`); `batch_slot` is held by a bulk-job call in flight
-        (this process's own unless given)."""
+        (this process's own unless given); an interactive request is recent `interactive_recent_s` on `clock`."""
         self._send = send
         self._max_rows = max_rows
         self._dropped = dropped
@@ -173,6 +174,7 @@ class Coalescer:
         self._arrived = asyncio.Event()
         self._senders: set[asyncio.Task[None]] = set()
         self._batch_slot = batch_slot or BatchSlot()
+        self._interactive_recent_s = interactive_recent_s
         self._retry: asyncio.TimerHandle | None = None
         self._last_interactive = float("-inf")  # when an interactive request last arrived, on `clock`
         self._tenants_seen: dict[str, float] = {}  # when each tenant's interactive request last arrived
@@ -278,18 +280,18 @@ class Coalescer:
             self._retry = asyncio.get_running_loop().call_later(BATCH_SLOT_RETRY_S, self._start_sender)
 
     def _shared(self) -> bool:
-        """Whether several tenants sent interactive requests within `INTERACTIVE_RECENT_S`: then a call holds one
+        """Whether several tenants sent interactive requests within `interactive_recent_s`: then a call holds one
         pass, so that a tenant whose request arrives behind another's flood waits at most one pass for the call
         in flight, then leaves first (gateway/queue/fair_queue.py)."""
         now = self._clock.time()
         for tenant, seen in list(self._tenants_seen.items()):
-            if now - seen >= INTERACTIVE_RECENT_S:
+            if now - seen >= self._interactive_recent_s:
                 del self._tenants_seen[tenant]
         return len(self._tenants_seen) > 1
 
     def _fits_batch_call(self, rows: list[Row]) -> bool:
         """One pass, or half of one (the rows twice over fit a pass) while interactive requests keep coming."""
-        recent = self._clock.time() - self._last_interactive < INTERACTIVE_RECENT_S
+        recent = self._clock.time() - self._last_interactive < self._interactive_recent_s
         return self._one_pass(rows + rows if recent else rows)
 
     @staticmethod

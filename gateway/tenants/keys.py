@@ -12,7 +12,7 @@ import hmac
 import logging
 import os
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextvars import ContextVar
 from pathlib import Path
 from typing import TypeVar
@@ -64,18 +64,27 @@ def config_tenant(api_keys: Sequence[str]) -> Tenant:
 class Keys:
     """The keyring in force: the keys file's tenants and `api_key`'s, read again when the file changes or the
     server got a SIGHUP (looked at once a second, on use). A file that turns invalid keeps the last good keyring,
-    with an error logged; one invalid at start is a ConfigError."""
+    with an error logged; one invalid at start is a ConfigError. It is looked at every `check_every_s` at most, on
+    `clock`."""
 
-    def __init__(self, api_keys: Sequence[str], keys_file: str | None) -> None:
+    def __init__(
+        self,
+        api_keys: Sequence[str],
+        keys_file: str | None,
+        check_every_s: float = CHECK_EVERY_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._api_keys = tuple(api_keys)
+        self._check_every_s = check_every_s
+        self._clock = clock
         self._path = Path(keys_file).expanduser() if keys_file else None
         self._seen: tuple = ()
         self._checked = float("-inf")
         self._keyring = self._read()
 
     def current(self) -> Keyring:
-        now = time.monotonic()
-        if self._path is not None and now - self._checked >= CHECK_EVERY_S:
+        now = self._clock()
+        if self._path is not None and now - self._checked >= self._check_every_s:
             self._checked = now
             if self._signature() != self._seen:
                 self.reload()

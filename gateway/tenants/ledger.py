@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
@@ -94,10 +95,12 @@ class SharedMemoryLedger:
 
     COLUMNS = 6  # tenant id, request level, its time, token level, its time, last use
 
-    def __init__(self, clock=time.time) -> None:
-        self._table = SharedTable("tenant-buckets", MAX_TENANTS, self.COLUMNS)
-        self._in_flight = SharedCounters([str(row) for row in range(MAX_TENANTS)], "tenant-requests")
+    def __init__(self, clock: Callable[[], float] = time.time, max_tenants: int = MAX_TENANTS) -> None:
+        """`max_tenants`: the table's rows, tenants active at once (every worker's ledger must have as many)."""
+        self._table = SharedTable("tenant-buckets", max_tenants, self.COLUMNS)
+        self._in_flight = SharedCounters([str(row) for row in range(max_tenants)], "tenant-requests")
         self._clock = clock
+        self._max_tenants = max_tenants
 
     async def enter(self, tenant: Tenant, request_id: str) -> Standing:
         now_us = int(self._clock() * 1e6)
@@ -125,10 +128,10 @@ class SharedMemoryLedger:
     def _row(self, table, name: str, now_us: int) -> int:
         """The tenant's row: found by its id from its name's hash, else a free one (or one idle past reuse)."""
         tenant_id = int.from_bytes(hashlib.sha256(name.encode()).digest()[:8], "little", signed=True) or 1
-        start = tenant_id % MAX_TENANTS
+        start = tenant_id % self._max_tenants
         reusable = None
-        for step in range(MAX_TENANTS):
-            row = (start + step) % MAX_TENANTS
+        for step in range(self._max_tenants):
+            row = (start + step) % self._max_tenants
             if table[row, 0] == tenant_id:
                 return row
             idle = now_us - table[row, 5] > IDLE_ROW_S * 1e6 and not self._in_flight.total(str(row))
@@ -137,7 +140,7 @@ class SharedMemoryLedger:
             if table[row, 0] == 0:
                 break
         if reusable is None:
-            raise RuntimeError(f"more than {MAX_TENANTS} tenants were active within {IDLE_ROW_S} s")
+            raise RuntimeError(f"more than {self._max_tenants} tenants were active within {IDLE_ROW_S} s")
         table[reusable] = (tenant_id, 0, 0, 0, 0, now_us)  # a bucket without a time is full
         return reusable
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 
 from config import errors
 from config.keys_file import Tenant
@@ -81,13 +82,17 @@ return {tostring(requests), tostring(tokens)}
 
 
 class RedisLedger:
-    """`Ledger` in the Redis at `url`; a request's lapse is `lease_s` after it is admitted."""
+    """`Ledger` in the Redis at `url`; a request's lapse is `lease_s` after it is admitted. A Redis that failed is
+    left alone `RETRY_AFTER_S` on `clock`."""
 
-    def __init__(self, url: str, timeout_s: float, lease_s: float, fail_open: bool) -> None:
+    def __init__(
+        self, url: str, timeout_s: float, lease_s: float, fail_open: bool, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self.client = redis_client(url, timeout_s)
         self._enter = self.client.register_script(ENTER)
         self._leave = self.client.register_script(LEAVE)
         self.timeout_s, self.lease_s, self.fail_open = timeout_s, lease_s, fail_open
+        self._clock = clock
         self._skip_until = 0.0
         self._warned_at = -WARN_EVERY_S
         self._abandoned: set[asyncio.Task] = set()
@@ -125,7 +130,7 @@ class RedisLedger:
             KEY_TTL_S,
         ]
         try:
-            if time.monotonic() < self._skip_until:
+            if self._clock() < self._skip_until:
                 raise ConnectionError("Redis failed less than a second ago")
             return await within(script(keys=keys, args=args), self.timeout_s, self._abandoned)
         except Exception as exc:
@@ -136,7 +141,7 @@ class RedisLedger:
 
     def _failed(self, exc: BaseException) -> None:
         LIMIT_STORE_ERRORS.inc()
-        now = time.monotonic()
+        now = self._clock()
         if now >= self._skip_until:
             self._skip_until = now + RETRY_AFTER_S
         if now - self._warned_at >= WARN_EVERY_S:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,6 +17,7 @@ from openai import BadRequestError, NotFoundError, OpenAI
 
 from tests.conftest import (
     MINILM,
+    ROOT,
     TINY_RERANKER,
     free_port,
     kill_server,
@@ -31,6 +33,7 @@ CHUNK_LINES = 4
 LEASE_S = 2.0  # a killed worker's chunks are taken over this soon
 FINISHED = ("completed", "failed", "cancelled", "expired")
 WAIT_S = 240
+CRASH_HOOK = ROOT / "tests" / "crash_hook"  # its sitecustomize kills a worker at a job step
 
 
 def jobs_config(folder: Path, **jobs) -> dict:
@@ -217,17 +220,18 @@ def test_lists_page_with_the_sdk(jobs_server):
 # Crash recovery
 @contextlib.contextmanager
 def killed_at(folder: Path, config: dict, step: str | None) -> Iterator[str]:
-    """A server on `config` with `jobs.crash_at: step`, SIGKILLed whole once a worker has died at that step (or,
-    without a step, at the end of the block)."""
-    crashing = {**config, "jobs": {**config["jobs"], "crash_at": step}}
-    with listening_server(folder, crashing) as (url, process):
-        if step is None:
+    """A server on `config` whose gateway workers die at that job step (tests/crash_hook, on its PYTHONPATH),
+    SIGKILLed whole once one has (or, without a step, at the end of the block)."""
+    if step is None:
+        with listening_server(folder, config) as (url, process):
             wait_ready(url, process, folder / "server.log")
             yield url
-            return
+        return
+    path = os.pathsep.join(filter(None, [str(CRASH_HOOK), os.environ.get("PYTHONPATH")]))
+    with listening_server(folder, config, PYTHONPATH=path, CRASH_HOOK_JOB_STEP=step) as (url, process):
         yield url
         deadline = time.monotonic() + WAIT_S
-        while f"jobs.crash_at={step}: killing" not in (folder / "server.log").read_text(errors="replace"):
+        while f"crash hook: killing this worker at {step}" not in (folder / "server.log").read_text(errors="replace"):
             assert time.monotonic() < deadline, (folder / "server.log").read_text()[-3000:]
             time.sleep(0.2)
         kill_server(process)

@@ -77,7 +77,7 @@ def test_models_list_shows_capabilities_and_labels(client):
     assert cards[MINILM]["capabilities"] == ["embed"]
 
 
-# Every refusal, with the field it names, is tests/unit/gateway/test_engine.py's (BAD_CLASSIFIES), through the
+# Every refusal, with the field it names, is tests/unit/gateway/wire/test_infinity.py's (BAD_CLASSIFIES), through the
 # engine; here one, in OpenAI's shape, with the server still healthy after it.
 def test_a_bad_classify_request_gets_openais_error_shape(client):
     error = assert_openai_error(client.post("/v1/classify", json={"model": TINY_RERANKER, "input": "x"}), 400, "model")

@@ -11,7 +11,7 @@ from tests.conftest import MINILM
 
 pytestmark = pytest.mark.server
 
-# The whole matrix of bad bodies runs against the engine, without a server (tests/unit/gateway/test_engine.py).
+# The whole matrix of bad bodies runs against the engine, without a server (tests/unit/gateway/wire/).
 # Here, one refused by the body model (BentoML's parsing) and one by the engine's checks, each in OpenAI's shape.
 BAD_BODIES = [
     pytest.param({"input": [1.5, 2], "model": MINILM}, 400, "input", id="float-items"),

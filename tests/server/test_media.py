@@ -160,7 +160,7 @@ def test_image_rerank_maxsim_and_cosine(client):
 
 
 # Bad media a real decoder refuses, and the media models' refusals; the count and input-type checks (65 images,
-# token ids to CLIP) are tests/unit/gateway/test_engine.py's, through the engine.
+# token ids to CLIP) are tests/unit/gateway/wire/test_openai.py's, through the engine.
 BAD_MEDIA = [
     pytest.param(
         {"model": TINY_CLIP, "modality": "image", "input": ["data:image/png;base64,not*base64"]},

@@ -146,8 +146,9 @@ def test_long_documents_are_truncated_not_refused(client, tiny_reranker_path):
     assert_close(_scores_by_index(response.json()["results"])[0], expected)
 
 
-# Every refusal, with the field it names, is tests/unit/gateway's (test_engine.py BAD_RERANKS, and Cohere's v2 in
-# wire/test_cohere.py), through the engine; here one the framework makes and one the engine makes, in OpenAI's shape.
+# Every refusal, with the field it names, is tests/unit/gateway/wire's (test_shared_rerank.py
+# BAD_RERANKS, and Cohere's v2 in test_cohere.py), through the engine; here one the framework makes and one
+# the engine makes, in OpenAI's shape.
 @pytest.mark.parametrize(
     ("body", "param"),
     [

@@ -273,12 +273,14 @@ def test_interactive_requests_leave_first_by_priority_level_then_batch_rows():
     asyncio.run(scenario())
 
 
-def batch_calls_after_an_interactive_one(one_pass_rows: int) -> list[list[str]]:
+def batch_calls_after_an_interactive_one(one_pass_rows: int, **options: Any) -> list[list[str]]:
     """The calls of six batch rows waiting behind an interactive request, passes holding `one_pass_rows`."""
 
     async def scenario() -> list[list[str]]:
         service = FakeModelService()
-        coalescer, first = await one_call_in_flight(service, one_pass=lambda batch: len(batch) <= one_pass_rows)
+        coalescer, first = await one_call_in_flight(
+            service, one_pass=lambda batch: len(batch) <= one_pass_rows, **options
+        )
         later = [asyncio.create_task(coalescer.run(rows(str(n), 1), priority=BATCH)) for n in range(10, 16)]
         await settle()
         service.release.set()
@@ -288,9 +290,9 @@ def batch_calls_after_an_interactive_one(one_pass_rows: int) -> list[list[str]]:
     return asyncio.run(scenario())
 
 
-def test_batch_rows_leave_one_pass_per_call_when_no_interactive_request_came_lately(monkeypatch):
-    monkeypatch.setattr(coalesce, "INTERACTIVE_RECENT_S", 0.0)
-    assert batch_calls_after_an_interactive_one(4) == [["10", "11", "12", "13"], ["14", "15"]]
+def test_batch_rows_leave_one_pass_per_call_when_no_interactive_request_came_lately():
+    calls = batch_calls_after_an_interactive_one(4, interactive_recent_s=0.0)
+    assert calls == [["10", "11", "12", "13"], ["14", "15"]]
 
 
 def test_batch_calls_hold_half_a_pass_while_interactive_requests_keep_coming():
@@ -315,21 +317,40 @@ def test_one_batch_call_at_a_time_so_an_interactive_request_waits_for_one_pass_a
     asyncio.run(scenario())
 
 
+class WatchedSlot(BatchSlot):
+    """A `BatchSlot` that tells when it has refused `refusals` times."""
+
+    def __init__(self, counters: SharedCounters, model_service: str, refusals: int) -> None:
+        super().__init__(counters, model_service)
+        self.refused = asyncio.Event()
+        self._refusals = refusals
+
+    def take(self) -> bool:
+        taken = super().take()
+        if not taken:
+            self._refusals -= 1
+            if self._refusals <= 0:
+                self.refused.set()
+        return taken
+
+
 def test_one_batch_call_per_model_service_across_gateway_workers():
     """Two workers' coalescers on one server's shared counters: the second's batch rows wait for the first's
-    batch call to return, then leave by themselves; its interactive rows do not wait."""
+    batch call to return (refused the slot again and again, never sent), then leave by themselves; its
+    interactive rows do not wait."""
 
     async def scenario() -> None:
         counters = SharedCounters([batch_call_counter("TextEmbedder")])
         first, second = FakeModelService(), FakeModelService()
+        slot = WatchedSlot(counters, "TextEmbedder", refusals=3)
         workers = [
-            Coalescer(service.send, max_rows=64, batch_slot=BatchSlot(counters, "TextEmbedder"))
-            for service in (first, second)
+            Coalescer(first.send, max_rows=64, batch_slot=BatchSlot(counters, "TextEmbedder")),
+            Coalescer(second.send, max_rows=64, batch_slot=slot),
         ]
         running = asyncio.create_task(workers[0].run(rows("10", 1), priority=BATCH))
         await settle()
         waiting = asyncio.create_task(workers[1].run(rows("20", 1), priority=BATCH))
-        await asyncio.sleep(coalesce.BATCH_SLOT_RETRY_S * 4)
+        await asyncio.wait_for(slot.refused.wait(), 10.0)  # it tried twice more after its first look
         assert (first.calls, second.calls) == ([["10"]], [])
         interactive = asyncio.create_task(workers[1].run(rows("2", 1)))
         await settle()

@@ -1,29 +1,18 @@
-"""The kind registry (`models/kinds.py`): what each kind means, as the tables it replaced said it, and the
-facts decided once per model (its kind's class, its scorer variant) and recorded in its `ModelInfo`."""
+"""The kind registry (`models/kinds.py`): its kinds as the configuration knows them, what follows from a kind
+(output shapes, routes), and the facts decided once per model (its kind's class, its scorer variant) and
+recorded in its `ModelInfo`. Elsewhere: each kind's model service and API exist (tests/unit/runners), each
+family's checkpoint is detected as its kind (tests/unit/models/test_scoring.py, test_families.py, test_media.py,
+test_hybrid_models.py), a backend a kind does not run on is refused (test_backends.py)."""
 
 from __future__ import annotations
 
 import json
 from typing import get_args
 
-import pytest
-
 from config.settings import ModelConfig, ModelKind
 from models.base import ModelInfo
 from models.inference.auto_backend import load_model
 from models.kinds import KIND_SPECS, Kind, model_scorer, spec
-
-# The tables the registry replaced (models/base.py CAPABILITIES, models/inference/backends.py BACKENDS_FOR_KIND,
-# models/preprocessing/media_processor.py MODALITIES, service.py RUNNERS), as they were.
-BEFORE = {  # kind: capabilities, backends, modalities, model service and its API
-    "embed": (["embed"], ("torch", "onnx", "ctranslate2"), ["text"], "TextEmbedder", "embed"),
-    "sparse": (["embed_sparse", "embed"], ("torch",), ["text"], "TextEmbedder", "embed"),
-    "rerank": (["rerank"], ("torch", "onnx"), ["text"], "Reranker", "score"),
-    "classify": (["classify"], ("torch", "onnx"), ["text"], "Reranker", "score"),
-    "clip": (["embed", "rerank"], ("torch",), ["text", "image"], "ClipEmbedder", "encode"),
-    "clap": (["embed"], ("torch",), ["text", "audio"], "ClapEmbedder", "encode"),
-    "colpali": (["embed", "rerank"], ("torch",), ["text", "image"], "ColPaliEmbedder", "encode"),
-}
 
 
 def info(kind: Kind) -> ModelInfo:
@@ -44,18 +33,6 @@ def info(kind: Kind) -> ModelInfo:
 def test_every_kind_has_one_spec_and_the_configuration_knows_them_all():
     assert set(KIND_SPECS) == set(get_args(Kind))
     assert get_args(ModelKind) == ("auto", *get_args(Kind))  # config/ sits under models/: its own copy
-
-
-@pytest.mark.parametrize("kind", BEFORE)
-def test_each_kind_means_what_the_replaced_tables_said(kind):
-    capabilities, backends, modalities, service, api = BEFORE[kind]
-    kind_spec = spec(kind)
-    assert (info(kind).capabilities, kind_spec.backends, list(kind_spec.modalities)) == (
-        capabilities,
-        backends,
-        modalities,
-    )
-    assert (kind_spec.model_service, kind_spec.service_api) == (service, api)
 
 
 def test_output_shapes_read_from_the_spec():

@@ -8,9 +8,7 @@ import hashlib
 import hmac
 import logging
 import os
-from collections.abc import Iterator
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 import yaml
@@ -37,17 +35,14 @@ def write_keys(path: Path, entries: list[dict], mode: int = 0o600, mtime_ns: int
     return path
 
 
-@pytest.fixture
-def checked_every_time(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(keys_module, "CHECK_EVERY_S", 0.0)
+class Clock:
+    """A clock the test moves."""
 
+    def __init__(self) -> None:
+        self.now = 1000.0
 
-@pytest.fixture
-def fake_monotonic(monkeypatch: pytest.MonkeyPatch) -> Iterator[SimpleNamespace]:
-    """keys.py's `time.monotonic`, moved by the test."""
-    clock = SimpleNamespace(now=1000.0)
-    monkeypatch.setattr(keys_module, "time", SimpleNamespace(monotonic=lambda: clock.now))
-    yield clock
+    def __call__(self) -> float:
+        return self.now
 
 
 # The file holds digests, never secrets
@@ -187,9 +182,9 @@ def test_without_any_key_the_keyring_is_open():
 # Reloading
 
 
-def test_a_replaced_file_is_read_again(tmp_path, checked_every_time):
+def test_a_replaced_file_is_read_again(tmp_path):
     path = write_keys(tmp_path / "keys.yaml", [{"name": "acme", "key_sha256": sha("old")}])
-    keys = Keys((), str(path))
+    keys = Keys((), str(path), check_every_s=0.0)
     assert keys.current().tenant("old").name == "acme"
     write_keys(
         path,
@@ -203,9 +198,9 @@ def test_a_replaced_file_is_read_again(tmp_path, checked_every_time):
     assert keyring.tenant("new").requests_per_minute == 7 and keyring.tenant("globex").name == "globex"
 
 
-def test_a_file_written_in_place_is_read_again(tmp_path, checked_every_time):
+def test_a_file_written_in_place_is_read_again(tmp_path):
     path = write_keys(tmp_path / "keys.yaml", [{"name": "acme", "key_sha256": sha("old")}], mtime_ns=10**18)
-    keys = Keys((), str(path))
+    keys = Keys((), str(path), check_every_s=0.0)
     inode = path.stat().st_ino
     path.write_text(yaml.safe_dump({"keys": [{"name": "acme", "key_sha256": sha("new")}]}))  # same length
     os.utime(path, ns=(10**18 + 10**9, 10**18 + 10**9))  # the modification time alone changes
@@ -213,20 +208,21 @@ def test_a_file_written_in_place_is_read_again(tmp_path, checked_every_time):
     assert keys.current().tenant("new").name == "acme" and keys.current().tenant("old") is None
 
 
-def test_the_file_is_looked_at_once_a_second_at_most(tmp_path, fake_monotonic):
+def test_the_file_is_looked_at_once_a_second_at_most(tmp_path):
     path = write_keys(tmp_path / "keys.yaml", [{"name": "acme", "key_sha256": sha("old")}])
-    keys = Keys((), str(path))
+    clock = Clock()
+    keys = Keys((), str(path), clock=clock)
     assert keys.current().tenant("old") is not None  # looked at now (1000 s)
     write_keys(path, [{"name": "acme", "key_sha256": sha("new")}])
-    fake_monotonic.now += keys_module.CHECK_EVERY_S / 2
+    clock.now += keys_module.CHECK_EVERY_S / 2
     assert keys.current().tenant("old") is not None and keys.current().tenant("new") is None
-    fake_monotonic.now += keys_module.CHECK_EVERY_S / 2
+    clock.now += keys_module.CHECK_EVERY_S / 2
     assert keys.current().tenant("new") is not None and keys.current().tenant("old") is None
 
 
-def test_an_unchanged_file_is_not_read_again(tmp_path, checked_every_time, monkeypatch):
+def test_an_unchanged_file_is_not_read_again(tmp_path, monkeypatch):
     path = write_keys(tmp_path / "keys.yaml", [{"name": "acme", "key_sha256": sha("k")}])
-    keys = Keys((), str(path))
+    keys = Keys((), str(path), check_every_s=0.0)
     reads = []
     real = keys_module.read_keys_file
     monkeypatch.setattr(keys_module, "read_keys_file", lambda p: reads.append(p) or real(p))
@@ -235,9 +231,9 @@ def test_an_unchanged_file_is_not_read_again(tmp_path, checked_every_time, monke
     assert reads == []
 
 
-def test_a_file_turning_invalid_keeps_the_last_good_keyring(tmp_path, checked_every_time, caplog):
+def test_a_file_turning_invalid_keeps_the_last_good_keyring(tmp_path, caplog):
     path = write_keys(tmp_path / "keys.yaml", [{"name": "acme", "key_sha256": sha("k"), "requests_per_minute": 3}])
-    keys = Keys((), str(path))
+    keys = Keys((), str(path), check_every_s=0.0)
     before = keys.current()
     with caplog.at_level(logging.ERROR, logger=keys_module.__name__):
         path.write_text("keys: [{name: acme, key_sha256: typo}]\n")
@@ -255,12 +251,12 @@ def test_a_file_turning_invalid_keeps_the_last_good_keyring(tmp_path, checked_ev
     assert keys.current().tenant("fixed").name == "acme" and keys.current().tenant("k") is None
 
 
-def test_a_sighup_mark_reads_an_unchanged_looking_file_again(tmp_path, checked_every_time, monkeypatch):
+def test_a_sighup_mark_reads_an_unchanged_looking_file_again(tmp_path, monkeypatch):
     """A change the file's inode, time and size do not show is read once the server's reload mark is touched."""
     mark = tmp_path / "reload-mark"
     monkeypatch.setattr(keys_module, "server_file", lambda name: mark)
     path = write_keys(tmp_path / "keys.yaml", [{"name": "acme", "key_sha256": sha("old")}], mtime_ns=10**18)
-    keys = Keys((), str(path))
+    keys = Keys((), str(path), check_every_s=0.0)
     path.write_text(yaml.safe_dump({"keys": [{"name": "acme", "key_sha256": sha("new")}]}))
     os.utime(path, ns=(10**18, 10**18))  # looks unchanged
     assert keys.current().tenant("old") is not None
@@ -268,11 +264,11 @@ def test_a_sighup_mark_reads_an_unchanged_looking_file_again(tmp_path, checked_e
     assert keys.current().tenant("new") is not None and keys.current().tenant("old") is None
 
 
-def test_named_finds_a_tenant_or_one_without_limits_once_removed(tmp_path, checked_every_time):
+def test_named_finds_a_tenant_or_one_without_limits_once_removed(tmp_path):
     path = write_keys(
         tmp_path / "keys.yaml", [{"name": "acme", "key_sha256": sha("k"), "models": ["m1"], "max_queued_lines": 10}]
     )
-    keys = Keys((), str(path))
+    keys = Keys((), str(path), check_every_s=0.0)
     assert keys.named("acme").max_queued_lines == 10 and keys.named("acme").models == ("m1",)
     write_keys(path, [])
     gone = keys.named("acme")  # its bulk jobs still finish

@@ -153,10 +153,9 @@ def test_a_limit_set_later_starts_with_a_full_bucket():
     assert standing.requests == Reading(10, 9, 6.0) and standing.tokens == Reading(500, 500, 0.0)
 
 
-def test_rows_of_idle_tenants_are_reused_once_the_table_is_full(monkeypatch):
-    monkeypatch.setattr(ledger_module, "MAX_TENANTS", 3)
+def test_rows_of_idle_tenants_are_reused_once_the_table_is_full():
     clock = Clock()
-    ledger = SharedMemoryLedger(clock)
+    ledger = SharedMemoryLedger(clock, max_tenants=3)
     tenants = [Tenant(name=f"t{i}", requests_per_minute=2) for i in range(4)]
     for tenant in tenants[:3]:
         assert enter(ledger, tenant).requests.remaining == 1
@@ -169,10 +168,9 @@ def test_rows_of_idle_tenants_are_reused_once_the_table_is_full(monkeypatch):
     assert enter(ledger, tenants[0]).requests.remaining == 0  # t0's row kept its level
 
 
-def test_a_row_whose_requests_are_in_flight_is_not_reused(monkeypatch):
-    monkeypatch.setattr(ledger_module, "MAX_TENANTS", 1)
+def test_a_row_whose_requests_are_in_flight_is_not_reused():
     clock = Clock()
-    ledger = SharedMemoryLedger(clock)
+    ledger = SharedMemoryLedger(clock, max_tenants=1)
     holder, newcomer = Tenant(name="holder", max_concurrent_requests=5), Tenant(name="newcomer")
     enter(ledger, holder)
     clock.now += ledger_module.IDLE_ROW_S + 1

@@ -33,9 +33,9 @@ def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
 
 
 def make_ledger(
-    server: RedisServer, fail_open: bool = True, lease_s: float = 600.0, timeout_s: float = TIMEOUT_S
+    server: RedisServer, fail_open: bool = True, lease_s: float = 600.0, timeout_s: float = TIMEOUT_S, **options
 ) -> RedisLedger:
-    return RedisLedger(server.url, timeout_s, lease_s=lease_s, fail_open=fail_open)
+    return RedisLedger(server.url, timeout_s, lease_s=lease_s, fail_open=fail_open, **options)
 
 
 def store_errors() -> float:
@@ -176,12 +176,11 @@ def test_with_redis_down_fail_closed_refuses_with_not_ready(redis_server):
     asyncio.run(scenario())
 
 
-def test_after_a_failure_redis_is_left_alone_for_a_second(redis_server, monkeypatch, caplog):
+def test_after_a_failure_redis_is_left_alone_for_a_second(redis_server, caplog):
     clock = SimpleNamespace(now=100.0)
-    monkeypatch.setattr(redis_ledger_module, "time", SimpleNamespace(monotonic=lambda: clock.now))
 
     async def scenario() -> None:
-        ledger = make_ledger(redis_server, fail_open=True)
+        ledger = make_ledger(redis_server, fail_open=True, clock=lambda: clock.now)
         tenant = Tenant(name="acme", requests_per_minute=10)
         redis_server.kill()
         with caplog.at_level(logging.WARNING, logger=redis_ledger_module.__name__):

@@ -1,7 +1,7 @@
 """The embedding cache (gateway/cache/): its stored values, the memory tier's budget, the keys, and the real
 `Engine` answering through it over the fake model service: only misses reach the service, hits come back as the
 bytes a miss computed, and `Cache-Control` and errors are honoured. The Redis tier's tests run a real Redis
-(tests/unit/gateway/test_cache_redis.py); the server's, tests/server/test_cache.py."""
+(test_redis_tier.py); the server's, tests/server/test_cache.py."""
 
 from __future__ import annotations
 

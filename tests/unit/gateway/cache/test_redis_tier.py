@@ -29,8 +29,18 @@ def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
         yield server
 
 
-def _cache(server: RedisServer, memory_bytes: int = 0) -> EmbeddingCache:
-    cache = EmbeddingCache(CacheSettings(memory_bytes=memory_bytes, redis_url=server.url, ttl_s=60))
+class Clock:
+    """The Redis tier's clock, moved by the test."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _cache(server: RedisServer, memory_bytes: int = 0, **options) -> EmbeddingCache:
+    cache = EmbeddingCache(CacheSettings(memory_bytes=memory_bytes, redis_url=server.url, ttl_s=60), **options)
     cache.enable(MODEL, IDENTITY)
     return cache
 
@@ -86,18 +96,18 @@ def test_a_value_redis_holds_in_another_format_is_recomputed_and_overwritten(red
     asyncio.run(scenario())
 
 
-def test_redis_killed_then_restarted(redis_server, monkeypatch):
-    monkeypatch.setattr(redis_tier, "RETRY_AFTER_S", 0.2)
+def test_redis_killed_then_restarted(redis_server):
+    clock = Clock()
 
     async def scenario() -> None:
-        model, cache = Model(), _cache(redis_server)
+        model, cache = Model(), _cache(redis_server, redis_retry_after_s=0.2, clock=clock)
         await _answer(cache, model)
         redis_server.kill()
         errors = _errors()
         down = await _answer(cache, model)  # computed as if there were no cache; no error reaches the caller
         assert model.computed == [0, 1, 2] * 2 and down.cached_tokens == 0 and _errors() > errors
         redis_server.start()  # empty: a restarted Redis without persistence
-        await asyncio.sleep(0.3)
+        clock.now += 0.3  # past the rest
         await _answer(cache, model)
         back = await _answer(cache, model)  # the client reconnected by itself
         assert model.computed == [0, 1, 2] * 3 and back.cached_tokens == 33
@@ -106,17 +116,15 @@ def test_redis_killed_then_restarted(redis_server, monkeypatch):
     asyncio.run(scenario())
 
 
-def test_a_stalled_redis_is_not_waited_for(redis_server, monkeypatch):
-    monkeypatch.setattr(redis_tier, "RETRY_AFTER_S", 0.0)  # every lookup tries the stalled Redis
-
+def test_a_stalled_redis_is_not_waited_for(redis_server):
     async def scenario() -> None:
-        model, cache = Model(), _cache(redis_server)
+        model, cache = Model(), _cache(redis_server, redis_retry_after_s=0.0)  # every lookup tries the stalled Redis
         await _answer(cache, model)
         stall = redis_server.debug_sleep(10)
         try:
             # Redis answers nothing for 10 s. Each lookup gives up at its 20 ms timeout, also one that has to
             # open a connection (redis-py finishes a cancelled connect's handshake: it is not waited for).
-            fresh = _cache(redis_server)
+            fresh = _cache(redis_server, redis_retry_after_s=0.0)
             lookups = [cache.lookup(MODEL, cache.keys(MODEL, {"operation": "test"}, ITEMS)) for _ in range(16)]
             lookups += [fresh.lookup(MODEL, fresh.keys(MODEL, {"operation": "test"}, ITEMS)) for _ in range(16)]
             found = await asyncio.wait_for(asyncio.gather(*lookups), 3)
@@ -131,20 +139,23 @@ def test_a_stalled_redis_is_not_waited_for(redis_server, monkeypatch):
     asyncio.run(scenario())
 
 
-def test_after_a_failure_one_lookup_tries_redis_again_while_the_others_compute(redis_server, monkeypatch):
-    monkeypatch.setattr(redis_tier, "RETRY_AFTER_S", 0.2)
+def test_after_a_failure_one_lookup_tries_redis_again_while_the_others_compute(redis_server):
+    clock = Clock()
 
     async def scenario() -> None:
-        cache = _cache(redis_server)
+        cache = _cache(redis_server, redis_retry_after_s=0.2, clock=clock)
         redis_server.kill()
         errors = _errors()
         assert await cache.redis.get(MODEL, [b"k"]) is None and _errors() == errors + 1
         assert await cache.redis.get(MODEL, [b"k"]) is None and _errors() == errors + 1  # resting: not tried
-        await asyncio.sleep(0.3)
+        clock.now += 0.19
+        assert await cache.redis.get(MODEL, [b"k"]) is None and _errors() == errors + 1  # still resting
+        clock.now += 0.02
         answers = await asyncio.gather(*(cache.redis.get(MODEL, [b"k"]) for _ in range(10)))
         assert answers == [None] * 10 and _errors() == errors + 2  # one probe, not ten
+        assert await cache.redis.get(MODEL, [b"k"]) is None and _errors() == errors + 2  # the probe failed: resting
         redis_server.start()
-        await asyncio.sleep(0.3)
+        clock.now += 0.21
         assert await cache.redis.get(MODEL, [b"k"]) == [None]  # the probe succeeds: open to all
         assert await asyncio.gather(*(cache.redis.get(MODEL, [b"k"]) for _ in range(5))) == [[None]] * 5
 
