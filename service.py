@@ -29,16 +29,16 @@ from bento.process_memory import report_process_memory
 from bento.store import bento_config_env, check_served_bento, pin_store_models
 from config.served import served_config
 from config.server_files import remove_server_files
-from gateway import edge
-from gateway.answer import answered
 from gateway.cache.tiers import EmbeddingCache
 from gateway.engine import Engine
+from gateway.http import edge
+from gateway.http.answer import answered
+from gateway.inputs.preprocessors import load_preprocessors
 from gateway.jobs.store import open_store
 from gateway.jobs.worker import JobWorker
-from gateway.lifecycle import Lifecycle
-from gateway.preprocessors import load_preprocessors
 from gateway.queue.model_calls import ModelCalls
-from gateway.warmup import ModelRegistry
+from gateway.startup.lifecycle import Lifecycle
+from gateway.startup.warmup import ModelRegistry
 from gateway.wire import cohere, infinity, openai, shared_rerank, tei, voyage
 from gateway.wire.common import RerankRequest
 from models.kinds import model_kind, spec

@@ -624,7 +624,7 @@ class EmbentoConfig(BaseModel):
             "cores: 1 each)."
         ),
     )
-    # Chosen in bento/placement.py; the limits hold across workers through gateway/shared.py.
+    # Chosen in bento/placement.py; the limits hold across workers through gateway/shared_memory.py.
     gateway_workers: int | None = Field(
         None,
         ge=1,

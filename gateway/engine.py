@@ -1,6 +1,6 @@
 """The gateway's core: one typed query per operation (`gateway.queries`) answered with one result
-(`gateway.results`). Each operation chooses the model, validates the query against it (`gateway.validation`),
-prepares its rows (`gateway.rows`) and runs them through the model's service (`gateway.queue.model_calls`). The wire
+(`gateway.results`). Each operation chooses the model, validates the query against it (`gateway.validation`), prepares
+its rows (`gateway.inputs.rows`) and runs them through the model's service (`gateway.queue.model_calls`). The wire
 adapters (`gateway/wire/`) turn their bodies into queries and the results into their answers.
 """
 
@@ -28,11 +28,11 @@ from gateway.cache.contexts import (
 )
 from gateway.cache.keys import model_identity
 from gateway.cache.tiers import Answered, Computed, EmbeddingCache
-from gateway.calibration import warm_up
-from gateway.fetch import UrlFetcher
-from gateway.long_rows import Plan
+from gateway.inputs.fetch import UrlFetcher
+from gateway.inputs.long_rows import Plan
+from gateway.inputs.preprocessors import Preprocessors
+from gateway.inputs.rows import Rows
 from gateway.metrics import current_trace
-from gateway.preprocessors import Preprocessors
 from gateway.queries import (
     ClassifyQuery,
     ContextQuery,
@@ -47,7 +47,8 @@ from gateway.queue.model_calls import ModelCalls
 from gateway.representations import asked_parts, representations_for, score_mode, scores_by_mode
 from gateway.results import Classified, ContextEmbeddings, Embeddings, Ranking, Tokens
 from gateway.routing import choose_model
-from gateway.rows import Rows
+from gateway.startup.calibration import warm_up
+from gateway.startup.warmup import ModelRegistry
 from gateway.tenants.keys import TENANT, allowed
 from gateway.validation import (
     check_classify,
@@ -58,7 +59,6 @@ from gateway.validation import (
     check_response_size,
     check_tokenize,
 )
-from gateway.warmup import ModelRegistry
 from models.base import ModelInfo, Representation, Row
 from models.kinds import KindSpec, RankBy, spec
 from models.media import MediaLimits

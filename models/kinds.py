@@ -73,7 +73,7 @@ class KindSpec:
     backends: tuple[str, ...]  # which backends can run it
     output: Output  # per input: one vector, vocabulary weights, one vector per token or patch, or label scores
     # The gateway-side preparation of its inputs, "module:Class" in `models.preprocessing` (a tokenizer, or the
-    # checkpoint's media processor): `gateway.preprocessors` builds one per model as `Class(folder, cfg, kind)`.
+    # checkpoint's media processor): `gateway.inputs.preprocessors` builds one per model as `Class(folder, cfg, kind)`.
     preprocessor: str
     model_service: str  # the BentoML model service that runs it (`runners/`)
     service_api: str  # that service's batchable API

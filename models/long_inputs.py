@@ -1,6 +1,6 @@
 """Inputs longer than a model's window, in token positions: the windows that cover them, which window each
 token's state is taken from, which tokens make each chunk of a document, and where a document is cut into
-chunks. Pure arithmetic on ids and character offsets, shared by the gateway's plans (`gateway/long_rows.py`);
+chunks. Pure arithmetic on ids and character offsets, shared by the gateway's plans (`gateway/inputs/long_rows.py`);
 docs/api.md states the same rules in words.
 """
 

@@ -18,9 +18,10 @@ from config.settings import CacheSettings
 from gateway.cache.keys import CacheKeys
 from gateway.cache.memory import MemoryTier
 from gateway.cache.policy import REQUEST_POLICY
-from gateway.cache.redis_tier import RETRY_AFTER_S, RedisTier
+from gateway.cache.redis_tier import RedisTier
 from gateway.cache.values import Entry, decode, encode
 from gateway.metrics import CACHE_BYTES, CACHE_ERRORS, CACHE_HITS, CACHE_LOOKUP_SECONDS, CACHE_MISSES
+from gateway.redis_client import RETRY_AFTER_S
 from gateway.tenants.keys import TENANT
 
 

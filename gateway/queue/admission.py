@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 from config import errors
 from gateway.metrics import QUEUED_ITEMS, QUEUED_TOKENS, REJECTED
-from gateway.shared import SharedCounters
+from gateway.shared_memory import SharedCounters
 
 
 def admission_counters(model_service: str) -> list[str]:

@@ -48,7 +48,7 @@ import numpy as np
 
 from gateway.queue.fair_queue import FairQueue
 from gateway.queue.priority import CLASS_ORDER, INTERACTIVE, Priority
-from gateway.shared import SharedCounters
+from gateway.shared_memory import SharedCounters
 from models.base import Row
 
 Send = Callable[[list[Row]], Awaitable[list[np.ndarray]]]
@@ -64,7 +64,7 @@ def batch_call_counter(model_service: str) -> str:
 
 class BatchSlot:
     """The one batch call a model service may have in flight: server-wide with the gateway workers' shared
-    counters (a worker that dies holding it frees it when restarted, gateway/shared.py), else this process's."""
+    counters (a worker that dies holding it frees it when restarted, gateway/shared_memory.py), else this process's."""
 
     def __init__(self, counters: SharedCounters | None = None, model_service: str = "") -> None:
         self._counters = counters

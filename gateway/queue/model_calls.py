@@ -25,12 +25,12 @@ import numpy as np
 
 from config import errors
 from config.settings import EmbentoConfig
-from gateway.deadline import until_done
 from gateway.metrics import ABANDONED, QUEUED_BY_CLASS, REQUESTS_PER_CALL, current_trace, start_series
 from gateway.queue.admission import Admission
 from gateway.queue.coalesce import BatchSlot, Coalescer
+from gateway.queue.deadline import until_done
 from gateway.queue.priority import PRIORITY, Priority
-from gateway.shared import SharedCounters
+from gateway.shared_memory import SharedCounters
 from models.base import Kind, ModelInfo, Row
 from models.batching import BatchLimits, pass_overhead_tokens, plan_batches
 from models.kinds import spec

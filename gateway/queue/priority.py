@@ -33,7 +33,8 @@ class Priority:
 
 INTERACTIVE = Priority()
 BATCH = Priority("batch")
-# The priority of the work being answered: set per request by `gateway.answer.answered`, per line by the job worker.
+# The priority of the work being answered: set per request by `gateway.http.answer.answered`, per line by the job
+# worker.
 PRIORITY: ContextVar[Priority] = ContextVar("embento_priority", default=INTERACTIVE)
 
 

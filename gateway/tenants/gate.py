@@ -1,4 +1,4 @@
-"""The tenant gate: the first check a request meets after its error shape is set (gateway/edge.py).
+"""The tenant gate: the first check a request meets after its error shape is set (gateway/http/edge.py).
 
 - Who calls: the key in `Authorization: Bearer`, matched to its tenant (gateway/tenants/keys.py); a 401 if none.
 - Within its limits: a POST is admitted by the ledger (gateway/tenants/ledger.py), or refused with a 429 in the
@@ -21,7 +21,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from config import errors
 from config.keys_file import Tenant
-from gateway.errors import error_response
+from gateway.http.errors import error_response
 from gateway.metrics import ACCOUNT, Account
 from gateway.tenants.keys import OPEN, TENANT, Keyring, Keys
 from gateway.tenants.ledger import UNCOUNTED, Ledger, Reading, Standing

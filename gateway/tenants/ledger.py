@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Literal, Protocol
 
 from config.keys_file import Tenant
-from gateway.shared import SharedCounters, SharedTable
+from gateway.shared_memory import SharedCounters, SharedTable
 
 Refusal = Literal["requests", "tokens", "concurrency"]
 CONCURRENCY_RETRY_S = 1.0  # a request waiting for a slot has no schedule to read; retry in a second

@@ -19,13 +19,11 @@ from collections.abc import Callable
 
 from config import errors
 from config.keys_file import Tenant
-from gateway.cache.redis_tier import redis_client, within
+from gateway.redis_client import Breaker, redis_client, within
 from gateway.tenants.ledger import CONCURRENCY_RETRY_S, UNCOUNTED, Standing, refusal, standing
 from gateway.tenants.usage import LIMIT_STORE_ERRORS
 
 logger = logging.getLogger(__name__)
-RETRY_AFTER_S = 1.0
-WARN_EVERY_S = 60.0
 KEY_TTL_S = 120  # a bucket untouched for two minutes is full again: its key may go
 
 # Levels are returned as strings: Redis truncates a script's numbers to integers.
@@ -83,7 +81,7 @@ return {tostring(requests), tostring(tokens)}
 
 class RedisLedger:
     """`Ledger` in the Redis at `url`; a request's lapse is `lease_s` after it is admitted. A Redis that failed is
-    left alone `RETRY_AFTER_S` on `clock`."""
+    left alone a second on `clock` (`gateway.redis_client.Breaker`)."""
 
     def __init__(
         self, url: str, timeout_s: float, lease_s: float, fail_open: bool, clock: Callable[[], float] = time.monotonic
@@ -92,9 +90,7 @@ class RedisLedger:
         self._enter = self.client.register_script(ENTER)
         self._leave = self.client.register_script(LEAVE)
         self.timeout_s, self.lease_s, self.fail_open = timeout_s, lease_s, fail_open
-        self._clock = clock
-        self._skip_until = 0.0
-        self._warned_at = -WARN_EVERY_S
+        self.breaker = Breaker(clock=clock, one_probe=False)
         self._abandoned: set[asyncio.Task] = set()
 
     async def enter(self, tenant: Tenant, request_id: str) -> Standing:
@@ -130,26 +126,15 @@ class RedisLedger:
             KEY_TTL_S,
         ]
         try:
-            if self._clock() < self._skip_until:
+            if not self.breaker.may_try():
                 raise ConnectionError("Redis failed less than a second ago")
-            return await within(script(keys=keys, args=args), self.timeout_s, self._abandoned)
+            answer = await within(script(keys=keys, args=args), self.timeout_s, self._abandoned)
+            self.breaker.succeeded()
+            return answer
         except Exception as exc:
-            self._failed(exc)
+            LIMIT_STORE_ERRORS.inc()
+            outcome = "let through" if self.fail_open else "refused"
+            self.breaker.failed(f"the Redis of the API keys' limits failed ({exc!r}); requests are {outcome} uncounted")
         if self.fail_open:
             return None
         raise errors.NotReady("the store of the API keys' limits is unavailable; retry shortly")
-
-    def _failed(self, exc: BaseException) -> None:
-        LIMIT_STORE_ERRORS.inc()
-        now = self._clock()
-        if now >= self._skip_until:
-            self._skip_until = now + RETRY_AFTER_S
-        if now - self._warned_at >= WARN_EVERY_S:
-            self._warned_at = now
-            logger.warning(
-                "the Redis of the API keys' limits failed (%r); requests are %s uncounted, retrying in "
-                "%.0f s (this warning repeats at most once a minute)",
-                exc,
-                "let through" if self.fail_open else "refused",
-                RETRY_AFTER_S,
-            )

@@ -16,7 +16,7 @@ from starlette.routing import Route
 
 from config import errors
 from config.settings import JobSettings
-from gateway.errors import describe_validation, error_response
+from gateway.http.errors import describe_validation, error_response
 from gateway.jobs.answers import ENDPOINTS
 from gateway.jobs.store import BATCH_WINDOW_S, JobStore
 from gateway.tenants.keys import TENANT

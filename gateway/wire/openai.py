@@ -24,8 +24,8 @@ from starlette.responses import Response
 from config import errors
 from gateway.queries import EmbedQuery, InputType, LongInput, OutputType
 from gateway.results import Embeddings
+from gateway.startup.warmup import ModelRegistry
 from gateway.tenants.keys import allowed
-from gateway.warmup import ModelRegistry
 from gateway.wire.common import (
     SHORT_INPUT_TYPES,
     EmbeddingInput,

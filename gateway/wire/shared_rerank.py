@@ -1,7 +1,7 @@
 """POST /rerank, the one path two client families share: infinity's body (`documents`) and TEI's (`texts`).
 
 Here, and only here, sit the body that takes both families' fields, the one rule that tells them apart (used by
-the route below and, through `gateway.answer.TEI_BODIES`, by `ErrorBodies` for the errors the framework raises
+the route below and, through `gateway.http.answer.TEI_BODIES`, by `ErrorBodies` for the errors the framework raises
 before the route runs), and the hand-over to the family's adapter with that family's fields alone."""
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ class RerankBody(RerankRequest):
 
 def is_tei_rerank(body: Mapping[str, Any]) -> bool:
     """Whether a /rerank body is TEI's (`texts`, not infinity's `documents`): it is then answered, errors too, in
-    TEI's shapes. The one test, for the route and for errors the framework raises before it (`gateway.errors`)."""
+    TEI's shapes. The one test, for the route and for errors the framework raises before it (`gateway.http.errors`)."""
     return body.get("texts") is not None and body.get("documents") is None
 
 

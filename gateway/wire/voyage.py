@@ -2,7 +2,7 @@
 .contextualized_embed` calls it: each inner list of `inputs` is one document's chunks, embedded in the context
 of the whole document (late chunking); with `enable_auto_chunking`, one string per document, cut by the server,
 each chunk's `text` returned. `input_type: "query"` embeds one-element lists as plain queries. Errors leave in
-Voyage's `{"detail": ...}` (`gateway.answer.ERROR_SHAPES`)."""
+Voyage's `{"detail": ...}` (`gateway.http.answer.ERROR_SHAPES`)."""
 
 from __future__ import annotations
 

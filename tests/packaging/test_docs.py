@@ -41,9 +41,9 @@ def test_configuration_md_is_generated_from_the_configuration_object():
 
 @pytest.mark.server
 def test_every_route_is_in_api_md(client):
-    from gateway.get_routes import get_routes
-    from gateway.lifecycle import Lifecycle
-    from gateway.warmup import ModelRegistry
+    from gateway.http.get_routes import get_routes
+    from gateway.startup.lifecycle import Lifecycle
+    from gateway.startup.warmup import ModelRegistry
 
     api = (DOCS / "api.md").read_text()
     documented = set(re.findall(r"`(GET|POST|HEAD) (/[^`\s]*)`", api))

@@ -73,7 +73,7 @@ def test_server_healthy_after_everything(client):
 
 def test_info_lists_the_limits_in_force(client):
     from config.settings import EmbentoConfig
-    from gateway.get_routes import LIMIT_FIELDS
+    from gateway.http.get_routes import LIMIT_FIELDS
     from tests.conftest import MAX_AUDIO_SECONDS, TINY_MEAN
 
     info = client.get("/info").json()

@@ -79,7 +79,7 @@ def _admit_and_hold(worker_index: int, items: int, started, release, result) -> 
 
     from config import errors
     from gateway.queue.admission import Admission, admission_counters
-    from gateway.shared import SharedCounters
+    from gateway.shared_memory import SharedCounters
 
     server_context.worker_index = worker_index
     admission = Admission(
@@ -133,7 +133,7 @@ def test_workers_agree_on_the_first_calibration_offered(monkeypatch):
     from bentoml._internal.context import server_context
 
     from config.server_files import _process_key, _server_folder
-    from gateway.shared import agreed
+    from gateway.shared_memory import agreed
 
     monkeypatch.setattr(server_context, "worker_index", 1)
     first, second = np.full((3, 4), 0.25, np.float32), np.full((3, 4), 0.2500001, np.float32)

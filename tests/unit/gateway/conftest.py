@@ -11,9 +11,9 @@ import pytest
 from config.settings import EmbentoConfig, ModelConfig
 from gateway.cache.tiers import EmbeddingCache
 from gateway.engine import Engine
-from gateway.preprocessors import Preprocessors
+from gateway.inputs.preprocessors import Preprocessors
 from gateway.queue.model_calls import ModelCalls
-from gateway.warmup import ModelRegistry
+from gateway.startup.warmup import ModelRegistry
 from models.preprocessing.text_tokenizer import TextTokenizer
 from tests.unit.gateway.fake_engine import EMBEDDER, INFOS, TEXT_MODELS, Call, FakeModelService, Serve
 

@@ -12,8 +12,8 @@ import numpy as np
 from pydantic import BaseModel, ValidationError
 from starlette.responses import JSONResponse
 
-from gateway.answer import answered
 from gateway.engine import Engine
+from gateway.http.answer import answered
 from models.base import ModelInfo, TokenizedText
 
 EMBEDDER, RERANKER, CLASSIFIER, CLIP, SPLADE, COLPALI = "minilm", "reranker", "classifier", "clip", "splade", "colpali"
@@ -93,7 +93,7 @@ def answer(
     serve: Serve, adapter: Callable[[Engine, Any], Awaitable[Any]], body_model: type[BaseModel], body: Any
 ) -> tuple[int, Any, FakeModelService | None]:
     """What the route answers: its status and JSON body (the framework refuses a body its model rejects, with
-    a 400 naming the field, `gateway.errors`), and the fake service if the body got that far."""
+    a 400 naming the field, `gateway.http.errors`), and the fake service if the body got that far."""
     try:
         request = body_model.model_validate(body)
     except ValidationError as exc:

@@ -11,7 +11,7 @@ import pytest
 from gateway.queue import coalesce
 from gateway.queue.coalesce import RETURN_WAIT_S, BatchSlot, Coalescer, batch_call_counter
 from gateway.queue.priority import BATCH, Priority
-from gateway.shared import SharedCounters
+from gateway.shared_memory import SharedCounters
 from models.base import TokenizedText
 
 

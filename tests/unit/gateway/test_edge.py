@@ -8,8 +8,8 @@ from starlette.responses import JSONResponse, PlainTextResponse
 from starlette.routing import Route
 from starlette.testclient import TestClient
 
-from gateway.errors import ErrorBodies
-from gateway.guard import RequestGuard
+from gateway.http.errors import ErrorBodies
+from gateway.http.guard import RequestGuard
 from gateway.tenants.gate import PROBE_PATHS, TenantGate
 from gateway.tenants.keys import Keyring, Keys, config_tenant
 from gateway.tenants.ledger import SharedMemoryLedger

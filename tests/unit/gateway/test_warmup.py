@@ -11,7 +11,7 @@ import aiohttp
 import pytest
 
 from config import errors
-from gateway.warmup import ModelRegistry, Warmup
+from gateway.startup.warmup import ModelRegistry, Warmup
 from models.base import ModelInfo
 
 

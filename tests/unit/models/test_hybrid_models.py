@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from config.settings import ModelConfig
-from gateway.preprocessors import Preprocessors
+from gateway.inputs.preprocessors import Preprocessors
 from models.base import TokenizedText
 from models.inference.auto_backend import load_model
 from models.kinds import detect_kind
@@ -180,7 +180,7 @@ def test_m3_warm_up_runs_every_head_and_refuses_one_of_the_wrong_width(m3, bge_m
 
     from config.errors import InferenceError
     from config.settings import EmbentoConfig
-    from gateway.calibration import warm_up
+    from gateway.startup.calibration import warm_up
     from models.media import MediaLimits
 
     tokenizer, model = m3

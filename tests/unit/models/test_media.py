@@ -16,8 +16,8 @@ import pytest
 
 from config.errors import InvalidRequest
 from config.settings import ModelConfig
-from gateway.fetch import UrlPolicy
-from gateway.media_inputs import decode_data_uri
+from gateway.inputs.fetch import UrlPolicy
+from gateway.inputs.media import decode_data_uri
 from models.base import Kind
 from models.inference.media_encoder import MediaEncoder
 from models.kinds import KIND_SPECS, detect_kind

@@ -22,7 +22,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 from starlette.testclient import TestClient
 
-from gateway.errors import ErrorBodies
+from gateway.http.errors import ErrorBodies
 from gateway.metrics import ACCOUNT, NO_MODEL
 from gateway.tenants.gate import PROBE_PATHS, TenantGate, duration
 from gateway.tenants.keys import TENANT, Keys

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 
 from config.keys_file import Tenant
-from gateway import shared
+from gateway import shared_memory as shared
 from gateway.tenants import ledger as ledger_module
 from gateway.tenants.ledger import CONCURRENCY_RETRY_S, Reading, SharedMemoryLedger, Standing, reading, refusal
 

@@ -17,7 +17,7 @@ from prometheus_client import REGISTRY
 
 from config import errors
 from config.keys_file import Tenant
-from gateway.tenants import redis_ledger as redis_ledger_module
+from gateway import redis_client as redis_client_module
 from gateway.tenants.ledger import CONCURRENCY_RETRY_S, UNCOUNTED
 from gateway.tenants.redis_ledger import RedisLedger
 from testkit.redis_server import RedisServer, running_redis
@@ -183,19 +183,19 @@ def test_after_a_failure_redis_is_left_alone_for_a_second(redis_server, caplog):
         ledger = make_ledger(redis_server, fail_open=True, clock=lambda: clock.now)
         tenant = Tenant(name="acme", requests_per_minute=10)
         redis_server.kill()
-        with caplog.at_level(logging.WARNING, logger=redis_ledger_module.__name__):
+        with caplog.at_level(logging.WARNING, logger=redis_client_module.__name__):
             assert await ledger.enter(tenant, "r1") is UNCOUNTED
             redis_server.start()  # back, but not tried for a second
-            clock.now += redis_ledger_module.RETRY_AFTER_S / 2
+            clock.now += redis_client_module.RETRY_AFTER_S / 2
             before = store_errors()
             assert await ledger.enter(tenant, "r2") is UNCOUNTED
             assert store_errors() == before + 1
             assert redis_server.command("EXISTS", buckets_key(tenant)) == ":0"  # Redis was not asked
-            clock.now += redis_ledger_module.RETRY_AFTER_S / 2  # a second after the failure
+            clock.now += redis_client_module.RETRY_AFTER_S / 2  # a second after the failure
             counted = await ledger.enter(tenant, "r3")
             assert counted.refused is None and counted.requests.remaining == 9
             assert redis_server.command("EXISTS", buckets_key(tenant)) == ":1"
-        warnings = [r.getMessage() for r in caplog.records if r.name == redis_ledger_module.__name__]
+        warnings = [r.getMessage() for r in caplog.records if r.name == redis_client_module.__name__]
         assert len(warnings) == 1 and "let through" in warnings[0]  # once a minute at most
         await close(ledger)
 

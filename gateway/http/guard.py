@@ -8,9 +8,9 @@ from collections.abc import Mapping
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from config import errors
-from gateway.errors import error_response
+from gateway.http.errors import error_response
 from gateway.metrics import REJECTED
-from gateway.shared import SharedCounters
+from gateway.shared_memory import SharedCounters
 
 IN_FLIGHT = "requests"  # the shared counter of POST requests being answered, every gateway worker's
 

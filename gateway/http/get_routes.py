@@ -14,10 +14,10 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from config import errors
 from config.settings import EmbentoConfig, ModelConfig
-from gateway.errors import error_response
-from gateway.lifecycle import Lifecycle
+from gateway.http.errors import error_response
+from gateway.startup.lifecycle import Lifecycle
+from gateway.startup.warmup import ModelRegistry
 from gateway.tenants.keys import TENANT
-from gateway.warmup import ModelRegistry
 from gateway.wire.openai import model_list
 from gateway.wire.tei import tei_model_type
 from models.base import ModelInfo

@@ -13,18 +13,18 @@ from typing import Any
 from starlette.applications import Starlette
 
 from config.settings import EmbentoConfig
-from gateway.answer import ERROR_SHAPES, TEI_BODIES
 from gateway.cache.policy import CacheControl
-from gateway.deadline import WatchDisconnect
-from gateway.errors import ErrorBodies
-from gateway.fetch import UrlFetcher, UrlPolicy
-from gateway.get_routes import ReadinessReport, get_routes
-from gateway.guard import IN_FLIGHT, RequestGuard
+from gateway.http.answer import ERROR_SHAPES, TEI_BODIES
+from gateway.http.errors import ErrorBodies
+from gateway.http.get_routes import ReadinessReport, get_routes
+from gateway.http.guard import IN_FLIGHT, RequestGuard
+from gateway.inputs.fetch import UrlFetcher, UrlPolicy
 from gateway.jobs.store import JobStore
-from gateway.lifecycle import Lifecycle
 from gateway.queue.admission import admission_counters
 from gateway.queue.coalesce import batch_call_counter
-from gateway.shared import SharedCounters
+from gateway.queue.deadline import WatchDisconnect
+from gateway.shared_memory import SharedCounters
+from gateway.startup.lifecycle import Lifecycle
 from gateway.tenants.gate import PROBE_PATHS, TenantGate
 from gateway.tenants.keys import Keys
 from gateway.tenants.ledger import Ledger, SharedMemoryLedger

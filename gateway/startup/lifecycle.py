@@ -1,4 +1,4 @@
-"""The served models from start to serving: warm-up (which fills `gateway.warmup.ModelRegistry`), then the
+"""The served models from start to serving: warm-up (which fills `gateway.startup.warmup.ModelRegistry`), then the
 readiness and health the probes report from the registry.
 
 One `Lifecycle` per gateway process, made at import: the GET routes and the /readyz middleware are mounted
@@ -17,7 +17,7 @@ import aiohttp
 from config import errors
 from config.server_files import mark_gateway_worker
 from gateway.metrics import READY
-from gateway.warmup import ModelRegistry, Warmup
+from gateway.startup.warmup import ModelRegistry, Warmup
 from models.base import ModelInfo
 
 WARMUP_RETRY_S = 1.0

@@ -14,7 +14,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from config import errors
-from gateway.errors import ErrorShape, error_response
+from gateway.http.errors import ErrorShape, error_response
 from gateway.metrics import TRACE, RequestTrace
 from gateway.queue.priority import PRIORITY
 from gateway.tenants.keys import TENANT

@@ -8,7 +8,7 @@ import re
 from urllib.parse import unquote_to_bytes
 
 from config.errors import InvalidRequest
-from gateway.fetch import UrlFetcher
+from gateway.inputs.fetch import UrlFetcher
 
 DATA_URI = re.compile(r"data:(?P<mime>[\w.+-]+/[\w.+-]+)?(?P<params>(;[^;,]*)*?),(?P<data>.*)", re.DOTALL)
 

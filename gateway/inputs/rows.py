@@ -8,10 +8,10 @@ import functools
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
-from gateway.fetch import UrlFetcher
-from gateway.long_rows import LongTexts, Plan
-from gateway.media_inputs import load_item
-from gateway.preprocessors import Preprocessors
+from gateway.inputs.fetch import UrlFetcher
+from gateway.inputs.long_rows import LongTexts, Plan
+from gateway.inputs.media import load_item
+from gateway.inputs.preprocessors import Preprocessors
 from gateway.queries import ClassifyQuery, ContextQuery, EmbedQuery, InputItem, LongInput, RankQuery
 from gateway.representations import row_representations
 from models.base import ModelInfo, ModelInput, Representation, TokenizedText

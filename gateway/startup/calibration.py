@@ -11,9 +11,9 @@ import numpy as np
 
 from config import errors
 from config.settings import EmbentoConfig
-from gateway.preprocessors import Preprocessors
+from gateway.inputs.preprocessors import Preprocessors
 from gateway.queue.model_calls import ModelCalls
-from gateway.shared import agreed
+from gateway.shared_memory import agreed
 from models.base import ModelInfo
 from models.media import MediaLimits
 from models.packing import unpack_arrays
