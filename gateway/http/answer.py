@@ -36,14 +36,20 @@ async def answered(adapter: Callable[[Engine, B], Awaitable[T]], engine: Engine,
     """`adapter(engine, body)`, called here so that an adapter's refusal of its own body is answered like any
     other error; at the body's `priority` level, within the class of the caller (an online request's, or a
     bulk job's), with the tenant's share."""
-    trace = RequestTrace(recorded=not PRIORITY.get().batch)
+    level = getattr(body, "priority", 0) or 0
+    return await answering(lambda: adapter(engine, body), level, recorded=not PRIORITY.get().batch)
+
+
+async def answering(call: Callable[[], Awaitable[T]], level: int = 0, recorded: bool = True) -> T:
+    """Every route's one way to answer (the model routes through `answered`, the file and batch routes directly):
+    `call()` traced (in the request metrics if `recorded`), at priority `level` with the tenant's share, and an
+    `EmbentoError` as its response."""
+    trace = RequestTrace(recorded=recorded)
     token = TRACE.set(trace)
     tenant = TENANT.get()
-    priority = PRIORITY.set(
-        replace(PRIORITY.get(), level=getattr(body, "priority", 0) or 0, tenant=tenant.name, weight=tenant.weight)
-    )
+    priority = PRIORITY.set(replace(PRIORITY.get(), level=level, tenant=tenant.name, weight=tenant.weight))
     try:
-        answer = await adapter(engine, body)
+        answer = await call()
         trace.finish(200)
         return answer
     except errors.EmbentoError as exc:

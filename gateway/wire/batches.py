@@ -16,7 +16,8 @@ from starlette.routing import Route
 
 from config import errors
 from config.settings import JobSettings
-from gateway.http.errors import describe_validation, error_response
+from gateway.http.answer import answering
+from gateway.http.errors import describe_validation
 from gateway.jobs.answers import ENDPOINTS
 from gateway.jobs.store import BATCH_WINDOW_S, JobStore
 from gateway.tenants.keys import TENANT
@@ -213,13 +214,11 @@ def job_routes(store: JobStore, settings: JobSettings, created: Callable[[], Non
 
 
 def _answering(handler: Handler) -> Handler:
-    """The handler, its refusals answered in OpenAI's shape."""
+    """The handler through the routes' one way to answer (`gateway.http.answer.answering`): its refusals in
+    OpenAI's shape. Not in the request metrics, which count model requests."""
 
     async def answer(request: Request) -> Response:
-        try:
-            return await handler(request)
-        except errors.EmbentoError as exc:
-            return error_response(exc)
+        return await answering(lambda: handler(request), recorded=False)
 
     return answer
 
