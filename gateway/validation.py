@@ -127,13 +127,14 @@ def check_context(query: ContextQuery, info: ModelInfo) -> None:
         raise InvalidRequest(
             f"{chunking.overlap_param} must be at least 0, got {chunking.overlap}", param=chunking.overlap_param
         )
-    several = next((i for i, size in enumerate(query.document_sizes) if size != 1), None)
+    check_one_text_each(query.document_sizes, query.embed.items_param, "with auto-chunking each document is one string")
+
+
+def check_one_text_each(sizes: Sequence[int], param: str, rule: str) -> None:
+    """Each of the wire's inner lists holds one text (`rule` says why): an auto-chunked document, Voyage's query."""
+    several = next((i for i, size in enumerate(sizes) if size != 1), None)
     if several is not None:
-        raise InvalidRequest(
-            f"with auto-chunking each document is one string; {query.embed.items_param}[{several}] "
-            f"holds {query.document_sizes[several]}",
-            param=query.embed.items_param,
-        )
+        raise InvalidRequest(f"{rule}; {param}[{several}] holds {sizes[several]}", param=param)
 
 
 def check_output_types(query: EmbedQuery, info: ModelInfo, quantizer: Quantizer | None) -> None:

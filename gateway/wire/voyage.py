@@ -15,6 +15,7 @@ from config.errors import InvalidRequest
 from gateway.queries import AutoChunking, ContextQuery, EmbedQuery, InputItem
 from gateway.queue.priority import Prioritized
 from gateway.results import ContextEmbeddings, Embeddings
+from gateway.validation import check_one_text_each
 from gateway.wire.common import SHORT_INPUT_TYPES
 from models.postprocess import to_base64
 
@@ -160,13 +161,8 @@ async def contextualized(engine: Engine, body: ContextualizedRequest) -> Context
     in_base64 = body.encoding_format == "base64"
     if body.input_type == "query" and not body.enable_auto_chunking:
         documents = _documents(body)
-        several = next((i for i, document in enumerate(documents) if len(document) != 1), None)
-        if several is not None:
-            raise InvalidRequest(
-                f"with input_type query each inner list is one query; inputs[{several}] holds "
-                f"{len(documents[several])}",
-                param="inputs",
-            )
+        rule = "with input_type query each inner list is one query"
+        check_one_text_each([len(document) for document in documents], "inputs", rule)
         items = tuple(InputItem("text", document[0]) for document in documents)
         embeddings = await engine.embed(_embed_query(body, items))
         return _answer(embeddings, [range(i, i + 1) for i in range(len(items))], None, in_base64)
