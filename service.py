@@ -216,4 +216,13 @@ SERVICES = [Gateway, *(dependency.on for dependency in Gateway.dependencies.valu
 check_served_bento({service.name for service in SERVICES})
 for service in SERVICES:
     fix_media_types(service)
-edge.install(Gateway, routes, CONFIG, LIFECYCLE, COUNTERS, KEYS, JOB_STORE, NEW_JOBS)
+edge.install(
+    Gateway,
+    routes,
+    config=CONFIG,
+    lifecycle=LIFECYCLE,
+    counters=COUNTERS,
+    keys=KEYS,
+    job_store=JOB_STORE,
+    new_jobs=NEW_JOBS,
+)

@@ -38,6 +38,7 @@ from models.kinds import gateway_needs_torch
 def install(
     gateway: Any,
     routes: Starlette,
+    *,
     config: EmbentoConfig,
     lifecycle: Lifecycle,
     counters: SharedCounters,
