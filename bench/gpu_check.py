@@ -199,7 +199,7 @@ def through_server(dev: str, work: Path, report: dict, seconds: float) -> None:
             try:
                 for clients, per_request in SCENARIOS:
 
-                    def request_for(batch: list[str]) -> tuple[str, dict]:
+                    def request_for(batch: list[str], size: str = size) -> tuple[str, dict]:
                         return "/v1/embeddings", {"model": size, "input": batch}
 
                     url = f"http://127.0.0.1:{port}"

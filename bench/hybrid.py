@@ -263,7 +263,7 @@ def in_process(folder: Path, texts: list[str], rounds: int, profile: bool) -> di
     runs = alternate(ways, rounds, (os.getpid(),))
     if profile:
         for name, run in ways.items():
-            print_profile(f"in process, {name}, one pass over the corpus", lambda: run(1.0))
+            print_profile(f"in process, {name}, one pass over the corpus", lambda run=run: run(1.0))
     return runs
 
 

@@ -93,7 +93,7 @@ def main() -> None:
 
     torch.set_num_threads(2)
     lanes = ThreadPoolExecutor(2)
-    for lane in range(2):  # each lane thread runs torch on one intra-op thread
+    for _ in range(2):  # each lane thread runs torch on one intra-op thread
         lanes.submit(torch.set_num_threads, 1).result()
     for name in args.models:
         folder = packaged_model_path(MINILM) if name == "minilm" else base_checkpoint()
@@ -121,11 +121,11 @@ def main() -> None:
             ]
             tensors = {key: torch.from_numpy(value) for key, value in features.items()}
 
-            def torch_pass(inputs=tensors) -> np.ndarray:
+            def torch_pass(inputs=tensors, model=model) -> np.ndarray:
                 with torch.inference_mode():
                     return model(**inputs).last_hidden_state.numpy()
 
-            def split(run: Callable[[dict], object]) -> Callable[[], object]:
+            def split(run: Callable[[dict], object], halves=halves) -> Callable[[], object]:
                 parts = [half for half in halves if len(half["input_ids"])]
                 return lambda: [f.result() for f in [lanes.submit(run, part) for part in parts]]
 
@@ -135,12 +135,12 @@ def main() -> None:
             ]
             figures = {
                 "torch": median_ms(torch_pass, args.repeats),
-                "ort": median_ms(lambda: whole.run(None, feeds), args.repeats),
-                "ort lanes": median_ms(split(lambda half: single.run(None, half)), args.repeats),
-                "ort lanes shared": median_ms(split(lambda half: whole.run(None, half)), args.repeats),
-                "ort lanes quiet": median_ms(split(lambda half: quiet.run(None, half)), args.repeats),
+                "ort": median_ms(lambda whole=whole, feeds=feeds: whole.run(None, feeds), args.repeats),
+                "ort lanes": median_ms(split(lambda half, single=single: single.run(None, half)), args.repeats),
+                "ort lanes shared": median_ms(split(lambda half, whole=whole: whole.run(None, half)), args.repeats),
+                "ort lanes quiet": median_ms(split(lambda half, quiet=quiet: quiet.run(None, half)), args.repeats),
                 "torch lanes": median_ms(
-                    lambda: [
+                    lambda torch_halves=torch_halves: [
                         f.result()
                         for f in [lanes.submit(torch_pass, half) for half in torch_halves if len(half["input_ids"])]
                     ],
@@ -181,7 +181,7 @@ def compare_attention(name: str, folder: Path, repeats: int) -> None:
         times: dict[str, list[float]] = {name: [] for name in sessions}
         for _ in range(repeats):
             for name, ort in sessions.items():
-                times[name].append(median_ms(lambda ort=ort: ort.run(None, feeds), 3))
+                times[name].append(median_ms(lambda ort=ort, feeds=feeds: ort.run(None, feeds), 3))
         eager, sdpa = (statistics.median(times[name]) for name in ("eager", "sdpa"))
         diff = float(np.abs(sessions["eager"].run(None, feeds)[0] - sessions["sdpa"].run(None, feeds)[0]).max())
         print(f"| {rows} | {eager:.2f} | {sdpa:.2f} | {sdpa / eager:.2f} | {diff:.1e} |", flush=True)
