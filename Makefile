@@ -33,8 +33,12 @@ $(STAMP): requirements.txt requirements-$(ACCEL).txt requirements-test.txt pypro
 serve: setup
 	$(VENV)/bin/embento serve
 
+# ruff (lint, then the format check) and mypy (pyproject.toml's [tool.mypy]: the bundle) first, then the suite.
 # --durations=15: where the suite's time goes, in every run's closing lines (CI's included).
 test: setup
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
 	BENTOML_DO_NOT_TRACK=True HF_HUB_OFFLINE=1 $(VENV)/bin/python -m pytest --durations=15
 
 # The CPU image built with buildah from a base made with mmdebstrap, run with podman with no network

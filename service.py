@@ -16,7 +16,7 @@ from bento.start_failures import report_start_failures  # noqa: E402
 report_start_failures()  # first: the configuration is read while the imports below run, and may fail there
 
 import asyncio
-from typing import Any
+from typing import Any, cast
 
 import bentoml
 from starlette.applications import Starlette
@@ -212,7 +212,8 @@ class Gateway:
 
 exit_nonzero_after_failed_start()
 remove_server_files()
-SERVICES = [Gateway, *(dependency.on for dependency in Gateway.dependencies.values())]
+# mypy keeps a class's own type under a class decorator: bentoml.service made Gateway a Service.
+SERVICES = [Gateway, *(dependency.on for dependency in cast("bentoml.Service[Any]", Gateway).dependencies.values())]
 check_served_bento({service.name for service in SERVICES})
 for service in SERVICES:
     fix_media_types(service)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import shutil
 from collections.abc import Callable, Iterable
+from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -43,7 +44,7 @@ class CarriedExport(BentoModel):
             self.make()
         return super().to_info(alias)
 
-    def resolve(self, base_path: Any = None) -> Any:
+    def resolve(self, base_path: Any = None, global_model_store: Any = None) -> Any:
         return self.stored  # None until a build made it: the model service then exports itself
 
 
@@ -74,7 +75,7 @@ def carry_exports(configs: Iterable[ModelConfig]) -> Callable[[T], T]:
 
     def declare(cls: T) -> T:
         for index, (cfg, tag) in enumerate(exports):
-            carried = CarriedExport(tag, make=lambda cfg=cfg, tag=tag: make_export(cfg, tag))
+            carried = CarriedExport(tag, make=partial(make_export, cfg, tag))
             setattr(cls, f"onnx_export_{index}", carried)
         return cls
 

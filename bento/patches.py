@@ -44,6 +44,7 @@ def make_work_conserving() -> None:
         refresh(self)
         self.wait = 0
 
+    # BentoML's classes patched in place, on purpose: mypy refuses assigning to a method or a new attribute.
     Optimizer.trigger_refresh = trigger_refresh  # type: ignore[method-assign]
     Optimizer._work_conserving = True  # type: ignore[attr-defined]
 
@@ -80,13 +81,14 @@ def reload_keys_on_hangup() -> None:
     def touch_reload_mark(self: SysHandler) -> None:
         arbiter_file(RELOAD_MARK).write_text(str(time.time_ns()))
 
-    SysHandler.handle_hup = touch_reload_mark  # type: ignore[method-assign]
+    SysHandler.handle_hup = touch_reload_mark
 
 
 def skip_untraced_middleware() -> None:
     """Only without tracing: BentoML imports the middleware class when it builds each service's app."""
     import opentelemetry.instrumentation.asgi as otel_asgi
 
+    # The class replaced in its module, on purpose: mypy refuses assigning to a class name.
     otel_asgi.OpenTelemetryMiddleware = _Untraced  # type: ignore[misc,assignment]
 
 
@@ -117,8 +119,8 @@ def read_long_buffer_lists() -> None:
         session._max_field_size = session._max_line_size = MAX_HEADER_BYTES
         return session
 
-    SessionManager._make_client = make_client_reading_long_headers  # type: ignore[method-assign]
-    SessionManager._reads_long_headers = True  # type: ignore[attr-defined]
+    SessionManager._make_client = make_client_reading_long_headers
+    SessionManager._reads_long_headers = True
 
 
 DRAIN_QUIET_S = 0.5  # with no sight of the gateway, a model service stops once it has had no work this long
@@ -153,4 +155,5 @@ def drain_before_shutdown(idle_seconds: Callable[[], float]) -> None:
             await asyncio.sleep(0.05)
         await shutdown(self, sockets=sockets)
 
+    # uvicorn's method patched in place, on purpose: mypy refuses assigning to a method.
     uvicorn.Server.shutdown = drain_then_shutdown  # type: ignore[method-assign]

@@ -29,6 +29,7 @@ from __future__ import annotations
 import logging
 import sys
 from types import TracebackType
+from typing import TypeGuard
 
 from bentoml._internal.configuration import get_debug_mode
 from bentoml.exceptions import ImportServiceError
@@ -39,10 +40,10 @@ START_FAILED = "embento: the server could not start: "  # the arbiter's line, fo
 PREFIX = "embento: "  # a known error escaping a process: as `embento serve` and `embento build` print theirs
 # BentoML's first try at `bentoml serve embento:<version>`: the installed package `embento` as the module.
 CLIENT_PACKAGE_TRY = 'module "embento"'
-_failed_construction: list[BaseException] = []  # what a service's constructor raised in this process
+_failed_construction: list[BaseException | None] = []  # what a service's constructor raised in this process
 
 
-def is_known(exc: BaseException | None) -> bool:
+def is_known(exc: BaseException | None) -> TypeGuard[EmbentoError]:
     """A failure whose message says all there is to say: raised by Embento's own checks."""
     return isinstance(exc, EmbentoError)
 
@@ -75,7 +76,7 @@ def _print_start_failure(kind: type[BaseException], exc: BaseException, tb: Trac
     service) as one line."""
     if not get_debug_mode():
         if is_known(exc):
-            print(f"{PREFIX}{exc.message}", file=sys.stderr, flush=True)  # type: ignore[attr-defined]
+            print(f"{PREFIX}{exc.message}", file=sys.stderr, flush=True)
             return
         _hide_client_package_try(exc)
     sys.__excepthook__(kind, exc, tb)

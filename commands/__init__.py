@@ -63,7 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
         build.add_argument(
             *flag.names,
             dest=dest(flag),
-            action="append" if flag.repeats else None,
+            action="append" if flag.repeats else "store",
             help=f"{flag.help} [env: {ENV_PREFIX}{flag.env}; embento.yaml: image.{dest(flag)}]",
         )
 

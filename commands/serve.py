@@ -12,6 +12,7 @@ import time
 import urllib.request
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from commands.flags import DEFAULT_HOST, DEFAULT_PORT, FLAGS, LOG_LEVELS, PROJECT_ROOT, dest
 from config.errors import ConfigError, EmbentoError
@@ -68,10 +69,10 @@ def check_models_found(config: EmbentoConfig) -> None:
     from models.kinds import model_kind
 
     for model in config.models:
-        if store_tag(model.model_id) is not None:
+        if (tag := store_tag(model.model_id)) is not None:
             from config.served import stored_model  # BentoML: only when a store model is served
 
-            stored_model(store_tag(model.model_id))
+            stored_model(tag)
         else:
             model_kind(model)
 
@@ -83,7 +84,7 @@ CAPABILITY_ROUTES = {
     "rerank": "/v1/rerank, /v2/rerank, /rerank",
     "classify": "/v1/classify, /predict",
 }
-TRY_BODIES = {
+TRY_BODIES: dict[str, tuple[str, dict[str, Any]]] = {
     "embed": ("/v1/embeddings", {"input": "Hello, Embento"}),
     "rerank": ("/v1/rerank", {"query": "what is Embento?", "documents": ["an embedding server", "a fruit"]}),
     "classify": ("/v1/classify", {"input": "Embento works"}),
@@ -107,7 +108,7 @@ def ready_banner(url: str, models: dict, needs_key: bool) -> str:
         lines.append(f"  {failed['id']}  not served: {failed['error']}")
     first = models["data"][0] if models["data"] else None
     capability = next((c for c in first["capabilities"] if c in TRY_BODIES), None) if first else None
-    if capability:
+    if capability and first:
         path, body = TRY_BODIES[capability]
         key = " -H 'Authorization: Bearer <your key>'" if needs_key else ""
         data = json.dumps({"model": first["id"], **body})

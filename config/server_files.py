@@ -60,7 +60,12 @@ def remove_server_files() -> None:
     if server_context.worker_index is not None:
         return
     pattern = f"embento-{_process_key(os.getpid())}-*"
-    atexit.register(lambda: [path.unlink(missing_ok=True) for path in _server_folder().glob(pattern)])
+
+    def remove() -> None:
+        for path in _server_folder().glob(pattern):
+            path.unlink(missing_ok=True)
+
+    atexit.register(remove)
 
 
 def _server_folder() -> Path:

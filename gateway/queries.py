@@ -91,9 +91,9 @@ class ContextQuery:
 
     def documents(self) -> list[list[str]]:
         """Each document's chunks (or its one text, to be cut)."""
-        texts = [item.value for item in self.embed.items]
+        texts = [item.value for item in self.embed.items if isinstance(item.value, str)]  # all: token ids refused
         starts = [sum(self.document_sizes[:i]) for i in range(len(self.document_sizes))]
-        return [texts[start : start + size] for start, size in zip(starts, self.document_sizes)]  # type: ignore[misc]
+        return [texts[start : start + size] for start, size in zip(starts, self.document_sizes)]
 
 
 @dataclass(frozen=True)

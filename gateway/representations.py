@@ -54,13 +54,13 @@ def scores_by_mode(
     representations by FlagEmbedding's scores, `hybrid` their weighted mean."""
     query_output, *documents = outputs
     asked = representations_for(mode, info)
-    if asked is None:  # one representation: late interaction
+    if mode is None or asked is None:  # one representation (asked is None then): late interaction
         scores = [late_interaction(query_output, document) for document in documents]
         return np.array(scores, dtype=np.float32), {info.spec.representations[0]: scores}
     query_parts = dict(zip(asked, unpack_arrays(query_output)))
     pairs = [mode_scores(query_parts, dict(zip(asked, unpack_arrays(document)))) for document in documents]
     if mode == "hybrid":
-        weights = dict(zip(info.spec.representations, query.weights or HYBRID_WEIGHTS))
+        weights: dict[str, float] = dict(zip(info.spec.representations, query.weights or HYBRID_WEIGHTS))
         for pair in pairs:
             pair["hybrid"] = weighted_mean(pair, weights)
     by_mode = {name: [pair[name] for pair in pairs] for name in pairs[0]}  # documents are never empty

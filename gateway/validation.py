@@ -54,9 +54,9 @@ def check_texts(
 
 def check_lengths(texts: Sequence[str | Sequence[int] | None], param: str, max_chars: int) -> None:
     """No text over `max_chars` characters; other entries (token ids, None) pass."""
-    too_long = next((i for i, text in enumerate(texts) if isinstance(text, str) and len(text) > max_chars), None)
-    if too_long is not None:
-        length = len(texts[too_long])  # type: ignore[arg-type]
+    long = ((i, len(text)) for i, text in enumerate(texts) if isinstance(text, str) and len(text) > max_chars)
+    if (found := next(long, None)) is not None:
+        too_long, length = found
         raise InvalidRequest(
             f"{param}[{too_long}] has {length} characters; at most {max_chars} are allowed", param=param
         )

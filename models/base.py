@@ -176,9 +176,10 @@ class TokenModel(Protocol):
 
 
 class PendingOutputs(Protocol):
-    """A launched pass's outputs; `wait` returns them once they are on the host."""
+    """A launched pass's outputs; `wait` returns them once they are on the host: one array whose first axis
+    is the rows, or one array per row."""
 
-    def wait(self) -> Sequence[np.ndarray]: ...
+    def wait(self) -> np.ndarray | Sequence[np.ndarray]: ...
 
 
 @dataclass(frozen=True)

@@ -177,4 +177,4 @@ def read_configured_ranges(path: str, dimension: int, scheme: Scheme = "per_dime
                 f"[{features} maxs]] with mins <= maxs, for at most {dimension} features, with "
                 "`quantization: per_dimension`"
             )
-    return ranges
+    return dict[int, Parameters](ranges)

@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import bentoml
 
+    MODEL_SERVICES: dict[str, bentoml.Service]  # made by __getattr__ on first use
+
 
 def __getattr__(name: str) -> object:
     if name != "MODEL_SERVICES":

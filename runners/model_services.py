@@ -9,6 +9,7 @@ scale on its own.
 
 from __future__ import annotations
 
+from types import GenericAlias
 from typing import Any
 
 import bentoml
@@ -39,7 +40,7 @@ def model_service(name: str, api: str, row: type, description: str) -> Any:
     # BentoML names the API and its route after the function, and builds its IO descriptors from the
     # annotations, which must be types: this module's own annotations are strings.
     run.__name__, run.__qualname__ = api, f"{name}.{api}"
-    run.__annotations__ = {"rows": list[row], "return": list[np.ndarray]}
+    run.__annotations__ = {"rows": GenericAlias(list, (row,)), "return": list[np.ndarray]}
     run.__doc__ = "Rows in, one array per row out (an empty array where the model failed on that row)."
 
     def __init__(self: PooledService) -> None:

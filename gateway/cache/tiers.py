@@ -144,11 +144,13 @@ class EmbeddingCache:
         if values is None:  # Redis failed (counted there) or is resting after a failure
             return found
         for index, value in zip(missing, values):
-            entry = decode(value) if value is not None else None
-            if value is not None and entry is None:  # a value of another format or a torn one: recomputed
+            if value is None:  # a miss: stays None
+                continue
+            entry = decode(value)
+            if entry is None:  # a value of another format or a torn one: recomputed
                 CACHE_ERRORS.labels(model=model, tier="redis").inc()
-            elif entry is not None and self.memory is not None:
-                self.memory.put(keys[index], value)  # type: ignore[arg-type]
+            elif self.memory is not None:
+                self.memory.put(keys[index], value)
             found[index] = entry
         self._count(model, "redis", [found[index] for index in missing], started)
         if self.memory is not None:

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
+
+from starlette.responses import Response
 
 from config import errors
 from gateway.http.errors import ErrorShape, error_response
@@ -32,15 +34,19 @@ ERROR_SHAPES: dict[str, ErrorShape] = {**{path: "tei" for path in tei.TEI_PATHS}
 TEI_BODIES: Mapping[str, Callable[[Mapping[str, Any]], bool]] = {"/rerank": shared_rerank.is_tei_rerank}
 
 
-async def answered(adapter: Callable[[Engine, B], Awaitable[T]], engine: Engine, body: B) -> T:
+async def answered(adapter: Callable[[Engine, B], Awaitable[T | Response]], engine: Engine, body: B) -> T:
     """`adapter(engine, body)`, called here so that an adapter's refusal of its own body is answered like any
     other error; at the body's `priority` level, within the class of the caller (an online request's, or a
-    bulk job's), with the tenant's share."""
+    bulk job's), with the tenant's share.
+
+    The answer, or the error, may be a starlette `Response` (written here or by the adapter), which BentoML
+    sends as it is: it is typed as `T` all the same, since a route's return annotation is BentoML's schema of
+    its success."""
     level = getattr(body, "priority", 0) or 0
     return await answering(lambda: adapter(engine, body), level, recorded=not PRIORITY.get().batch)
 
 
-async def answering(call: Callable[[], Awaitable[T]], level: int = 0, recorded: bool = True) -> T:
+async def answering(call: Callable[[], Awaitable[T | Response]], level: int = 0, recorded: bool = True) -> T:
     """Every route's one way to answer (the model routes through `answered`, the file and batch routes directly):
     `call()` traced (in the request metrics if `recorded`), at priority `level` with the tenant's share, and an
     `EmbentoError` as its response."""
@@ -51,11 +57,11 @@ async def answering(call: Callable[[], Awaitable[T]], level: int = 0, recorded: 
     try:
         answer = await call()
         trace.finish(200)
-        return answer
+        return cast(T, answer)  # a Response stands in for T: BentoML sends it as it is
     except errors.EmbentoError as exc:
         response = error_response(exc)
         trace.finish(response.status_code)
-        return response  # type: ignore[return-value]
+        return cast(T, response)  # likewise
     except Exception:  # a bug: BentoML answers 500
         trace.finish(500)
         raise

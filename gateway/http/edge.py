@@ -139,7 +139,8 @@ def without_torch_unless_needed(kinds: Iterable[Kind]) -> None:
     own way to say it cannot. CLAP's and ColPali's processors need torch (models/kinds.py)."""
     if gateway_needs_torch(kinds):
         return
-    sys.modules.setdefault("torch", None)  # type: ignore[assignment]
+    # typeshed's sys.modules holds modules only; None there is the import system's documented "not found".
+    sys.modules.setdefault("torch", None)  # type: ignore[arg-type]
     # transformers then says "PyTorch was not found. Models won't be available ...": here that is the intent,
     # not a failure, and it would be a newcomer's first alarming line.
     logging.getLogger("transformers").addFilter(

@@ -34,14 +34,16 @@ class Rows:
         """A text model's rows (images and audio: `payloads`, then `processed`)."""
         tokenizer, values = self.preprocessors.tokenizer(info), [item.value for item in query.items]
         if not isinstance(values[0], str):
-            work = functools.partial(tokenizer.encode_ids, values, query.truncation)
+            ids = [value for value in values if not isinstance(value, str)]  # all: never mixed with texts (wire)
+            work = functools.partial(tokenizer.encode_ids, ids, query.truncation)
             token_ids = await off_loop_if_large(work, sum(len(value) for value in values))
             return Plan.direct(TokenizedText.rows(info.served_model_name, token_ids, normalize=query.normalize))
+        strings = [value for value in values if isinstance(value, str)]  # all of them, likewise
         prompt = tokenizer.prompt(query.prompt_name, query.instruction, query.input_type)
         size = sum(len(value) for value in values)
         if info.spec.encodes_roles:
             is_query = query.input_type == "search_query"
-            return Plan.direct(await self.with_roles(info, values, is_query, prompt, query))  # type: ignore[arg-type]
+            return Plan.direct(await self.with_roles(info, strings, is_query, prompt, query))
         prompt_length = tokenizer.prompt_length(prompt) if prompt else 0
         if query.long_input is LongInput.MEAN:
             texts = long_texts(info, tokenizer, query)
@@ -49,12 +51,12 @@ class Rows:
                 lambda: Plan.joined(
                     [
                         texts.windowed(f"{query.items_param}[{i}]", text, prompt, prompt_length)
-                        for i, text in enumerate(values)
+                        for i, text in enumerate(strings)
                     ]
                 ),
                 size,
             )
-        work = functools.partial(tokenizer.encode_texts, values, prompt, query.truncation)
+        work = functools.partial(tokenizer.encode_texts, strings, prompt, query.truncation)
         token_ids = await off_loop_if_large(work, size)
         return Plan.direct(
             TokenizedText.rows(
@@ -142,18 +144,19 @@ class Rows:
             work = functools.partial(tokenizer.encode_pair_list, texts, list(pairs), query.truncation)
             token_ids, segments = await off_loop_if_large(work, size)
         else:
-            work = functools.partial(tokenizer.encode_texts, texts, "", query.truncation)
-            token_ids, segments = await off_loop_if_large(work, size), None
+            text_work = functools.partial(tokenizer.encode_texts, texts, "", query.truncation)
+            token_ids, segments = await off_loop_if_large(text_work, size), None
         return TokenizedText.rows(info.served_model_name, token_ids, segments)
 
     async def payloads(self, items: Sequence[InputItem]) -> list[str | bytes]:
         """Each item's text, or its file's bytes (a data URI's decoded, a URL's fetched)."""
 
         async def payload(index: int, item: InputItem) -> str | bytes:
+            assert isinstance(item.value, str)  # token ids are refused for media models (gateway/validation.py)
             if item.modality == "text":
-                return item.value  # type: ignore[return-value]
+                return item.value
             where = f"input[{index}]"
-            return await load_item(item.value, self.fetcher, self.limits.max_item_bytes, where)  # type: ignore[arg-type]
+            return await load_item(item.value, self.fetcher, self.limits.max_item_bytes, where)
 
         return list(await asyncio.gather(*(payload(i, item) for i, item in enumerate(items))))
 

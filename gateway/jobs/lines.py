@@ -53,8 +53,9 @@ def parse_batch_file(content: bytes, endpoint: str, max_lines: int) -> tuple[lis
 def _request(raw: str, number: int, endpoint: str, seen: set[str]) -> tuple[BatchLine | None, dict | None]:
     try:
         request = json.loads(raw)
-    except ValueError as exc:
-        return None, problem("invalid_json_line", f"line {number} is not valid JSON: {exc.msg}", None, number)
+    except ValueError as exc:  # JSONDecodeError, or an integer past Python's 4,300 digits (a plain ValueError)
+        reason = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)
+        return None, problem("invalid_json_line", f"line {number} is not valid JSON: {reason}", None, number)
     if not isinstance(request, dict):
         return None, problem("invalid_json_line", f"line {number} is not a JSON object", None, number)
     custom_id = request.get("custom_id")

@@ -86,7 +86,9 @@ class JobStore:
         if self._created:
             return
         if self.engine.dialect.name == "sqlite":  # made on first use: not by every process that imports the service
-            Path(self.engine.url.database).parent.mkdir(parents=True, exist_ok=True)
+            database = self.engine.url.database
+            assert database is not None  # a file: _sqlite's URL names one
+            Path(database).parent.mkdir(parents=True, exist_ok=True)
         with self.engine.begin() as conn:
             if conn.dialect.name == "postgresql":  # create_all checks, then creates: one process at a time
                 conn.execute(text("SELECT pg_advisory_xact_lock(7310601)"))
@@ -108,7 +110,7 @@ class JobStore:
     def add_file(self, filename: str, purpose: str, content: bytes, tenant: Tenant = OPEN) -> dict[str, Any]:
         self.create_schema()
         now = self._now()
-        record = {
+        record: dict[str, Any] = {
             "id": new_id("file-"),
             "purpose": purpose,
             "filename": filename,
@@ -228,7 +230,7 @@ class JobStore:
     ) -> dict[str, Any]:
         self.create_schema()
         now = self._now()
-        record = {
+        record: dict[str, Any] = {
             "id": new_id("batch_"),
             "endpoint": endpoint,
             "input_file_id": input_file_id,
@@ -260,7 +262,9 @@ class JobStore:
             if tenant.max_queued_lines is not None:
                 self._check_queued_lines(conn, tenant, source.lines or 0)
             conn.execute(insert(schema.batches).values(record))
-        return self.batch(record["id"], tenant)  # type: ignore[return-value]
+        batch = self.batch(record["id"], tenant)
+        assert batch is not None  # inserted just now
+        return batch
 
     @staticmethod
     def _check_queued_lines(conn: Connection, tenant: Tenant, adding: int) -> None:

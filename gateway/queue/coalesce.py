@@ -169,7 +169,7 @@ class Coalescer:
         self._dropped = dropped
         self._clock = clock or LoopClock()
         self._one_pass = one_pass or (lambda rows: len(rows) <= max_rows)
-        self._waiting = FairQueue()
+        self._waiting: FairQueue[Waiting] = FairQueue()
         self._arrivals = itertools.count()
         self._arrived = asyncio.Event()
         self._senders: set[asyncio.Task[None]] = set()
@@ -209,7 +209,7 @@ class Coalescer:
                 finally:
                     self._batch_slot.give_back()
         finally:  # at once, not in a done callback: a request arriving meanwhile would find no sender
-            self._senders.discard(asyncio.current_task())  # type: ignore[arg-type]
+            self._senders.discard(asyncio.current_task())
 
     async def _wait_for_returning(self, answered: list[Waiting]) -> None:
         """If requests wait, give those just answered up to `RETURN_WAIT_S` to come back and join them. While

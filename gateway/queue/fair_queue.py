@@ -14,7 +14,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Generic, Protocol, TypeVar
 
 
 class Queued(Protocol):
@@ -39,13 +39,16 @@ class Queued(Protocol):
     def arrival(self) -> int: ...
 
 
+Q = TypeVar("Q", bound=Queued)  # the queue gives back the requests it was given, of their own type
+
+
 @dataclass
-class ClassQueue:
+class ClassQueue(Generic[Q]):
     """The waiting requests of one class, per tenant: a heap by (level, arrival)."""
 
     virtual_time: float = 0.0
     finish: dict[str, float] = field(default_factory=dict)  # each tenant's last finish tag
-    waiting: dict[str, list[tuple[int, int, Queued]]] = field(default_factory=dict)
+    waiting: dict[str, list[tuple[int, int, Q]]] = field(default_factory=dict)
 
     def start(self, tenant: str) -> float:
         return max(self.virtual_time, self.finish.get(tenant, 0.0))
@@ -54,24 +57,24 @@ class ClassQueue:
         return min(self.waiting, key=lambda name: (self.start(name), self.waiting[name][0][1]))
 
 
-class FairQueue:
+class FairQueue(Generic[Q]):
     def __init__(self) -> None:
-        self._classes: dict[int, ClassQueue] = {}
+        self._classes: dict[int, ClassQueue[Q]] = {}
         self._size = 0
 
-    def push(self, item: Queued) -> None:
+    def push(self, item: Q) -> None:
         queue = self._classes.setdefault(item.job_class, ClassQueue())
         heapq.heappush(queue.waiting.setdefault(item.tenant, []), (item.level, item.arrival, item))
         self._size += 1
 
-    def head(self) -> Queued | None:
+    def head(self) -> Q | None:
         """The next to leave, or None."""
         if not self._classes:
             return None
         queue = self._classes[min(self._classes)]
         return queue.waiting[queue.next_tenant()][0][2]
 
-    def pop(self, charge: bool = True) -> Queued:
+    def pop(self, charge: bool = True) -> Q:
         """The head, out of the queue; its tokens counted against its tenant's share unless `charge` is false (a
         request abandoned before it left costs nothing)."""
         job_class = min(self._classes)
@@ -89,7 +92,7 @@ class FairQueue:
         self._size -= 1
         return item
 
-    def __iter__(self) -> Iterator[Queued]:
+    def __iter__(self) -> Iterator[Q]:
         for queue in self._classes.values():
             for waiting in queue.waiting.values():
                 yield from (item for _, _, item in waiting)

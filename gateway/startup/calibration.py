@@ -74,7 +74,8 @@ async def _quantizer(
     one call at a time."""
     name = info.served_model_name
     settings = config.model(name)
-    scheme, configured = settings.quantization, settings.quantization_ranges  # type: ignore[union-attr]
+    assert settings is not None  # a served model's
+    scheme, configured = settings.quantization, settings.quantization_ranges
     if configured:
         return Quantizer(scheme, configured=read_configured_ranges(configured, info.dimension, scheme))
     vectors, started = [], time.perf_counter()

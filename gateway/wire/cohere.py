@@ -172,7 +172,7 @@ def embed_v2_answer(embeddings: Embeddings) -> dict:
 
 
 def _texts(query: EmbedQuery) -> list[str]:
-    return [item.value for item in query.items if item.modality == "text"]  # type: ignore[misc]
+    return [item.value for item in query.items if item.modality == "text" and isinstance(item.value, str)]
 
 
 def _embed_meta(version: str, embeddings: Embeddings) -> dict:

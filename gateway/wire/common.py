@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from typing import Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import orjson
 from pydantic import (
@@ -24,15 +24,18 @@ from pydantic import (
 )
 from starlette.responses import Response
 
-from gateway.queries import InputItem, RankQuery
+from gateway.queries import InputItem, InputType, RankQuery
 from gateway.queue.priority import Prioritized
 from models.base import Modality, Truncation
 from models.kinds import ScoreMode
 
+if TYPE_CHECKING:
+    from typing_extensions import TypeIs  # typing's own from Python 3.13
+
 T = TypeVar("T")
 TokenIds = list[StrictInt]
 # Voyage's input types and the Cohere-style ones our models name their prompts (and ColBERT its roles) by.
-SHORT_INPUT_TYPES = {"query": "search_query", "document": "search_document"}
+SHORT_INPUT_TYPES: dict[str, InputType] = {"query": "search_query", "document": "search_document"}
 
 
 def as_list(value: T | list[T]) -> list[T]:
@@ -75,11 +78,17 @@ def reworded_union(field: str) -> Any:
     return field_validator(field, mode="wrap")(reword)
 
 
-def input_items(raw: EmbeddingInput, modality: Modality = "text") -> tuple[InputItem, ...]:
+def input_items(raw: EmbeddingInput | list[str], modality: Modality = "text") -> tuple[InputItem, ...]:
     """One item per input: typed items say their modality, token-id lists are text, plain strings are
-    `modality`."""
-    values = [raw] if isinstance(raw, str) or (raw and isinstance(raw[0], int)) else raw
-    return tuple(_item(value, modality) for value in values)  # type: ignore[union-attr]
+    `modality`. (`list[str]`: infinity's legacy media routes take strings alone.)"""
+    values = [raw] if isinstance(raw, str) or token_ids(raw) else raw
+    return tuple(_item(value, modality) for value in values)
+
+
+def token_ids(raw: object) -> TypeIs[list[int]]:
+    """One input's token ids: a list of ints, told by its first (the body's model checked the rest). An empty
+    list is no input at all."""
+    return isinstance(raw, list) and bool(raw) and isinstance(raw[0], int)
 
 
 def _item(value: str | list[int] | TextItem | ImageItem | AudioItem, modality: Modality) -> InputItem:

@@ -9,6 +9,7 @@ import time
 from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, Field, StrictBool, StrictStr
+from starlette.responses import Response
 
 from gateway.queries import ClassifyQuery, EmbedQuery
 from gateway.queue.priority import Prioritized
@@ -48,11 +49,11 @@ def media_query(body: LegacyMediaRequest, modality: Modality) -> EmbedQuery:
     return EmbedQuery(items=input_items(body.input, modality), model=body.model, output_types=(body.encoding_format,))
 
 
-async def embed_images(engine: Engine, body: LegacyMediaRequest) -> EmbeddingResponse:
+async def embed_images(engine: Engine, body: LegacyMediaRequest) -> EmbeddingResponse | Response:
     return await embedding_answer(await engine.embed(media_query(body, "image")))
 
 
-async def embed_audio(engine: Engine, body: LegacyMediaRequest) -> EmbeddingResponse:
+async def embed_audio(engine: Engine, body: LegacyMediaRequest) -> EmbeddingResponse | Response:
     return await embedding_answer(await engine.embed(media_query(body, "audio")))
 
 

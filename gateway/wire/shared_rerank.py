@@ -25,6 +25,8 @@ M = TypeVar("M", bound=BaseModel)
 class RerankBody(RerankRequest):
     """POST /rerank: infinity's body (`documents`) or TEI's (`texts`, `return_text`), told apart by the body."""
 
+    # Optional here, where RerankRequest requires it: TEI's body has `texts` instead. A RerankBody is never used
+    # as a RerankRequest: `family_body` validates the chosen family's own body out of it.
     documents: list[StrictStr | DocumentObject] | None = None  # type: ignore[assignment]
     texts: list[StrictStr] | None = Field(None, description="TEI's documents; the answer is then TEI's.")
     return_text: StrictBool = Field(False, description="TEI's: each result carries its text.")

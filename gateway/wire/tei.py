@@ -26,6 +26,7 @@ from gateway.wire.common import (
     input_items,
     ranked_labels,
     reworded_union,
+    token_ids,
 )
 from models.base import Activation
 from models.kinds import KindSpec, Output
@@ -165,15 +166,18 @@ class TeiPredictRequest(TruncationControls):
 def predict_query(body: TeiPredictRequest, activation: Activation | None = None) -> ClassifyQuery:
     """Each sequence's first text, and its second where it is a pair; `raw_scores` wins over `activation`."""
     raw = body.inputs
-    sequences = raw if body.is_batch() else [[raw] if isinstance(raw, str) else raw] if raw else []
-    for index, sequence in enumerate(sequences):
-        if not 1 <= len(sequence) <= 2 or not all(isinstance(text, str) and text for text in sequence):
+    given = raw if body.is_batch() else [[raw] if isinstance(raw, str) else raw] if raw else []
+    sequences: list[list[str]] = []
+    for index, sequence in enumerate(given):
+        texts = [text for text in sequence if isinstance(text, str) and text]
+        if not 1 <= len(sequence) <= 2 or len(texts) < len(sequence):
             raise InvalidRequest(f"inputs[{index}] must be one non-empty text or a pair of them", param="inputs")
+        sequences.append(texts)
     pairs = tuple(s[1] if len(s) == 2 else None for s in sequences)
     return ClassifyQuery(
         texts=tuple(s[0] for s in sequences),
         pairs=pairs,
-        model=body.model,  # type: ignore[misc]
+        model=body.model,
         activation="identity" if body.raw_scores else activation,
         truncation=body.truncation(),
         texts_param="inputs",
@@ -271,10 +275,10 @@ class TeiDecodeRequest(BaseModel):
 
 def decode_query(body: TeiDecodeRequest) -> DecodeQuery:
     ids = body.ids
-    sequences = ids if ids and isinstance(ids[0], list) else [ids] if ids else []
+    sequences = [ids] if token_ids(ids) else ids
     return DecodeQuery(
         ids=tuple(tuple(sequence) for sequence in sequences),
-        model=body.model,  # type: ignore[arg-type]
+        model=body.model,
         skip_special_tokens=body.skip_special_tokens,
     )
 

@@ -127,6 +127,7 @@ def _encoded(embeddings: Embeddings, in_base64: bool) -> list:
         return embeddings.encoded(dtype, vectors)
     if dtype == "float":
         return [to_base64(vector) for vector in vectors]
+    assert dtype != "base64"  # not one of Voyage's dtypes
     return [base64.b64encode(codes.tobytes()).decode("ascii") for codes in embeddings.codes(dtype, vectors)]
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -56,7 +57,7 @@ def pick_dtype(requested: str, device: str) -> torch.dtype:
     return torch.float32
 
 
-def load_on_device(model_class: type, folder: Path, cfg: ModelConfig, task: str) -> tuple[Any, str, str]:
+def load_on_device(model_class: Callable[..., Any], folder: Path, cfg: ModelConfig, task: str) -> tuple[Any, str, str]:
     """A sentence-transformers `SentenceTransformer` or `CrossEncoder` from a local folder on the configured
     device, backend and dtype, in eval mode, with (device, dtype name). Nothing is fetched: the folder was
     resolved beforehand. CTranslate2 loads the torch model here; the caller swaps its Transformer module."""

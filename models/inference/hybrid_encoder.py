@@ -77,8 +77,10 @@ class HybridEncoder:
                 continue
             made: dict[Representation, np.ndarray] = {"dense": dense[index]}
             if "sparse" in row.representations:
+                assert weights is not None  # made for every pass where a row asks for them (`wanted`)
                 made["sparse"] = self._lexical_weights(np.asarray(row.input_ids), weights[index, span])
             if "colbert" in row.representations:
+                assert colbert is not None  # likewise
                 made["colbert"] = colbert[index]
             outputs.append(pack_arrays([made[name] for name in row.representations]))
         return outputs

@@ -10,7 +10,7 @@ batch carry different prompts, where sentence-transformers assumes one per batch
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +49,7 @@ class TextEncoder:
             dtype=dtype,
         )
 
-    def forward(self, rows: Sequence[TokenizedText]) -> np.ndarray:
+    def forward(self, rows: Sequence[TokenizedText]) -> np.ndarray | Sequence[np.ndarray]:
         return self.launch(rows).wait()
 
     def launch(self, rows: Sequence[TokenizedText]) -> PendingOutputs:
@@ -172,10 +172,10 @@ def _load_sentence_transformer(folder: Path, cfg: ModelConfig) -> tuple[Any, str
     return model, device, dtype
 
 
-def _has_normalize(model: object) -> bool:
+def _has_normalize(model: Iterable[Any]) -> bool:
     from sentence_transformers.sentence_transformer.modules import Normalize
 
-    return any(isinstance(m, Normalize) for m in model)  # type: ignore[attr-defined]
+    return any(isinstance(m, Normalize) for m in model)
 
 
 def _ends_in_normalize(model: Any) -> bool:

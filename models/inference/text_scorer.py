@@ -66,7 +66,7 @@ class TextScorer:
             scorer=scorer,
         )
 
-    def forward(self, rows: Sequence[TokenizedText]) -> np.ndarray:
+    def forward(self, rows: Sequence[TokenizedText]) -> np.ndarray | Sequence[np.ndarray]:
         return self.launch(rows).wait()
 
     def launch(self, rows: Sequence[TokenizedText]) -> PendingOutputs:

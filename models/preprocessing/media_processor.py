@@ -6,6 +6,7 @@ keeps its own length; the model service pads and stacks rows into batches (`mode
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -57,12 +58,12 @@ class MediaProcessor:
     def encode(self, model: str, items: list[tuple[Modality, str | bytes]], limits: MediaLimits) -> list[ModelInput]:
         """Rows for a request's items, in order: texts, and image or audio bytes (decoded here)."""
         decoded = decode_items(items, self.sampling_rate, limits)
-        rows: list[ModelInput | None] = [None] * len(decoded)
+        rows: dict[int, ModelInput] = {}
         for modality in {modality for modality, _ in decoded}:
             indices = [i for i, (m, _) in enumerate(decoded) if m == modality]
             for index, row in zip(indices, self.rows(model, modality, [decoded[i][1] for i in indices])):
                 rows[index] = row
-        return rows  # type: ignore[return-value]
+        return [rows[index] for index in range(len(decoded))]
 
     def calibration_rows(self, model: str, texts: list[str], limits: MediaLimits) -> list[ModelInput]:
         return self.encode(model, [("text", text) for text in texts], limits)
@@ -85,7 +86,12 @@ class MediaProcessor:
         """Rows for texts (str), images (PIL, RGB) or audio (mono float32 at `sampling_rate`)."""
         if modality not in self.modalities:
             raise InvalidRequest(f"model '{model}' takes {self.modalities}, not {modality}", param="input")
-        arrays = {"text": self._text, "image": self._image, "audio": self._audio}[modality](items)
+        converters: dict[Modality, Callable[[list[Any]], list[dict[str, np.ndarray]]]] = {
+            "text": self._text,
+            "image": self._image,
+            "audio": self._audio,
+        }
+        arrays = converters[modality](items)
         return [ModelInput(model=model, modality=modality, arrays=a, length=_length(a)) for a in arrays]
 
     def _text(self, texts: list[str]) -> list[dict[str, np.ndarray]]:
@@ -153,9 +159,11 @@ def decode_items(
     for index, (modality, value) in enumerate(items):
         where = f"input[{index}]"
         if modality == "image":
-            decoded.append((modality, decode_image(value, limits, where)))  # type: ignore[arg-type]
+            assert isinstance(value, bytes), "images come as bytes"
+            decoded.append((modality, decode_image(value, limits, where)))
         elif modality == "audio":
-            decoded.append((modality, decode_audio(value, sampling_rate or 0, limits, where)))  # type: ignore[arg-type]
+            assert isinstance(value, bytes), "audio comes as bytes"
+            decoded.append((modality, decode_audio(value, sampling_rate or 0, limits, where)))
         else:
             decoded.append((modality, value))
     return decoded

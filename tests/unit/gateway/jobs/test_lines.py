@@ -47,6 +47,13 @@ def test_each_problem_names_its_code_field_and_line():
     assert "'a'" in problems[1]["message"] and "/v1/rerank" in problems[2]["message"]
 
 
+def test_an_integer_past_pythons_digit_limit_is_a_problem_on_its_line_not_a_crash():
+    content = "\n".join([line("a"), '{"custom_id": "b", "body": {"input": ' + "1" * 5000 + "}}"]).encode()
+    _, problems = parse_batch_file(content, ENDPOINT, 10)
+    assert [(p["code"], p["line"]) for p in problems] == [("invalid_json_line", 2)]
+    assert "4300 digits" in problems[0]["message"]
+
+
 def test_too_many_lines_an_empty_file_and_bytes_that_are_not_utf8_fail_the_batch():
     assert [
         p["code"] for p in parse_batch_file("\n".join(line(str(i)) for i in range(3)).encode(), ENDPOINT, 2)[1]
