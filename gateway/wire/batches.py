@@ -19,6 +19,7 @@ from config.settings import JobSettings
 from gateway.http.answer import answering
 from gateway.http.errors import describe_validation
 from gateway.jobs.answers import ENDPOINTS
+from gateway.jobs.records import BatchRecord, FileRecord
 from gateway.jobs.store import BATCH_WINDOW_S, JobStore
 from gateway.tenants.keys import TENANT
 
@@ -43,7 +44,7 @@ def upload_limit(settings: JobSettings) -> int:
     return settings.max_file_bytes + MULTIPART_OVERHEAD_BYTES
 
 
-def file_object(record: dict[str, Any]) -> dict[str, Any]:
+def file_object(record: FileRecord) -> dict[str, Any]:
     return {
         "id": record["id"],
         "object": "file",
@@ -57,7 +58,7 @@ def file_object(record: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def batch_object(record: dict[str, Any]) -> dict[str, Any]:
+def batch_object(record: BatchRecord) -> dict[str, Any]:
     problems = record["errors"]
     return {
         "id": record["id"],
@@ -158,7 +159,7 @@ def job_routes(store: JobStore, settings: JobSettings, created: Callable[[], Non
             pieces, media_type="application/octet-stream", headers={"Content-Length": str(record["bytes"])}
         )
 
-    async def _file(request: Request) -> dict[str, Any]:
+    async def _file(request: Request) -> FileRecord:
         file_id = request.path_params["file_id"]
         record = await asyncio.to_thread(store.file, file_id, TENANT.get())
         if record is None:
@@ -234,7 +235,7 @@ def _no_file(file_id: str) -> errors.NotFound:
     return errors.NotFound(f"no file '{file_id}' (unknown, expired or deleted)", param="file_id")
 
 
-def _found(record: dict[str, Any] | None, batch_id: str) -> dict[str, Any]:
+def _found(record: BatchRecord | None, batch_id: str) -> BatchRecord:
     if record is None:
         raise errors.NotFound(f"no batch '{batch_id}'", param="batch_id")
     return record

@@ -1,13 +1,13 @@
 """Test-side only: a fault the crash-recovery test (tests/server/test_batches.py) injects into a real server.
 
-That test puts this folder on the server's PYTHONPATH, which its gateway workers inherit, and names a bulk-job step
-in `CRASH_HOOK_JOB_STEP`. Python imports this module at start-up in every process of the server; when
-gateway/jobs/store.py is imported, its `JobStore` is wrapped so that the process dies by SIGKILL, as a crashed
-worker would, at that step:
+That test puts this folder on the server's PYTHONPATH, which its gateway workers inherit, and names a bulk-job step in
+`CRASH_HOOK_JOB_STEP`. Python imports this module at start-up in every process of the server; when
+gateway/jobs/leases.py is imported, its `Leases` (the job worker's side of the store) is wrapped so that the process
+dies by SIGKILL, as a crashed worker would, at that step:
 
-- `validating`: a batch's lines parsed, before they are stored (`JobStore.validated`);
-- `chunk`: a chunk's lines answered, before its results are stored (`JobStore.store_chunk`), past the first chunk;
-- `finalizing`: a batch marked finalizing (`JobStore.finalizing`), before its output files are made.
+- `validating`: a batch's lines parsed, before they are stored (`Leases.validated`);
+- `chunk`: a chunk's lines answered, before its results are stored (`Leases.store_chunk`), past the first chunk;
+- `finalizing`: a batch marked finalizing (`Leases.finalizing`), before its output files are made.
 
 Before dying it writes `crash hook: killing this worker at <step>` to standard error (the server's log).
 """
@@ -31,17 +31,17 @@ def die(step: str) -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
-def wrap(store_class: type, step: str) -> None:
+def wrap(leases_class: type, step: str) -> None:
     if step == "validating":
-        original = store_class.validated
+        original = leases_class.validated
 
         @functools.wraps(original)
         def validated(self, *args, **kwargs):
             die(step)
 
-        store_class.validated = validated
+        leases_class.validated = validated
     elif step == "chunk":
-        original_store = store_class.store_chunk
+        original_store = leases_class.store_chunk
 
         @functools.wraps(original_store)
         def store_chunk(self, chunk, *args, **kwargs):
@@ -49,9 +49,9 @@ def wrap(store_class: type, step: str) -> None:
                 die(step)
             return original_store(self, chunk, *args, **kwargs)
 
-        store_class.store_chunk = store_chunk
+        leases_class.store_chunk = store_chunk
     else:
-        original_finalizing = store_class.finalizing
+        original_finalizing = leases_class.finalizing
 
         @functools.wraps(original_finalizing)
         def finalizing(self, *args, **kwargs):
@@ -59,14 +59,14 @@ def wrap(store_class: type, step: str) -> None:
                 die(step)
             return False
 
-        store_class.finalizing = finalizing
+        leases_class.finalizing = finalizing
 
 
-class WrapJobStore(importlib.abc.MetaPathFinder):
-    """Finds gateway.jobs.store as Python would, and wraps its `JobStore` once it has run."""
+class WrapLeases(importlib.abc.MetaPathFinder):
+    """Finds gateway.jobs.leases as Python would, and wraps its `Leases` once it has run."""
 
     def find_spec(self, name, path, target=None):
-        if name != "gateway.jobs.store":
+        if name != "gateway.jobs.leases":
             return None
         spec = importlib.machinery.PathFinder.find_spec(name, path)
         if spec is None or spec.loader is None:
@@ -75,7 +75,7 @@ class WrapJobStore(importlib.abc.MetaPathFinder):
 
         def exec_module(module):
             run(module)
-            wrap(module.JobStore, STEP)
+            wrap(module.Leases, STEP)
 
         spec.loader.exec_module = exec_module
         return spec
@@ -84,4 +84,4 @@ class WrapJobStore(importlib.abc.MetaPathFinder):
 if STEP:
     if STEP not in STEPS:
         raise SystemExit(f"CRASH_HOOK_JOB_STEP={STEP!r}: not one of {STEPS}")
-    sys.meta_path.insert(0, WrapJobStore())
+    sys.meta_path.insert(0, WrapLeases())
