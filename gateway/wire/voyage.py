@@ -157,8 +157,6 @@ def _answer(
 
 
 async def contextualized(engine: Engine, body: ContextualizedRequest) -> ContextualizedResponse:
-    if not body.inputs:
-        raise InvalidRequest("inputs must not be empty", param="inputs")
     in_base64 = body.encoding_format == "base64"
     if body.input_type == "query" and not body.enable_auto_chunking:
         documents = _documents(body)
