@@ -143,19 +143,36 @@ def test_two_gateway_workers_share_hits_through_redis(two_servers, redis_server)
     pytest.fail("no request was answered from Redis by the other worker in 40 tries")
 
 
-async def _load(url: str, seconds: float, texts: list[str]) -> list[int]:
-    """`CLIENTS` clients in a closed loop for `seconds`, each request half repeated, half new: the statuses."""
-    statuses: list[int] = []
-    stop = time.monotonic() + seconds
+class Load:
+    """`CLIENTS` clients in a closed loop against `url`, each request half repeated, half new, until `stop`; the
+    scenario moves on by answered requests (`answered`), not by time, so a slow machine tests as much."""
 
-    async def client(index: int) -> None:
-        async with httpx.AsyncClient(timeout=60) as http:
-            while time.monotonic() < stop:
-                body = {"input": [texts[index % len(texts)], *_new_texts(1)], "model": MINILM}
-                statuses.append((await http.post(f"{url}/v1/embeddings", json=body)).status_code)
+    def __init__(self, url: str, texts: list[str]) -> None:
+        self.url, self.texts = url, texts
+        self.statuses: list[int] = []
+        self._progress = asyncio.Event()
+        self._stopping = False
 
-    await asyncio.gather(*(client(i) for i in range(CLIENTS)))
-    return statuses
+    async def run(self) -> list[int]:
+        async def client(index: int) -> None:
+            async with httpx.AsyncClient(timeout=60) as http:
+                while not self._stopping:
+                    body = {"input": [self.texts[index % len(self.texts)], *_new_texts(1)], "model": MINILM}
+                    self.statuses.append((await http.post(f"{self.url}/v1/embeddings", json=body)).status_code)
+                    self._progress.set()
+
+        await asyncio.gather(*(client(i) for i in range(CLIENTS)))
+        return self.statuses
+
+    async def answered(self, count: int) -> None:
+        """Until `count` more requests have been answered (a minute at most: a stuck server fails the test)."""
+        target = len(self.statuses) + count
+        while len(self.statuses) < target:
+            self._progress.clear()
+            await asyncio.wait_for(self._progress.wait(), timeout=60)
+
+    def stop(self) -> None:
+        self._stopping = True
 
 
 @pytest.mark.server
@@ -163,12 +180,15 @@ def test_redis_killed_and_restarted_under_load_fails_no_request(two_servers, red
     url, other = two_servers
 
     async def scenario() -> list[int]:
-        load = asyncio.ensure_future(_load(url, 6.0, _new_texts(8)))
-        await asyncio.sleep(1.5)
+        load = Load(url, _new_texts(8))
+        running = asyncio.ensure_future(load.run())
+        await load.answered(CLIENTS)  # every client under way, Redis serving
         redis_server.kill()
-        await asyncio.sleep(2.0)
+        await load.answered(2 * CLIENTS)  # answered while Redis is down
         redis_server.start()
-        return await load
+        await load.answered(2 * CLIENTS)  # and once it is back
+        load.stop()
+        return await running
 
     statuses = asyncio.run(scenario())
     assert statuses and set(statuses) == {200}, {s: statuses.count(s) for s in set(statuses)}
@@ -180,9 +200,17 @@ def test_redis_killed_and_restarted_under_load_fails_no_request(two_servers, red
 @pytest.mark.server
 def test_a_stalled_redis_fails_no_request(two_servers, redis_server):
     url, _ = two_servers
+
+    async def scenario() -> list[int]:
+        load = Load(url, _new_texts(8))
+        running = asyncio.ensure_future(load.run())
+        await load.answered(CLIENTS)  # the first of them met Redis stalled (4 s: longer than any lookup waits)
+        load.stop()
+        return await running
+
     stall = redis_server.debug_sleep(4)
     try:
-        statuses = asyncio.run(_load(url, 2.0, _new_texts(8)))
+        statuses = asyncio.run(scenario())
     finally:
         stall.wait(timeout=30)
     assert statuses and set(statuses) == {200}, {s: statuses.count(s) for s in set(statuses)}

@@ -35,9 +35,9 @@ from tests.retrieval import DOCUMENTS
 from tests.tolerance import cosines
 
 pytestmark = pytest.mark.server
-# Agreement with float32. int8 is bounded by ONNX Runtime's dynamic quantization, which scales activations
-# per tensor, over the whole padded batch: a scorer's few logits moved by 0.95-0.99 here (batch- and
-# CPU-dependent); all-MiniLM-L6-v2's embeddings keep a mean of 0.99 (tests/unit/models/inference/test_backends.py, README).
+# Agreement with float32. int8 is bounded by ONNX Runtime's dynamic quantization, which scales activations per tensor,
+# over the whole padded batch: a scorer's few logits moved by 0.95-0.99 here (batch- and CPU-dependent);
+# all-MiniLM-L6-v2's embeddings keep a mean of 0.99 (tests/unit/models/inference/test_backends.py, README).
 MIN_COSINE = {"float32": 0.999, "bfloat16": 0.999, "int8": 0.9}
 # A classifier's raw logits in bfloat16: the fine-tuned-from-MiniLM head here answers logits of about 0.02, and
 # bfloat16's rounding of the hidden states (2^-9 of them, through the head's weights) moves each by about 6e-4,
