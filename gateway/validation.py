@@ -1,4 +1,7 @@
-"""One check per operation, run by the engine on the query and the chosen model before any work is done.
+"""Every check of a request, in one place: one per operation, run by the engine on the query and the chosen model
+before any work is done; and at the end, the few that need token counts, called where those are known (a long
+input's planning, the call to the model service). The adapters only translate: a body they cannot turn into a
+query (fields that contradict each other) is all they refuse.
 
 Every error names the wire field it is about (`param`): the query carries those names, so an adapter's own
 field names (`input`, `inputs`, `texts`, `embedding_types`) reach the client.
@@ -11,7 +14,16 @@ from dataclasses import replace
 
 from config.errors import InvalidRequest
 from config.settings import EmbentoConfig
-from gateway.queries import ClassifyQuery, ContextQuery, DecodeQuery, EmbedQuery, LongInput, RankQuery, TokenizeQuery
+from gateway.queries import (
+    AutoChunking,
+    ClassifyQuery,
+    ContextQuery,
+    DecodeQuery,
+    EmbedQuery,
+    LongInput,
+    RankQuery,
+    TokenizeQuery,
+)
 from gateway.representations import score_mode
 from gateway.routing import check_modalities
 from models.base import ModelInfo
@@ -320,3 +332,42 @@ def check_tokenize(query: TokenizeQuery, limits: EmbentoConfig) -> None:
 
 def check_decode(query: DecodeQuery, limits: EmbentoConfig) -> None:
     check_texts(query.ids, "ids", limits.max_client_batch_size, None, empty_item=None)
+
+
+# After tokenizing: the checks that need token counts, called where those are known (the rows' planning, the call).
+def check_request_tokens(tokens: int, most: int) -> None:
+    if tokens > most:
+        raise InvalidRequest(
+            f"the request holds {tokens} tokens after truncation; at most {most} are allowed", param="input"
+        )
+
+
+def check_embed_length(where: str, tokens: int, what: str, most: int, param: str) -> None:
+    """A long input or late-chunked document within `max_embed_len`."""
+    if tokens > most:
+        raise InvalidRequest(f"{where}: the {what} is {tokens} tokens; max_embed_len is {most}", param=param)
+
+
+def check_window_room(where: str, window: int, width: int, overlap: int, param: str) -> None:
+    """`long_input: mean`: a window holds more text tokens than windows share."""
+    if width <= overlap:
+        raise InvalidRequest(
+            f"{where}: a window of {window} tokens holds {max(width, 0)} after special tokens "
+            f"and the prompt, not more than chunk_overlap ({overlap})",
+            param=param,
+        )
+
+
+def check_chunk_overlap(chunking: AutoChunking, size: int) -> None:
+    """Auto-chunking's overlap below the chunk size (the model's window when none is given)."""
+    if chunking.overlap >= size:
+        raise InvalidRequest(
+            f"{chunking.overlap_param} ({chunking.overlap}) must be less than the chunk size ({size})",
+            param=chunking.overlap_param,
+        )
+
+
+def check_chunks_have_tokens(where: str, empty: list[int], param: str) -> None:
+    """Late chunking: every chunk holds a token (the indices of those that hold none, ascending)."""
+    if empty:
+        raise InvalidRequest(f"{where}: chunk {empty[0]} has no tokens (only whitespace?)", param=param)

@@ -12,8 +12,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from config.errors import InvalidRequest
 from gateway.queries import AutoChunking
+from gateway.validation import (
+    check_chunk_overlap,
+    check_chunks_have_tokens,
+    check_embed_length,
+    check_window_room,
+)
 from models.base import TokenizedText
 from models.long_inputs import (
     Segment,
@@ -90,16 +95,11 @@ class LongTexts:
         whole = self.tokenizer.document(prompt + text).ids
         if len(whole) <= self.limit:
             return Plan.direct([self._row(whole, prompt_length, self.normalize)])
-        self._check_length(where, len(whole), "input")
+        check_embed_length(where, len(whole), "input", self.settings.max_embed_len, self.param)
         prefix, suffix = self.tokenizer.frame
         prompt_ids = self.tokenizer.content(prompt) if prompt else []
         width = self.limit - len(prefix) - len(suffix) - len(prompt_ids)
-        if width <= self.settings.chunk_overlap:
-            raise InvalidRequest(
-                f"{where}: a window of {self.limit} tokens holds {max(width, 0)} after special tokens "
-                f"and the prompt, not more than chunk_overlap ({self.settings.chunk_overlap})",
-                param=self.param,
-            )
+        check_window_room(where, self.limit, width, self.settings.chunk_overlap, self.param)
         content = self.tokenizer.content(text)
         windows = [
             content[start : start + width] for start in window_starts(len(content), width, self.settings.chunk_overlap)
@@ -129,11 +129,7 @@ class LongTexts:
         """The document cut into chunks of `chunking.size` tokens at whitespace, each embedded in context;
         the plan's `texts` are the chunks."""
         size = chunking.size or self.limit - sum(map(len, self.tokenizer.frame))
-        if chunking.overlap >= size:
-            raise InvalidRequest(
-                f"{chunking.overlap_param} ({chunking.overlap}) must be less than the chunk size ({size})",
-                param=chunking.overlap_param,
-            )
+        check_chunk_overlap(chunking, size)
         tokens = self.tokenizer.document(document)
         starts = [start for (start, _), special in zip(tokens.offsets, tokens.special) if not special]
         cuts = auto_chunk_spans(tokens.text, starts, size, chunking.overlap)
@@ -143,11 +139,10 @@ class LongTexts:
     def _document_plan(self, where: str, text: str, spans: list[tuple[int, int]]) -> Plan:
         document = self.tokenizer.document(text)
         total = len(document.ids)
-        self._check_length(where, total, "document")
+        check_embed_length(where, total, "document", self.settings.max_embed_len, self.param)
         segments = chunk_segments(document.text, document.offsets, document.special, spans)
         empty = sorted(set(range(len(spans))) - {segment.chunk for segment in segments})
-        if empty:
-            raise InvalidRequest(f"{where}: chunk {empty[0]} has no tokens (only whitespace?)", param=self.param)
+        check_chunks_have_tokens(where, empty, self.param)
         if total <= self.limit:
             rows = [self._spanned(document.ids, segments, 0)]
             pieces = [segments]
@@ -184,11 +179,6 @@ class LongTexts:
             return [(unit(mean) if self.normalize else mean).astype(np.float32) for mean in means]
 
         return join
-
-    def _check_length(self, where: str, tokens: int, what: str) -> None:
-        limit = self.settings.max_embed_len
-        if tokens > limit:
-            raise InvalidRequest(f"{where}: the {what} is {tokens} tokens; max_embed_len is {limit}", param=self.param)
 
 
 def _within(segments: list[Segment], start: int, stop: int) -> list[Segment]:

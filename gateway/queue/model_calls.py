@@ -31,6 +31,7 @@ from gateway.queue.coalesce import BatchSlot, Coalescer
 from gateway.queue.deadline import until_done
 from gateway.queue.priority import PRIORITY, Priority
 from gateway.shared_memory import SharedCounters
+from gateway.validation import check_request_tokens
 from models.base import Kind, ModelInfo, Row
 from models.batching import BatchLimits, pass_overhead_tokens, plan_batches
 from models.kinds import spec
@@ -76,12 +77,7 @@ class ModelCalls:
     async def run(self, info: ModelInfo, rows: Sequence[Row]) -> list[np.ndarray]:
         """A request's rows through its model's service, admitted and under its deadline."""
         tokens = sum(row.length for row in rows)
-        if tokens > self.config.max_request_tokens:
-            raise errors.InvalidRequest(
-                f"the request holds {tokens} tokens after truncation; at most {self.config.max_request_tokens} "
-                "are allowed",
-                param="input",
-            )
+        check_request_tokens(tokens, self.config.max_request_tokens)
         request_id = uuid.uuid4().hex
         for row in rows:
             row.request_id = request_id
