@@ -102,7 +102,7 @@ def _verdict(
     """The export's verdict as its cache entry records it, else taken now: exporting, loading it on both
     backends and comparing; with the models loaded for it, by backend, for the caller to keep one. A failed
     export is recorded too, so no later start tries it again."""
-    from models.inference.onnx_export import onnx_entry
+    from models.inference.onnx_export import onnx_entry, write_whole
 
     task = spec(kind).onnx_task or ""
     recorded = onnx_entry(folder, task) / VERDICT_FILE
@@ -121,7 +121,7 @@ def _verdict(
         loaded["torch"] = model_class(folder, _on(cfg, "torch"), kind)
         verdict = compare(candidate, stacked(loaded["torch"].forward(rows)), spec(kind).output == "scores")
     try:
-        recorded.write_text(json.dumps(asdict(verdict)))
+        write_whole(recorded, json.dumps(asdict(verdict)))
     except OSError as exc:  # a read-only cache: the verdict holds for this start only
         logger.warning("cannot record the ONNX parity verdict in %s: %s", recorded, exc)
     return verdict, loaded

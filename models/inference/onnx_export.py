@@ -83,8 +83,15 @@ def exported_checkpoint(folder: Path, task: str) -> Path:
         _export(folder, task, entry / "onnx")
     key_file = entry / KEY_FILE
     if not key_file.is_file():
-        key_file.write_text(json.dumps(asdict(export_key(folder, task)), indent=1))
+        write_whole(key_file, json.dumps(asdict(export_key(folder, task)), indent=1))
     return entry
+
+
+def write_whole(path: Path, text: str) -> None:
+    """`text` as `path`, appearing whole: processes sharing the cache (model services, replicas) may read it now."""
+    draft = path.with_name(f".{path.name}.{os.getpid()}")
+    draft.write_text(text)
+    os.replace(draft, path)
 
 
 def adopt_export(source: Path, folder: Path, task: str) -> Path:

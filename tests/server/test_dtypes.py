@@ -105,7 +105,8 @@ def dtype_server(tmp_path_factory: pytest.TempPathFactory, request: pytest.Fixtu
         for kind, backend, dtype in VARIANTS
     ]
     folder = tmp_path_factory.mktemp("dtype-server")
-    with running_server(folder, {"models": models, "cache_dir": str(folder / "cache")}) as (url, _):
+    # The session's export cache: the float32 exports are the main server's, already made.
+    with running_server(folder, {"models": models}) as (url, _):
         yield url
 
 

@@ -120,6 +120,7 @@ def test_the_verdict_is_taken_once_per_export(tiny_bert_path, monkeypatch):
     first = load_model(tiny_bert_path, cfg)
     entry = onnx_entry(tiny_bert_path, "feature-extraction")
     assert (entry / auto_backend.VERDICT_FILE).is_file() and (entry / onnx_export.KEY_FILE).is_file()
+    assert not [path.name for path in entry.iterdir() if path.name.startswith(".")]  # no draft or scratch left
 
     def no_second_check(*args, **kwargs):
         raise AssertionError("the recorded verdict is read, not taken again")
