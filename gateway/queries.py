@@ -22,8 +22,25 @@ InputType = Literal["search_query", "search_document", "classification", "cluste
 
 @dataclass(frozen=True)
 class InputItem:
+    """One input: one vector (or one row of vectors) comes back for it."""
+
     modality: Modality
     value: str | list[int]  # a text, a data URI or URL, or token ids
+    # A mixed input (a text and images embedded together, one vector for all) holds all its parts here, in the
+    # client's order; its own modality and value are then its first part's. () for an input of one part. Only
+    # kinds whose spec has `mixed_inputs` take one (`gateway.validation`).
+    parts: tuple[InputItem, ...] = ()
+
+    @property
+    def all_parts(self) -> tuple[InputItem, ...]:
+        return self.parts or (self,)
+
+
+def mixed_input(parts: tuple[InputItem, ...]) -> InputItem:
+    """The input made of these parts: the part itself when there is one."""
+    if len(parts) == 1:
+        return parts[0]
+    return InputItem(parts[0].modality, parts[0].value, parts=parts)
 
 
 class LongInput(Enum):

@@ -20,6 +20,7 @@ from gateway.queries import (
     ContextQuery,
     DecodeQuery,
     EmbedQuery,
+    InputItem,
     LongInput,
     RankQuery,
     TokenizeQuery,
@@ -92,20 +93,35 @@ def check_embed(
     _check_representations(query, info)
     items, param = query.items, query.items_param
     check_texts([item.value for item in items], param, limits.max_client_batch_size, None, EMPTY_INPUT)
-    media = sum(item.modality != "text" for item in items)
+    _check_mixed_inputs(items, param, info)
+    parts = [part for item in items for part in item.all_parts]
+    media = sum(part.modality != "text" for part in parts)
     if media > limits.max_media_items:
         raise InvalidRequest(
             f"{param} holds {media} images or audio clips; at most {limits.max_media_items} are allowed", param=param
         )
-    check_lengths([item.value if item.modality == "text" else None for item in items], param, limits.max_item_chars)
+    check_lengths([part.value if part.modality == "text" else None for part in parts], param, limits.max_item_chars)
     check_length(query.instruction, "instruction", limits.max_item_chars)
     if not info.spec.takes_token_ids and any(isinstance(item.value, list) for item in items):
         raise InvalidRequest(f"model '{info.served_model_name}' takes text, not token ids", param=param)
     _check_dimensions(query, info)
     _check_text_controls(query, info)
-    check_modalities(served, info, {item.modality for item in items})
+    check_modalities(served, info, {part.modality for part in parts})
     if query.long_input in (LongInput.MEAN, LongInput.LATE_CHUNKING):
         _check_long_input(query, info)
+
+
+def _check_mixed_inputs(items: Sequence[InputItem], param: str, info: ModelInfo) -> None:
+    """Text and images in one input make one vector only for a model that reads them together."""
+    if info.spec.mixed_inputs:
+        return
+    for index, item in enumerate(items):
+        if item.parts:
+            raise InvalidRequest(
+                f"{param}[{index}] holds {len(item.parts)} parts; model '{info.served_model_name}' is a {info.kind} "
+                "model and embeds one text or one image per input",
+                param=param,
+            )
 
 
 def _check_long_input(query: EmbedQuery, info: ModelInfo) -> None:

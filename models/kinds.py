@@ -103,6 +103,9 @@ class KindSpec:
     extra_representations: tuple[Representation, ...] = ()
     # Query and document texts are encoded differently (PyLate's prefixes, query expansion, skiplist).
     encodes_roles: bool = False
+    # One input may hold a text and images together, embedded as one (`InputItem.parts`): a vision-language
+    # model reads them in one sequence. Two-tower models (CLIP, CLAP) and page retrievers take one per input.
+    mixed_inputs: bool = False
 
     @property
     def takes_media(self) -> bool:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.queries import DecodeQuery, EmbedQuery, InputItem, RankQuery, TokenizeQuery
+from gateway.queries import DecodeQuery, EmbedQuery, InputItem, RankQuery, TokenizeQuery, mixed_input
 from tests.unit.gateway.fake_engine import (
     CLIP,
     EMBEDDER,
@@ -21,6 +21,15 @@ def test_a_route_without_room_for_the_shape_refuses_before_any_work(serve):
     query = EmbedQuery(items=(InputItem("text", "a"),), model=EMBEDDER, shapes=frozenset({"sparse"}))
     outcome = answer(serve, lambda engine, q: engine.embed(q), Passthrough, query)
     assert "which this route cannot answer" in assert_refused(outcome, 400, "model")
+
+
+def test_a_mixed_input_is_refused_by_a_model_that_embeds_one_part_per_input(serve):
+    parts = (InputItem("text", "a red square"), InputItem("image", "data:image/png;base64,AAAA"))
+    query = EmbedQuery(items=(InputItem("text", "a"), mixed_input(parts)), model=CLIP)
+    outcome = answer(serve, lambda engine, q: engine.embed(q), Passthrough, query)
+    message = assert_refused(outcome, 400, "input")
+    assert "input[1] holds 2 parts" in message and "one text or one image per input" in message
+    assert mixed_input(parts[:1]) == parts[0]  # one part is a plain input
 
 
 # Tokenize and decode: through the engine, checked like the other text lists
