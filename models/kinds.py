@@ -9,8 +9,9 @@ is a reranker when sentence-transformers' CrossEncoder files or its model card s
 `*ForMaskedLM` is not, since a plain BERT checkpoint has that architecture too (`kind: sparse` serves one
 with SPLADE pooling). A PyLate folder (`config_sentence_transformers.json` with `model_type: ColBERT`) is
 `colbert`: one vector per token, scored by MaxSim. An encoder with FlagEmbedding's `colbert_linear.pt` and
-`sparse_linear.pt` beside it (BGE-M3) is `hybrid`: dense, sparse and ColBERT outputs from one pass. Anything
-else is served as a text embedder.
+`sparse_linear.pt` beside it (BGE-M3) is `hybrid`: dense, sparse and ColBERT outputs from one pass. A text model
+transformers builds by itself is a text embedder (`models.text_checkpoint`); any other checkpoint (a
+vision-language model no kind above serves, remote code) is refused with the reason, unless `kind:` is set.
 
 This is the one module that names kinds: `KIND_SPECS` says what each one means everywhere else
 (tests/architecture/test_kind_names.py keeps it so).
@@ -30,6 +31,7 @@ from config.kind_names import Kind
 from config.settings import ModelConfig
 from models.llm_reranker import has_qwen3_reranker_card, is_causal_cross_encoder, is_causal_lm
 from models.resolve import read_json, resolve_model
+from models.text_checkpoint import why_not_text
 
 Modality = Literal["text", "image", "audio"]
 # How a scoring model scores: a sequence-classification head (sentence-transformers' CrossEncoder), or a
@@ -289,7 +291,13 @@ def detect_kind(folder: Path) -> Kind:
         return "colbert"
     if all((folder / head).is_file() for head in HYBRID_HEADS):
         return "hybrid"
-    return "embed"
+    # Kinds that serve media checkpoints told by their files (a vision-language embedder's modules) go above.
+    if (reason := why_not_text(folder, config)) is not None:
+        raise ConfigError(
+            f"cannot tell which kind of model '{folder}' is: {reason}; set `kind:` in its configuration "
+            f"({', '.join(KIND_SPECS)}) to serve it as one of them"
+        )
+    return "embed"  # a text model transformers builds by itself
 
 
 def model_scorer(folder: Path, kind: Kind) -> Scorer | None:

@@ -56,7 +56,7 @@ def test_configured_kind_wins_and_causal_cross_encoders_rerank(tiny_classifier_p
     assert model_kind(ModelConfig(backend="torch", model_id=str(tiny_classifier_path))) == "classify"
     causal = tmp_path / "causal"
     causal.mkdir()
-    (causal / "config.json").write_text(json.dumps({"architectures": ["Qwen3ForCausalLM"]}))
+    (causal / "config.json").write_text(json.dumps({"model_type": "qwen3", "architectures": ["Qwen3ForCausalLM"]}))
     assert detect_kind(causal) == "embed"  # a bare causal LM: an embedder unless its files say otherwise
     (causal / "config_sentence_transformers.json").write_text(json.dumps({"model_type": "CrossEncoder"}))
     assert detect_kind(causal) == "rerank"
