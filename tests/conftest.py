@@ -207,6 +207,20 @@ def splade_path(tmp_path_factory: pytest.TempPathFactory, minilm_path: Path) -> 
     return build_splade(tmp_path_factory.mktemp("splade"), minilm_path)
 
 
+@pytest.fixture(scope="session")
+def native_family_paths(tmp_path_factory: pytest.TempPathFactory, minilm_path: Path) -> dict[str, Path]:
+    """The former remote-code families transformers 5 builds natively, by model_type (testkit/native_families)."""
+    from testkit import native_families
+
+    root = tmp_path_factory.mktemp("native-families")
+    return {
+        "nomic_bert": native_families.build_nomic_bert(root / "nomic", minilm_path),
+        "gte": native_families.build_gte(root / "gte", minilm_path),
+        "jina_embeddings_v3": native_families.build_jina_embeddings_v3(root / "jina"),
+        "eurobert": native_families.build_eurobert(root / "eurobert"),
+    }
+
+
 _PORTS_HANDED: set[int] = set()
 
 
