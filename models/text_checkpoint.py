@@ -2,18 +2,21 @@
 folder as a text embedder, rather than every folder it does not recognise (a vision-language model served as
 text, a remote-code model loaded as the plain architecture its code extends).
 
-Read without torch, as the gateway decides kinds before it chooses to run without it: transformers'
-generated name tables (`auto_mappings`) and its lazy top-level names, never its configuration classes (whose
-module imports torch whenever it can).
+Read without importing transformers, as the gateway decides kinds before it chooses to run without torch:
+transformers' own tables of model types, processors and model classes, read from its source files.
 """
 
 from __future__ import annotations
 
+import ast
+import contextlib
+import importlib.util
 from functools import cache
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
+from config.errors import ModelLoadError
 from models.resolve import read_json
 
 # The files a media processor is saved in (transformers' processor, image, feature-extractor and video
@@ -108,27 +111,47 @@ def _names_media(key: str) -> bool:
 
 @cache
 def _config_types() -> frozenset[str]:
-    from transformers.models.auto.auto_mappings import CONFIG_MAPPING_NAMES
-
-    return frozenset(CONFIG_MAPPING_NAMES)
+    return frozenset(entry[0] for entry in _auto_tables("auto_mappings")["CONFIG_MAPPING_NAMES"])
 
 
 @cache
 def _media_processor_types() -> frozenset[str]:
-    from transformers.models.auto import auto_mappings
-
-    tables = (
-        auto_mappings.PROCESSOR_MAPPING_NAMES,
-        auto_mappings.IMAGE_PROCESSOR_MAPPING_NAMES,
-        auto_mappings.FEATURE_EXTRACTOR_MAPPING_NAMES,
-        auto_mappings.VIDEO_PROCESSOR_MAPPING_NAMES,
-    )
-    return frozenset(model_type for table in tables for model_type in table)
+    tables = _auto_tables("auto_mappings")
+    names = ("PROCESSOR", "IMAGE_PROCESSOR", "FEATURE_EXTRACTOR", "VIDEO_PROCESSOR")
+    return frozenset(entry[0] for name in names for entry in tables[f"{name}_MAPPING_NAMES"])
 
 
 @cache
 def _transformers_names() -> frozenset[str]:
-    """The classes transformers exports, listed by its lazy module without importing them (nor torch)."""
-    import transformers
+    """The model classes transformers' Auto classes build (its `MODEL_*_MAPPING_NAMES` tables)."""
+    return frozenset(
+        name
+        for table in _auto_tables("modeling_auto").values()
+        for entry in table
+        for name in ([entry[1]] if isinstance(entry[1], str) else entry[1])
+    )
 
-    return frozenset(dir(transformers))
+
+@cache
+def _auto_tables(module: str) -> dict[str, list[tuple[Any, ...]]]:
+    """The `*_NAMES` tables of one of transformers' auto modules (model_type -> class names, written as literals),
+    read from its source: importing transformers here would, in the gateway, make transformers count on torch
+    before the gateway decides to run without it (`gateway.http.edge.without_torch_unless_needed`)."""
+    spec = importlib.util.find_spec("transformers")  # finds the package without running it
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelLoadError("transformers is not installed")
+    source = Path(spec.submodule_search_locations[0]) / "models" / "auto" / f"{module}.py"
+    tables = {}
+    for node in ast.parse(source.read_text()).body:
+        if (
+            isinstance(node, ast.Assign)
+            and isinstance(target := node.targets[0], ast.Name)
+            and target.id.endswith("_MAPPING_NAMES")
+            and isinstance(node.value, ast.Call)
+            and node.value.args
+        ):
+            with contextlib.suppress(ValueError):  # a table built from others (`*OTHER_TABLE`) adds no name
+                tables[target.id] = ast.literal_eval(node.value.args[0])
+    if not tables:
+        raise ModelLoadError(f"{source} holds no model tables: a transformers version this Embento does not know")
+    return tables

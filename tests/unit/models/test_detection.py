@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -15,6 +17,7 @@ import pytest
 from config.errors import ConfigError
 from config.settings import ModelConfig
 from models.kinds import detect_kind, model_kind
+from tests.conftest import ROOT
 
 
 def refusal(folder: Path) -> str:
@@ -131,3 +134,34 @@ def test_a_folder_transformers_cannot_read_is_refused(tmp_path):
     assert "its config.json names no model_type" in refusal(tmp_path / "no-type")
     (tmp_path / "empty").mkdir()
     assert "it holds no config.json" in refusal(tmp_path / "empty")
+
+
+def test_detection_leaves_transformers_unimported(tiny_bert_path):
+    """The gateway decides kinds before it hides torch (`without_torch_unless_needed`): had detection imported
+    transformers, transformers would have counted on torch there, and its tokenizers failed to load."""
+    check = (
+        "import sys; from pathlib import Path; from models.kinds import detect_kind; "
+        f"assert detect_kind(Path({str(tiny_bert_path)!r})) == 'embed'; "
+        "assert 'transformers' not in sys.modules, 'transformers was imported'"
+    )
+    done = subprocess.run([sys.executable, "-c", check], cwd=ROOT, capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+
+
+def test_transformers_tables_are_read_as_transformers_has_them():
+    """They are read from its source (above); a new transformers laying them out otherwise fails here."""
+    import transformers
+    from transformers.models.auto import auto_mappings
+
+    from models.text_checkpoint import _config_types, _media_processor_types, _transformers_names
+
+    # transformers adds the types of some audio and vision parts as it imports them (mimi_encoder, parakeet_tdt)
+    types = _config_types()
+    assert {"nomic_bert", "gte", "jina_embeddings_v3", "eurobert", "bert"} <= types
+    assert types <= set(auto_mappings.CONFIG_MAPPING_NAMES) and len(types) > 0.98 * len(
+        auto_mappings.CONFIG_MAPPING_NAMES
+    )
+    assert {"qwen3_vl", "whisper", "vit"} <= _media_processor_types() and "bert" not in _media_processor_types()
+    classes = _transformers_names()
+    assert {"NomicBertModel", "Qwen3ForCausalLM", "ColPaliForRetrieval"} <= classes
+    assert len(classes & set(dir(transformers))) > 0.99 * len(classes)  # the classes it exports (one stray name)
