@@ -48,12 +48,21 @@ def store_name(source: str) -> str:
     return name
 
 
+def kind_label(folder: Path) -> str:
+    """The detected kind, for information; "undetected" where detection cannot tell it: such a checkpoint is
+    still imported, to be served with `kind:` set."""
+    try:
+        return detect_kind(folder)
+    except ConfigError:
+        return "undetected"
+
+
 def import_checkpoint(source: str, name: str | None = None, revision: str | None = None) -> bentoml.Model:
     """Copy a checkpoint into the model store; its metadata records where it came from and what it is."""
     folder = resolve_model(source, revision)
     if not (folder / "config.json").is_file():
         raise ModelLoadError(f"'{source}' ({folder}) holds no config.json; it is not a transformers checkpoint")
-    labels = {"kind": detect_kind(folder), "source": "embento"}
+    labels = {"kind": kind_label(folder), "source": "embento"}
     metadata = {"model_id": source, "revision": revision or ""}
     with bentoml.models.create(name or store_name(source), labels=labels, metadata=metadata) as model:
         shutil.copytree(folder, model.path, dirs_exist_ok=True, ignore=IGNORED_FILES)

@@ -444,6 +444,25 @@ def test_a_plain_bentoml_build_under_embento_config_serves_that_configuration(ho
     assert "override the configuration" not in (elsewhere / "bento.log").read_text()
 
 
+def test_a_checkpoint_whose_kind_cannot_be_told_is_imported_undetected(home, tmp_path):
+    """Serving it needs `kind:` (models.md: how the kind is chosen); importing it does not."""
+    from transformers import Qwen3VLConfig
+
+    Qwen3VLConfig().save_pretrained(tmp_path / "qwen3-vl")
+    result = embento(home, "models", "import", str(tmp_path / "qwen3-vl"), "--name", "qwen3-vl")
+    assert result.returncode == 0, result.stderr
+    labels = subprocess.run(
+        [sys.executable, "-c", "import bentoml; print(bentoml.models.get('qwen3-vl').info.labels['kind'])"],
+        cwd=ROOT,
+        env=server_env(home),
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    )
+    assert labels.stdout.strip() == "undetected"
+
+
 def test_store_errors_name_the_way_out(home, tmp_path):
     (tmp_path / "empty").mkdir()
     result = embento(home, "models", "import", str(tmp_path / "empty"))
