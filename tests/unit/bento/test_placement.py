@@ -160,7 +160,8 @@ class _LaunchingModel:
 def _pool(tmp_path: Path):
     from runners.pool import ModelPool
 
-    cfg = ModelConfig(model_id=str(tmp_path), served_model_name="m", batch_size=2, max_batch_tokens=1000)
+    # an empty folder, whose kind is configured (detection refuses a folder without config.json)
+    cfg = ModelConfig(model_id=str(tmp_path), served_model_name="m", kind="embed", batch_size=2, max_batch_tokens=1000)
     pool = ModelPool(_LaunchingModel, [cfg])
     return pool, pool.models["m"]
 
