@@ -178,6 +178,12 @@ def tiny_colqwen2_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def tiny_colqwen2_5_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """ColQwen2 over a Qwen2.5-VL backbone, as ColQwen2.5 is in transformers' layout."""
+    return build_colqwen2(tmp_path_factory.mktemp("tiny-colqwen2.5"), backbone="qwen2_5_vl")
+
+
+@pytest.fixture(scope="session")
 def tiny_colmodernvbert_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_colmodernvbert(tmp_path_factory.mktemp("tiny-colmodernvbert"))
 
