@@ -266,7 +266,7 @@ def gateway_needs_torch(kinds: Iterable[Kind]) -> bool:
 
 
 HYBRID_HEADS = ("colbert_linear.pt", "sparse_linear.pt")  # FlagEmbedding's head files beside the encoder (BGE-M3)
-COLPALI_TYPES = frozenset({"colpali", "colqwen2"})
+COLPALI_TYPES = frozenset({"colpali", "colqwen2", "colmodernvbert"})
 CLIP_TYPES = frozenset({"clip", "siglip", "siglip2", "chinese_clip", "altclip", "metaclip_2"})
 
 

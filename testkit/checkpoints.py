@@ -375,13 +375,31 @@ def build_colpali(folder: Path, text_positions: int = 8192, tokenizer_limit: int
     return folder
 
 
-def build_colqwen2(folder: Path) -> Path:
-    """ColQwen2 over a tiny Qwen2-VL: images become a variable number of patches (28x28 pixels -> 1 token)."""
+# The vision towers of ColQwen2's backbones: Qwen2-VL's, and Qwen2.5-VL's (windowed attention but in its
+# full-attention blocks, a merger to the text width); both take 14-pixel patches merged 2x2 into one token.
+QWEN_VL_VISION = {
+    "qwen2_vl": {"depth": 2, "embed_dim": 32, "hidden_size": 32, "num_heads": 2, "mlp_ratio": 2, "in_chans": 3},
+    "qwen2_5_vl": {
+        "depth": 2,
+        "hidden_size": 32,
+        "intermediate_size": 64,
+        "num_heads": 2,
+        "out_hidden_size": 32,
+        "window_size": 56,
+        "fullatt_block_indexes": [1],
+    },
+}
+
+
+def build_colqwen2(folder: Path, backbone: str = "qwen2_vl") -> Path:
+    """ColQwen2 over a tiny Qwen2-VL, or over a tiny Qwen2.5-VL (`backbone="qwen2_5_vl"`, as ColQwen2.5 is):
+    images become a variable number of patches (28x28 pixels -> 1 token)."""
     import torch
     from transformers import (
         ColQwen2Config,
         ColQwen2ForRetrieval,
         ColQwen2Processor,
+        Qwen2_5_VLConfig,
         Qwen2TokenizerFast,
         Qwen2VLConfig,
         Qwen2VLImageProcessor,
@@ -410,7 +428,8 @@ def build_colqwen2(folder: Path) -> Path:
     )
     torch.manual_seed(14)
     ids = {token: tokenizer.convert_tokens_to_ids(token) for token in specials}
-    vlm = Qwen2VLConfig(
+    vlm_class = {"qwen2_vl": Qwen2VLConfig, "qwen2_5_vl": Qwen2_5_VLConfig}[backbone]
+    vlm = vlm_class(
         text_config={
             "vocab_size": len(tokenizer),
             "hidden_size": 32,
@@ -422,15 +441,10 @@ def build_colqwen2(folder: Path) -> Path:
             "max_position_embeddings": 512,
         },
         vision_config={
-            "depth": 2,
-            "embed_dim": 32,
-            "hidden_size": 32,
-            "num_heads": 2,
-            "mlp_ratio": 2,
+            **QWEN_VL_VISION[backbone],
             "patch_size": 14,
             "spatial_merge_size": 2,
             "temporal_patch_size": 2,
-            "in_chans": 3,
         },
         image_token_id=ids["<|image_pad|>"],
         video_token_id=ids["<|video_pad|>"],

@@ -34,6 +34,7 @@ from testkit.checkpoints import (
     build_tiny_bert,
     build_windowed_bert,
 )
+from testkit.page_retrievers import build_colmodernvbert
 
 ROOT = Path(__file__).resolve().parent.parent
 MINILM = "sentence-transformers/all-MiniLM-L6-v2"
@@ -48,6 +49,7 @@ MINILM_CLASSIFIER = "minilm-classifier"
 TINY_CLIP = "tiny-clip"
 TINY_CLAP = "tiny-clap"
 TINY_COLPALI = "tiny-colpali"
+TINY_COLMODERNVBERT = "tiny-colmodernvbert"
 QWEN3_EMBEDDER = "tiny-qwen3-embedder"
 QWEN3_RERANKER = "tiny-qwen3-reranker"
 QWEN3_RERANKER_PLAIN = "tiny-qwen3-reranker-plain"
@@ -176,6 +178,17 @@ def tiny_colqwen2_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def tiny_colqwen2_5_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """ColQwen2 over a Qwen2.5-VL backbone, as ColQwen2.5 is in transformers' layout."""
+    return build_colqwen2(tmp_path_factory.mktemp("tiny-colqwen2.5"), backbone="qwen2_5_vl")
+
+
+@pytest.fixture(scope="session")
+def tiny_colmodernvbert_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_colmodernvbert(tmp_path_factory.mktemp("tiny-colmodernvbert"))
+
+
+@pytest.fixture(scope="session")
 def qwen3_embedder_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_qwen3_embedder(tmp_path_factory.mktemp("qwen3-embedder"))
 
@@ -251,6 +264,7 @@ def server_process(
     tiny_clip_path: Path,
     tiny_clap_path: Path,
     tiny_colpali_path: Path,
+    tiny_colmodernvbert_path: Path,
     minilm_reranker_path: Path,
     minilm_classifier_path: Path,
     qwen3_embedder_path: Path,
@@ -261,7 +275,7 @@ def server_process(
     """One production-mode `bentoml serve` on loopback, (url, pid), serving MiniLM (`backend: auto`, so on ONNX
     Runtime), one tiny BERT under four
     names (torch mean and CLS pooling, ONNX Runtime, CTranslate2), a tiny reranker (on ONNX Runtime), a tiny
-    classifier, tiny CLIP, CLAP and ColPali models, a reranker and a classifier saved as ones fine-tuned
+    classifier, tiny CLIP, CLAP, ColPali and ColModernVBERT models, a reranker and a classifier saved as ones fine-tuned
     from MiniLM are, and today's families in tiny: a Qwen3 embedder, a Qwen3 reranker in sentence-transformers'
     layout and one in Qwen3-Reranker's plain one, and a SPLADE model. URL inputs stay off."""
     folder = tmp_path_factory.mktemp("server")
@@ -283,6 +297,7 @@ def server_process(
             {"model_id": str(tiny_clip_path), "served_model_name": TINY_CLIP},
             {"model_id": str(tiny_clap_path), "served_model_name": TINY_CLAP},
             {"model_id": str(tiny_colpali_path), "served_model_name": TINY_COLPALI},
+            {"model_id": str(tiny_colmodernvbert_path), "served_model_name": TINY_COLMODERNVBERT},
             {"model_id": str(minilm_reranker_path), "served_model_name": MINILM_RERANKER},
             {"model_id": str(minilm_classifier_path), "served_model_name": MINILM_CLASSIFIER},
             {"model_id": str(qwen3_embedder_path), "served_model_name": QWEN3_EMBEDDER},

@@ -1,6 +1,6 @@
 """Multimodal checkpoints on the torch backend (model-service side): the CLIP family and CLAP (two towers, one
-vector per input, L2-normalized as the family compares them) and ColPali / ColQwen2 (one vector per token
-or patch: late interaction)."""
+vector per input, L2-normalized as the family compares them) and the page retrievers ColPali, ColQwen2 and
+ColModernVBERT (one vector per token or patch: late interaction)."""
 
 from __future__ import annotations
 
@@ -18,6 +18,13 @@ from models.base import Kind, ModelInfo, ModelInput
 from models.inference.padding import collate
 from models.kinds import spec
 from models.preprocessing.media_processor import MediaProcessor
+
+# The late-interaction page retrievers transformers has a class for, by `model_type`.
+RETRIEVAL_CLASSES = {
+    "colpali": "ColPaliForRetrieval",
+    "colqwen2": "ColQwen2ForRetrieval",
+    "colmodernvbert": "ColModernVBertForRetrieval",
+}
 
 
 class MediaEncoder:
@@ -87,9 +94,12 @@ def _load(folder: Path, cfg: ModelConfig, kind: Kind, dtype: Any) -> Any:
     config = transformers.AutoConfig.from_pretrained(str(folder), trust_remote_code=cfg.trust_remote_code)
     multi_vector = spec(kind).output == "multi-vector"
     if multi_vector:
-        name = {"colpali": "ColPaliForRetrieval", "colqwen2": "ColQwen2ForRetrieval"}.get(config.model_type)
+        name = RETRIEVAL_CLASSES.get(config.model_type)
         if name is None:
-            raise ModelLoadError(f"'{cfg.model_id}' ({config.model_type}) is not a ColPali or ColQwen2 checkpoint")
+            raise ModelLoadError(
+                f"'{cfg.model_id}' ({config.model_type}) is not a page retriever transformers runs: "
+                f"{sorted(RETRIEVAL_CLASSES)}"
+            )
         model_class = getattr(transformers, name)
     else:
         model_class = transformers.AutoModel

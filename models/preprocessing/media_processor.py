@@ -114,13 +114,15 @@ class MediaProcessor:
     def _query(self, text: str) -> dict[str, np.ndarray]:
         """One query as its processor frames and cuts it, `max_input_tokens` long at most."""
         budget = max(self.max_input_tokens - self._query_overrun, 1)
-        arrays = _first(self._processor(text=[text], return_tensors="pt", truncation=True, max_length=budget))
+        arrays = _first(
+            self._processor.process_queries(text=[text], return_tensors="pt", truncation=True, max_length=budget)
+        )
         # A limit below the overrun (ColPali's 1024 image tokens) is left to cut here: its processor cannot.
         return {key: value[: self.max_input_tokens] for key, value in arrays.items()}
 
     def _image(self, images: list[Any]) -> list[dict[str, np.ndarray]]:
-        if self.spec.processor_prompts:  # its image prompt around the image tokens
-            return [_first(self._processor(images=[image], return_tensors="pt")) for image in images]
+        if self.spec.processor_prompts:  # its image prompt around the image tokens (and its crops' markers)
+            return [_first(self._processor.process_images(images=[image], return_tensors="pt")) for image in images]
         pixels = self._processor.image_processor(images, return_tensors="np")["pixel_values"]
         return [{"pixel_values": p} for p in pixels]
 

@@ -21,6 +21,7 @@ from tests.conftest import (
     TINY_CLASSIFIER,
     TINY_CLIP,
     TINY_CLS,
+    TINY_COLMODERNVBERT,
     TINY_COLPALI,
     TINY_MEAN,
     TINY_MEAN_CT2,
@@ -164,6 +165,7 @@ def test_models_list(client):
         TINY_CLIP,
         TINY_CLAP,
         TINY_COLPALI,
+        TINY_COLMODERNVBERT,
         MINILM_RERANKER,
         MINILM_CLASSIFIER,
         QWEN3_EMBEDDER,
@@ -175,7 +177,8 @@ def test_models_list(client):
     assert cards[TINY_CLIP]["modalities"] == ["text", "image"]
     assert cards[TINY_CLIP]["capabilities"] == ["embed", "rerank"]
     assert cards[TINY_CLAP]["modalities"] == ["text", "audio"] and not cards[TINY_CLAP]["multi_vector"]
-    assert cards[TINY_COLPALI]["multi_vector"] and cards[TINY_COLPALI]["dimension"] == 16
+    for page_retriever in (TINY_COLPALI, TINY_COLMODERNVBERT):
+        assert cards[page_retriever]["multi_vector"] and cards[page_retriever]["dimension"] == 16
     assert cards[MINILM]["dimension"] == 384 and cards[MINILM]["max_input_tokens"] == 256
     assert cards[TINY_MEAN]["dimension"] == 32 and cards[TINY_MEAN]["max_input_tokens"] == 512
     embedders = [cards[name] for name in (MINILM, TINY_MEAN, TINY_CLS)]

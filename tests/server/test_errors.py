@@ -83,7 +83,7 @@ def test_info_lists_the_limits_in_force(client):
     minilm = models[MINILM]
     assert set(minilm) == {"id", "kind", "device", "batch_size", "max_batch_tokens"} and minilm["kind"] == "embed"
     assert (minilm["batch_size"], minilm["max_batch_tokens"]) == device_limits(minilm)  # unconfigured
-    assert models[TINY_MEAN]["kind"] == "embed" and len(models) == 16
+    assert models[TINY_MEAN]["kind"] == "embed" and len(models) == 17
 
 
 def device_limits(model: dict) -> tuple[int, int]:

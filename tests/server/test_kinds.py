@@ -18,9 +18,11 @@ import httpx
 import numpy as np
 import pytest
 
+from models.scores import late_interaction
 from testkit.media import audio_bytes, data_uri, image_bytes
 from testkit.sentences import WORDS
 from tests.conftest import CLASSIFIER_LABELS, MINILM, listening_server, wait_ready
+from tests.tolerance import assert_close
 
 pytestmark = pytest.mark.server
 
@@ -28,6 +30,7 @@ NAME = "alone"
 DOCUMENTS = ["a bear eats bamboo in the forest", "a car drives on the road", "pandas are bears from china"]
 LONG_TEXT = " ".join(WORDS * 4)  # 128 words: past every tiny text tower's positions
 IMAGE = {"image": data_uri(image_bytes(seed=1), "image/png")}
+PAGES = [IMAGE, {"image": data_uri(image_bytes(160, 36, seed=2), "image/png")}]
 AUDIO = {"audio": data_uri(audio_bytes(rate=48000, seed=1), "audio/wav")}
 UNIT = 1e-4  # float32 vectors normalized by the model service: 1 within a few ulps times the dimension
 
@@ -85,10 +88,16 @@ def check_clap(http: httpx.Client, card: dict) -> None:
 
 
 def check_colpali(http: httpx.Client, card: dict) -> None:
-    query, page = embeddings(http, [{"text": "what does the chart show"}, IMAGE])
-    for matrix in (np.array(query), np.array(page)):
+    """Text and image multi-vectors of unit rows, and image pages ranked by their MaxSim with the query's."""
+    query, *pages = [np.array(m) for m in embeddings(http, [{"text": "what does the chart show"}, *PAGES])]
+    for matrix in (query, *pages):
         assert matrix.ndim == 2 and matrix.shape[1] == card["dimension"] and len(matrix) > 1
         np.testing.assert_allclose(np.linalg.norm(matrix, axis=1), 1.0, atol=UNIT)
+    body = {"model": NAME, "query": "what does the chart show", "documents": [page["image"] for page in PAGES]}
+    response = http.post("/v1/rerank", json=body)
+    assert response.status_code == 200, response.text
+    got = {r["index"]: r["relevance_score"] for r in response.json()["results"]}
+    assert_close([got[i] for i in range(len(PAGES))], [late_interaction(query, page) for page in pages])
 
 
 def check_colbert(http: httpx.Client, card: dict) -> None:
@@ -137,6 +146,7 @@ CASES: dict[str, tuple[str, list[str], Callable[[httpx.Client, dict], None]]] = 
     # Its tokenizer names no length limit and its text tower has 80 positions (78 tokens): the long text is cut.
     "clap": ("silent_clap_path", ["embed"], check_clap),
     "colpali": ("tiny_colpali_path", ["embed", "rerank"], check_colpali),
+    "colmodernvbert": ("tiny_colmodernvbert_path", ["embed", "rerank"], check_colpali),
     "colbert": ("colbert_path", ["embed", "rerank"], check_colbert),
     "hybrid": ("bge_m3_path", ["embed", "embed_sparse", "rerank"], check_hybrid),
 }

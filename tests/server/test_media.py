@@ -15,7 +15,7 @@ import pytest
 
 from testkit.media import AUDIO, IMAGES, audio_bytes, bomb_png, data_uri, image_bytes
 from tests.asserts import assert_healthy, assert_openai_error
-from tests.conftest import MAX_AUDIO_SECONDS, MINILM, TINY_CLAP, TINY_CLIP, TINY_COLPALI
+from tests.conftest import MAX_AUDIO_SECONDS, MINILM, TINY_CLAP, TINY_CLIP, TINY_COLMODERNVBERT, TINY_COLPALI
 from tests.tolerance import assert_close, assert_same_vectors
 
 pytestmark = pytest.mark.server
@@ -134,6 +134,39 @@ def test_colpali_keeps_the_multi_vector_shape(client, tiny_colpali_path):
         assert base64_item["shape"] == list(expected.shape)
         flat = np.frombuffer(base64.b64decode(base64_item["embedding"]), dtype="<f4")
         assert_same_vectors(flat.reshape(base64_item["shape"]), matrix)
+
+
+def test_colmodernvbert_beside_the_other_kinds_matches_transformers(client, tiny_colmodernvbert_path):
+    """ColModernVBERT served with every other kind (in ColPali's model service): its query and page
+    multi-vectors, and an image rerank, equal its model card's computation (`process_queries`,
+    `process_images`, the model's embeddings where the attention mask is set, `score_retrieval`)."""
+    import torch
+    from PIL import Image
+    from transformers import ColModernVBertForRetrieval, ColModernVBertProcessor
+
+    model = ColModernVBertForRetrieval.from_pretrained(str(tiny_colmodernvbert_path)).eval()
+    processor = ColModernVBertProcessor.from_pretrained(str(tiny_colmodernvbert_path))
+    query, pages = "what is the chart about", ["png", "large", "grayscale", "tiny"]
+    images = [Image.open(io.BytesIO(IMAGES[name][0])).convert("RGB") for name in pages]
+    with torch.inference_mode():
+        expected = []
+        for batch in (processor.process_queries([query]), processor.process_images(images)):
+            embeddings = model(**batch).embeddings
+            expected += [e[m.bool()] for e, m in zip(embeddings, batch["attention_mask"])]
+    scores = processor.score_retrieval(expected[:1], expected[1:]).numpy()[0]
+    inputs = [{"text": query}] + [{"image": image_uri(name)} for name in pages]
+    response = client.post("/v1/embeddings", json={"model": TINY_COLMODERNVBERT, "input": inputs})
+    assert response.status_code == 200, response.text
+    for item, want in zip(response.json()["data"], expected):
+        matrix = np.asarray(item["embedding"])
+        assert matrix.shape == tuple(want.shape)
+        assert min(cosine(a, b) for a, b in zip(matrix, want.numpy())) >= 0.9999
+    body = {"model": TINY_COLMODERNVBERT, "query": query, "documents": [image_uri(name) for name in pages]}
+    ranked = client.post("/v1/rerank", json=body)
+    assert ranked.status_code == 200, ranked.text
+    got = {r["index"]: r["relevance_score"] for r in ranked.json()["results"]}
+    assert_close([got[i] for i in range(len(pages))], scores)
+    assert [r["index"] for r in ranked.json()["results"]] == list(np.argsort(-scores, kind="stable"))
 
 
 def test_infinity_legacy_routes(client, clip_reference):

@@ -226,11 +226,15 @@ def test_colpali_multi_vectors_and_maxsim_match_transformers(tiny_colpali_path, 
     assert_close(ours, scores)
 
 
-def test_colqwen2_pages_of_different_sizes_match_transformers(tiny_colqwen2_path):
-    """ColQwen2 turns each image into its own number of patches; rows of different lengths share a pass."""
+@pytest.mark.parametrize("checkpoint", ["tiny_colqwen2_path", "tiny_colqwen2_5_path"])
+def test_colqwen2_pages_of_different_sizes_match_transformers(checkpoint, request):
+    """ColQwen2 (on Qwen2-VL, and on Qwen2.5-VL as ColQwen2.5 is) turns each image into its own number of
+    patches; rows of different lengths share a pass."""
     import torch
     from transformers import AutoProcessor, ColQwen2ForRetrieval
 
+    tiny_colqwen2_path = request.getfixturevalue(checkpoint)
+    assert detect_kind(tiny_colqwen2_path) == "colpali"
     encoder = _encoder(tiny_colqwen2_path, "colpali")
     items = [
         ("image", IMAGES["png"][0]),
