@@ -6,8 +6,10 @@ LoRA adapter per task under `adapters/<task>`, each made by peft's `get_peft_mod
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
+from models.adapters import ADAPTERS_FOLDER
 from testkit.checkpoints import _sentence_transformer_folder, build_tiny_bert
 
 ADAPTER_TASKS = ("retrieval", "text-matching")
@@ -19,8 +21,17 @@ def build_task_adapter_embedder(folder: Path, minilm: Path, tasks: tuple[str, ..
     build_tiny_bert(folder / "bert", minilm, seed=53, initializer_range=0.2)
     base = _sentence_transformer_folder(folder / "bert", folder / "base", 64, "mean", V5_PROMPTS)
     for seed, task in enumerate(tasks, start=101):
-        save_lora_adapter(base, base / "adapters" / task, seed)
+        save_lora_adapter(base, base / ADAPTERS_FOLDER / task, seed)
     return base
+
+
+def with_task_adapters(source: Path, folder: Path, tasks: tuple[str, ...]) -> Path:
+    """A copy of the embedder at `source` in `folder`, with a drawn LoRA adapter per task (bench/task_adapters.py
+    gives all-MiniLM-L6-v2 v5's four)."""
+    shutil.copytree(source, folder, ignore=shutil.ignore_patterns(ADAPTERS_FOLDER))
+    for seed, task in enumerate(tasks, start=101):
+        save_lora_adapter(folder, folder / ADAPTERS_FOLDER / task, seed)
+    return folder
 
 
 def save_lora_adapter(base: Path, target: Path, seed: int) -> Path:

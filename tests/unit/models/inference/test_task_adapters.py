@@ -1,9 +1,5 @@
-"""Task adapters on the model side: each task's vectors equal those of the base with that adapter merged into its
-weights by peft (`merge_and_unload`: what Jina publishes as its per-task repositories), run by
-sentence-transformers; and rows of different tasks in one batch get the vectors they get alone.
-
-sentence-transformers' own `load_adapter` goes through transformers' peft integration, which in transformers
-5.25 asks for peft >= 0.22 (0.21.2 is installed): not the reference here."""
+"""Task adapters on the model side: each task's vectors equal the reference's (`tests.adapter_reference`: the
+adapter merged into the base by peft), and rows of different tasks in one batch get the vectors they get alone."""
 
 from __future__ import annotations
 
@@ -22,6 +18,7 @@ from models.inference.text_encoder import TextEncoder
 from models.preprocessing.text_tokenizer import TextTokenizer
 from testkit.adapters import ADAPTER_TASKS, V5_PROMPTS
 from testkit.sentences import make_sentences
+from tests.adapter_reference import adapter_vectors
 from tests.tolerance import assert_same_vectors, cosines
 
 TEXTS = make_sentences()[:6]
@@ -34,15 +31,7 @@ def loaded(task_adapter_path: Path) -> tuple[TextTokenizer, TextEncoder]:
 
 
 def reference(folder: Path, task: str | None, prompt: str) -> np.ndarray:
-    """The vectors sentence-transformers gives with that task's adapter merged into the base (None: the base)."""
-    from peft import PeftModel
-    from sentence_transformers import SentenceTransformer
-
-    model = SentenceTransformer(str(folder), device="cpu")
-    if task is not None:
-        adapted = PeftModel.from_pretrained(model[0].auto_model, str(folder / "adapters" / task))
-        model[0].auto_model = adapted.merge_and_unload()
-    return model.encode(TEXTS, prompt=prompt)
+    return adapter_vectors(folder, task, TEXTS, prompt)
 
 
 def rows(tokenizer: TextTokenizer, task: str | None, prompt: str = "") -> list[TokenizedText]:
