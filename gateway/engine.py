@@ -58,6 +58,7 @@ from gateway.validation import (
     check_rank,
     check_response_size,
     check_tokenize,
+    with_task,
 )
 from models.base import ModelInfo, Representation, Row
 from models.kinds import KindSpec, RankBy, spec
@@ -116,6 +117,7 @@ class Engine:
         info = await self.require_model(query.model, query.capability)
         quantizer = self.registry.quantizers.get(info.served_model_name)
         check_embed(query, info, self.config, quantizer, self.registry.infos)
+        query = with_task(query, info)
         if info.spec.takes_media:
             answered = await self._media_outputs(info, query.items, embed_context(query, ""))
         else:
@@ -163,7 +165,9 @@ class Engine:
             return None
         applied = ""  # token ids take no prompt
         if isinstance(query.items[0].value, str):
-            applied = self.preprocessors.tokenizer(info).prompt(query.prompt_name, query.instruction, query.input_type)
+            applied = self.preprocessors.tokenizer(info).prompt(
+                query.prompt_name, query.instruction, query.input_type, query.task
+            )
         return self.cache.keys(info.served_model_name, embed_context(query, applied), input_items(query.items))
 
     async def embed_in_context(self, query: ContextQuery) -> ContextEmbeddings:
@@ -172,6 +176,7 @@ class Engine:
         quantizer = self.registry.quantizers.get(info.served_model_name)
         check_embed(query.embed, info, self.config, quantizer, self.registry.infos)
         check_context(query, info)
+        query = replace(query, embed=with_task(query.embed, info))
         documents = await self.rows.in_context(info, query)
         plan = Plan.joined(documents)
         outputs = plan.join(await self.calls.run(info, plan.rows))

@@ -69,6 +69,9 @@ class EmbedQuery:
     prompt_name: str | None = None
     instruction: str | None = None
     input_type: InputType | None = None
+    # The task adapter to embed through (`models.adapters`): Jina's `task`; once validated, the adapter's name
+    # (`gateway.validation.with_task`), which Cohere's and Voyage's `input_type` may name instead.
+    task: str | None = None
     truncation: Truncation = field(default_factory=Truncation)
     items_param: str = "input"  # the wire field holding the items, named in errors
     long_input: LongInput = LongInput.CUT

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
+from typing import cast
 
 from config.errors import InvalidRequest
 from config.settings import EmbentoConfig
@@ -21,12 +22,14 @@ from gateway.queries import (
     DecodeQuery,
     EmbedQuery,
     InputItem,
+    InputType,
     LongInput,
     RankQuery,
     TokenizeQuery,
 )
 from gateway.representations import score_mode
 from gateway.routing import check_modalities
+from models.adapters import named_tasks, served_task, task_for_input_type
 from models.base import ModelInfo
 from models.kinds import Output
 from models.quantization import PRECISIONS, Quantizer
@@ -109,6 +112,39 @@ def check_embed(
     check_modalities(served, info, {part.modality for part in parts})
     if query.long_input in (LongInput.MEAN, LongInput.LATE_CHUNKING):
         _check_long_input(query, info)
+
+
+def with_task(query: EmbedQuery, info: ModelInfo) -> EmbedQuery:
+    """The query with the task adapter its rows run through: the one `task` names, else the one Cohere's (or
+    Voyage's) `input_type` names (`models.adapters`). Refused: a task the model does not have (naming those it
+    has), a task for a model without adapters, and no task for a model with them (no checkpoint declares a
+    default task in its files: a vector from the wrong adapter, or from none, would be wrong in silence)."""
+    name = info.served_model_name
+    if not info.tasks:
+        if query.task is not None:
+            which = "has" if info.spec.takes_tasks else f"is a {info.kind} model, with"
+            which += " no task adapters"
+            raise InvalidRequest(f"model '{name}' {which}; task applies to models that have them", param="task")
+        return query
+    valid = named_tasks(info.tasks)
+    if query.task is None:
+        task = task_for_input_type(info.tasks, query.input_type)
+        if task is None:
+            named = f"input_type '{query.input_type}' names none of them; " if query.input_type else ""
+            raise InvalidRequest(
+                f"model '{name}' embeds through a task adapter: {named}give task, one of {valid}", param="task"
+            )
+        return replace(query, task=task)
+    served = served_task(info.tasks, query.task)
+    if served is None:
+        raise InvalidRequest(f"unknown task '{query.task[:64]}' for model '{name}'; valid tasks: {valid}", param="task")
+    adapter, input_type = served
+    if input_type is not None and query.input_type not in (None, input_type):
+        raise InvalidRequest(
+            f"task '{query.task}' embeds as {input_type}; input_type '{query.input_type}' contradicts it",
+            param="input_type",
+        )
+    return replace(query, task=adapter, input_type=cast(InputType | None, input_type or query.input_type))
 
 
 def _check_mixed_inputs(items: Sequence[InputItem], param: str, info: ModelInfo) -> None:

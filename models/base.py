@@ -50,6 +50,8 @@ class ModelInfo:
     # The pass limits in force (configured, or sized for the device); set by the model service after loading.
     batch_size: int = 0
     max_batch_tokens: int = 0
+    # Its task adapters (`models.adapters`), what a request's `task` picks; [] for a model without.
+    tasks: list[str] = field(default_factory=list)
 
     @classmethod
     def of(cls, cfg: ModelConfig, kind: Kind, **facts: Any) -> ModelInfo:
@@ -112,6 +114,8 @@ class TokenizedText(BaseModel):
     # (attended to only where the model says so); a document drops its skiplist tokens.
     is_query: bool = False
     expansion: int = 0
+    # The task adapter this row runs through (`models.adapters`); None: the base model alone.
+    task: str | None = None
     request_id: str = ""  # rows of an abandoned request are dropped by this id
 
     @property

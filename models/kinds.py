@@ -108,6 +108,9 @@ class KindSpec:
     # One input may hold a text and images together, embedded as one (`InputItem.parts`): a vision-language
     # model reads them in one sequence. Two-tower models (CLIP, CLAP) and page retrievers take one per input.
     mixed_inputs: bool = False
+    # Its checkpoints may carry one peft LoRA adapter per task (`models.adapters`), chosen per request (`task`);
+    # on torch only.
+    takes_tasks: bool = False
 
     @property
     def takes_media(self) -> bool:
@@ -151,6 +154,7 @@ KIND_SPECS: dict[Kind, KindSpec] = {
         takes_instruction=True,
         normalize_control=True,
         long_inputs=True,
+        takes_tasks=True,
     ),
     "sparse": KindSpec(
         capabilities=("embed_sparse", "embed"),

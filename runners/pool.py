@@ -142,10 +142,12 @@ class ModelPool:
 
     def _run_rows(self, rows: list[Row]) -> list[np.ndarray]:
         results: list[np.ndarray] = [FAILED] * len(rows)
-        by_model: dict[str, list[int]] = defaultdict(list)
+        # By model, and by task adapter within one (`TokenizedText.task`): rows of different adapters never share
+        # a pass, so each task's rows make whole passes of their own.
+        by_model: dict[tuple[str, str | None], list[int]] = defaultdict(list)
         for index, row in enumerate(rows):
-            by_model[row.model].append(index)
-        for name, indices in by_model.items():
+            by_model[row.model, getattr(row, "task", None)].append(index)
+        for (name, _), indices in by_model.items():
             outputs = self._run_model(name, [rows[i] for i in indices])
             for index, output in zip(indices, outputs):
                 results[index] = FAILED if isinstance(output, Exception) else output

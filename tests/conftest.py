@@ -123,6 +123,14 @@ def minilm_path() -> Path:
 
 
 @pytest.fixture(scope="session")
+def task_adapter_path(tmp_path_factory: pytest.TempPathFactory, minilm_path: Path) -> Path:
+    """A base embedder with two peft LoRA task adapters (`testkit.adapters`)."""
+    from testkit.adapters import build_task_adapter_embedder
+
+    return build_task_adapter_embedder(tmp_path_factory.mktemp("task-adapters"), minilm_path)
+
+
+@pytest.fixture(scope="session")
 def tiny_bert_path(tmp_path_factory: pytest.TempPathFactory, minilm_path: Path) -> Path:
     return build_tiny_bert(tmp_path_factory.mktemp("tiny-bert"), minilm_path)
 

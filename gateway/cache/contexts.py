@@ -14,12 +14,14 @@ from models.base import Representation
 
 
 def embed_context(query: EmbedQuery, prompt: str) -> dict[str, Any]:
-    """An embedding depends on the prompt applied, the truncation, the input type (a ColBERT query is framed
-    apart from a document even without a prompt), long-input windows, the normalization and the outputs asked."""
+    """An embedding depends on the prompt applied, the task adapter, the truncation, the input type (a ColBERT
+    query is framed apart from a document even without a prompt), long-input windows, the normalization and the
+    outputs asked."""
     return {
         "operation": "embed",
         "capability": query.capability,
         "prompt": prompt,
+        "task": query.task,
         "truncation": asdict(query.truncation),
         "input_type": query.input_type,
         "windowed": query.long_input is LongInput.MEAN,

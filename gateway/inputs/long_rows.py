@@ -80,8 +80,11 @@ class LongTexts:
     """Plans for one text embedder: its tokenizer, the limit in force (the model's, or a request's lower
     `max_tokens`), and whether its vectors leave at unit length."""
 
-    def __init__(self, model: str, tokenizer: TextTokenizer, limit: int, normalize: bool, param: str) -> None:
+    def __init__(
+        self, model: str, tokenizer: TextTokenizer, limit: int, normalize: bool, param: str, task: str | None = None
+    ) -> None:
         self.model = model
+        self.task = task  # the task adapter every row runs through
         self.tokenizer = tokenizer
         self.limit = limit
         self.normalize = normalize
@@ -116,7 +119,9 @@ class LongTexts:
         return Plan(rows, join, output_tokens=[sum(row.length for row in rows)])
 
     def _row(self, ids: list[int], prompt_length: int, normalize: bool) -> TokenizedText:
-        return TokenizedText(model=self.model, input_ids=ids, prompt_length=prompt_length, normalize=normalize)
+        return TokenizedText(
+            model=self.model, input_ids=ids, prompt_length=prompt_length, normalize=normalize, task=self.task
+        )
 
     # Late chunking
     def in_context(self, where: str, chunks: Sequence[str], prompt: str) -> Plan:
@@ -164,7 +169,10 @@ class LongTexts:
 
     def _spanned(self, ids: list[int], segments: list[Segment], start: int) -> TokenizedText:
         return TokenizedText(
-            model=self.model, input_ids=ids, spans=[(s.start - start, s.stop - start) for s in segments]
+            model=self.model,
+            input_ids=ids,
+            spans=[(s.start - start, s.stop - start) for s in segments],
+            task=self.task,
         )
 
     def _chunk_means(self, count: int, pieces: list[list[Segment]]) -> Join:

@@ -37,9 +37,11 @@ class Rows:
             ids = [value for value in values if not isinstance(value, str)]  # all: never mixed with texts (wire)
             work = functools.partial(tokenizer.encode_ids, ids, query.truncation)
             token_ids = await off_loop_if_large(work, sum(len(value) for value in values))
-            return Plan.direct(TokenizedText.rows(info.served_model_name, token_ids, normalize=query.normalize))
+            return Plan.direct(
+                TokenizedText.rows(info.served_model_name, token_ids, normalize=query.normalize, task=query.task)
+            )
         strings = [value for value in values if isinstance(value, str)]  # all of them, likewise
-        prompt = tokenizer.prompt(query.prompt_name, query.instruction, query.input_type)
+        prompt = tokenizer.prompt(query.prompt_name, query.instruction, query.input_type, query.task)
         size = sum(len(value) for value in values)
         if info.spec.encodes_roles:
             is_query = query.input_type == "search_query"
@@ -65,6 +67,7 @@ class Rows:
                 prompt_length=prompt_length,
                 normalize=query.normalize,
                 representations=row_representations(query.representations, info),
+                task=query.task,
             )
         )
 
@@ -105,7 +108,7 @@ class Rows:
         """Late chunking: a plan per document for its chunks, the document encoded whole (in slices past the
         limit)."""
         tokenizer, embed = self.preprocessors.tokenizer(info), query.embed
-        prompt = tokenizer.prompt(embed.prompt_name, embed.instruction, embed.input_type)
+        prompt = tokenizer.prompt(embed.prompt_name, embed.instruction, embed.input_type, embed.task)
         texts = long_texts(info, tokenizer, embed)
         chunking = query.auto_chunking
 
@@ -173,7 +176,9 @@ class Rows:
 def long_texts(info: ModelInfo, tokenizer: TextTokenizer, query: EmbedQuery) -> LongTexts:
     """The long-text plans of this model under this query's limit and normalization."""
     normalize = info.normalized if query.normalize is None else query.normalize
-    return LongTexts(info.served_model_name, tokenizer, tokenizer.limit(query.truncation), normalize, query.items_param)
+    return LongTexts(
+        info.served_model_name, tokenizer, tokenizer.limit(query.truncation), normalize, query.items_param, query.task
+    )
 
 
 async def off_loop_if_large(work: Callable[[], T], size: int) -> T:

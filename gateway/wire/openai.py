@@ -35,6 +35,7 @@ from gateway.wire.common import (
     json_answer,
     reworded_union,
 )
+from models.adapters import named_tasks
 from models.base import Modality, ModelInfo, Representation
 from models.postprocess import to_base64
 
@@ -65,6 +66,13 @@ class EmbeddingRequest(TruncationControls):
         description=(
             "Cohere's input kind (Voyage's `query` and `document` too): the model's prompt for it (e5 `query: `, nomic "
             "`search_query: `...), unless prompt_name is given; a ColBERT model's query or document encoding."
+        ),
+    )
+    task: StrictStr | None = Field(
+        None,
+        description=(
+            "Jina's: the task adapter to embed through, for models with task adapters (GET /v1/models: `tasks`), "
+            "e.g. `retrieval.query`, `text-matching`; required there unless input_type names one."
         ),
     )
     modality: Modality = Field(
@@ -141,6 +149,7 @@ def embed_query(body: EmbeddingRequest) -> EmbedQuery:
         prompt_name=body.prompt_name,
         instruction=body.instruction,
         input_type=body.input_type,
+        task=body.task,
         truncation=replace(body.truncation(), max_tokens=body.max_tokens),
         long_input=LongInput.LATE_CHUNKING if body.late_chunking else LongInput(body.long_input or "truncate"),
         representations=None if body.output_types is None else tuple(dict.fromkeys(body.output_types)),
@@ -282,6 +291,10 @@ class ModelCard(BaseModel):
     multi_vector: bool = False
     sparse: bool = False  # `dimension` is then the vocabulary size
     outputs: list[str] = Field(default_factory=list, description="What `output_types` may name for it.")
+    tasks: list[str] = Field(
+        default_factory=list,
+        description="What `task` may name for it (its task adapters); empty for a model without them.",
+    )
     score_modes: list[str] = Field(
         default_factory=list,
         description=(
@@ -334,6 +347,7 @@ def _model_card(info: ModelInfo, registry: ModelRegistry, created: int) -> Model
         sparse=info.sparse,
         outputs=list(info.spec.representations),
         score_modes=list(info.spec.score_modes),
+        tasks=named_tasks(info.tasks),
         labels=info.labels if "classify" in info.spec.capabilities else None,  # what a classifier answers
         quantization=quantizer.report(info.dimension, info.normalized) if quantizer else None,
     )

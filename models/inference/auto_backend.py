@@ -23,6 +23,7 @@ import numpy as np
 
 from config.errors import ModelLoadError
 from config.settings import ModelConfig
+from models.adapters import check_task_adapters, find_tasks
 from models.base import TokenizedText, TokenModel
 from models.inference.saved_versions import check_saved_versions
 from models.kinds import Kind, model_class, model_kind, model_scorer, spec
@@ -78,6 +79,8 @@ def onnx_unfit(folder: Path, cfg: ModelConfig, kind: Kind) -> str | None:
         return f"torch: ONNX Runtime does not run {kind} models here"
     if model_scorer(folder, kind) == "causal-lm":
         return "torch: a causal-LM reranker runs on torch only"
+    if find_tasks(folder):
+        return "torch: its task adapters (peft LoRA) run on torch only"
     if cfg.dtype not in ("auto", "float32"):
         return f"torch: dtype {cfg.dtype} runs on torch"
     if weight_bytes(folder) > MAX_WEIGHT_BYTES:
@@ -173,6 +176,7 @@ def load_model(folder: Path, cfg: ModelConfig) -> TokenModel:
     """The checkpoint in `folder` in the class that runs its kind (`KindSpec.loader`): model-service side."""
     check_saved_versions(folder, cfg.model_id)
     kind = model_kind(cfg)
+    check_task_adapters(folder, cfg, kind)
     if cfg.backend == "auto":
         return load_auto(model_class(kind), folder, cfg, kind)
     return model_class(kind)(folder, cfg, kind)

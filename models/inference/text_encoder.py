@@ -18,6 +18,7 @@ import numpy as np
 
 from config.errors import ModelLoadError
 from config.settings import ModelConfig
+from models.adapters import find_tasks
 from models.base import ModelInfo, PendingOutputs, TokenizedText
 from models.inference.padding import pad_rows
 from models.kinds import Kind
@@ -32,6 +33,7 @@ class TextEncoder:
     def __init__(self, folder: Path, cfg: ModelConfig, kind: Kind = "embed") -> None:
         self._model, device, dtype = _load_sentence_transformer(folder, cfg)
         self._tokenizer = self._model.tokenizer
+        self._adapters = _task_adapters(self._model, folder)
         self._device = device
         normalized = _ends_in_normalize(self._model)
         if normalized:
@@ -47,12 +49,23 @@ class TextEncoder:
             normalized=normalized,
             device=device,
             dtype=dtype,
+            tasks=self._adapters.tasks if self._adapters else [],
         )
 
     def forward(self, rows: Sequence[TokenizedText]) -> np.ndarray | Sequence[np.ndarray]:
         return self.launch(rows).wait()
 
     def launch(self, rows: Sequence[TokenizedText]) -> PendingOutputs:
+        """The pass, each row through its task's adapter (`models.inference.task_adapters`)."""
+        if self._adapters is None:
+            return self._launch(rows)
+        tasks = {row.task for row in rows}
+        if len(tasks) == 1:  # the pool's passes are of one task: queued as any other
+            with self._adapters.under(tasks.pop()):
+                return self._launch(rows)
+        return Ready(self._adapters.run_by_task(rows, _task_of, lambda group: list(self._launch(group).wait())))
+
+    def _launch(self, rows: Sequence[TokenizedText]) -> PendingOutputs:
         import torch
 
         from models.inference.transfer import to_host
@@ -83,6 +96,30 @@ class TextEncoder:
 
     def _normalized(self, vectors: Any, rows: Sequence[TokenizedText]) -> Any:
         return _normalize_rows(vectors, rows, self.info.normalized).float()
+
+
+class Ready:
+    """Outputs already on the host, one per row."""
+
+    def __init__(self, outputs: list[np.ndarray]) -> None:
+        self._outputs = outputs
+
+    def wait(self) -> list[np.ndarray]:
+        return self._outputs
+
+
+def _task_of(row: TokenizedText) -> str | None:
+    return row.task
+
+
+def _task_adapters(model: Any, folder: Path) -> Any:  # TaskAdapters | None
+    """The folder's task adapters, injected into the model's transformer (torch only: `models.adapters`)."""
+    adapters = find_tasks(folder)
+    if not adapters:
+        return None
+    from models.inference.task_adapters import TaskAdapters
+
+    return TaskAdapters(model[0].auto_model, adapters)
 
 
 class SpannedOutputs:

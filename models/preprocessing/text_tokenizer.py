@@ -67,9 +67,14 @@ class TextTokenizer:
     def calibration_rows(self, model: str, texts: list[str], limits: MediaLimits) -> list[TokenizedText]:
         return TokenizedText.rows(model, self.encode_texts(texts, self.prompt(None)))
 
-    def prompt(self, name: str | None, instruction: str | None = None, input_type: str | None = None) -> str:
-        """The prefix of a named prompt (None: the one for Cohere's `input_type`, else the default one), or of
-        a request's own instruction."""
+    def prompt(
+        self, name: str | None, instruction: str | None = None, input_type: str | None = None, task: str | None = None
+    ) -> str:
+        """The prefix of a named prompt (None: the task adapter's own where the model has a prompt named after it,
+        as jina-embeddings-v3's, else the one for Cohere's `input_type`, else the default one), or of a request's
+        own instruction."""
+        if name is None and instruction is None and task in self.settings.prompts:
+            name = task
         if name is None and input_type is not None:
             name = self.settings.input_type_prompts.get(input_type)
         if instruction is not None:
