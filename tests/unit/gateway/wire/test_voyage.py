@@ -118,6 +118,7 @@ def test_each_inputs_content_is_one_input_its_parts_in_order():
     [
         pytest.param({"inputs": []}, "inputs", id="no-inputs"),
         pytest.param({"inputs": [{"content": []}]}, "inputs", id="empty-content"),
+        pytest.param({"inputs": [{"content": [text("")]}]}, "inputs", id="empty-text"),
         pytest.param({"inputs": [{"content": [{"type": "video_url", "video_url": "x"}]}]}, "inputs", id="unknown-type"),
         pytest.param({"inputs": [{"content": [{"type": "text"}]}]}, "inputs", id="text-part-without-text"),
         pytest.param(
