@@ -161,6 +161,11 @@ class Gateway:
         """Voyage's contextualized embeddings: each document's chunks embedded in the context of the whole."""
         return await answered(voyage.contextualized, self.engine, request)
 
+    @bentoml.api(route=voyage.MULTIMODAL_PATH)
+    async def multimodal_embeddings(self, request: voyage.MultimodalRequest, /) -> voyage.MultimodalResponse:
+        """Voyage's multimodal embeddings: each input's texts and images, in order, one vector."""
+        return await answered(voyage.multimodal, self.engine, request)
+
     # Cohere
     @bentoml.api(route="/v1/embed")
     async def cohere_embed_v1(self, request: cohere.CohereEmbedRequest, /) -> dict:

@@ -133,6 +133,8 @@ class RankQuery:
     score_mode: ScoreMode | None = None
     weights: tuple[float, ...] | None = None
     return_scores: bool = False
+    # The documents the client sent as images (Jina's `{"image": …}`): only a model that ranks images takes them.
+    image_documents: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)

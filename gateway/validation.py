@@ -332,6 +332,12 @@ def check_rank(query: RankQuery, info: ModelInfo, limits: EmbentoConfig) -> None
     check_length(query.query, "query", limits.max_item_chars)
     check_length(query.instruction, "instruction", limits.max_item_chars)
     media = info.spec.takes_media
+    if query.image_documents and not media:
+        raise InvalidRequest(
+            f"{query.documents_param}[{query.image_documents[0]}] is an image; model '{info.served_model_name}' is a "
+            f"{info.kind} model and ranks text documents",
+            param=query.documents_param,
+        )
     max_documents = limits.max_media_items if media else limits.max_client_batch_size
     check_texts(query.documents, query.documents_param, max_documents, None, empty_item=None)
     if query.top_n is not None and query.top_n < 1:

@@ -425,6 +425,38 @@ def client(server: str) -> Iterator[httpx.Client]:
         yield http
 
 
+@pytest.fixture(scope="session")
+def files() -> Iterator[str]:
+    """The local file server's base URL (tests/file_server.py), on 127.0.0.2."""
+    from tests import file_server
+
+    with file_server.serving_files() as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
+def url_server(tmp_path_factory: pytest.TempPathFactory, tiny_clip_path: Path) -> Iterator[str]:
+    """Tiny CLIP on a server that fetches URL inputs from 127.0.0.2 (the file server's network) alone: the URL
+    tests' and the Voyage and Cohere multimodal SDK tests' server."""
+    from tests import file_server
+
+    config = {
+        "models": [{"model_id": str(tiny_clip_path), "served_model_name": TINY_CLIP}],
+        "allow_url_inputs": True,
+        "url_allow_networks": [f"{file_server.HOST}/32"],
+        "url_timeout_s": file_server.TIMEOUT_S,
+        "max_item_bytes": file_server.MAX_ITEM_BYTES,
+    }
+    with running_server(tmp_path_factory.mktemp("url-server"), config) as (url, _):
+        yield url
+
+
+@pytest.fixture(scope="session")
+def url_client(url_server: str) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=url_server, timeout=60) as http:
+        yield http
+
+
 # Issue 35: a tiny ColBERT saved by PyLate and a tiny BGE-M3, with what PyLate and FlagEmbedding answer for
 # tests/hybrid_reference.py's texts, computed in the reference venv (built here by `make reference-venv`). Nothing
 # is skipped: a reference that cannot be computed fails the tests that need it, with the reason.

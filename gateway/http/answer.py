@@ -29,7 +29,10 @@ B = TypeVar("B")
 T = TypeVar("T")
 
 # Every other path: "openai".
-ERROR_SHAPES: dict[str, ErrorShape] = {**{path: "tei" for path in tei.TEI_PATHS}, voyage.VOYAGE_PATH: "voyage"}
+ERROR_SHAPES: dict[str, ErrorShape] = {
+    **{path: "tei" for path in tei.TEI_PATHS},
+    **{path: "voyage" for path in voyage.VOYAGE_PATHS},
+}
 # Paths both families share: TEI's shape when the JSON body is TEI's by the rule.
 TEI_BODIES: Mapping[str, Callable[[Mapping[str, Any]], bool]] = {"/rerank": shared_rerank.is_tei_rerank}
 

@@ -7,10 +7,19 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Annotated, Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    StrictInt,
+    StrictStr,
+    field_validator,
+    model_serializer,
+)
 
 from config.errors import InvalidRequest
-from gateway.queries import EmbedQuery, InputItem, InputType, OutputType
+from gateway.queries import EmbedQuery, InputItem, InputType, OutputType, mixed_input
 from gateway.queue.priority import Prioritized
 from gateway.results import Embeddings, Ranking
 from gateway.wire.common import ModeScores, RerankRequest, Usage, rank_query, response_id
@@ -67,6 +76,10 @@ class CohereEmbedRequest(Prioritized):
     def _inputs_fields() -> str:
         return "texts or images"
 
+    def items_param(self) -> str:
+        """The field errors about the inputs name."""
+        return "input"
+
 
 class ImageUrl(BaseModel):
     url: StrictStr
@@ -92,7 +105,11 @@ class CohereV2EmbedRequest(CohereEmbedRequest):
     """POST /v2/embed."""
 
     model: str = Field(description="Served model name (required by Cohere v2).")
-    inputs: list[CohereInput] | None = Field(None, description="Content lists; one text or image part each.")
+    inputs: list[CohereInput] | None = Field(
+        None,
+        description="Content lists: texts and images, in order, one vector per input (several parts: models "
+        "that take mixed inputs).",
+    )
     output_dimension: StrictInt | None = Field(None, description="Matryoshka: keep the first N features.")
     max_tokens: StrictInt | None = Field(
         None, description="Cut (or with truncate NONE, refuse) input longer than this many tokens."
@@ -101,6 +118,9 @@ class CohereV2EmbedRequest(CohereEmbedRequest):
     @staticmethod
     def _inputs_fields() -> str:
         return "texts, images or inputs"
+
+    def items_param(self) -> str:
+        return "inputs" if self.inputs is not None else super().items_param()
 
     def items(self) -> tuple[InputItem, ...]:
         if self.inputs is None:
@@ -111,13 +131,14 @@ class CohereV2EmbedRequest(CohereEmbedRequest):
 
 
 def _content_item(index: int, item: CohereInput) -> InputItem:
-    if len(item.content) != 1:
-        raise InvalidRequest(
-            f"inputs[{index}] has {len(item.content)} content parts; these models embed one text "
-            "or one image per input: send the parts as separate inputs",
-            param="inputs",
-        )
-    part = item.content[0]
+    """One input of all its parts, in order: several make a mixed input, which the validation refuses for a
+    model that embeds one text or one image per input."""
+    if not item.content:
+        raise InvalidRequest(f"inputs[{index}] has no content parts", param="inputs")
+    return mixed_input(tuple(_content_part(part) for part in item.content))
+
+
+def _content_part(part: TextPart | ImagePart) -> InputItem:
     if isinstance(part, TextPart):
         return InputItem("text", part.text)
     return InputItem("image", part.image_url if isinstance(part.image_url, str) else part.image_url.url)
@@ -134,6 +155,7 @@ def embed_query(body: CohereEmbedRequest, dimensions: int | None = None, max_tok
         output_types=_output_types(body),
         output_param="embedding_types",
         shapes=EMBED_SHAPES,
+        items_param=body.items_param(),
         dimensions=dimensions,
         truncation=Truncation(
             enabled=body.truncate != "NONE", side="left" if body.truncate == "START" else "right", max_tokens=max_tokens
@@ -172,11 +194,13 @@ def embed_v2_answer(embeddings: Embeddings) -> dict:
 
 
 def _texts(query: EmbedQuery) -> list[str]:
-    return [item.value for item in query.items if item.modality == "text" and isinstance(item.value, str)]
+    """Every text sent, the text parts of mixed inputs too, in order."""
+    parts = (part for item in query.items for part in item.all_parts)
+    return [part.value for part in parts if part.modality == "text" and isinstance(part.value, str)]
 
 
 def _embed_meta(version: str, embeddings: Embeddings) -> dict:
-    images = sum(item.modality == "image" for item in embeddings.query.items)
+    images = sum(part.modality == "image" for item in embeddings.query.items for part in item.all_parts)
     return _meta(version, embeddings.tokens, images or None).model_dump(exclude_none=True)
 
 
@@ -192,7 +216,19 @@ class CohereV2RerankRequest(RerankRequest):
 
 # Rerank answers: Cohere v1 and Jina's /v1/rerank, Cohere v2's /v2/rerank
 class RerankDocument(BaseModel):
-    text: str
+    """The document as sent: `{"text": …}`, or Jina's `{"image": …}` for an image document."""
+
+    text: str | None = None
+    image: str | None = None
+
+    @model_serializer(mode="wrap")
+    def _the_one_given(self, handler: SerializerFunctionWrapHandler) -> dict:
+        return {key: value for key, value in handler(self).items() if value is not None}
+
+    @classmethod
+    def of(cls, ranking: Ranking, index: int) -> RerankDocument:
+        value = ranking.documents[index]
+        return cls(image=value) if index in ranking.query.image_documents else cls(text=value)
 
 
 class RerankResult(ModeScores):
@@ -252,7 +288,7 @@ def rerank_v1_answer(ranking: Ranking, return_documents: bool) -> RerankResponse
             index=i,
             relevance_score=ranking.scores[i],
             scores=ranking.scores_of(i),
-            document=RerankDocument(text=ranking.documents[i]),
+            document=RerankDocument.of(ranking, i),
         )
         if return_documents
         else RerankResult(index=i, relevance_score=ranking.scores[i], scores=ranking.scores_of(i))

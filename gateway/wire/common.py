@@ -21,6 +21,7 @@ from pydantic import (
     ValidatorFunctionWrapHandler,
     field_validator,
     model_serializer,
+    model_validator,
 )
 from starlette.responses import Response
 
@@ -168,11 +169,32 @@ def response_id() -> str:
 
 
 # The rerank body of infinity's /rerank, Cohere v1 and Jina's /v1/rerank, and Cohere v2's /v2/rerank
-class DocumentObject(BaseModel):
-    """Cohere v1 / Jina's document object: `text` is ranked, other fields are accepted and ignored."""
+class TextOrImage(BaseModel):
+    """A document object: its other fields are accepted and ignored, but it is a text or an image, not both."""
 
     model_config = ConfigDict(extra="allow")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _not_both(cls, value: Any) -> Any:
+        if isinstance(value, dict) and "image" in value and "text" in value:
+            raise ValueError("a document holds a text or an image, not both")
+        return value
+
+
+class DocumentObject(TextOrImage):
+    """Cohere v1 / Jina's document object: `text` is ranked."""
+
     text: StrictStr
+
+
+class ImageDocument(TextOrImage):
+    """Jina's image document (jina-reranker-m0's API): ranked by the models that rank images (CLIP, ColPali)."""
+
+    image: StrictStr = Field(description="A data URI, or an http(s) URL with allow_url_inputs.")
+
+
+Document = StrictStr | DocumentObject | ImageDocument
 
 
 class RankControls(BaseModel):
@@ -215,7 +237,7 @@ class ModeScores(BaseModel):
 class RerankRequest(TruncationControls, RankControls):
     model: str | None = Field(None, description="Served model name; defaults to the first reranker.")
     query: StrictStr
-    documents: list[StrictStr | DocumentObject]
+    documents: list[Document]
     top_n: StrictInt | None = Field(None, description="Return the best N; all when omitted.")
     return_documents: StrictBool = False
     raw_scores: StrictBool = Field(False, description="Logits instead of the model's activation.")
@@ -227,18 +249,21 @@ class RerankRequest(TruncationControls, RankControls):
 
     @field_validator("documents", mode="wrap")
     @classmethod
-    def _one_clear_message(cls, value: object, handler: ValidatorFunctionWrapHandler) -> list[str | DocumentObject]:
+    def _one_clear_message(cls, value: object, handler: ValidatorFunctionWrapHandler) -> list[Document]:
         try:
             return handler(value)
         except ValidationError as exc:  # the union's per-branch errors help nobody
             where = next((f"documents[{e['loc'][0]}]" for e in exc.errors() if e["loc"]), "documents")
-            raise ValueError(f"{where} must be a string or an object with a string 'text' field") from None
+            raise ValueError(
+                f"{where} must be a string, or an object with a string 'text' or (image models) 'image' field"
+            ) from None
 
 
 def rank_query(body: RerankRequest) -> RankQuery:
     return RankQuery(
         query=body.query,
-        documents=tuple(d if isinstance(d, str) else d.text for d in body.documents),
+        documents=tuple(_document_value(d) for d in body.documents),
+        image_documents=tuple(i for i, d in enumerate(body.documents) if isinstance(d, ImageDocument)),
         model=body.model,
         top_n=body.top_n,
         activation="identity" if body.raw_scores else None,
@@ -246,6 +271,12 @@ def rank_query(body: RerankRequest) -> RankQuery:
         truncation=body.truncation(),
         **body.controls(),
     )
+
+
+def _document_value(document: Document) -> str:
+    if isinstance(document, str):
+        return document
+    return document.text if isinstance(document, DocumentObject) else document.image
 
 
 # Classification answers

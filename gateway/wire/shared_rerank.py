@@ -14,7 +14,7 @@ from starlette.responses import JSONResponse
 
 from config.errors import InvalidRequest
 from gateway.wire import infinity, tei
-from gateway.wire.common import DocumentObject, RerankRequest
+from gateway.wire.common import Document, RerankRequest
 
 if TYPE_CHECKING:
     from gateway.engine import Engine
@@ -27,7 +27,7 @@ class RerankBody(RerankRequest):
 
     # Optional here, where RerankRequest requires it: TEI's body has `texts` instead. A RerankBody is never used
     # as a RerankRequest: `family_body` validates the chosen family's own body out of it.
-    documents: list[StrictStr | DocumentObject] | None = None  # type: ignore[assignment]
+    documents: list[Document] | None = None  # type: ignore[assignment]
     texts: list[StrictStr] | None = Field(None, description="TEI's documents; the answer is then TEI's.")
     return_text: StrictBool = Field(False, description="TEI's: each result carries its text.")
 

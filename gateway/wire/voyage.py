@@ -1,28 +1,33 @@
-"""Voyage's contextualized embeddings (`POST /v1/contextualizedembeddings`), as `voyageai.Client(base_url=…)
-.contextualized_embed` calls it: each inner list of `inputs` is one document's chunks, embedded in the context
-of the whole document (late chunking); with `enable_auto_chunking`, one string per document, cut by the server,
-each chunk's `text` returned. `input_type: "query"` embeds one-element lists as plain queries. Errors leave in
-Voyage's `{"detail": ...}` (`gateway.http.answer.ERROR_SHAPES`)."""
+"""Voyage's routes, as `voyageai.Client(base_url=…)` calls them. Contextualized embeddings
+(`POST /v1/contextualizedembeddings`, `contextualized_embed`): each inner list of `inputs` is one document's
+chunks, embedded in the context of the whole document (late chunking); with `enable_auto_chunking`, one string per
+document, cut by the server, each chunk's `text` returned. `input_type: "query"` embeds one-element lists as plain
+queries. Multimodal embeddings (`POST /v1/multimodalembeddings`, `multimodal_embed`): each input's content parts
+(texts and images, in order) are one input, one vector (`gateway.queries.mixed_input`). Errors leave in Voyage's
+`{"detail": ...}` (`gateway.http.answer.ERROR_SHAPES`)."""
 
 from __future__ import annotations
 
 import base64
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
-from pydantic import BaseModel, Field, StrictBool, StrictInt, StrictStr
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
 
 from config.errors import InvalidRequest
-from gateway.queries import AutoChunking, ContextQuery, EmbedQuery, InputItem
+from gateway.queries import AutoChunking, ContextQuery, EmbedQuery, InputItem, mixed_input
 from gateway.queue.priority import Prioritized
 from gateway.results import ContextEmbeddings, Embeddings
 from gateway.validation import check_one_text_each
 from gateway.wire.common import SHORT_INPUT_TYPES
+from models.base import Truncation
 from models.postprocess import to_base64
 
 if TYPE_CHECKING:
     from gateway.engine import Engine
 
 VOYAGE_PATH = "/v1/contextualizedembeddings"
+MULTIMODAL_PATH = "/v1/multimodalembeddings"
+VOYAGE_PATHS = (VOYAGE_PATH, MULTIMODAL_PATH)  # their errors leave in Voyage's shape
 VoyageDtype = Literal["float", "int8", "uint8", "binary", "ubinary"]
 
 
@@ -167,3 +172,110 @@ async def contextualized(engine: Engine, body: ContextualizedRequest) -> Context
         return _answer(embeddings, [range(i, i + 1) for i in range(len(items))], None, in_base64)
     result: ContextEmbeddings = await engine.embed_in_context(context_query(body))
     return _answer(result.embeddings, result.by_document(), result.texts, in_base64)
+
+
+# Multimodal embeddings: the content parts Voyage's API and `voyageai`'s `MultimodalInputRequest` send
+class TextSegment(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["text"]
+    text: StrictStr
+
+
+class ImageUrlSegment(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["image_url"]
+    image_url: StrictStr = Field(description="An http(s) URL (with allow_url_inputs).")
+
+
+class ImageBase64Segment(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["image_base64"]
+    image_base64: StrictStr = Field(description="A data URI, data:image/<format>;base64,<data> (the SDK's WebP).")
+
+
+Segment = Annotated[TextSegment | ImageUrlSegment | ImageBase64Segment, Field(discriminator="type")]
+
+
+class MultimodalInput(BaseModel):
+    content: list[Segment] = Field(min_length=1, description="Texts and images, in order: one input, one vector.")
+
+
+class MultimodalRequest(Prioritized):
+    """POST /v1/multimodalembeddings. Unknown fields are ignored, as the SDK may add some."""
+
+    inputs: list[MultimodalInput] = Field(description="Each input's content parts; one vector per input.")
+    model: str | None = Field(None, description="Served model name; defaults to the first embedder.")
+    input_type: Literal["query", "document"] | None = Field(
+        None, description="The model's query or document prompt (its search_query / search_document), if any."
+    )
+    truncation: StrictBool = Field(True, description="Cut text past the model's window; false refuses it (400).")
+    output_dimension: StrictInt | None = Field(None, description="Matryoshka: the first N features.")
+    output_dtype: VoyageDtype | None = Field(None, description="As on /v1/contextualizedembeddings.")
+    output_encoding: Literal["base64"] | None = Field(
+        None, description="Voyage's API name: base64 of each embedding's little-endian bytes; unset: JSON numbers."
+    )
+    encoding_format: Literal["base64"] | None = Field(
+        None, description="The same, under the name the voyageai SDK sends (base64, which it decodes)."
+    )
+
+
+def _part(segment: TextSegment | ImageUrlSegment | ImageBase64Segment) -> InputItem:
+    if isinstance(segment, TextSegment):
+        return InputItem("text", segment.text)
+    if isinstance(segment, ImageUrlSegment):
+        return InputItem("image", segment.image_url)
+    return InputItem("image", segment.image_base64)
+
+
+def multimodal_query(body: MultimodalRequest) -> EmbedQuery:
+    """One input per `inputs[i]`: a lone part as itself, several as one mixed input (validation refuses it for
+    a model that embeds one part per input)."""
+    items = tuple(mixed_input(tuple(_part(segment) for segment in item.content)) for item in body.inputs)
+    return EmbedQuery(
+        items=items,
+        model=body.model,
+        output_types=(body.output_dtype or "float",),
+        output_param="output_dtype",
+        shapes=frozenset({"dense"}),
+        dimensions=body.output_dimension,
+        input_type=SHORT_INPUT_TYPES[body.input_type] if body.input_type else None,
+        truncation=Truncation(enabled=body.truncation),
+        items_param="inputs",
+    )
+
+
+class MultimodalEmbedding(BaseModel):
+    object: Literal["embedding"] = "embedding"
+    embedding: str | list[float] | list[int]  # str: base64
+    index: int
+
+
+class MultimodalUsage(BaseModel):
+    """Voyage's usage fields. Embento counts text tokens and image positions together (`total_tokens`, as on
+    every route) and measures no pixels: `text_tokens` is that count, the pixel counts 0."""
+
+    text_tokens: int
+    image_pixels: int = 0
+    video_pixels: int = 0  # read by voyageai 0.5's MultimodalEmbeddingsObject
+    total_tokens: int
+
+
+class MultimodalResponse(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[MultimodalEmbedding]
+    model: str
+    usage: MultimodalUsage
+
+
+async def multimodal(engine: Engine, body: MultimodalRequest) -> MultimodalResponse:
+    embeddings = await engine.embed(multimodal_query(body))
+    encoded = _encoded(embeddings, "base64" in (body.output_encoding, body.encoding_format))
+    return MultimodalResponse.model_construct(
+        object="list",
+        data=[
+            MultimodalEmbedding.model_construct(object="embedding", embedding=vector, index=i)
+            for i, vector in enumerate(encoded)
+        ],
+        model=embeddings.info.served_model_name,
+        usage=MultimodalUsage(text_tokens=embeddings.tokens, total_tokens=embeddings.tokens),
+    )

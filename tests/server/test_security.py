@@ -29,6 +29,7 @@ GUARDED = [
     ("POST", "/", {"inputs": "hi"}),
     ("POST", "/tokenize", {"inputs": "hi"}),
     ("POST", "/v1/contextualizedembeddings", {"inputs": [["hi", "there"]]}),
+    ("POST", "/v1/multimodalembeddings", {"inputs": [{"content": [{"type": "text", "text": "hi"}]}]}),
     ("GET", "/v1/models", None),
     ("GET", "/models", None),
     ("GET", "/docs.json", None),

@@ -10,11 +10,21 @@ import numpy as np
 import pytest
 
 from config.errors import InvalidRequest
-from gateway.queries import EmbedQuery, InputItem, RankQuery
+from gateway.queries import EmbedQuery, InputItem, RankQuery, mixed_input
 from gateway.results import Embeddings, Ranking
 from gateway.wire import cohere
+from gateway.wire.common import rank_query
 from models.base import ModelInfo, Truncation
-from tests.unit.gateway.fake_engine import CLASSIFIER, COLPALI, EMBEDDER, RERANKER, SPLADE, answer, assert_refused
+from tests.unit.gateway.fake_engine import (
+    CLASSIFIER,
+    CLIP,
+    COLPALI,
+    EMBEDDER,
+    RERANKER,
+    SPLADE,
+    answer,
+    assert_refused,
+)
 
 IMAGE = "data:image/png;base64,iVBORw0KGgo="
 
@@ -90,6 +100,18 @@ def test_v2_dimensions_max_tokens_and_content_inputs():
     assert query.dimensions == 128 and query.truncation == Truncation(False, "right", max_tokens=3)
 
 
+def test_v2_an_input_of_several_parts_is_one_mixed_input_in_the_clients_order():
+    content = [
+        {"type": "text", "text": "a red square"},
+        {"type": "image_url", "image_url": {"url": IMAGE}},
+        {"type": "text", "text": "and its caption"},
+    ]
+    query = v2(inputs=[{"content": content}, {"content": [{"type": "text", "text": "alone"}]}])
+    parts = (InputItem("text", "a red square"), InputItem("image", IMAGE), InputItem("text", "and its caption"))
+    assert query.items == (mixed_input(parts), InputItem("text", "alone"))
+    assert query.items[0].parts == parts and query.items[0].modality == "text"
+
+
 def test_v2_texts_as_in_v1():
     assert v2(texts=["a"]).items == (InputItem("text", "a"),)
 
@@ -112,14 +134,7 @@ def test_v2_texts_as_in_v1():
             "inputs",
             "give exactly one of texts, images or inputs",
         ),
-        (
-            v2,
-            {"inputs": [{"content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}]},
-            "inputs",
-            "inputs[0] has 2 content parts; these models embed one text or one image per input: send the parts as "
-            "separate inputs",
-        ),
-        (v2, {"inputs": [{"content": []}]}, "inputs", "inputs[0] has 0 content parts"),
+        (v2, {"inputs": [{"content": []}]}, "inputs", "inputs[0] has no content parts"),
         (v1, {"texts": ["a"], "embedding_types": []}, "embedding_types", "embedding_types must not be empty"),
     ],
 )
@@ -172,6 +187,13 @@ def test_v2_answer_counts_images_and_lists_only_texts():
     assert answer["texts"] == ["a"] and list(answer["embeddings"]) == ["float"]
     assert answer["meta"]["billed_units"] == {"input_tokens": 5, "output_tokens": 0, "images": 1}
     assert answer["meta"]["api_version"] == {"version": "2"}
+
+
+def test_v2_answer_lists_the_text_parts_and_counts_the_images_of_mixed_inputs():
+    content = [{"type": "text", "text": "a"}, {"type": "image_url", "image_url": IMAGE}, {"type": "text", "text": "b"}]
+    query = v2(inputs=[{"content": content}, {"content": [{"type": "text", "text": "c"}]}])
+    answer = cohere.embed_v2_answer(embeddings(query, [[1.0, 0.0], [0.0, 1.0]], tokens=7))
+    assert answer["texts"] == ["a", "b", "c"] and answer["meta"]["billed_units"]["images"] == 1
 
 
 def test_v2_answer_cuts_to_the_output_dimension_and_renormalizes():
@@ -244,6 +266,17 @@ BAD_BODIES = [
     ),
     pytest.param(
         "/v2/embed",
+        {
+            "model": CLIP,
+            "inputs": [{"content": [{"type": "text", "text": "a"}, {"type": "image_url", "image_url": IMAGE}]}],
+        },
+        400,
+        "inputs",
+        id="text-and-image-for-clip",
+    ),
+    pytest.param("/v2/embed", {"model": EMBEDDER, "inputs": [{"content": []}]}, 400, "inputs", id="no-content-parts"),
+    pytest.param(
+        "/v2/embed",
         {"model": EMBEDDER, "inputs": [{"content": [{"type": "audio", "audio": "x"}]}]},
         400,
         "inputs",
@@ -304,6 +337,16 @@ BAD_BODIES = [
     ),
     pytest.param("/v2/rerank", {"query": "q", "documents": ["a"]}, 400, "model", id="v2-rerank-needs-model"),
     pytest.param(
+        "/v1/rerank", {"query": "q", "documents": ["a", {"image": IMAGE}]}, 400, "documents", id="image-for-a-reranker"
+    ),
+    pytest.param(
+        "/v1/rerank",
+        {"model": CLIP, "query": "q", "documents": [{"text": "a", "image": IMAGE}]},
+        400,
+        "documents",
+        id="text-and-image-in-one-document",
+    ),
+    pytest.param(
         "/v2/rerank", {"model": RERANKER, "query": "q", "documents": []}, 400, "documents", id="v2-no-documents"
     ),
 ]
@@ -356,3 +399,25 @@ def test_rerank_answers_best_first(serve):
         {"model": RERANKER, "query": "q", "top_n": 1, "documents": ["short", "a much longer document"]},
     )
     assert status == 200 and [set(r) for r in body["results"]] == [{"index", "relevance_score"}]
+
+
+def test_a_mixed_input_is_refused_naming_why_for_a_model_that_embeds_one_part_per_input(serve):
+    content = [{"type": "text", "text": "a red square"}, {"type": "image_url", "image_url": IMAGE}]
+    body = {"model": CLIP, "inputs": [{"content": [{"type": "text", "text": "alone"}]}, {"content": content}]}
+    message = assert_refused(answer(serve, *ROUTES["/v2/embed"], body), 400, "inputs")
+    assert message == "inputs[1] holds 2 parts; model 'clip' is a clip model and embeds one text or one image per input"
+
+
+def test_image_documents_are_jinas_objects_and_come_back_as_sent():
+    body = cohere.RerankRequest.model_validate({"query": "q", "documents": ["d0", {"image": IMAGE}, {"text": "d2"}]})
+    query = rank_query(body)
+    assert query.documents == ("d0", IMAGE, "d2") and query.image_documents == (1,)
+    ranked = Ranking(query, info("r", kind="clip"), order=[1, 0, 2], scores=[0.5, 0.9, 0.1], tokens=3)
+    answer = cohere.rerank_v1_answer(ranked, return_documents=True).model_dump()
+    assert [r["document"] for r in answer["results"]] == [{"image": IMAGE}, {"text": "d0"}, {"text": "d2"}]
+
+
+def test_an_image_document_for_a_text_reranker_names_it(serve):
+    body = {"query": "q", "documents": ["a", {"image": IMAGE}]}
+    message = assert_refused(answer(serve, *ROUTES["/v1/rerank"], body), 400, "documents")
+    assert message == "documents[1] is an image; model 'reranker' is a rerank model and ranks text documents"

@@ -1,7 +1,8 @@
-"""The Voyage adapter (`gateway/wire/voyage.py`, POST /v1/contextualizedembeddings) over the real `Engine`, a fake
-model service and MiniLM's real tokenizer (`fake_engine.py`): documents' chunks embedded in their document's
-context (late chunking: one row per document), queries alone, auto-chunking, its dtypes and base64, and the
-bodies it refuses before any row is sent."""
+"""The Voyage adapter (`gateway/wire/voyage.py`) over the real `Engine`, a fake model service and MiniLM's real
+tokenizer (`fake_engine.py`). POST /v1/contextualizedembeddings: documents' chunks embedded in their document's
+context (late chunking: one row per document), queries alone, auto-chunking, its dtypes and base64. POST
+/v1/multimodalembeddings: each input's content parts as one (mixed) input, its answer, and the bodies both routes
+refuse before any row is sent."""
 
 from __future__ import annotations
 
@@ -10,8 +11,12 @@ import base64
 import numpy as np
 import pytest
 
+from gateway.queries import InputItem, mixed_input
 from gateway.wire import voyage
-from tests.unit.gateway.fake_engine import DIMENSION, EMBEDDER, answer, assert_refused
+from models.base import Truncation
+from tests.unit.gateway.fake_engine import CLIP, DIMENSION, EMBEDDER, answer, assert_refused
+
+IMAGE = "data:image/png;base64,iVBORw0KGgo="
 
 
 def contextualized(serve, body: dict):
@@ -81,3 +86,87 @@ def test_auto_chunking_cuts_each_document_and_returns_each_chunks_text(serve):
     chunks = [[chunk["text"] for chunk in item["data"]] for item in answered["data"]]
     assert len(chunks[0]) > 1 and chunks[1] == ["short"]
     assert " ".join(text.strip() for text in chunks[0]).split() == document.split()  # cut at whitespace, in order
+
+
+# POST /v1/multimodalembeddings
+def multimodal(serve, body: dict):
+    return answer(serve, voyage.multimodal, voyage.MultimodalRequest, body)
+
+
+def text(value: str) -> dict:
+    return {"type": "text", "text": value}
+
+
+def test_each_inputs_content_is_one_input_its_parts_in_order():
+    content = [
+        text("a chart"),
+        {"type": "image_base64", "image_base64": IMAGE},
+        {"type": "image_url", "image_url": "http://x/y.png"},
+    ]
+    body = voyage.MultimodalRequest.model_validate(
+        {"inputs": [{"content": content}, {"content": [text("alone")]}], "input_type": "document", "truncation": False}
+    )
+    query = voyage.multimodal_query(body)
+    parts = (InputItem("text", "a chart"), InputItem("image", IMAGE), InputItem("image", "http://x/y.png"))
+    assert query.items == (mixed_input(parts), InputItem("text", "alone")) and query.items[0].parts == parts
+    assert query.input_type == "search_document" and query.items_param == "inputs"
+    assert query.truncation == Truncation(enabled=False) and query.output_types == ("float",)
+
+
+@pytest.mark.parametrize(
+    ("body", "param"),
+    [
+        pytest.param({"inputs": []}, "inputs", id="no-inputs"),
+        pytest.param({"inputs": [{"content": []}]}, "inputs", id="empty-content"),
+        pytest.param({"inputs": [{"content": [text("")]}]}, "inputs", id="empty-text"),
+        pytest.param({"inputs": [{"content": [{"type": "video_url", "video_url": "x"}]}]}, "inputs", id="unknown-type"),
+        pytest.param({"inputs": [{"content": [{"type": "text"}]}]}, "inputs", id="text-part-without-text"),
+        pytest.param(
+            {"inputs": [{"content": [{"type": "image_url", "image_url": "http://x", "image_base64": IMAGE}]}]},
+            "inputs",
+            id="both-image-fields",
+        ),
+        pytest.param({"inputs": [{"content": [{"type": "image_base64"}]}]}, "inputs", id="neither-image-field"),
+        pytest.param(
+            {"inputs": [{"content": [text("a")]}], "output_encoding": "float"}, "output_encoding", id="only-base64"
+        ),
+        pytest.param(
+            {"inputs": [{"content": [text("a")]}], "input_type": "search"}, "input_type", id="unknown-input-type"
+        ),
+        pytest.param({"inputs": [{"content": [text("a"), text("b")]}]}, "inputs", id="two-parts-to-a-text-embedder"),
+        pytest.param(
+            {
+                "model": CLIP,
+                "inputs": [{"content": [text("a red square"), {"type": "image_base64", "image_base64": IMAGE}]}],
+            },
+            "inputs",
+            id="text-and-image-to-clip",
+        ),
+        pytest.param({"inputs": [{"content": [text("a")]}], "model": "no-such-model"}, "model", id="unknown-model"),
+    ],
+)
+def test_bad_multimodal_bodies_are_refused_naming_their_field(serve, body, param):
+    status = 404 if param == "model" else 400
+    assert_refused(multimodal(serve, body), status, param)
+
+
+def test_a_mixed_input_to_clip_is_refused_naming_why(serve):
+    body = {"model": CLIP, "inputs": [{"content": [text("a"), {"type": "image_url", "image_url": "http://x/y.png"}]}]}
+    message = assert_refused(multimodal(serve, body), 400, "inputs")
+    assert message == "inputs[0] holds 2 parts; model 'clip' is a clip model and embeds one text or one image per input"
+
+
+def test_text_inputs_answer_voyages_shape_in_numbers_or_base64(serve):
+    inputs = [{"content": [text("a quick fox")]}, {"content": [text("jumps")]}]
+    status, body, service = multimodal(serve, {"inputs": inputs, "input_type": "query"})
+    assert status == 200 and body["object"] == "list" and body["model"] == EMBEDDER and len(service.rows) == 2
+    assert [(item["object"], item["index"]) for item in body["data"]] == [("embedding", 0), ("embedding", 1)]
+    tokens = sum(row.length for row in service.rows)
+    assert body["usage"] == {"text_tokens": tokens, "image_pixels": 0, "video_pixels": 0, "total_tokens": tokens}
+    for name in ("output_encoding", "encoding_format"):  # Voyage's API name and the SDK's
+        _, packed, _ = multimodal(serve, {"inputs": inputs, "input_type": "query", name: "base64"})
+        for plain, encoded in zip(body["data"], packed["data"]):
+            vector = np.frombuffer(base64.b64decode(encoded["embedding"]), dtype="<f4")
+            assert np.allclose(vector, plain["embedding"], atol=1e-6)
+    _, cut, _ = multimodal(serve, {"inputs": inputs, "output_dimension": 8, "output_dtype": "int8"})
+    assert np.asarray(cut["data"][0]["embedding"]).shape == (8,)
