@@ -86,5 +86,20 @@ $(REFERENCE_STAMP): requirements-reference.txt requirements-cpu.txt
 	$(REFERENCE_VENV)/bin/pip install --quiet --quiet --no-deps -r requirements-reference.txt
 	touch $(REFERENCE_STAMP)
 
+# The Qwen3-VL reference venv (.venv-vl-reference): sentence-transformers 6 with transformers' Qwen3VLProcessor, which
+# needs torchvision, and PyPI's torchvision imports only beside PyPI's torch (requirements-vl-reference.txt). Empty
+# PIP_FIND_LINKS: this machine's local CPU torch wheel would otherwise be preferred. About 2 minutes and 6 GB here.
+VL_REFERENCE_VENV := .venv-vl-reference
+VL_REFERENCE_STAMP := $(VL_REFERENCE_VENV)/.installed
+
+.PHONY: vl-reference-venv
+vl-reference-venv: $(VL_REFERENCE_STAMP)
+
+$(VL_REFERENCE_STAMP): requirements-vl-reference.txt
+	test -x $(VL_REFERENCE_VENV)/bin/python || $(PYTHON) -m venv $(VL_REFERENCE_VENV)
+	rm -f $(VL_REFERENCE_STAMP)
+	PIP_FIND_LINKS= $(VL_REFERENCE_VENV)/bin/pip install --quiet --quiet --retries 1 -r requirements-vl-reference.txt
+	touch $(VL_REFERENCE_STAMP)
+
 clean:
-	rm -rf $(VENV) .venv-reference .pytest_cache
+	rm -rf $(VENV) .venv-reference .venv-vl-reference .pytest_cache

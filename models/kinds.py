@@ -20,6 +20,7 @@ This is the one module that names kinds: `KIND_SPECS` says what each one means e
 from __future__ import annotations
 
 import importlib
+import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cache
@@ -138,6 +139,8 @@ TEXT_SCORER = "models.inference.text_scorer:TextScorer"
 MEDIA_ENCODER = "models.inference.media_encoder:MediaEncoder"
 COLBERT_ENCODER = "models.inference.colbert_encoder:ColbertEncoder"
 HYBRID_ENCODER = "models.inference.hybrid_encoder:HybridEncoder"
+VL_PROCESSOR = "models.preprocessing.vl_processor:VisionLanguageProcessor"
+VL_ENCODER = "models.inference.vl_encoder:VisionLanguageEncoder"
 KIND_SPECS: dict[Kind, KindSpec] = {
     "embed": KindSpec(
         capabilities=("embed",),
@@ -257,6 +260,19 @@ KIND_SPECS: dict[Kind, KindSpec] = {
         quantizable=True,
         extra_representations=("sparse", "colbert"),
     ),
+    # A vision-language embedder (Qwen3-VL-Embedding): a text, an image or both in one chat-framed sequence, one
+    # vector from its last token. Videos are not taken here (models/preprocessing/vl_processor.py says why).
+    "vl-embed": KindSpec(
+        capabilities=("embed",),
+        modalities=("text", "image"),
+        backends=("torch",),
+        output="dense",
+        preprocessor=VL_PROCESSOR,
+        model_service="ColPaliEmbedder",
+        service_api="encode",
+        loader=VL_ENCODER,
+        mixed_inputs=True,
+    ),
 }
 
 
@@ -274,8 +290,22 @@ COLPALI_TYPES = frozenset({"colpali", "colqwen2", "colmodernvbert"})
 CLIP_TYPES = frozenset({"clip", "siglip", "siglip2", "chinese_clip", "altclip", "metaclip_2"})
 
 
+def is_vision_language_embedder(folder: Path, config: dict[str, Any]) -> bool:
+    """A vision-language model under sentence-transformers modules that pool it (Qwen3-VL-Embedding): a vision
+    sub-config, a Transformer module that takes images (`sentence_bert_config.json`), and a Pooling module."""
+    if "vision_config" not in config:
+        return False
+    modality_config = read_json(folder / "sentence_bert_config.json").get("modality_config") or {}
+    modules_file = folder / "modules.json"
+    modules = json.loads(modules_file.read_text()) if modules_file.is_file() else []
+    pools = any(str(module.get("type", "")).endswith(".Pooling") for module in modules)
+    return "image" in modality_config and pools
+
+
 def detect_kind(folder: Path) -> Kind:
     config = read_json(folder / "config.json")
+    if is_vision_language_embedder(folder, config):
+        return "vl-embed"
     architectures = config.get("architectures") or []
     model_type = config.get("model_type", "")
     if model_type in COLPALI_TYPES:

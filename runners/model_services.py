@@ -69,5 +69,8 @@ Reranker = model_service(
 ClipEmbedder = model_service("ClipEmbedder", "encode", ModelInput, "CLIP, SigLIP and kin: texts and images.")
 ClapEmbedder = model_service("ClapEmbedder", "encode", ModelInput, "CLAP: texts and audio.")
 ColPaliEmbedder = model_service(
-    "ColPaliEmbedder", "encode", ModelInput, "ColPali and ColQwen2: page images and queries."
+    "ColPaliEmbedder",
+    "encode",
+    ModelInput,
+    "ColPali and ColQwen2 (page images and queries), and vision-language embedders (Qwen3-VL-Embedding).",
 )

@@ -518,3 +518,16 @@ def majors(tmp_path_factory: pytest.TempPathFactory, minilm_path: Path):  # -> t
         return build_majors(tmp_path_factory.mktemp("majors"), minilm_path)
     except ReferenceFailed as error:
         pytest.fail(str(error), pytrace=False)
+
+
+# Issue 50: a tiny Qwen3-VL-Embedding and what sentence-transformers 6 answers for it, both from the Qwen3-VL
+# reference venv (`make vl-reference-venv`; tests/vl_reference.py). Not skipped: a failure fails its tests.
+@pytest.fixture(scope="session")
+def vl_reference(tmp_path_factory: pytest.TempPathFactory):  # -> tests.vl_reference.VlReference
+    from tests.hybrid_reference import ReferenceFailed
+    from tests.vl_reference import build_vl_reference
+
+    try:
+        return build_vl_reference(tmp_path_factory.mktemp("vl-embed"))
+    except ReferenceFailed as error:
+        pytest.fail(str(error), pytrace=False)

@@ -30,10 +30,21 @@ def embed_context(query: EmbedQuery, prompt: str) -> dict[str, Any]:
     }
 
 
-def input_items(items: Sequence[InputItem], payloads: Sequence[str | bytes] | None = None) -> Iterator[bytes]:
-    """Texts and token ids by themselves; images and audio by their files' bytes (`payloads`), never a URL."""
-    values = payloads if payloads is not None else [item.value for item in items]
-    return (item_bytes(item.modality, value) for item, value in zip(items, values))
+def input_items(
+    items: Sequence[InputItem], payloads: Sequence[tuple[str | bytes, ...]] | None = None
+) -> Iterator[bytes]:
+    """Texts and token ids by themselves; images and audio by their files' bytes (`payloads`: each item's parts),
+    never a URL. A mixed input is keyed by all its parts in order, each framed by its length."""
+    if payloads is None:
+        return (item_bytes(item.modality, item.value) for item in items)
+    return (_parts_bytes(item, parts) for item, parts in zip(items, payloads))
+
+
+def _parts_bytes(item: InputItem, parts: tuple[str | bytes, ...]) -> bytes:
+    if not item.parts:
+        return item_bytes(item.modality, parts[0])
+    pieces = [item_bytes(part.modality, value) for part, value in zip(item.parts, parts)]
+    return b"M" + b"".join(len(piece).to_bytes(8, "big") + piece for piece in pieces)
 
 
 def pairs_context(query: RankQuery) -> dict[str, Any]:

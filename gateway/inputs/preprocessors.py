@@ -12,6 +12,7 @@ from models.base import Kind, ModelInfo, Preprocessor
 from models.kinds import preprocessor_class
 from models.preprocessing.media_processor import MediaProcessor
 from models.preprocessing.text_tokenizer import TextTokenizer
+from models.preprocessing.vl_processor import VisionLanguageProcessor
 from models.resolve import resolve_model
 
 # The load-failure policy (`runners.loading.load_models`): each model loaded, and why the others failed.
@@ -34,10 +35,10 @@ class Preprocessors:
             raise InvalidRequest(f"model '{info.served_model_name}' is not a text model", param="model")
         return preparation
 
-    def processor(self, info: ModelInfo) -> MediaProcessor:
+    def processor(self, info: ModelInfo) -> MediaProcessor | VisionLanguageProcessor:
         """The model's media processor: for a model whose kind `takes_media`."""
         preparation = self.of(info)
-        assert isinstance(preparation, MediaProcessor), "only for kinds that take media"
+        assert isinstance(preparation, MediaProcessor | VisionLanguageProcessor), "only for kinds that take media"
         return preparation
 
 

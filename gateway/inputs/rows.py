@@ -17,9 +17,12 @@ from gateway.representations import row_representations
 from models.base import ModelInfo, ModelInput, Representation, TokenizedText
 from models.media import MediaLimits
 from models.preprocessing.text_tokenizer import TextTokenizer
+from models.preprocessing.vl_processor import VisionLanguageProcessor
 
 T = TypeVar("T")
 INLINE_TOKENIZE_LIMIT = 2048  # characters (or token ids) per request
+# One input's parts, in order (one for all but mixed inputs): a text, or an image's or audio clip's bytes.
+Payload = tuple[str | bytes, ...]
 
 
 class Rows:
@@ -151,26 +154,34 @@ class Rows:
             token_ids, segments = await off_loop_if_large(text_work, size), None
         return TokenizedText.rows(info.served_model_name, token_ids, segments)
 
-    async def payloads(self, items: Sequence[InputItem]) -> list[str | bytes]:
-        """Each item's text, or its file's bytes (a data URI's decoded, a URL's fetched)."""
+    async def payloads(self, items: Sequence[InputItem]) -> list[Payload]:
+        """Each item's parts: its text, or its file's bytes (a data URI's decoded, a URL's fetched)."""
 
-        async def payload(index: int, item: InputItem) -> str | bytes:
-            assert isinstance(item.value, str)  # token ids are refused for media models (gateway/validation.py)
-            if item.modality == "text":
-                return item.value
-            where = f"input[{index}]"
-            return await load_item(item.value, self.fetcher, self.limits.max_item_bytes, where)
+        async def payload(where: str, part: InputItem) -> str | bytes:
+            assert isinstance(part.value, str)  # token ids are refused for media models (gateway/validation.py)
+            if part.modality == "text":
+                return part.value
+            return await load_item(part.value, self.fetcher, self.limits.max_item_bytes, where)
 
-        return list(await asyncio.gather(*(payload(i, item) for i, item in enumerate(items))))
+        async def parts(index: int, item: InputItem) -> Payload:
+            return tuple(await asyncio.gather(*(payload(f"input[{index}]", part) for part in item.all_parts)))
+
+        return list(await asyncio.gather(*(parts(i, item) for i, item in enumerate(items))))
 
     async def processed(
-        self, info: ModelInfo, items: Sequence[InputItem], payloads: Sequence[str | bytes]
+        self, info: ModelInfo, items: Sequence[InputItem], payloads: Sequence[Payload]
     ) -> list[ModelInput]:
-        """The items' `payloads` decoded and through the model's processor, off the event loop."""
-        work = [(item.modality, value) for item, value in zip(items, payloads)]
-        return await asyncio.to_thread(
-            self.preprocessors.processor(info).encode, info.served_model_name, work, self.limits
-        )
+        """The items' `payloads` decoded and through the model's processor, off the event loop: a model that
+        takes mixed inputs gets every part of each, the others the one part each of theirs has (validation)."""
+        work = [
+            tuple((part.modality, value) for part, value in zip(item.all_parts, payload))
+            for item, payload in zip(items, payloads)
+        ]
+        processor = self.preprocessors.processor(info)
+        if isinstance(processor, VisionLanguageProcessor):
+            return await asyncio.to_thread(processor.encode, info.served_model_name, work, self.limits)
+        singles = [parts[0] for parts in work]
+        return await asyncio.to_thread(processor.encode, info.served_model_name, singles, self.limits)
 
 
 def long_texts(info: ModelInfo, tokenizer: TextTokenizer, query: EmbedQuery) -> LongTexts:

@@ -25,7 +25,7 @@ from pydantic import (
 )
 from starlette.responses import Response
 
-from gateway.queries import InputItem, InputType, RankQuery
+from gateway.queries import InputItem, InputType, RankQuery, mixed_input
 from gateway.queue.priority import Prioritized
 from models.base import Modality, Truncation
 from models.kinds import ScoreMode
@@ -59,7 +59,15 @@ class AudioItem(BaseModel):
     audio: StrictStr = Field(description="A data URI (data:audio/wav;base64,...) or an http(s) URL.")
 
 
-TypedItem = TextItem | ImageItem | AudioItem
+class TextImageItem(BaseModel):
+    """A text and an image embedded together as one input (vision-language embedders: `mixed_inputs`)."""
+
+    model_config = ConfigDict(extra="forbid")
+    text: StrictStr
+    image: StrictStr = Field(description="A data URI (data:image/png;base64,...) or an http(s) URL.")
+
+
+TypedItem = TextItem | ImageItem | AudioItem | TextImageItem
 EmbeddingInput = StrictStr | list[StrictStr | TypedItem] | TokenIds | list[TokenIds]
 
 
@@ -68,6 +76,12 @@ def reworded_union(field: str) -> Any:
     which help nobody. Assign it in the model's body: `_input_message = reworded_union("input")`."""
 
     def reword(cls: type, value: object, handler: ValidatorFunctionWrapHandler) -> EmbeddingInput:
+        videos = [i for i, item in enumerate(as_list(value)) if isinstance(item, dict) and "video" in item]
+        if videos:
+            raise ValueError(
+                f"{field}[{videos[0]}] is a video; this server embeds texts, images and audio, not videos "
+                "(docs/models.md: vl-embed)"
+            )
         try:
             return handler(value)
         except ValidationError:
@@ -92,7 +106,9 @@ def token_ids(raw: object) -> TypeIs[list[int]]:
     return isinstance(raw, list) and bool(raw) and isinstance(raw[0], int)
 
 
-def _item(value: str | list[int] | TextItem | ImageItem | AudioItem, modality: Modality) -> InputItem:
+def _item(value: str | list[int] | TypedItem, modality: Modality) -> InputItem:
+    if isinstance(value, TextImageItem):  # one input of two parts, in the order the model card's dict gives them
+        return mixed_input((InputItem("text", value.text), InputItem("image", value.image)))
     if isinstance(value, TextItem):
         return InputItem("text", value.text)
     if isinstance(value, ImageItem):

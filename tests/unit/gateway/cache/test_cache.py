@@ -344,3 +344,15 @@ def test_an_answer_with_hits_is_held_to_max_response_bytes_as_a_whole(serve):
         assert refused["status"] == 400 and "max_response_bytes" in refused["error"]["message"]
 
     serve(scenario)
+
+
+def test_a_mixed_input_is_keyed_by_all_its_parts_in_order():
+    from gateway.queries import InputItem, mixed_input
+
+    image = b"\x89PNG bytes"
+    text, picture = InputItem("text", "a cat"), InputItem("image", "data:image/png;base64,AA==")
+    items = [mixed_input((text, picture)), mixed_input((InputItem("text", "a dog"), picture)), picture, text]
+    payloads = [("a cat", image), ("a dog", image), (image,), ("a cat",)]
+    mixed_cat, mixed_dog, alone, said = input_items(items, payloads)
+    assert len({mixed_cat, mixed_dog, alone, said}) == 4
+    assert alone == input_items([picture], [(image,)]).__next__() == b"I" + image  # one part: keyed as before

@@ -59,7 +59,33 @@ BAD_EMBEDDINGS = [
     ),
     pytest.param({"input": "x", "model": CLASSIFIER}, 400, "model", id="a-classifier-cannot-embed"),
     pytest.param({"input": ["x"] * 65, "model": CLIP, "modality": "image"}, 400, "input", id="65-images"),
+    # a text and an image as one input: only a vision-language embedder (vl-embed) takes one; a video nobody takes
+    pytest.param(
+        {"input": [{"text": "a", "image": "data:image/png;base64,AA=="}], "model": CLIP},
+        400,
+        "input",
+        id="text-and-image-in-one-input-for-clip",
+    ),
+    pytest.param(
+        {"input": [{"text": "a", "image": "data:image/png;base64,AA=="}], "model": EMBEDDER},
+        400,
+        "input",
+        id="text-and-image-in-one-input-for-a-text-model",
+    ),
+    pytest.param({"input": [{"video": "data:video/mp4;base64,AA=="}], "model": CLIP}, 400, "input", id="video"),
 ]
+
+
+def test_a_typed_item_with_text_and_image_is_one_mixed_input():
+    body = openai.EmbeddingRequest.model_validate(
+        {"input": ["plain", {"text": "a cat", "image": "data:image/png;base64,AA=="}, {"image": "https://x/y.png"}]}
+    )
+    plain, mixed, image = openai.embed_query(body).items
+    assert not plain.parts and not image.parts and image.modality == "image"
+    assert [(part.modality, part.value) for part in mixed.all_parts] == [
+        ("text", "a cat"),
+        ("image", "data:image/png;base64,AA=="),
+    ]
 
 
 @pytest.mark.parametrize("body, status, param", BAD_EMBEDDINGS)

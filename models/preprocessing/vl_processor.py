@@ -1,0 +1,125 @@
+"""Texts, images, and a text with images as one input -> rows for a vision-language embedder (Qwen3-VL-Embedding).
+
+The model card's computation (sentence-transformers 6) frames every input as one user turn of the checkpoint's
+chat template (which adds its default instruction as the system turn) and runs it through transformers'
+`Qwen3VLProcessor`. That processor cannot be built without torchvision (its video processor requires it), which
+does not install beside the CPU build of torch served here (docs/architecture.md: torchvision). So this does
+what the processor does, from the same files: the checkpoint's tokenizer renders the chat template, transformers'
+PIL image processor (`backend="pil"`) gives the patches and their grids, and each image placeholder becomes the
+grid's token count (patches / merge size²), as `Qwen3VLProcessor.replace_image_token` expands it. Videos are not
+taken on this path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from config.errors import InvalidRequest, ModelLoadError
+from config.settings import ModelConfig
+from models.base import Kind, Modality, ModelInput
+from models.kinds import spec
+from models.media import MediaLimits, decode_image
+from models.preprocessing.per_thread import PerThread
+from models.resolve import read_json
+
+# One input: its parts in the client's order, each a text or an image's bytes.
+Parts = tuple[tuple[Modality, str | bytes], ...]
+IMAGE_TOKEN = "<|image_pad|>"
+
+
+class VisionLanguageProcessor:
+    """The gateway-side preparation of a vision-language embedder. Safe to call from several threads."""
+
+    def __init__(self, folder: Path, cfg: ModelConfig, kind: Kind) -> None:
+        from transformers import AutoImageProcessor, AutoTokenizer
+
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(str(folder), trust_remote_code=cfg.trust_remote_code)
+            images = AutoImageProcessor.from_pretrained(str(folder), backend="pil")
+        except Exception as exc:
+            raise ModelLoadError(f"cannot load the tokenizer or image processor of '{cfg.model_id}': {exc}") from exc
+        template = folder / "chat_template.jinja"
+        if template.is_file():
+            tokenizer.chat_template = template.read_text()
+        if not tokenizer.chat_template:
+            raise ModelLoadError(f"'{cfg.model_id}' has no chat template to frame its inputs in")
+        self.modalities: list[Modality] = list(spec(kind).modalities)
+        self._tokenizer: PerThread[Any] = PerThread(tokenizer)
+        self._images: PerThread[Any] = PerThread(images)
+        self._merge_area = int(images.merge_size) ** 2
+        self._image_token_id: int = tokenizer.convert_tokens_to_ids(IMAGE_TOKEN)  # type: ignore[assignment]
+        settings = read_json(folder / "sentence_bert_config.json")
+        chat_kwargs = (settings.get("processing_kwargs") or {}).get("chat_template") or {}
+        self._generation_prompt = bool(chat_kwargs.get("add_generation_prompt", False))
+        limit = int(settings.get("max_seq_length") or min(tokenizer.model_max_length, 32768))
+        self.max_input_tokens = min(limit, cfg.max_seq_length or limit)
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+        self.pad_left = tokenizer.padding_side == "left"
+
+    def encode(self, model: str, items: Sequence[Parts], limits: MediaLimits) -> list[ModelInput]:
+        """One row per input, in order; an unreadable image or an input past the window is a 400 naming it."""
+        wheres = [f"input[{index}]" for index in range(len(items))]
+        return [self.row(model, self._decoded(parts, limits, where), where) for parts, where in zip(items, wheres)]
+
+    def calibration_rows(self, model: str, texts: list[str], limits: MediaLimits) -> list[ModelInput]:
+        return self.encode(model, [(("text", text),) for text in texts], limits)
+
+    def warmup_rows(self, model: str) -> list[ModelInput]:
+        """A text and an image, so that warm-up runs both towers."""
+        from PIL import Image
+
+        image = Image.new("RGB", (64, 48), (200, 120, 40))
+        return [self.row(model, [("text", "warm-up")], "warm-up"), self.row(model, [("image", image)], "warm-up")]
+
+    def row(self, model: str, parts: Sequence[tuple[Modality, Any]], where: str) -> ModelInput:
+        """One input's row: its parts (texts, PIL images) in one user turn, image placeholders expanded."""
+        content: list[dict[str, str]] = [
+            {"type": "text", "text": value} if m == "text" else {"type": "image"} for m, value in parts
+        ]
+        tokenizer = self._tokenizer.get()
+        prompt: str = tokenizer.apply_chat_template(
+            [{"role": "user", "content": content}], tokenize=False, add_generation_prompt=self._generation_prompt
+        )
+        images = [value for modality, value in parts if modality == "image"]
+        arrays: dict[str, np.ndarray] = {}
+        if images:
+            processed = self._images.get()(images, return_tensors="np")
+            grids = np.asarray(processed["image_grid_thw"], dtype=np.int64)
+            arrays["pixel_values"] = np.asarray(processed["pixel_values"], dtype=np.float32)
+            arrays["image_grid_thw"] = grids
+            prompt = _expand_images(prompt, [int(grid.prod()) // self._merge_area for grid in grids])
+        ids = np.asarray(tokenizer(prompt, add_special_tokens=False)["input_ids"], dtype=np.int64)
+        if len(ids) > self.max_input_tokens:
+            raise InvalidRequest(
+                f"{where} is {len(ids)} tokens with its images and framing; model '{model}' takes at most "
+                f"{self.max_input_tokens}",
+                param="input",
+            )
+        arrays["input_ids"], arrays["attention_mask"] = ids, np.ones_like(ids)
+        # Which positions are image tokens (1; text 0), as the processor returns them: multimodal RoPE reads them.
+        arrays["mm_token_type_ids"] = (ids == self._image_token_id).astype(np.int64)
+        modality: Modality = "image" if images else "text"
+        return ModelInput(model=model, modality=modality, arrays=arrays, length=len(ids))
+
+    def _decoded(self, parts: Parts, limits: MediaLimits, where: str) -> list[tuple[Modality, Any]]:
+        if any(modality not in self.modalities for modality, _ in parts):
+            raise InvalidRequest(f"{where}: this model takes {self.modalities}", param="input")
+        return [
+            (modality, decode_image(value, limits, where) if isinstance(value, bytes) else value)
+            for modality, value in parts
+        ]
+
+
+def _expand_images(prompt: str, token_counts: list[int]) -> str:
+    """Each image placeholder, in order, repeated as many times as its image has tokens after merging."""
+    pieces = prompt.split(IMAGE_TOKEN)
+    if len(pieces) != len(token_counts) + 1:
+        raise ModelLoadError(f"the chat template rendered {len(pieces) - 1} image placeholders for {len(token_counts)}")
+    expanded = [pieces[0]]
+    for count, piece in zip(token_counts, pieces[1:]):
+        expanded += [IMAGE_TOKEN * count, piece]
+    return "".join(expanded)
