@@ -531,3 +531,8 @@ def vl_reference(tmp_path_factory: pytest.TempPathFactory):  # -> tests.vl_refer
         return build_vl_reference(tmp_path_factory.mktemp("vl-embed"))
     except ReferenceFailed as error:
         pytest.fail(str(error), pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def vl_embedder_path(vl_reference) -> Path:
+    return vl_reference.folder

@@ -47,6 +47,7 @@ MIN_LOGIT_COSINE_BF16 = 0.99
 QUERY = "how do platform teams keep their embeddings private"
 TEXTS = DOCUMENTS[:8]  # sentences about different things: scores that differ by more than rounding
 IMAGE_INPUTS = [{"image": data_uri(image_bytes(seed=seed), "image/png")} for seed in (1, 2)]
+VL_INPUTS = [*IMAGE_INPUTS, {"text": QUERY, **IMAGE_INPUTS[0]}]  # images, and a text with an image as one input
 AUDIO_INPUTS = [{"audio": data_uri(audio_bytes(rate=48000, seed=seed), "audio/wav")} for seed in (1, 2)]
 # kind -> (its checkpoint fixture, the main server's float32 model of it by backend; none: this server's own)
 KINDS = {
@@ -59,6 +60,7 @@ KINDS = {
     "colpali": ("tiny_colpali_path", {"torch": TINY_COLPALI}),
     "colbert": ("colbert_path", {}),
     "hybrid": ("bge_m3_path", {}),
+    "vl-embed": ("vl_embedder_path", {}),
 }
 
 
@@ -127,7 +129,7 @@ def outputs(http: httpx.Client, kind: str, model: str) -> list[np.ndarray]:
         body = http.post("/v1/embeddings", json={"model": model, "input": TEXTS})
         assert body.status_code == 200, body.text
         return [_dense(item["embedding"]) for item in body.json()["data"]]
-    inputs = {"clip": IMAGE_INPUTS, "colpali": IMAGE_INPUTS, "clap": AUDIO_INPUTS}.get(kind, [])
+    inputs = {"clip": IMAGE_INPUTS, "colpali": IMAGE_INPUTS, "clap": AUDIO_INPUTS, "vl-embed": VL_INPUTS}.get(kind, [])
     body = http.post("/v1/embeddings", json={"model": model, "input": [{"text": t} for t in TEXTS[:3]] + inputs})
     assert body.status_code == 200, body.text
     return [np.asarray(item["embedding"]) for item in body.json()["data"]]
@@ -158,4 +160,6 @@ def test_the_matrix_covers_what_the_configuration_allows_on_a_cpu():
     assert {dtype for _, _, dtype in VARIANTS} == {"float32", "bfloat16", "int8"}
     assert ("clap", "torch", "bfloat16") in VARIANTS and ("embed", "ctranslate2", "int8") in VARIANTS
     assert ("colbert", "onnx", "int8") in VARIANTS and ("hybrid", "torch", "bfloat16") in VARIANTS
-    assert len(VARIANTS) == 19  # 28 pairs and dtypes, less the 9 float32 ones the main server has
+    assert ("vl-embed", "torch", "bfloat16") in VARIANTS
+    # 30 pairs and dtypes, less the 9 float32 ones the main server has (vl-embed's float32 is this server's)
+    assert len(VARIANTS) == 21
