@@ -91,6 +91,10 @@ ENDPOINT_BODIES = {
     "tei_decode": {"ids": [[101, 1037, 102]]},
     "tei_root": {"inputs": "a sentence", "parameters": {"top_k": 1}},
     "contextualized_embeddings": {"inputs": [["a sentence", "and its neighbour"]], "model": MINILM},
+    "multimodal_embeddings": {
+        "inputs": [{"content": [{"type": "image_base64", "image_base64": data_uri(*IMAGES["png"])}]}],
+        "model": TINY_CLIP,
+    },
 }
 ID_FIELDS = ("id", "created")  # differ from call to call
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from config.errors import InvalidRequest
+from config.errors import ConfigError, InvalidRequest
 from config.settings import ModelConfig
 from models.kinds import detect_kind, spec
 from models.media import MediaLimits
@@ -44,13 +44,14 @@ def test_detected_as_a_vision_language_embedder(vl_reference) -> None:
 
 
 def test_without_pooling_modules_it_is_not_one(vl_reference, tmp_path: Path) -> None:
-    """A vision-language checkpoint without sentence-transformers' pooling is not taken for an embedder."""
+    """A vision-language checkpoint without sentence-transformers' pooling is refused with the reason, not served."""
     bare = tmp_path / "bare"
     bare.mkdir()
     shutil.copy(vl_reference.folder / "config.json", bare / "config.json")
     shutil.copy(vl_reference.folder / "sentence_bert_config.json", bare / "sentence_bert_config.json")
     (bare / "modules.json").write_text(json.dumps([json.loads((vl_reference.folder / "modules.json").read_text())[0]]))
-    assert detect_kind(bare) != "vl-embed"
+    with pytest.raises(ConfigError, match="cannot tell which kind"):
+        detect_kind(bare)
 
 
 def test_each_input_shape_matches_sentence_transformers(encoder, vl_reference) -> None:
