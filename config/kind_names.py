@@ -6,4 +6,6 @@ from __future__ import annotations
 
 from typing import Literal
 
-Kind = Literal["embed", "sparse", "rerank", "classify", "clip", "clap", "colpali", "colbert", "hybrid", "vl-embed"]
+Kind = Literal[
+    "embed", "sparse", "rerank", "classify", "clip", "clap", "colpali", "colbert", "hybrid", "vl-embed", "vl-rerank"
+]

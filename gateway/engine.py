@@ -21,6 +21,7 @@ from gateway.cache.contexts import (
     classify_items,
     embed_context,
     input_items,
+    media_pairs_context,
     pairs_context,
     pairs_items,
     ranked_context,
@@ -96,6 +97,7 @@ class Engine:
             "pair-logits": self._rank_by_pair_logits,
             "score-modes": self._rank_by_score_modes,
             "image-similarity": self._rank_by_image_similarity,
+            "multimodal-pair-logits": self._rank_by_multimodal_pairs,
         }
 
     async def require_model(self, requested: str | None, capability: str | None) -> ModelInfo:
@@ -220,6 +222,10 @@ class Engine:
         answered = await self._media_outputs(info, items, IMAGE_RANK_CONTEXT)
         return answered, similarities(answered.outputs[0], answered.outputs[1:], info.multi_vector), None
 
+    async def _rank_by_multimodal_pairs(self, info: ModelInfo, query: RankQuery) -> Scored:
+        answered = await self._score_media_pairs(info, query)
+        return answered, activate(np.stack(answered.outputs), query.activation or info.activation)[:, 0], None
+
     async def _score_pairs(self, info: ModelInfo, query: RankQuery) -> Answered:
         """A cross-encoder's (or causal-LM scorer's) logit per (query, document) pair, each pair cached."""
 
@@ -230,6 +236,19 @@ class Engine:
 
         keys = self.cache.keys(info.served_model_name, pairs_context(query), pairs_items(query))
         return await self.cache.answer(info.served_model_name, keys, len(query.documents), compute)
+
+    async def _score_media_pairs(self, info: ModelInfo, query: RankQuery) -> Answered:
+        """A vision-language reranker's logit per (query, document) pair, each pair cached by the document's text
+        or image bytes."""
+        documents = [query.document_item(index) for index in range(len(query.documents))]
+        payloads = await self.rows.payloads(documents, query.documents_param)
+
+        async def compute(at: list[int]) -> Computed:
+            picked = [documents[i] for i in at], [payloads[i] for i in at]
+            return await self._run(info, await self.rows.media_pairs(info, query, *picked))
+
+        keys = self.cache.keys(info.served_model_name, media_pairs_context(query), input_items(documents, payloads))
+        return await self.cache.answer(info.served_model_name, keys, len(documents), compute)
 
     async def _ranked_outputs(
         self, info: ModelInfo, query: RankQuery, representations: tuple[Representation, ...] | None

@@ -136,6 +136,13 @@ class RankQuery:
     # The documents the client sent as images (Jina's `{"image": …}`): only a model that ranks images takes them.
     image_documents: tuple[int, ...] = ()
 
+    def document_item(self, index: int) -> InputItem:
+        """A document for a model that reads text and image documents alike (a vision-language reranker): an image
+        where the client marked it one (Jina's `{"image": …}`) or sent an image's data URI, else a text."""
+        value = self.documents[index]
+        image = index in self.image_documents or value.startswith("data:image/")
+        return InputItem("image" if image else "text", value)
+
 
 @dataclass(frozen=True)
 class ClassifyQuery:

@@ -8,7 +8,9 @@ is a reranker when sentence-transformers' CrossEncoder files or its model card s
 (`models.llm_reranker`). A sentence-transformers `SparseEncoder` folder (SPLADE) is `sparse`; a bare
 `*ForMaskedLM` is not, since a plain BERT checkpoint has that architecture too (`kind: sparse` serves one
 with SPLADE pooling). A PyLate folder (`config_sentence_transformers.json` with `model_type: ColBERT`) is
-`colbert`: one vector per token, scored by MaxSim. An encoder with FlagEmbedding's `colbert_linear.pt` and
+`colbert`: one vector per token, scored by MaxSim. A vision-language model under sentence-transformers modules is
+`vl-embed` when they pool it (Qwen3-VL-Embedding) and `vl-rerank` when a CrossEncoder's `LogitScore` scores its
+next-token logits (Qwen3-VL-Reranker). An encoder with FlagEmbedding's `colbert_linear.pt` and
 `sparse_linear.pt` beside it (BGE-M3) is `hybrid`: dense, sparse and ColBERT outputs from one pass. A text model
 transformers builds by itself is a text embedder (`models.text_checkpoint`); any other checkpoint (a
 vision-language model no kind above serves, remote code) is refused with the reason, unless `kind:` is set.
@@ -63,8 +65,9 @@ ScoreMode = Literal["hybrid", "dense", "sparse", "colbert"]
 
 # How a model that reranks ranks (`Engine.rank` has one method per way): a (query, document) pair's logit from
 # a cross-encoder or causal LM; its own outputs for query and documents under a score mode (late interaction,
-# BGE-M3's hybrid); or image documents by their embeddings' similarity with the text query's.
-RankBy = Literal["pair-logits", "score-modes", "image-similarity"]
+# BGE-M3's hybrid); image documents by their embeddings' similarity with the text query's; or a vision-language
+# model's logit for the query with a text or image document in one sequence.
+RankBy = Literal["pair-logits", "score-modes", "image-similarity", "multimodal-pair-logits"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -141,6 +144,7 @@ COLBERT_ENCODER = "models.inference.colbert_encoder:ColbertEncoder"
 HYBRID_ENCODER = "models.inference.hybrid_encoder:HybridEncoder"
 VL_PROCESSOR = "models.preprocessing.vl_processor:VisionLanguageProcessor"
 VL_ENCODER = "models.inference.vl_encoder:VisionLanguageEncoder"
+VL_SCORER = "models.inference.vl_scorer:VisionLanguageScorer"
 KIND_SPECS: dict[Kind, KindSpec] = {
     "embed": KindSpec(
         capabilities=("embed",),
@@ -273,6 +277,20 @@ KIND_SPECS: dict[Kind, KindSpec] = {
         loader=VL_ENCODER,
         mixed_inputs=True,
     ),
+    # A vision-language reranker (Qwen3-VL-Reranker): the text query with a text or image document in the
+    # checkpoint's chat-framed pair, scored by its "yes" against "no" logit at the last position.
+    "vl-rerank": KindSpec(
+        capabilities=("rerank",),
+        modalities=("text", "image"),
+        backends=("torch",),
+        output="scores",
+        preprocessor=VL_PROCESSOR,
+        model_service="ColPaliEmbedder",
+        service_api="encode",
+        loader=VL_SCORER,
+        rank_by="multimodal-pair-logits",
+        scores_pairs=True,
+    ),
 }
 
 
@@ -290,22 +308,25 @@ COLPALI_TYPES = frozenset({"colpali", "colqwen2", "colmodernvbert"})
 CLIP_TYPES = frozenset({"clip", "siglip", "siglip2", "chinese_clip", "altclip", "metaclip_2"})
 
 
-def is_vision_language_embedder(folder: Path, config: dict[str, Any]) -> bool:
-    """A vision-language model under sentence-transformers modules that pool it (Qwen3-VL-Embedding): a vision
-    sub-config, a Transformer module that takes images (`sentence_bert_config.json`), and a Pooling module."""
-    if "vision_config" not in config:
-        return False
+def vision_language_kind(folder: Path, config: dict[str, Any]) -> Kind | None:
+    """A vision-language model (a vision sub-config) whose sentence-transformers Transformer module takes images
+    (`sentence_bert_config.json`): an embedder when a Pooling module follows it (Qwen3-VL-Embedding), a reranker
+    when a `LogitScore` module does (Qwen3-VL-Reranker); None otherwise."""
     modality_config = read_json(folder / "sentence_bert_config.json").get("modality_config") or {}
+    if "vision_config" not in config or "image" not in modality_config:
+        return None
     modules_file = folder / "modules.json"
     modules = json.loads(modules_file.read_text()) if modules_file.is_file() else []
-    pools = any(str(module.get("type", "")).endswith(".Pooling") for module in modules)
-    return "image" in modality_config and pools
+    types = [str(module.get("type", "")).rpartition(".")[2] for module in modules]
+    if "Pooling" in types:
+        return "vl-embed"
+    return "vl-rerank" if "LogitScore" in types else None
 
 
 def detect_kind(folder: Path) -> Kind:
     config = read_json(folder / "config.json")
-    if is_vision_language_embedder(folder, config):
-        return "vl-embed"
+    if (vision_language := vision_language_kind(folder, config)) is not None:
+        return vision_language
     architectures = config.get("architectures") or []
     model_type = config.get("model_type", "")
     if model_type in COLPALI_TYPES:
@@ -325,7 +346,7 @@ def detect_kind(folder: Path) -> Kind:
         return "colbert"
     if all((folder / head).is_file() for head in HYBRID_HEADS):
         return "hybrid"
-    # Kinds that serve media checkpoints told by their files (a vision-language embedder's modules) go above.
+    # Kinds that serve media checkpoints told by their files (a vision-language model's modules) go above.
     if (reason := why_not_text(folder, config)) is not None:
         raise ConfigError(
             f"cannot tell which kind of model '{folder}' is: {reason}; set `kind:` in its configuration "

@@ -536,3 +536,19 @@ def vl_reference(tmp_path_factory: pytest.TempPathFactory):  # -> tests.vl_refer
 @pytest.fixture(scope="session")
 def vl_embedder_path(vl_reference) -> Path:
     return vl_reference.folder
+
+
+@pytest.fixture(scope="session")
+def vl_rerank_reference(tmp_path_factory: pytest.TempPathFactory):  # -> tests.vl_reference.VlRerankReference
+    from tests.hybrid_reference import ReferenceFailed
+    from tests.vl_reference import build_vl_rerank_reference
+
+    try:
+        return build_vl_rerank_reference(tmp_path_factory.mktemp("vl-rerank"))
+    except ReferenceFailed as error:
+        pytest.fail(str(error), pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def vl_reranker_path(vl_rerank_reference) -> Path:
+    return vl_rerank_reference.folder

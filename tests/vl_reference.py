@@ -1,7 +1,8 @@
-"""Issue 50's reference: a tiny Qwen3-VL-Embedding built, and encoded by the model card's own computation
+"""Issue 50's references: a tiny Qwen3-VL-Embedding built, and encoded by the model card's own computation
 (sentence-transformers 6: `SentenceTransformer(folder).encode` of a text, a PIL image and `{"text", "image"}`), in
 the Qwen3-VL reference venv (.venv-vl-reference, `make vl-reference-venv`): transformers' `Qwen3VLProcessor`
-needs torchvision, which does not import beside .venv's CPU torch (requirements-vl-reference.txt)."""
+needs torchvision, which does not import beside .venv's CPU torch (requirements-vl-reference.txt). Likewise a tiny
+Qwen3-VL-Reranker, its pairs scored by `CrossEncoder(folder).predict`."""
 
 from __future__ import annotations
 
@@ -81,3 +82,43 @@ def build_vl_reference(work: Path) -> VlReference:
     _run("encode", folder, work / "inputs.json", work / "vectors.npy")
     vectors = np.load(work / "vectors.npy")
     return VlReference(folder, images, vectors[0], vectors[1], vectors[2])
+
+
+# The reranker's query and documents: a text, the wide image, a text with the small image (in-process only: no wire
+# format carries such a document), and the text again under an instruction.
+RERANK_QUERY = "a red cat"
+RERANK_TEXT = "a cat on the street"
+RERANK_INSTRUCTION = "Given a photo caption, find the matching picture"
+
+
+@dataclass(frozen=True)
+class VlRerankReference:
+    """The checkpoint, its test images' bytes (PNG), and the CrossEncoder's scores (activated, raw) of
+    `RERANK_QUERY` with `RERANK_TEXT`, the wide image, `MIXED_TEXT` with the small image, and `RERANK_TEXT` under
+    `RERANK_INSTRUCTION`."""
+
+    folder: Path
+    images: dict[str, bytes]
+    scores: np.ndarray  # (4, 2): activated, raw
+    instructed: np.ndarray  # (2,): `RERANK_TEXT` under the instruction, activated and raw
+
+
+def build_vl_rerank_reference(work: Path) -> VlRerankReference:
+    ensure_vl_venv()
+    folder = work / "qwen3-vl-reranker"
+    _run("build-reranker", folder)
+    images = {name: image_bytes(w, h, seed=seed) for seed, (name, (w, h)) in enumerate(IMAGE_SIZES.items())}
+    for name, data in images.items():
+        (work / f"{name}.png").write_bytes(data)
+    documents = [
+        {"text": RERANK_TEXT},
+        {"image": str(work / "wide.png")},
+        {"text": MIXED_TEXT, "image": str(work / "small.png")},
+    ]
+    outputs = []
+    for name, instruction, picked in (("plain", None, documents), ("instructed", RERANK_INSTRUCTION, documents[:1])):
+        spec = {"query": RERANK_QUERY, "instruction": instruction, "documents": picked}
+        (work / f"{name}.json").write_text(json.dumps(spec))
+        _run("rank", folder, work / f"{name}.json", work / f"{name}.npy")
+        outputs.append(np.load(work / f"{name}.npy"))
+    return VlRerankReference(folder, images, outputs[0], outputs[1][0])

@@ -52,6 +52,12 @@ def pairs_context(query: RankQuery) -> dict[str, Any]:
     return {"operation": "score_pairs", "instruction": query.instruction, "truncation": asdict(query.truncation)}
 
 
+def media_pairs_context(query: RankQuery) -> dict[str, Any]:
+    """A vision-language reranker's logit: the query's text is part of each pair, whose document (a text, or an
+    image's bytes) is the item."""
+    return {**pairs_context(query), "query": query.query}
+
+
 def pairs_items(query: RankQuery) -> Iterator[bytes]:
     return (pair_bytes(query.query, document) for document in query.documents)
 

@@ -154,7 +154,7 @@ class Rows:
             token_ids, segments = await off_loop_if_large(text_work, size), None
         return TokenizedText.rows(info.served_model_name, token_ids, segments)
 
-    async def payloads(self, items: Sequence[InputItem]) -> list[Payload]:
+    async def payloads(self, items: Sequence[InputItem], param: str = "input") -> list[Payload]:
         """Each item's parts: its text, or its file's bytes (a data URI's decoded, a URL's fetched)."""
 
         async def payload(where: str, part: InputItem) -> str | bytes:
@@ -164,7 +164,7 @@ class Rows:
             return await load_item(part.value, self.fetcher, self.limits.max_item_bytes, where)
 
         async def parts(index: int, item: InputItem) -> Payload:
-            return tuple(await asyncio.gather(*(payload(f"input[{index}]", part) for part in item.all_parts)))
+            return tuple(await asyncio.gather(*(payload(f"{param}[{index}]", part) for part in item.all_parts)))
 
         return list(await asyncio.gather(*(parts(i, item) for i, item in enumerate(items))))
 
@@ -182,6 +182,27 @@ class Rows:
             return await asyncio.to_thread(processor.encode, info.served_model_name, work, self.limits)
         singles = [parts[0] for parts in work]
         return await asyncio.to_thread(processor.encode, info.served_model_name, singles, self.limits)
+
+    async def media_pairs(
+        self, info: ModelInfo, query: RankQuery, documents: Sequence[InputItem], payloads: Sequence[Payload]
+    ) -> list[ModelInput]:
+        """(query, document) pairs for a vision-language reranker: each document's text or decoded image with the
+        query, through the checkpoint's chat template, off the event loop."""
+        processor = self.preprocessors.processor(info)
+        assert isinstance(processor, VisionLanguageProcessor), "only vision-language models score media pairs"
+        work = [
+            tuple((part.modality, value) for part, value in zip(item.all_parts, payload))
+            for item, payload in zip(documents, payloads)
+        ]
+        return await asyncio.to_thread(
+            processor.pair_rows,
+            info.served_model_name,
+            query.query,
+            work,
+            query.instruction,
+            self.limits,
+            query.documents_param,
+        )
 
 
 def long_texts(info: ModelInfo, tokenizer: TextTokenizer, query: EmbedQuery) -> LongTexts:

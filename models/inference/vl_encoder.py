@@ -51,28 +51,31 @@ class VisionLanguageEncoder:
         )
 
     def forward(self, rows: Sequence[ModelInput]) -> list[np.ndarray]:
-        """One pass over texts and images together: the rows' token sequences padded on the tokenizer's side, their
-        images' patches and grids concatenated in row order (the order of their placeholders in the batch)."""
         import torch
 
-        batch = collate(
-            [{key: row.arrays[key] for key in TOKEN_ARRAYS} for row in rows],
-            self.processor.pad_id,
-            self.processor.pad_left,
-            self._device,
-            non_blocking=True,
-        )
-        with_images = [row.arrays for row in rows if "pixel_values" in row.arrays]
-        if with_images:
-            pixels = np.concatenate([arrays["pixel_values"] for arrays in with_images])
-            grids = np.concatenate([arrays["image_grid_thw"] for arrays in with_images])
-            batch["pixel_values"] = torch.from_numpy(pixels).to(self._device, self._dtype)
-            batch["image_grid_thw"] = torch.from_numpy(grids).to(self._device)
+        batch = vl_batch(rows, self.processor.pad_id, self.processor.pad_left, self._device, self._dtype)
         with torch.inference_mode():
             states = self._model(**batch).last_hidden_state
             vectors = _last_tokens(states, batch["attention_mask"], self.processor.pad_left).float()
             vectors = torch.nn.functional.normalize(vectors, dim=-1)
         return list(vectors.cpu().numpy())
+
+
+def vl_batch(rows: Sequence[ModelInput], pad_id: int, pad_left: bool, device: Any, dtype: Any) -> dict[str, Any]:
+    """One pass's inputs over texts and images together: the rows' token sequences padded on `pad_left`'s side,
+    their images' patches and grids concatenated in row order (the order of their placeholders in the batch)."""
+    import torch
+
+    batch = collate(
+        [{key: row.arrays[key] for key in TOKEN_ARRAYS} for row in rows], pad_id, pad_left, device, non_blocking=True
+    )
+    with_images = [row.arrays for row in rows if "pixel_values" in row.arrays]
+    if with_images:
+        pixels = np.concatenate([arrays["pixel_values"] for arrays in with_images])
+        grids = np.concatenate([arrays["image_grid_thw"] for arrays in with_images])
+        batch["pixel_values"] = torch.from_numpy(pixels).to(device, dtype)
+        batch["image_grid_thw"] = torch.from_numpy(grids).to(device)
+    return batch
 
 
 def _last_tokens(states: Any, mask: Any, pad_left: bool) -> Any:

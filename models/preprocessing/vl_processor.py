@@ -1,4 +1,5 @@
-"""Texts, images, and a text with images as one input -> rows for a vision-language embedder (Qwen3-VL-Embedding).
+"""Texts, images, and a text with images as one input -> rows for a vision-language embedder (Qwen3-VL-Embedding);
+a text query with a text or image document -> rows for a vision-language reranker (Qwen3-VL-Reranker).
 
 The model card's computation (sentence-transformers 6) frames every input as one user turn of the checkpoint's
 chat template (which adds its default instruction as the system turn) and runs it through transformers'
@@ -7,7 +8,8 @@ does not install beside the CPU build of torch served here (docs/architecture.md
 what the processor does, from the same files: the checkpoint's tokenizer renders the chat template, transformers'
 PIL image processor (`backend="pil"`) gives the patches and their grids, and each image placeholder becomes the
 grid's token count (patches / merge size²), as `Qwen3VLProcessor.replace_image_token` expands it. Videos are not
-taken on this path.
+taken on this path. A reranker's pair is written as sentence-transformers' CrossEncoder writes one: an instruction
+as the system message, then a `query` and a `document` message, which the checkpoint's template frames.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from models.resolve import read_json
 
 # One input: its parts in the client's order, each a text or an image's bytes.
 Parts = tuple[tuple[Modality, str | bytes], ...]
+Message = dict[str, Any]
 IMAGE_TOKEN = "<|image_pad|>"
 
 
@@ -48,6 +51,7 @@ class VisionLanguageProcessor:
         if not tokenizer.chat_template:
             raise ModelLoadError(f"'{cfg.model_id}' has no chat template to frame its inputs in")
         self.modalities: list[Modality] = list(spec(kind).modalities)
+        self._scores_pairs = spec(kind).scores_pairs
         self._tokenizer: PerThread[Any] = PerThread(tokenizer)
         self._images: PerThread[Any] = PerThread(images)
         self._merge_area = int(images.merge_size) ** 2
@@ -65,24 +69,64 @@ class VisionLanguageProcessor:
         wheres = [f"input[{index}]" for index in range(len(items))]
         return [self.row(model, self._decoded(parts, limits, where), where) for parts, where in zip(items, wheres)]
 
+    def pair_rows(
+        self,
+        model: str,
+        query: str,
+        documents: Sequence[Parts],
+        instruction: str | None,
+        limits: MediaLimits,
+        param: str = "documents",
+    ) -> list[ModelInput]:
+        """One row per (query, document) pair, in order; an unreadable image or a pair past the window is a 400
+        naming the document."""
+        wheres = [f"{param}[{index}]" for index in range(len(documents))]
+        return [
+            self.pair_row(model, query, self._decoded(parts, limits, where), instruction, where, param)
+            for parts, where in zip(documents, wheres)
+        ]
+
     def calibration_rows(self, model: str, texts: list[str], limits: MediaLimits) -> list[ModelInput]:
         return self.encode(model, [(("text", text),) for text in texts], limits)
 
     def warmup_rows(self, model: str) -> list[ModelInput]:
-        """A text and an image, so that warm-up runs both towers."""
+        """A text and an image (as documents, for a reranker), so that warm-up runs both towers."""
         from PIL import Image
 
         image = Image.new("RGB", (64, 48), (200, 120, 40))
+        if self._scores_pairs:
+            return [
+                self.pair_row(model, "warm-up", [("text", "warm-up")], None, "warm-up"),
+                self.pair_row(model, "warm-up", [("image", image)], None, "warm-up"),
+            ]
         return [self.row(model, [("text", "warm-up")], "warm-up"), self.row(model, [("image", image)], "warm-up")]
 
     def row(self, model: str, parts: Sequence[tuple[Modality, Any]], where: str) -> ModelInput:
         """One input's row: its parts (texts, PIL images) in one user turn, image placeholders expanded."""
-        content: list[dict[str, str]] = [
-            {"type": "text", "text": value} if m == "text" else {"type": "image"} for m, value in parts
-        ]
+        return self._framed(model, [_message("user", parts)], parts, where, "input")
+
+    def pair_row(
+        self,
+        model: str,
+        query: str,
+        document: Sequence[tuple[Modality, Any]],
+        instruction: str | None,
+        where: str,
+        param: str = "documents",
+    ) -> ModelInput:
+        """A (query, document) pair's row: the instruction's system message if any, the query's and the document's."""
+        system = [] if instruction is None else [_message("system", [("text", instruction)])]
+        messages = [*system, _message("query", [("text", query)]), _message("document", document)]
+        return self._framed(model, messages, document, where, param)
+
+    def _framed(
+        self, model: str, messages: list[Message], parts: Sequence[tuple[Modality, Any]], where: str, param: str
+    ) -> ModelInput:
+        """The messages through the chat template, with the images among `parts` processed and their placeholders
+        expanded to their token counts."""
         tokenizer = self._tokenizer.get()
         prompt: str = tokenizer.apply_chat_template(
-            [{"role": "user", "content": content}], tokenize=False, add_generation_prompt=self._generation_prompt
+            messages, tokenize=False, add_generation_prompt=self._generation_prompt
         )
         images = [value for modality, value in parts if modality == "image"]
         arrays: dict[str, np.ndarray] = {}
@@ -97,7 +141,7 @@ class VisionLanguageProcessor:
             raise InvalidRequest(
                 f"{where} is {len(ids)} tokens with its images and framing; model '{model}' takes at most "
                 f"{self.max_input_tokens}",
-                param="input",
+                param=param,
             )
         arrays["input_ids"], arrays["attention_mask"] = ids, np.ones_like(ids)
         # Which positions are image tokens (1; text 0), as the processor returns them: multimodal RoPE reads them.
@@ -112,6 +156,12 @@ class VisionLanguageProcessor:
             (modality, decode_image(value, limits, where) if isinstance(value, bytes) else value)
             for modality, value in parts
         ]
+
+
+def _message(role: str, parts: Sequence[tuple[Modality, Any]]) -> Message:
+    """One message in the structured format sentence-transformers writes: a text or image item per part."""
+    content = [{"type": "text", "text": value} if m == "text" else {"type": "image"} for m, value in parts]
+    return {"role": role, "content": content}
 
 
 def _expand_images(prompt: str, token_counts: list[int]) -> str:
