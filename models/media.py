@@ -24,11 +24,12 @@ class MediaLimits:
     max_audio_seconds: float
 
 
-def decode_image(data: bytes, limits: MediaLimits, where: str):  # -> PIL.Image.Image
-    """An RGB image; refuses non-images, truncated files, decompression bombs and degenerate sizes."""
+def decode_image(data: bytes, limits: MediaLimits, where: str, param: str = "input"):  # -> PIL.Image.Image
+    """An RGB image; refuses non-images, truncated files, decompression bombs and degenerate sizes (a 400 naming
+    `where`, for the request field `param`)."""
     from PIL import Image, UnidentifiedImageError
 
-    _check_size(data, limits, where)
+    _check_size(data, limits, where, param)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error", Image.DecompressionBombWarning)
@@ -37,18 +38,18 @@ def decode_image(data: bytes, limits: MediaLimits, where: str):  # -> PIL.Image.
             if width * height > limits.max_image_pixels:
                 raise InvalidRequest(
                     f"{where} is {width}x{height} pixels; at most {limits.max_image_pixels} pixels are allowed",
-                    param="input",
+                    param=param,
                 )
             image.load()
     except InvalidRequest:
         raise
     except (UnidentifiedImageError, Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
-        raise InvalidRequest(f"{where} is not a readable image ({type(exc).__name__})", param="input") from None
+        raise InvalidRequest(f"{where} is not a readable image ({type(exc).__name__})", param=param) from None
     except (OSError, ValueError, SyntaxError) as exc:  # truncated or corrupt data, raised by the decoders
-        raise InvalidRequest(f"{where} is a corrupt or truncated image: {exc}", param="input") from None
+        raise InvalidRequest(f"{where} is a corrupt or truncated image: {exc}", param=param) from None
     if min(width, height) < MIN_IMAGE_SIDE:
         raise InvalidRequest(
-            f"{where} is {width}x{height} pixels; each side must be at least {MIN_IMAGE_SIDE}", param="input"
+            f"{where} is {width}x{height} pixels; each side must be at least {MIN_IMAGE_SIDE}", param=param
         )
     return image.convert("RGB")
 
@@ -81,10 +82,8 @@ def decode_audio(data: bytes, sampling_rate: int, limits: MediaLimits, where: st
     return np.ascontiguousarray(mono, dtype=np.float32)
 
 
-def _check_size(data: bytes, limits: MediaLimits, where: str) -> None:
+def _check_size(data: bytes, limits: MediaLimits, where: str, param: str = "input") -> None:
     if not data:
-        raise InvalidRequest(f"{where} is empty", param="input")
+        raise InvalidRequest(f"{where} is empty", param=param)
     if len(data) > limits.max_item_bytes:
-        raise InvalidRequest(
-            f"{where} is {len(data)} bytes; at most {limits.max_item_bytes} are allowed", param="input"
-        )
+        raise InvalidRequest(f"{where} is {len(data)} bytes; at most {limits.max_item_bytes} are allowed", param=param)

@@ -82,7 +82,7 @@ class VisionLanguageProcessor:
         naming the document."""
         wheres = [f"{param}[{index}]" for index in range(len(documents))]
         return [
-            self.pair_row(model, query, self._decoded(parts, limits, where), instruction, where, param)
+            self.pair_row(model, query, self._decoded(parts, limits, where, param), instruction, where, param)
             for parts, where in zip(documents, wheres)
         ]
 
@@ -149,11 +149,13 @@ class VisionLanguageProcessor:
         modality: Modality = "image" if images else "text"
         return ModelInput(model=model, modality=modality, arrays=arrays, length=len(ids))
 
-    def _decoded(self, parts: Parts, limits: MediaLimits, where: str) -> list[tuple[Modality, Any]]:
+    def _decoded(
+        self, parts: Parts, limits: MediaLimits, where: str, param: str = "input"
+    ) -> list[tuple[Modality, Any]]:
         if any(modality not in self.modalities for modality, _ in parts):
-            raise InvalidRequest(f"{where}: this model takes {self.modalities}", param="input")
+            raise InvalidRequest(f"{where}: this model takes {self.modalities}", param=param)
         return [
-            (modality, decode_image(value, limits, where) if isinstance(value, bytes) else value)
+            (modality, decode_image(value, limits, where, param) if isinstance(value, bytes) else value)
             for modality, value in parts
         ]
 

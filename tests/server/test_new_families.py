@@ -1,13 +1,15 @@
-"""Issue 50's families beside each other in one server: a tiny Qwen3-VL-Embedding, an embedder with two task
-adapters, and a tiny ColModernVBERT. Each is also served alone elsewhere (test_vl_embed.py, test_task_adapters.py,
-test_kinds.py); here the three clients' SDKs reach them side by side:
+"""Issue 50's families beside each other in one server: a tiny Qwen3-VL-Embedding, a tiny Qwen3-VL-Reranker, an
+embedder with two task adapters, and a tiny ColModernVBERT. Each is also served alone elsewhere (test_vl_embed.py,
+test_vl_rerank.py, test_task_adapters.py, test_kinds.py); here the three clients' SDKs reach them side by side:
 
 - OpenAI's SDK: a text, an image, and a text with an image as one input to the Qwen3-VL embedder; the same texts
   under two tasks give two different vectors, each its adapter's; ColModernVBERT's page matrix beside them.
 - voyageai's `multimodal_embed`: the same three input shapes (PIL images, which the SDK sends as lossless WebP).
 - Cohere's `ClientV2.embed`: `inputs[].content` of one part and of a text with an image.
-Each vector equals the model card's own computation: sentence-transformers 6 in the reference venv for Qwen3-VL,
-the adapter merged by peft for tasks, transformers' ColModernVBERT."""
+- Cohere's `ClientV2.rerank`: the VL reranker scores a text and an image (data URI) document. (voyageai's `rerank`
+  posts to the same /v1/rerank and reads Voyage's `data` where Cohere's and Jina's clients read `results`: not served.)
+Each vector (and score) equals the model card's own computation: sentence-transformers 6 in the reference venv for Qwen3-VL,
+the adapter merged by peft for tasks, transformers' ColModernVBERT; the CrossEncoder's `predict` for the reranker."""
 
 from __future__ import annotations
 
@@ -23,20 +25,23 @@ from testkit.media import data_uri
 from testkit.sentences import make_sentences
 from tests.adapter_reference import adapter_vectors
 from tests.conftest import running_server
-from tests.tolerance import cosines
-from tests.vl_reference import MIXED_TEXT, TEXT
+from tests.tolerance import assert_close, cosines
+from tests.vl_reference import MIXED_TEXT, RERANK_QUERY, RERANK_TEXT, TEXT
 
 pytestmark = pytest.mark.server
 
 MIN_COSINE = 0.9999
-VL, TASKS, PAGES = "new-vl", "new-tasks", "new-colmodernvbert"
+VL, TASKS, PAGES, RERANK = "new-vl", "new-tasks", "new-colmodernvbert", "new-vl-rerank"
 TASK_TEXTS = make_sentences()[:3]
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory, vl_reference, task_adapter_path: Path, tiny_colmodernvbert_path: Path) -> Iterator[str]:
+def server(
+    tmp_path_factory, vl_reference, vl_rerank_reference, task_adapter_path: Path, tiny_colmodernvbert_path: Path
+) -> Iterator[str]:
     models = [
         {"model_id": str(vl_reference.folder), "served_model_name": VL},
+        {"model_id": str(vl_rerank_reference.folder), "served_model_name": RERANK},
         {"model_id": str(task_adapter_path), "served_model_name": TASKS},
         {"model_id": str(tiny_colmodernvbert_path), "served_model_name": PAGES},
     ]
@@ -117,3 +122,15 @@ def test_cohere_sdk_v2_content_of_one_and_two_parts(server, vl_reference):
         inputs=[{"content": [{"type": "text", "text": TEXT}]}, {"content": [image_part]}, {"content": mixed}],
     )
     assert (cosines(result.embeddings.float_, expected_vl(vl_reference)) >= MIN_COSINE).all()
+
+
+def test_cohere_sdk_reranks_a_text_and_an_image(server, vl_rerank_reference):
+    import cohere
+
+    documents = [RERANK_TEXT, png(vl_rerank_reference.images["wide"])]
+    expected = vl_rerank_reference.scores[:2, 0]
+    ranked = cohere.ClientV2(api_key="unused", base_url=server).rerank(
+        model=RERANK, query=RERANK_QUERY, documents=documents
+    )
+    cohere_scores = {r.index: r.relevance_score for r in ranked.results}
+    assert_close([cohere_scores[0], cohere_scores[1]], expected, rtol=1e-4)
