@@ -72,5 +72,6 @@ ColPaliEmbedder = model_service(
     "ColPaliEmbedder",
     "encode",
     ModelInput,
-    "ColPali and ColQwen2 (page images and queries), and vision-language embedders (Qwen3-VL-Embedding).",
+    "ColPali and ColQwen2 (page images and queries), and vision-language embedders and rerankers "
+    "(Qwen3-VL-Embedding, Qwen3-VL-Reranker).",
 )

@@ -8,8 +8,9 @@ test_vl_rerank.py, test_task_adapters.py, test_kinds.py); here the three clients
 - Cohere's `ClientV2.embed`: `inputs[].content` of one part and of a text with an image.
 - Cohere's `ClientV2.rerank`: the VL reranker scores a text and an image (data URI) document. (voyageai's `rerank`
   posts to the same /v1/rerank and reads Voyage's `data` where Cohere's and Jina's clients read `results`: not served.)
-Each vector (and score) equals the model card's own computation: sentence-transformers 6 in the reference venv for Qwen3-VL,
-the adapter merged by peft for tasks, transformers' ColModernVBERT; the CrossEncoder's `predict` for the reranker."""
+Each vector (and score) equals the model card's own computation: sentence-transformers 6 in the reference venv for
+Qwen3-VL (its `CrossEncoder.predict` for the reranker), the adapter merged by peft for tasks, transformers'
+ColModernVBERT."""
 
 from __future__ import annotations
 
