@@ -306,14 +306,20 @@ def gateway_needs_torch(kinds: Iterable[Kind]) -> bool:
 HYBRID_HEADS = ("colbert_linear.pt", "sparse_linear.pt")  # FlagEmbedding's head files beside the encoder (BGE-M3)
 COLPALI_TYPES = frozenset({"colpali", "colqwen2", "colmodernvbert"})
 CLIP_TYPES = frozenset({"clip", "siglip", "siglip2", "chinese_clip", "altclip", "metaclip_2"})
+# The image processor of Qwen2-VL, Qwen2.5-VL and Qwen3-VL, whose patches, grids and placeholder expansion
+# `models.preprocessing.vl_processor` reproduces.
+QWEN_VL_IMAGE_PROCESSORS = frozenset({"Qwen2VLImageProcessor", "Qwen2VLImageProcessorFast", "Qwen2VLImageProcessorPil"})
 
 
 def vision_language_kind(folder: Path, config: dict[str, Any]) -> Kind | None:
-    """A vision-language model (a vision sub-config) whose sentence-transformers Transformer module takes images
-    (`sentence_bert_config.json`): an embedder when a Pooling module follows it (Qwen3-VL-Embedding), a reranker
-    when a `LogitScore` module does (Qwen3-VL-Reranker); None otherwise."""
+    """A vision-language model (a vision sub-config) with Qwen-VL's image processor, which the `vl-*` kinds frame,
+    whose sentence-transformers Transformer module takes images (`sentence_bert_config.json`): an embedder when a
+    Pooling module follows it (Qwen3-VL-Embedding), a reranker when a `LogitScore` module does (Qwen3-VL-Reranker);
+    None otherwise (EmbeddingGemma-2's processor, say, is not framed here)."""
     modality_config = read_json(folder / "sentence_bert_config.json").get("modality_config") or {}
     if "vision_config" not in config or "image" not in modality_config:
+        return None
+    if image_processor_type(folder) not in QWEN_VL_IMAGE_PROCESSORS:
         return None
     modules_file = folder / "modules.json"
     modules = json.loads(modules_file.read_text()) if modules_file.is_file() else []
@@ -321,6 +327,13 @@ def vision_language_kind(folder: Path, config: dict[str, Any]) -> Kind | None:
     if "Pooling" in types:
         return "vl-embed"
     return "vl-rerank" if "LogitScore" in types else None
+
+
+def image_processor_type(folder: Path) -> str | None:
+    """The image processor a checkpoint declares: in `preprocessor_config.json`, or under `processor_config.json`."""
+    declared = read_json(folder / "preprocessor_config.json").get("image_processor_type")
+    nested = read_json(folder / "processor_config.json").get("image_processor") or {}
+    return declared or nested.get("image_processor_type")
 
 
 def detect_kind(folder: Path) -> Kind:

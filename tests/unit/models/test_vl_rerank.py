@@ -89,3 +89,16 @@ def test_a_corrupt_image_document_is_a_400_naming_it(scorer, vl_rerank_reference
     documents = [(("text", RERANK_TEXT),), (("image", broken),)]
     with pytest.raises(InvalidRequest, match=r"documents\[1\]"):
         scorer.processor.pair_rows("vl", RERANK_QUERY, documents, None, LIMITS)
+
+
+def test_another_image_processor_is_not_framed_as_qwen_vls(vl_rerank_reference, tmp_path: Path) -> None:
+    """The same folder declaring another family's image processor (EmbeddingGemma-2's, say) is refused, not run
+    through Qwen-VL's patches and placeholders."""
+    other = tmp_path / "other"
+    shutil.copytree(vl_rerank_reference.folder, other)
+    for name in ("preprocessor_config.json", "processor_config.json"):
+        settings = json.loads((other / name).read_text())
+        (settings.get("image_processor") or settings)["image_processor_type"] = "SiglipImageProcessor"
+        (other / name).write_text(json.dumps(settings))
+    with pytest.raises(ConfigError, match="cannot tell which kind"):
+        detect_kind(other)
