@@ -123,10 +123,17 @@ def test_a_module_it_cannot_run_falls_back_to_torch(tiny_layout_path, tmp_path):
     assert load_torch_free(folder, cfg, "embed") is None  # the torch-backed class loads it
 
 
-def test_no_export_yet_means_the_torch_backed_class(tiny_bert_path, cache_dir):
-    cfg = ModelConfig(model_id=str(tiny_bert_path), backend="onnx", device="cpu")
-    assert load_torch_free(tiny_bert_path, cfg, "embed") is None
-    assert load_torch_free(tiny_bert_path, cfg.model_copy(update={"backend": "auto"}), "embed") is None
+def test_no_export_yet_means_the_torch_backed_class(tiny_bert_path, tmp_path, monkeypatch):
+    from config import settings
+
+    monkeypatch.setenv("EMBENTO_CACHE_DIR", str(tmp_path))  # empty: no export, no verdict
+    settings.get_config.cache_clear()
+    try:
+        cfg = ModelConfig(model_id=str(tiny_bert_path), backend="onnx", device="cpu")
+        assert load_torch_free(tiny_bert_path, cfg, "embed") is None
+        assert load_torch_free(tiny_bert_path, cfg.model_copy(update={"backend": "auto"}), "embed") is None
+    finally:
+        settings.get_config.cache_clear()  # the session's cache again, once the variable is restored
 
 
 def test_it_loads_and_runs_without_torch(minilm_path):
