@@ -23,6 +23,7 @@ import numpy as np
 from config.errors import ModelLoadError, one_line
 from config.settings import ModelConfig
 from models.base import ModelInfo, TokenizedText
+from models.inference.backends import check_device
 from models.inference.host import cpu_threads
 from models.inference.padding import padded_ids
 from models.inference.sentence_head import SentenceHead, read_head
@@ -40,6 +41,7 @@ class OnnxTextEncoder:
 
         from models.inference.onnx_runtime import onnx_checkpoint, providers, session_options
 
+        check_device(cfg, "cpu")
         self._head: SentenceHead = read_head(folder, cfg)
         entry, file_name = onnx_checkpoint(folder, spec(kind).onnx_task or "", cfg.dtype == "int8")
         try:
@@ -51,11 +53,11 @@ class OnnxTextEncoder:
         self._inputs = [tensor.name for tensor in self._session.get_inputs()]
         self._pad_id, self._pad_left, model_max_length = _tokenizer_files(folder)
         settings = read_text_settings(folder, cfg, model_max_length)
-        hidden = int(read_json(folder / "config.json").get("hidden_size", 0))
+        hidden = self._session.get_outputs()[0].shape[-1]  # the token states' width: fixed by the export
         self.info = ModelInfo.of(
             cfg,
             kind,
-            dimension=self._head.dimension(hidden),
+            dimension=self._head.dimension(int(hidden)),
             max_input_tokens=settings.max_seq_length,
             normalized=self._head.normalized,
             device="cpu",

@@ -73,6 +73,16 @@ def test_a_plain_checkpoint_pooled_otherwise_and_unnormalized_matches_torch(tiny
     assert_same_outputs(onnx.forward(rows), torch.forward(rows))
 
 
+def test_the_int8_export_matches_the_torch_backed_onnx_class(tiny_bert_path):
+    """The dynamic-int8 graph is the one the torch-backed class runs on ONNX Runtime: the same outputs."""
+    exported_checkpoint(tiny_bert_path, TASK)
+    cfg = ModelConfig(model_id=str(tiny_bert_path), backend="onnx", dtype="int8", device="cpu")
+    onnx, reference = OnnxTextEncoder(tiny_bert_path, cfg), TextEncoder(tiny_bert_path, cfg)
+    assert onnx.info.dtype == reference.info.dtype == "int8"
+    rows = varied(rows_of(tiny_bert_path, ModelConfig(model_id=str(tiny_bert_path))))
+    assert_same_outputs(onnx.forward(rows), reference.forward(rows))
+
+
 @pytest.fixture(scope="module")
 def tiny_layout_path(tmp_path_factory, tiny_bert_path) -> Path:
     """The tiny BERT under sentence-transformers modules: weighted-mean pooling without the prompt, a tanh Dense
