@@ -26,10 +26,11 @@ def free_port() -> int:
 
 
 def start_server(
-    port: int, service_name: str | None = None, target: str = "service:Gateway", **settings: str
+    port: int, service_name: str | None = None, target: str = "service:Gateway", cwd: Path = ROOT, **settings: str
 ) -> subprocess.Popen:
     """`settings` are extra environment variables, e.g. EMBENTO_MODEL_ID; other EMBENTO_* are dropped. With a
-    `service_name` (say TextEmbedder), that model service alone serves on the port."""
+    `service_name` (say TextEmbedder), that model service alone serves on the port. `cwd`: the bundle served
+    (another checkout of it, to compare)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("EMBENTO_")}
     env.update(HF_HUB_OFFLINE="1", BENTOML_DO_NOT_TRACK="True", **settings)
     serve = (
@@ -39,7 +40,7 @@ def start_server(
     )
     process = subprocess.Popen(
         [sys.executable, "-m", *serve, "--host", "127.0.0.1", "--port", str(port)],
-        cwd=ROOT,
+        cwd=cwd,
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

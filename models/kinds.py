@@ -86,6 +86,10 @@ class KindSpec:
     loader: str  # the class that runs it on its model service, "module:Class" (imported there only: torch)
     # The export task when ONNX Runtime runs it (`backends` then holds "onnx"); `backend: auto` tries it.
     onnx_task: str | None = None
+    # The class that runs it on ONNX Runtime in numpy, torch never imported, once the export (and for `auto` its
+    # parity verdict) exists and its checkpoint's modules allow; `loader` runs it otherwise
+    # (`models.inference.auto_backend.load_torch_free`).
+    torch_free_loader: str | None = None
     rank_by: RankBy | None = None  # how it ranks, where "rerank" is among its capabilities
     quantizable: bool = False  # int8/uint8 codes from a calibrated scale
     takes_token_ids: bool = False  # pre-tokenized input
@@ -137,6 +141,7 @@ class KindSpec:
 TEXT_TOKENIZER = "models.preprocessing.text_tokenizer:TextTokenizer"
 MEDIA_PROCESSOR = "models.preprocessing.media_processor:MediaProcessor"
 TEXT_ENCODER = "models.inference.text_encoder:TextEncoder"
+ONNX_TEXT_ENCODER = "models.inference.onnx_encoder:OnnxTextEncoder"
 SPARSE_ENCODER = "models.inference.sparse_encoder:SparseTextEncoder"
 TEXT_SCORER = "models.inference.text_scorer:TextScorer"
 MEDIA_ENCODER = "models.inference.media_encoder:MediaEncoder"
@@ -156,6 +161,7 @@ KIND_SPECS: dict[Kind, KindSpec] = {
         service_api="embed",
         loader=TEXT_ENCODER,
         onnx_task="feature-extraction",
+        torch_free_loader=ONNX_TEXT_ENCODER,
         quantizable=True,
         takes_token_ids=True,
         takes_instruction=True,
@@ -401,6 +407,12 @@ def _detected_kind(model_id: str, revision: str | None) -> Kind:
 def model_class(kind: Kind) -> type:
     """The class that runs this kind (`KindSpec.loader`); importing it imports torch."""
     return _class_named(spec(kind).loader)
+
+
+def torch_free_class(kind: Kind) -> type | None:
+    """The class that runs this kind on ONNX Runtime without torch (`KindSpec.torch_free_loader`), if any."""
+    loader = spec(kind).torch_free_loader
+    return None if loader is None else _class_named(loader)
 
 
 def preprocessor_class(kind: Kind) -> type:

@@ -36,6 +36,7 @@ from models.batching import (
     run_isolated,
 )
 from models.inference.auto_backend import load_model
+from models.inference.host import set_cpu_threads
 from models.inference.lanes import Lanes, shares_cores
 from models.inference.memory import HeapTrimmer
 from models.resolve import resolve_model
@@ -89,8 +90,6 @@ class ModelPool:
         # oversubscribes the cores, and libgomp then stops spinning: a MiniLM forward took 2x as long.
         self._torch_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="torch")
         if threads is not None:  # on the thread that runs the models: OpenMP keeps the count per thread
-            from models.inference.device import set_cpu_threads  # imports torch: model-service processes only
-
             self._torch_thread.submit(set_cpu_threads, threads).result()
         self.models: dict[str, TokenModel]
         self.failed: dict[str, str]  # served name -> why it did not load (with allow_partial)
@@ -267,10 +266,12 @@ def pass_limits(cfg: ModelConfig, folder: Path, info: ModelInfo) -> BatchLimits:
     """The configured pass limits, or the device's (models/batching.py)."""
     if cfg.batch_size and cfg.max_batch_tokens:
         return BatchLimits(cfg.batch_size, cfg.max_batch_tokens)
-    from models.inference.device import DTYPE_BYTES, free_memory  # imports torch: model-service processes only
+    free = per_token = None
+    if info.device.startswith("cuda"):  # a GPU's free memory sizes them; torch is loaded there anyway
+        from models.inference.device import DTYPE_BYTES, free_memory
 
-    free = free_memory(info.device)
-    per_token = activation_bytes_per_token(folder, DTYPE_BYTES.get(info.dtype, 4)) if free else None
+        free = free_memory(info.device)
+        per_token = activation_bytes_per_token(folder, DTYPE_BYTES.get(info.dtype, 4)) if free else None
     return batch_limits(cfg.batch_size, cfg.max_batch_tokens, info.device, free, per_token)
 
 

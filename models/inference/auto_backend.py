@@ -25,8 +25,9 @@ from config.errors import ModelLoadError
 from config.settings import ModelConfig
 from models.adapters import check_task_adapters, find_tasks
 from models.base import TokenizedText, TokenModel
+from models.inference.host import on_cpu_without_torch, torch_threads
 from models.inference.saved_versions import check_saved_versions
-from models.kinds import Kind, model_class, model_kind, model_scorer, spec
+from models.kinds import Kind, model_class, model_kind, model_scorer, spec, torch_free_class
 from models.quantization import CALIBRATION_TEXTS
 
 logger = logging.getLogger(__name__)
@@ -93,6 +94,8 @@ def weight_bytes(folder: Path) -> int:
 
 
 def _off_cpu(cfg: ModelConfig) -> str | None:
+    if on_cpu_without_torch(cfg.device):
+        return None
     from models.inference.device import pick_device
 
     device = pick_device(cfg.device)
@@ -107,10 +110,9 @@ def _verdict(
     export is recorded too, so no later start tries it again."""
     from models.inference.onnx_export import onnx_entry, write_whole
 
-    task = spec(kind).onnx_task or ""
-    recorded = onnx_entry(folder, task) / VERDICT_FILE
-    if recorded.is_file():
-        return Verdict(**json.loads(recorded.read_text())), {}
+    recorded = onnx_entry(folder, spec(kind).onnx_task or "") / VERDICT_FILE
+    if (verdict := recorded_verdict(folder, kind)) is not None:
+        return verdict, {}
     loaded: dict[str, TokenModel] = {}
     rows = parity_rows(folder, cfg, kind)
     try:
@@ -128,6 +130,14 @@ def _verdict(
     except OSError as exc:  # a read-only cache: the verdict holds for this start only
         logger.warning("cannot record the ONNX parity verdict in %s: %s", recorded, exc)
     return verdict, loaded
+
+
+def recorded_verdict(folder: Path, kind: Kind) -> Verdict | None:
+    """The export's parity verdict as its cache entry records it; None before one is taken."""
+    from models.inference.onnx_export import onnx_entry
+
+    recorded = onnx_entry(folder, spec(kind).onnx_task or "") / VERDICT_FILE
+    return Verdict(**json.loads(recorded.read_text())) if recorded.is_file() else None
 
 
 def parity_rows(folder: Path, cfg: ModelConfig, kind: Kind) -> list[TokenizedText]:
@@ -177,6 +187,36 @@ def load_model(folder: Path, cfg: ModelConfig) -> TokenModel:
     check_saved_versions(folder, cfg.model_id)
     kind = model_kind(cfg)
     check_task_adapters(folder, cfg, kind)
+    if (model := load_torch_free(folder, cfg, kind)) is not None:
+        return model
+    torch_threads()  # the thread count set for this thread, now that torch is needed
     if cfg.backend == "auto":
         return load_auto(model_class(kind), folder, cfg, kind)
     return model_class(kind)(folder, cfg, kind)
+
+
+def load_torch_free(folder: Path, cfg: ModelConfig, kind: Kind) -> TokenModel | None:
+    """The model on ONNX Runtime in its kind's torch-free class (`KindSpec.torch_free_loader`) where that needs
+    no torch: on the CPU, its export made (and for `auto`, its parity verdict recorded and matching), its modules
+    ones that class runs. None otherwise: its torch-backed class loads it, exporting and comparing on a first
+    start, which the next one then skips."""
+    from models.inference.onnx_export import EXPORTED, onnx_entry
+    from models.inference.sentence_head import TorchNeeded
+
+    torch_free = torch_free_class(kind)
+    if torch_free is None or cfg.backend not in ("onnx", "auto") or not on_cpu_without_torch(cfg.device):
+        return None
+    if not ((onnx_entry(folder, spec(kind).onnx_task or "") / EXPORTED).is_file() or (folder / EXPORTED).is_file()):
+        return None
+    reason = "configured"
+    if cfg.backend == "auto":
+        verdict = None if onnx_unfit(folder, cfg, kind) else recorded_verdict(folder, kind)
+        if verdict is None or not verdict.matches:
+            return None
+        reason = verdict.reason
+    try:
+        model: TokenModel = torch_free(folder, _on(cfg, "onnx"), kind)
+    except TorchNeeded as exc:
+        logger.info("model '%s' loads with torch: %s", cfg.served_model_name, exc)
+        return None
+    return _chosen(model, reason) if cfg.backend == "auto" else model

@@ -57,7 +57,7 @@ class Lanes:
         self.count = count
         self._threads: list[ThreadPoolExecutor] = []
         if count > 1:
-            from models.inference.device import set_cpu_threads  # imports torch
+            from models.inference.host import set_cpu_threads  # torch's too, where it is loaded
 
             for n in range(count):
                 lane = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"lane{n}")

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from models.base import TokenizedText
 
 if TYPE_CHECKING:
@@ -18,8 +20,6 @@ def pad_rows(
     tokenizer's side with its pad id. Rows without segment ids (single texts) get zeros, as the tokenizer itself
     would give them; a model whose tokenizer has none gets none (ModernBERT's forward refuses them).
     `non_blocking` (torch models only, see `models.inference.transfer.to_device`): copied to a GPU without waiting."""
-    import numpy as np
-
     segmented = "token_type_ids" in tokenizer.model_input_names or any(r.token_type_ids is not None for r in rows)
     items = []
     for row in rows:
@@ -32,6 +32,21 @@ def pad_rows(
         items.append(item)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     return collate(items, pad_id, tokenizer.padding_side == "left", device, non_blocking=non_blocking)
+
+
+def padded_ids(rows: Sequence[TokenizedText], pad_id: int, pad_left: bool) -> dict[str, np.ndarray]:
+    """`pad_rows` in numpy, for ONNX Runtime without torch (`models.inference.onnx_encoder`): `input_ids`,
+    `attention_mask` and `token_type_ids` (zeros for single texts), int64, padded on `pad_left`'s side."""
+    width = max(row.length for row in rows)
+    batch = {name: np.zeros((len(rows), width), np.int64) for name in ("attention_mask", "token_type_ids")}
+    batch["input_ids"] = np.full((len(rows), width), pad_id, np.int64)
+    for index, row in enumerate(rows):
+        at = slice(width - row.length, width) if pad_left else slice(0, row.length)
+        batch["input_ids"][index, at] = row.input_ids
+        batch["attention_mask"][index, at] = 1
+        if row.token_type_ids is not None:
+            batch["token_type_ids"][index, at] = row.token_type_ids
+    return batch
 
 
 def collate(
@@ -47,7 +62,6 @@ def collate(
     the tokenizer's side, as the processor would pad a batch. Floating-point arrays (pixels, audio
     features), which processors give in float32, become `float_dtype`: the model's, which a bf16 model
     needs (CLAP's BatchNorm refuses float32 input)."""
-    import numpy as np
     import torch
 
     from models.inference.transfer import to_device

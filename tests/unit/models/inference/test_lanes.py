@@ -71,17 +71,23 @@ class ThreadRecorder:
         return self.encoder.forward(rows)
 
 
-@pytest.mark.parametrize("backend", ["torch", "onnx"])
+@pytest.mark.parametrize("backend", ["torch", "onnx", "onnx without torch"])
 def test_pool_shares_a_big_batch_across_the_cores_and_answers_the_same(
     request: pytest.FixtureRequest, minilm_path: Path, tiny_bert_path: Path, backend: str
 ):
+    from models.inference.onnx_encoder import OnnxTextEncoder
+    from models.inference.onnx_export import exported_checkpoint
     from runners.pool import ModelPool
 
     path = minilm_path if backend == "torch" else tiny_bert_path  # a tiny checkpoint exports in seconds
-    if backend == "onnx":
+    if backend != "torch":
         request.getfixturevalue("cache_dir")
-    cfg = ModelConfig(model_id=str(path), served_model_name="m", device="cpu", backend=backend)
-    recorder = ThreadRecorder(TextEncoder(path, cfg))
+    cfg = ModelConfig(model_id=str(path), served_model_name="m", device="cpu", backend=backend.split()[0])
+    if backend == "onnx without torch":  # one session, run by both lanes at once
+        exported_checkpoint(path, "feature-extraction")
+        recorder = ThreadRecorder(OnnxTextEncoder(path, cfg))
+    else:
+        recorder = ThreadRecorder(TextEncoder(path, cfg))
     pool = ModelPool(lambda folder, config: recorder, [cfg], threads=2)
     ids = TextTokenizer(path, cfg).encode_texts(make_sentences(50))
     outputs = asyncio.run(pool.run(TokenizedText.rows("m", ids)))
