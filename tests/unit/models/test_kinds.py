@@ -69,6 +69,8 @@ def test_models_record_their_scorer(tiny_reranker_path, qwen3_reranker_path, pla
 
 
 def test_each_kind_loads_in_its_own_class(tiny_bert_path, tiny_classifier_path):
+    """On torch, each kind's `loader`. (Under `backend: auto` a text embedder whose export an earlier test left
+    loads in its `torch_free_loader` instead: tests/unit/models/inference/test_onnx_encoder.py.)"""
     from models.inference.sparse_encoder import SparseTextEncoder
     from models.inference.text_encoder import TextEncoder
     from models.inference.text_scorer import TextScorer
@@ -78,5 +80,5 @@ def test_each_kind_loads_in_its_own_class(tiny_bert_path, tiny_classifier_path):
         (tiny_bert_path, "sparse", SparseTextEncoder, None),
         (tiny_classifier_path, "classify", TextScorer, "cross-encoder"),
     ):
-        model = load_model(path, ModelConfig(model_id=str(path), kind=kind, device="cpu"))
+        model = load_model(path, ModelConfig(model_id=str(path), kind=kind, device="cpu", backend="torch"))
         assert isinstance(model, model_class) and (model.info.kind, model.info.scorer) == (kind, scorer)
