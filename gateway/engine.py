@@ -121,7 +121,8 @@ class Engine:
         check_embed(query, info, self.config, quantizer, self.registry.infos)
         query = with_task(query, info)
         if info.spec.takes_media:
-            answered = await self._media_outputs(info, query.items, embed_context(query, ""))
+            prompt = self.rows.media_prompt(info, query)
+            answered = await self._media_outputs(info, query.items, embed_context(query, prompt), prompt)
         else:
             answered = await self.cache.answer(
                 info.served_model_name,
@@ -144,15 +145,16 @@ class Engine:
         assert plan.output_tokens is not None, "every embedding plan but late chunking's owns its rows"
         return Computed(outputs, plan.output_tokens)
 
-    async def _media_outputs(self, info: ModelInfo, items: Sequence[InputItem], context: dict[str, Any]) -> Answered:
+    async def _media_outputs(
+        self, info: ModelInfo, items: Sequence[InputItem], context: dict[str, Any], prompt: str = ""
+    ) -> Answered:
         """Images and audio are keyed by their files' bytes: fetched (or decoded) first, processed if missed."""
         payloads = await self.rows.payloads(items)
         keys = self.cache.keys(info.served_model_name, context, input_items(items, payloads))
 
         async def compute(at: list[int]) -> Computed:
-            return await self._run(
-                info, await self.rows.processed(info, [items[i] for i in at], [payloads[i] for i in at])
-            )
+            picked = [items[i] for i in at], [payloads[i] for i in at]
+            return await self._run(info, await self.rows.processed(info, *picked, prompt))
 
         return await self.cache.answer(info.served_model_name, keys, len(items), compute)
 

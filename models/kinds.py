@@ -281,6 +281,7 @@ KIND_SPECS: dict[Kind, KindSpec] = {
         model_service="ColPaliEmbedder",
         service_api="encode",
         loader=VL_ENCODER,
+        takes_instruction=True,  # as the system message (its prompts too: `prompt_name`, `input_type`)
         mixed_inputs=True,
     ),
     # A vision-language reranker (Qwen3-VL-Reranker): the text query with a text or image document in the

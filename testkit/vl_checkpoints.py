@@ -26,6 +26,8 @@ from pathlib import Path
 from typing import Any
 
 DEFAULT_INSTRUCTION = "Represent the user's input."
+# The model card's query instruction, saved as the "query" prompt (sentence-transformers makes it the system message).
+QUERY_PROMPT = "Retrieve images or text relevant to the user's query."
 # Qwen3-VL's chat template reduced to what an embedder renders: the default instruction as the system turn when
 # the messages bring none, then each turn's text and its images' (and videos') vision placeholders in order.
 QWEN3_VL_EMBEDDING_CHAT_TEMPLATE = (
@@ -201,7 +203,9 @@ def build_qwen3_vl_embedder(folder: Path, seed: int = 50) -> Path:
     )
     width = transformer.get_embedding_dimension()
     embedder = SentenceTransformer(
-        modules=[transformer, Pooling(width, pooling_mode="lasttoken"), Normalize()], device="cpu"
+        modules=[transformer, Pooling(width, pooling_mode="lasttoken"), Normalize()],
+        device="cpu",
+        prompts={"query": QUERY_PROMPT, "document": ""},
     )
     embedder.save_pretrained(str(folder))
     return _finish(folder, plain, processors)
@@ -238,13 +242,18 @@ def reference_inputs(spec: list[dict[str, str]]) -> list[Any]:
 
 
 def encode(folder: Path, spec_file: Path, output: Path) -> None:
-    """The model card's computation: `SentenceTransformer(folder).encode` of each input, one at a time."""
+    """The model card's computation: `SentenceTransformer(folder).encode` of each input, one at a time (under its
+    `prompt_name` where the spec names one)."""
     import numpy as np
     from sentence_transformers import SentenceTransformer
 
     model = SentenceTransformer(str(folder), device="cpu")
-    inputs = reference_inputs(json.loads(spec_file.read_text()))
-    vectors = [model.encode([value], convert_to_numpy=True)[0] for value in inputs]
+    spec = json.loads(spec_file.read_text())
+    inputs = reference_inputs(spec)
+    vectors = [
+        model.encode([value], convert_to_numpy=True, prompt_name=item.get("prompt_name"))[0]
+        for value, item in zip(inputs, spec)
+    ]
     np.save(output, np.stack(vectors).astype(np.float32))
 
 

@@ -32,13 +32,14 @@ IMAGE_SIZES = {"wide": (130, 90), "small": (70, 64)}
 @dataclass(frozen=True)
 class VlReference:
     """The checkpoint, its test images' bytes (PNG), and sentence-transformers' vectors for `TEXT`, the wide image,
-    and `MIXED_TEXT` with the small image."""
+    `MIXED_TEXT` with the small image, and `TEXT` under the "query" prompt."""
 
     folder: Path
     images: dict[str, bytes]
     text: np.ndarray
     image: np.ndarray
     mixed: np.ndarray
+    query: np.ndarray  # `TEXT` under the "query" prompt (the card's query instruction as the system message)
 
 
 def _run(*args: str | Path) -> None:
@@ -77,11 +78,16 @@ def build_vl_reference(work: Path) -> VlReference:
     images = {name: image_bytes(w, h, seed=seed) for seed, (name, (w, h)) in enumerate(IMAGE_SIZES.items())}
     for name, data in images.items():
         (work / f"{name}.png").write_bytes(data)
-    spec = [{"text": TEXT}, {"image": str(work / "wide.png")}, {"text": MIXED_TEXT, "image": str(work / "small.png")}]
+    spec = [
+        {"text": TEXT},
+        {"image": str(work / "wide.png")},
+        {"text": MIXED_TEXT, "image": str(work / "small.png")},
+        {"text": TEXT, "prompt_name": "query"},
+    ]
     (work / "inputs.json").write_text(json.dumps(spec))
     _run("encode", folder, work / "inputs.json", work / "vectors.npy")
     vectors = np.load(work / "vectors.npy")
-    return VlReference(folder, images, vectors[0], vectors[1], vectors[2])
+    return VlReference(folder, images, vectors[0], vectors[1], vectors[2], vectors[3])
 
 
 # The reranker's query and documents: a text, the wide image, a text with the small image (in-process only: no wire

@@ -168,18 +168,27 @@ class Rows:
 
         return list(await asyncio.gather(*(parts(i, item) for i, item in enumerate(items))))
 
+    def media_prompt(self, info: ModelInfo, query: EmbedQuery) -> str:
+        """The prompt a media model frames this query's inputs in: a vision-language model's system prompt (named,
+        for the `input_type`, or the request's instruction); "" for the others, which take none."""
+        processor = self.preprocessors.processor(info)
+        if not isinstance(processor, VisionLanguageProcessor):
+            return ""
+        return processor.prompt(query.prompt_name, query.instruction, query.input_type)
+
     async def processed(
-        self, info: ModelInfo, items: Sequence[InputItem], payloads: Sequence[Payload]
+        self, info: ModelInfo, items: Sequence[InputItem], payloads: Sequence[Payload], prompt: str = ""
     ) -> list[ModelInput]:
         """The items' `payloads` decoded and through the model's processor, off the event loop: a model that
-        takes mixed inputs gets every part of each, the others the one part each of theirs has (validation)."""
+        takes mixed inputs gets every part of each (under `prompt`), the others the one part each of theirs has
+        (validation)."""
         work = [
             tuple((part.modality, value) for part, value in zip(item.all_parts, payload))
             for item, payload in zip(items, payloads)
         ]
         processor = self.preprocessors.processor(info)
         if isinstance(processor, VisionLanguageProcessor):
-            return await asyncio.to_thread(processor.encode, info.served_model_name, work, self.limits)
+            return await asyncio.to_thread(processor.encode, info.served_model_name, work, self.limits, prompt)
         singles = [parts[0] for parts in work]
         return await asyncio.to_thread(processor.encode, info.served_model_name, singles, self.limits)
 

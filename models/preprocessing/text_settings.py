@@ -6,7 +6,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from config.errors import ConfigError
+from config.errors import ConfigError, InvalidRequest
 from config.settings import ModelConfig
 from models.resolve import read_json
 
@@ -67,6 +67,28 @@ class TextSettings:
             return instruction
         return self.instruction_template.replace("{instruction}", instruction)
 
+    def request_prompt(
+        self, name: str | None, instruction: str | None = None, input_type: str | None = None, task: str | None = None
+    ) -> str:
+        """The prompt a request asks for: a named one (None: the task adapter's own where the model has a prompt
+        named after it, as jina-embeddings-v3's, else the one for Cohere's `input_type`, else the default one), or
+        its own instruction. An unknown name, or a name with an instruction, is a 400."""
+        if name is None and instruction is None and task in self.prompts:
+            name = task
+        if name is None and input_type is not None:
+            name = self.input_type_prompts.get(input_type)
+        if instruction is not None:
+            if name is not None:
+                raise InvalidRequest("give prompt_name or instruction, not both", param="instruction")
+            return self.instruction_prompt(instruction)
+        try:
+            return self.prompt(name)
+        except KeyError:
+            known = sorted(self.prompts) or "none"
+            raise InvalidRequest(
+                f"unknown prompt_name '{name}'; this model has: {known}", param="prompt_name"
+            ) from None
+
     def prompt(self, name: str | None) -> str:
         """The prefix for a named prompt; None means the default prompt (or none)."""
         name = name if name is not None else self.default_prompt_name
@@ -87,12 +109,16 @@ def declares_chat_input(folder: Path) -> bool:
     return "message" in (read_json(folder / "sentence_bert_config.json").get("modality_config") or {})
 
 
-def read_text_settings(folder: Path, cfg: ModelConfig, tokenizer_max_length: int | None) -> TextSettings:
-    """Merge the folder's declarations with the configuration (configuration wins)."""
+def read_text_settings(
+    folder: Path, cfg: ModelConfig, tokenizer_max_length: int | None, known_limit: int | None = None
+) -> TextSettings:
+    """Merge the folder's declarations with the configuration (configuration wins). `known_limit`: the window as
+    the caller has it (a vision-language model's), instead of reading the text tower's."""
     st_config = read_json(folder / "sentence_bert_config.json")
     st_meta = read_json(folder / "config_sentence_transformers.json")
     max_length = (
-        cfg.max_seq_length
+        known_limit
+        or cfg.max_seq_length
         or st_config.get("max_seq_length")
         or text_limit(folder, tokenizer_max_length, cfg.trust_remote_code)
     )

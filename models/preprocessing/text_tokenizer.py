@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from config.errors import ConfigError, InvalidRequest, ModelLoadError
+from config.errors import ConfigError, ModelLoadError
 from config.settings import ModelConfig
 from models.base import Kind, TokenizedText, Truncation
 from models.kinds import model_scorer, spec
@@ -70,24 +70,8 @@ class TextTokenizer:
     def prompt(
         self, name: str | None, instruction: str | None = None, input_type: str | None = None, task: str | None = None
     ) -> str:
-        """The prefix of a named prompt (None: the task adapter's own where the model has a prompt named after it,
-        as jina-embeddings-v3's, else the one for Cohere's `input_type`, else the default one), or of a request's
-        own instruction."""
-        if name is None and instruction is None and task in self.settings.prompts:
-            name = task
-        if name is None and input_type is not None:
-            name = self.settings.input_type_prompts.get(input_type)
-        if instruction is not None:
-            if name is not None:
-                raise InvalidRequest("give prompt_name or instruction, not both", param="instruction")
-            return self.settings.instruction_prompt(instruction)
-        try:
-            return self.settings.prompt(name)
-        except KeyError:
-            known = sorted(self.settings.prompts) or "none"
-            raise InvalidRequest(
-                f"unknown prompt_name '{name}'; this model has: {known}", param="prompt_name"
-            ) from None
+        """The prefix of the prompt a request asks for (`TextSettings.request_prompt`)."""
+        return self.settings.request_prompt(name, instruction, input_type, task)
 
     def prompt_length(self, prompt: str) -> int:
         """The leading tokens a prompt makes, its special tokens included and a closing one (EOS, SEP) not:

@@ -26,6 +26,7 @@ from models.base import Kind, Modality, ModelInput
 from models.kinds import spec
 from models.media import MediaLimits, decode_image
 from models.preprocessing.per_thread import PerThread
+from models.preprocessing.text_settings import read_text_settings
 from models.resolve import read_json
 
 # One input: its parts in the client's order, each a text or an image's bytes.
@@ -61,13 +62,24 @@ class VisionLanguageProcessor:
         self._generation_prompt = bool(chat_kwargs.get("add_generation_prompt", False))
         limit = int(settings.get("max_seq_length") or min(tokenizer.model_max_length, 32768))
         self.max_input_tokens = min(limit, cfg.max_seq_length or limit)
+        # Its prompts (`config_sentence_transformers.json`): sentence-transformers prepends a non-empty one as the
+        # system message, which replaces the chat template's default instruction.
+        self._settings = read_text_settings(folder, cfg, tokenizer.model_max_length, self.max_input_tokens)
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
         self.pad_left = tokenizer.padding_side == "left"
 
-    def encode(self, model: str, items: Sequence[Parts], limits: MediaLimits) -> list[ModelInput]:
-        """One row per input, in order; an unreadable image or an input past the window is a 400 naming it."""
+    def prompt(self, name: str | None, instruction: str | None = None, input_type: str | None = None) -> str:
+        """The system prompt a request asks for ("": none, the chat template's default instruction), resolved as
+        a text model's (`TextSettings.request_prompt`)."""
+        return self._settings.request_prompt(name, instruction, input_type)
+
+    def encode(self, model: str, items: Sequence[Parts], limits: MediaLimits, prompt: str = "") -> list[ModelInput]:
+        """One row per input, in order, under `prompt` (`prompt`); an unreadable image or an input past the window
+        is a 400 naming it."""
         wheres = [f"input[{index}]" for index in range(len(items))]
-        return [self.row(model, self._decoded(parts, limits, where), where) for parts, where in zip(items, wheres)]
+        return [
+            self.row(model, self._decoded(parts, limits, where), where, prompt) for parts, where in zip(items, wheres)
+        ]
 
     def pair_rows(
         self,
@@ -101,9 +113,11 @@ class VisionLanguageProcessor:
             ]
         return [self.row(model, [("text", "warm-up")], "warm-up"), self.row(model, [("image", image)], "warm-up")]
 
-    def row(self, model: str, parts: Sequence[tuple[Modality, Any]], where: str) -> ModelInput:
-        """One input's row: its parts (texts, PIL images) in one user turn, image placeholders expanded."""
-        return self._framed(model, [_message("user", parts)], parts, where, "input")
+    def row(self, model: str, parts: Sequence[tuple[Modality, Any]], where: str, prompt: str = "") -> ModelInput:
+        """One input's row: its parts (texts, PIL images) in one user turn after the prompt's system message, if
+        any; image placeholders expanded."""
+        system = [_message("system", [("text", prompt)])] if prompt else []
+        return self._framed(model, [*system, _message("user", parts)], parts, where, "input")
 
     def pair_row(
         self,
@@ -115,7 +129,7 @@ class VisionLanguageProcessor:
         param: str = "documents",
     ) -> ModelInput:
         """A (query, document) pair's row: the instruction's system message if any, the query's and the document's."""
-        system = [] if instruction is None else [_message("system", [("text", instruction)])]
+        system = [_message("system", [("text", instruction)])] if instruction else []
         messages = [*system, _message("query", [("text", query)]), _message("document", document)]
         return self._framed(model, messages, document, where, param)
 

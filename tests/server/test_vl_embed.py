@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from testkit.media import data_uri
+from testkit.vl_checkpoints import QUERY_PROMPT
 from tests.asserts import assert_openai_error
 from tests.conftest import MINILM, running_server
 from tests.vl_reference import MIXED_TEXT, TEXT
@@ -100,3 +101,16 @@ def test_an_image_to_a_text_only_model_is_a_400(client: httpx.Client, vl_referen
     assert_openai_error(client.post("/v1/embeddings", json=body), 400)
     mixed = {"model": MINILM, "input": [{"text": TEXT, "image": png(vl_reference.images["wide"])}]}
     assert_openai_error(client.post("/v1/embeddings", json=mixed), 400)
+
+
+def test_the_query_prompt_through_input_type_and_instruction(vl_server, vl_reference) -> None:
+    """OpenAI's SDK with Embento's `input_type` and `instruction`: the card's query framing, cached apart from the
+    plain text's (the server caches this model)."""
+    from openai import OpenAI
+
+    client = OpenAI(base_url=f"{vl_server}/v1", api_key="unused")
+    plain = client.embeddings.create(model=VL, input=[TEXT]).data[0].embedding
+    assert cosine(plain, vl_reference.text) >= MIN_COSINE
+    for extra in ({"input_type": "search_query"}, {"instruction": QUERY_PROMPT}, {"prompt_name": "query"}):
+        framed = client.embeddings.create(model=VL, input=[TEXT], extra_body=extra).data[0].embedding
+        assert cosine(framed, vl_reference.query) >= MIN_COSINE, extra

@@ -16,6 +16,7 @@ from config.errors import ConfigError, InvalidRequest
 from config.settings import ModelConfig
 from models.kinds import detect_kind, spec
 from models.media import MediaLimits
+from testkit.vl_checkpoints import QUERY_PROMPT
 from tests.vl_reference import MIXED_TEXT, TEXT
 
 LIMITS = MediaLimits(max_item_bytes=1 << 20, max_image_pixels=1 << 20, max_audio_seconds=30)
@@ -83,3 +84,18 @@ def test_the_pixel_limit_applies_before_decoding(encoder, vl_reference) -> None:
     small = MediaLimits(max_item_bytes=1 << 20, max_image_pixels=64 * 64, max_audio_seconds=30)
     with pytest.raises(InvalidRequest, match="pixels"):
         encoder.processor.encode("vl", [(("image", vl_reference.images["wide"]),)], small)
+
+
+def test_a_prompt_is_the_system_message(encoder, vl_reference) -> None:
+    """The "query" prompt, asked for by name, by Cohere's input_type or as the request's own instruction, frames the
+    input as sentence-transformers' `encode(prompt_name="query")` does: its system message."""
+    processor = encoder.processor
+    assert processor.prompt("query") == processor.prompt(None, None, "search_query") == QUERY_PROMPT
+    assert processor.prompt(None, QUERY_PROMPT) == QUERY_PROMPT
+    assert processor.prompt(None, None, "search_document") == processor.prompt(None) == ""  # the template's own
+    with pytest.raises(InvalidRequest, match="unknown prompt_name"):
+        processor.prompt("passage")
+    (row,) = processor.encode("vl", [(("text", TEXT),)], LIMITS, QUERY_PROMPT)
+    got = np.stack(encoder.forward([row]))
+    assert _cosines(got, vl_reference.query[None])[0] >= 0.9999
+    assert _cosines(got, vl_reference.text[None])[0] < 0.999  # the prompt changed the vector
