@@ -70,14 +70,20 @@ def ensure_vl_venv() -> None:
         raise ReferenceFailed(f"`make vl-reference-venv` failed ({process.returncode}):\n{output}")
 
 
+def write_images(work: Path) -> dict[str, bytes]:
+    """The test images (PNG) by name, also written to `work` as `<name>.png` for the reference venv to open."""
+    images = {name: image_bytes(w, h, seed=seed) for seed, (name, (w, h)) in enumerate(IMAGE_SIZES.items())}
+    for name, data in images.items():
+        (work / f"{name}.png").write_bytes(data)
+    return images
+
+
 def build_vl_reference(work: Path) -> VlReference:
     """Build the checkpoint and encode the three inputs, one `encode` call each, in the reference venv."""
     ensure_vl_venv()
     folder = work / "qwen3-vl-embedding"
     _run("build", folder)
-    images = {name: image_bytes(w, h, seed=seed) for seed, (name, (w, h)) in enumerate(IMAGE_SIZES.items())}
-    for name, data in images.items():
-        (work / f"{name}.png").write_bytes(data)
+    images = write_images(work)
     spec = [
         {"text": TEXT},
         {"image": str(work / "wide.png")},
@@ -113,9 +119,7 @@ def build_vl_rerank_reference(work: Path) -> VlRerankReference:
     ensure_vl_venv()
     folder = work / "qwen3-vl-reranker"
     _run("build-reranker", folder)
-    images = {name: image_bytes(w, h, seed=seed) for seed, (name, (w, h)) in enumerate(IMAGE_SIZES.items())}
-    for name, data in images.items():
-        (work / f"{name}.png").write_bytes(data)
+    images = write_images(work)
     documents = [
         {"text": RERANK_TEXT},
         {"image": str(work / "wide.png")},

@@ -25,19 +25,9 @@ class VisionLanguageEncoder:
     def __init__(self, folder: Path, cfg: ModelConfig, kind: Kind) -> None:
         from transformers import AutoModel
 
-        from models.inference.device import pick_device, pick_dtype
-
         self.processor = VisionLanguageProcessor(folder, cfg, kind)
-        device = pick_device(cfg.device)
-        dtype = pick_dtype(cfg.dtype, device)
-        try:  # sentence-transformers' Transformer module loads the base model: AutoModel (Qwen3VLModel)
-            model = AutoModel.from_pretrained(
-                str(folder), dtype=dtype, trust_remote_code=cfg.trust_remote_code, local_files_only=True
-            )
-        except Exception as exc:
-            raise ModelLoadError(f"cannot load '{cfg.model_id}' from {folder}: {exc}") from exc
-        self._model = model.to(device).eval()
-        self._device, self._dtype = device, dtype
+        # sentence-transformers' Transformer module loads the base model: AutoModel (Qwen3VLModel)
+        self._model, self._device, self._dtype = load_vision_language(AutoModel, folder, cfg)
         probe = self.forward(self.processor.warmup_rows(cfg.served_model_name)[:1])[0]
         self.info = ModelInfo.of(
             cfg,
@@ -46,8 +36,8 @@ class VisionLanguageEncoder:
             dimension=int(probe.shape[-1]),
             max_input_tokens=self.processor.max_input_tokens,
             normalized=True,
-            device=str(device),
-            dtype=str(dtype).removeprefix("torch."),
+            device=str(self._device),
+            dtype=str(self._dtype).removeprefix("torch."),
         )
 
     def forward(self, rows: Sequence[ModelInput]) -> list[np.ndarray]:
@@ -59,6 +49,22 @@ class VisionLanguageEncoder:
             vectors = _last_tokens(states, batch["attention_mask"], self.processor.pad_left).float()
             vectors = torch.nn.functional.normalize(vectors, dim=-1)
         return list(vectors.cpu().numpy())
+
+
+def load_vision_language(auto_class: Any, folder: Path, cfg: ModelConfig) -> tuple[Any, Any, Any]:
+    """The checkpoint through a transformers auto class, on the configured device and dtype, in eval mode; with
+    (device, dtype)."""
+    from models.inference.device import pick_device, pick_dtype
+
+    device = pick_device(cfg.device)
+    dtype = pick_dtype(cfg.dtype, device)
+    try:
+        model = auto_class.from_pretrained(
+            str(folder), dtype=dtype, trust_remote_code=cfg.trust_remote_code, local_files_only=True
+        )
+    except Exception as exc:
+        raise ModelLoadError(f"cannot load '{cfg.model_id}' from {folder}: {exc}") from exc
+    return model.to(device).eval(), device, dtype
 
 
 def vl_batch(rows: Sequence[ModelInput], pad_id: int, pad_left: bool, device: Any, dtype: Any) -> dict[str, Any]:

@@ -16,7 +16,7 @@ from config.errors import ModelLoadError
 from config.settings import ModelConfig
 from models.base import Kind, ModelInfo, ModelInput
 from models.inference.text_scorer import ACTIVATIONS
-from models.inference.vl_encoder import vl_batch
+from models.inference.vl_encoder import load_vision_language, vl_batch
 from models.preprocessing.vl_processor import VisionLanguageProcessor
 from models.resolve import read_json
 
@@ -27,20 +27,10 @@ class VisionLanguageScorer:
     def __init__(self, folder: Path, cfg: ModelConfig, kind: Kind) -> None:
         from transformers import AutoModelForMultimodalLM
 
-        from models.inference.device import pick_device, pick_dtype
-
         self.processor = VisionLanguageProcessor(folder, cfg, kind)
         self._true_id, self._false_id = logit_score_tokens(folder, cfg.model_id)
-        device = pick_device(cfg.device)
-        dtype = pick_dtype(cfg.dtype, device)
-        try:  # sentence-transformers' any-to-any Transformer module loads it so: the VLM with its LM head
-            model = AutoModelForMultimodalLM.from_pretrained(
-                str(folder), dtype=dtype, trust_remote_code=cfg.trust_remote_code, local_files_only=True
-            )
-        except Exception as exc:
-            raise ModelLoadError(f"cannot load '{cfg.model_id}' from {folder}: {exc}") from exc
-        self._model = model.to(device).eval()
-        self._device, self._dtype = device, dtype
+        # sentence-transformers' any-to-any Transformer module loads it so: the VLM with its LM head
+        self._model, self._device, self._dtype = load_vision_language(AutoModelForMultimodalLM, folder, cfg)
         self.forward(self.processor.warmup_rows(cfg.served_model_name)[:1])
         self.info = ModelInfo.of(
             cfg,
@@ -49,8 +39,8 @@ class VisionLanguageScorer:
             dimension=1,
             max_input_tokens=self.processor.max_input_tokens,
             normalized=False,
-            device=str(device),
-            dtype=str(dtype).removeprefix("torch."),
+            device=str(self._device),
+            dtype=str(self._dtype).removeprefix("torch."),
             labels=["score"],
             activation=_activation(folder, cfg.model_id),
             scorer="causal-lm",
