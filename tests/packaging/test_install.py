@@ -23,12 +23,9 @@ BUILD_BACKEND = ("setuptools", "_distutils_hack", "pkg_resources")
 
 
 def checkout_copy(folder: Path) -> Path:
-    """The project's files, so that building it leaves nothing in the real checkout."""
-    shutil.copytree(
-        ROOT,
-        folder,
-        ignore=shutil.ignore_patterns(".git", ".venv", "build", "*.egg-info", "__pycache__", ".pytest_cache", "bench"),
-    )
+    """The project's files, so that building it leaves nothing in the real checkout. Dot folders stay out: the
+    venvs (the reference venvs are gigabytes each), git and the tools' caches are not the project."""
+    shutil.copytree(ROOT, folder, ignore=shutil.ignore_patterns(".*", "build", "*.egg-info", "__pycache__", "bench"))
     return folder
 
 
