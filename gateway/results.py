@@ -43,12 +43,13 @@ class Embeddings:
         return truncate_dimensions(np.stack(self.of("dense")), self.query.dimensions, renormalize=self.renormalized)
 
     def encoded(self, output_type: OutputType, vectors: np.ndarray) -> list:
-        """`vectors` (from `vectors()`) in one output type, one entry per input."""
+        """`vectors` (from `vectors()`) in one output type, one entry per input: a float32 or codes array, for
+        `gateway.wire.common.json_answer` to write, or a base64 string."""
         if output_type == "float":
-            return vectors.tolist()
+            return list(np.asarray(vectors, dtype=np.float32))
         if output_type == "base64":
             return [to_base64(v) for v in vectors]
-        return self.codes(output_type, vectors).tolist()
+        return list(self.codes(output_type, vectors))
 
     def codes(self, precision: Precision, vectors: np.ndarray) -> np.ndarray:
         """Every route's quantized codes: int8/uint8 by the model's scheme (symmetric unless configured)."""

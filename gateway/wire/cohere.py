@@ -17,12 +17,13 @@ from pydantic import (
     field_validator,
     model_serializer,
 )
+from starlette.responses import Response
 
 from config.errors import InvalidRequest
 from gateway.queries import EmbedQuery, InputItem, InputType, OutputType, mixed_input
 from gateway.queue.priority import Prioritized
 from gateway.results import Embeddings, Ranking
-from gateway.wire.common import ModeScores, RerankRequest, Usage, rank_query, response_id
+from gateway.wire.common import ModeScores, RerankRequest, Usage, json_answer, rank_query, response_id
 from models.base import Representation, Truncation
 from models.kinds import Output
 
@@ -178,7 +179,11 @@ def embed_v1_answer(embeddings: Embeddings, by_type: bool) -> dict:
     """v1: a list of float vectors, or by type when the body named `embedding_types`."""
     common = {"id": response_id(), "texts": _texts(embeddings.query), "meta": _embed_meta("1", embeddings)}
     if not by_type:
-        return {"response_type": "embeddings_floats", "embeddings": embeddings.vectors().tolist(), **common}
+        return {
+            "response_type": "embeddings_floats",
+            "embeddings": embeddings.encoded("float", embeddings.vectors()),
+            **common,
+        }
     return {"response_type": "embeddings_by_type", "embeddings": _by_type(embeddings), **common}
 
 
@@ -311,12 +316,13 @@ def rerank_v2_answer(ranking: Ranking) -> CohereV2RerankResponse:
 
 
 # The routes
-async def embed_v1(engine: Engine, body: CohereEmbedRequest) -> dict:
-    return embed_v1_answer(await engine.embed(embed_query(body)), by_type=body.embedding_types is not None)
+async def embed_v1(engine: Engine, body: CohereEmbedRequest) -> Response:
+    embeddings = await engine.embed(embed_query(body))
+    return json_answer(embed_v1_answer(embeddings, by_type=body.embedding_types is not None))
 
 
-async def embed_v2(engine: Engine, body: CohereV2EmbedRequest) -> dict:
-    return embed_v2_answer(await engine.embed(embed_v2_query(body)))
+async def embed_v2(engine: Engine, body: CohereV2EmbedRequest) -> Response:
+    return json_answer(embed_v2_answer(await engine.embed(embed_v2_query(body))))
 
 
 async def rerank_v1(engine: Engine, body: RerankRequest) -> RerankResponse:

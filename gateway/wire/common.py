@@ -4,7 +4,6 @@ the label scores infinity and TEI both answer."""
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
@@ -141,20 +140,10 @@ class TruncationControls(Prioritized):
         return Truncation(enabled=self.truncate is not False, side=self.truncation_direction)
 
 
-# Answers larger than this are written off the event loop: a thread hop costs less than holding every other
-# request back (a 16-input BGE-M3 answer with its ColBERT vectors took 30 ms there through pydantic).
-INLINE_ANSWER_BYTES = 64 * 1024
-
-
-async def json_answer(answer: dict, floats: int) -> Response:
-    """A JSON answer holding float32 arrays (about `floats` numbers), written straight from them, in their
-    shortest float32 digits."""
-    if floats * 10 <= INLINE_ANSWER_BYTES:
-        return _json(answer)
-    return await asyncio.to_thread(_json, answer)
-
-
-def _json(answer: dict) -> Response:
+def json_answer(answer: Any) -> Response:
+    """A JSON answer (a dict or a list) holding float32 arrays, written straight from them by orjson, in their
+    shortest float32 digits. On the event loop: orjson holds the GIL, so a thread would add its hop and free
+    nothing (32 vectors of 384 take 0.5 ms here)."""
     return Response(orjson.dumps(answer, option=orjson.OPT_SERIALIZE_NUMPY), media_type="application/json")
 
 

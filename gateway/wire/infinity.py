@@ -28,7 +28,7 @@ from gateway.wire.common import (
 )
 
 # infinity's embedding answers are OpenAI's shape, so its media routes answer with OpenAI's response.
-from gateway.wire.openai import EmbeddingResponse, embedding_answer
+from gateway.wire.openai import embedding_answer
 from models.base import Modality
 
 if TYPE_CHECKING:
@@ -49,12 +49,12 @@ def media_query(body: LegacyMediaRequest, modality: Modality) -> EmbedQuery:
     return EmbedQuery(items=input_items(body.input, modality), model=body.model, output_types=(body.encoding_format,))
 
 
-async def embed_images(engine: Engine, body: LegacyMediaRequest) -> EmbeddingResponse | Response:
-    return await embedding_answer(await engine.embed(media_query(body, "image")))
+async def embed_images(engine: Engine, body: LegacyMediaRequest) -> Response:
+    return embedding_answer(await engine.embed(media_query(body, "image")))
 
 
-async def embed_audio(engine: Engine, body: LegacyMediaRequest) -> EmbeddingResponse | Response:
-    return await embedding_answer(await engine.embed(media_query(body, "audio")))
+async def embed_audio(engine: Engine, body: LegacyMediaRequest) -> Response:
+    return embedding_answer(await engine.embed(media_query(body, "audio")))
 
 
 # POST /rerank with `documents` (infinity's body is the shared RerankRequest)

@@ -12,12 +12,10 @@ import numpy as np
 from pydantic import (
     BaseModel,
     Field,
-    SerializerFunctionWrapHandler,
     StrictBool,
     StrictInt,
     StrictStr,
     field_validator,
-    model_serializer,
 )
 from starlette.responses import Response
 
@@ -168,9 +166,10 @@ class SparseEmbedding(BaseModel):
 
 
 class EmbeddingData(BaseModel):
-    """One input's embedding. Without `output_types`, the model's own output in `embedding` (with `shape` for a
-    base64 multi-vector); with it, each asked representation under its key. Keys with nothing to say are left
-    out: one class, so that BentoML's client, which reads a union's first member only, keeps every key."""
+    """One input's embedding, as the route's schema declares it (`embedding_response` writes the answer).
+    Without `output_types`, the model's own output in `embedding` (with `shape` for a base64 multi-vector); with
+    it, each asked representation under its key. Keys with nothing to say are left out: one class, so that
+    BentoML's client, which reads a union's first member only, keeps every key."""
 
     object: Literal["embedding"] = "embedding"
     index: int
@@ -182,10 +181,6 @@ class EmbeddingData(BaseModel):
     multi_vector: str | list[list[float]] | None = Field(None, description="`output_types` with `colbert`.")
     multi_vector_shape: list[int] | None = Field(None, description="With base64: the multi-vector's [rows, dim].")
 
-    @model_serializer(mode="wrap")
-    def _said_only(self, handler: SerializerFunctionWrapHandler) -> dict:
-        return {key: value for key, value in handler(self).items() if value is not None}
-
 
 class EmbeddingResponse(BaseModel):
     object: Literal["list"] = "list"
@@ -194,35 +189,20 @@ class EmbeddingResponse(BaseModel):
     usage: Usage
 
 
-def embedding_response(embeddings: Embeddings) -> EmbeddingResponse | dict:
-    """OpenAI's shape: vectors cut to `dimensions` (re-normalized) and encoded; multi-vectors keep their shape;
-    sparse ones are their active entries, the largest `max_active_dims` of them. An answer with `output_types`
-    or one vector per token is a dict holding float32 arrays, for `json_answer` to write."""
-    info, encoding_format = embeddings.info, embeddings.query.output_types[0]
+def embedding_response(embeddings: Embeddings) -> dict:
+    """OpenAI's shape, as a dict holding float32 arrays for `json_answer` to write: vectors cut to `dimensions`
+    (re-normalized) and encoded; multi-vectors keep their shape; sparse ones are their active entries, the
+    largest `max_active_dims` of them; with `output_types`, each asked representation under its key."""
+    encoding_format = embeddings.query.output_types[0]
     if embeddings.parts is not None:
         return _answer(embeddings, _representations_data(embeddings, encoding_format))
-    if info.multi_vector:
-        return _answer(
-            embeddings,
-            [
-                {"object": "embedding", "index": i, **_matrix("embedding", "shape", output, encoding_format)}
-                for i, output in enumerate(embeddings.outputs)
-            ],
-        )
-    if info.sparse:
-        data = [
-            EmbeddingData.model_construct(object="embedding", index=i, embedding=SparseEmbedding.of(entries))
-            for i, entries in enumerate(embeddings.sparse_entries())
-        ]
+    if embeddings.info.multi_vector:
+        values = [_matrix("embedding", "shape", output, encoding_format) for output in embeddings.outputs]
+    elif embeddings.info.sparse:
+        values = [{"embedding": SparseEmbedding.of(entries).model_dump()} for entries in embeddings.sparse_entries()]
     else:
-        encoded = embeddings.encoded(encoding_format, embeddings.vectors())
-        data = [EmbeddingData.model_construct(object="embedding", index=i, embedding=v) for i, v in enumerate(encoded)]
-    return EmbeddingResponse.model_construct(
-        object="list",
-        data=data,
-        model=info.served_model_name,
-        usage=Usage.of(embeddings.tokens, embeddings.cached_tokens),
-    )
+        values = [{"embedding": v} for v in embeddings.encoded(encoding_format, embeddings.vectors())]
+    return _answer(embeddings, [{"object": "embedding", "index": i, **value} for i, value in enumerate(values)])
 
 
 def _answer(embeddings: Embeddings, data: list[dict]) -> dict:
@@ -258,16 +238,14 @@ def _matrix(key: str, shape_key: str, matrix: np.ndarray, encoding_format: str) 
     return {key: np.ascontiguousarray(matrix, dtype=np.float32)}
 
 
-async def embedding_answer(embeddings: Embeddings) -> EmbeddingResponse | Response:
-    """The answer as BentoML writes a model, or a dict of float32 arrays written by `json_answer`."""
-    answer = embedding_response(embeddings)
-    if not isinstance(answer, dict):
-        return answer
-    return await json_answer(answer, sum(output.size for output in embeddings.outputs))
+def embedding_answer(embeddings: Embeddings) -> Response:
+    """Written straight from the float32 arrays: through pydantic, a 32-vector answer cost the gateway more
+    than the rest of the request (bench/gateway_floor.py)."""
+    return json_answer(embedding_response(embeddings))
 
 
-async def embed(engine: Engine, body: EmbeddingRequest) -> EmbeddingResponse | Response:
-    return await embedding_answer(await engine.embed(embed_query(body)))
+async def embed(engine: Engine, body: EmbeddingRequest) -> Response:
+    return embedding_answer(await engine.embed(embed_query(body)))
 
 
 # GET /v1/models

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, ValidationError
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, Response
 
 from config.errors import InvalidRequest
 from gateway.queries import ClassifyQuery, DecodeQuery, EmbedQuery, InputItem, RankQuery, TokenizeQuery
@@ -24,6 +24,7 @@ from gateway.wire.common import (
     TruncationControls,
     as_list,
     input_items,
+    json_answer,
     ranked_labels,
     reworded_union,
     token_ids,
@@ -69,10 +70,11 @@ def embed_query(body: TeiEmbedRequest) -> EmbedQuery:
 
 
 def embed_answer(embeddings: Embeddings) -> list:
-    """A bare list of vectors (of per-token vectors, for multi-vector models)."""
+    """A bare list of vectors (of per-token vectors, for multi-vector models), as float32 arrays for
+    `json_answer`."""
     if embeddings.info.multi_vector:
-        return [output.tolist() for output in embeddings.outputs]
-    return embeddings.vectors().tolist()
+        return [np.asarray(output, dtype=np.float32) for output in embeddings.outputs]
+    return embeddings.encoded("float", embeddings.vectors())
 
 
 class SparseEmbeddingRequest(TruncationControls):
@@ -284,8 +286,8 @@ def decode_query(body: TeiDecodeRequest) -> DecodeQuery:
 
 
 # The routes
-async def embed(engine: Engine, body: TeiEmbedRequest) -> list:
-    return embed_answer(await engine.embed(embed_query(body)))
+async def embed(engine: Engine, body: TeiEmbedRequest) -> Response:
+    return json_answer(embed_answer(await engine.embed(embed_query(body))))
 
 
 async def embed_sparse(engine: Engine, body: SparseEmbeddingRequest) -> list[list[SparseValue]]:

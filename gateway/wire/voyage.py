@@ -129,7 +129,7 @@ def _encoded(embeddings: Embeddings, in_base64: bool) -> list:
     """Each vector in the query's dtype: JSON numbers, or base64 of its little-endian bytes."""
     dtype, vectors = embeddings.query.output_types[0], embeddings.vectors()
     if not in_base64:
-        return embeddings.encoded(dtype, vectors)
+        return [values.tolist() for values in embeddings.encoded(dtype, vectors)]  # for pydantic's answer
     if dtype == "float":
         return [to_base64(vector) for vector in vectors]
     assert dtype != "base64"  # not one of Voyage's dtypes

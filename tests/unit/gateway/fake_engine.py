@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 from pydantic import BaseModel, ValidationError
-from starlette.responses import JSONResponse
+from starlette.responses import Response
 
 from gateway.engine import Engine
 from gateway.http.answer import answered
@@ -100,7 +100,7 @@ def answer(
         location = exc.errors()[0]["loc"]
         return 400, {"error": {"param": str(location[0]) if location else None}}, None
     result, service = serve(lambda engine: answered(adapter, engine, request))
-    if isinstance(result, JSONResponse):
+    if isinstance(result, Response):  # an error, or an answer written straight to JSON
         return result.status_code, json.loads(result.body), service
     return 200, result.model_dump() if isinstance(result, BaseModel) else result, service
 

@@ -132,5 +132,6 @@ def test_base64_is_the_little_endian_float32_bytes_of_the_numbers(serve):
     assert status == 200 and all(isinstance(item["embedding"], str) for item in encoded["data"])
     for plain, packed in zip(numbers["data"], encoded["data"]):
         vector = np.frombuffer(base64.b64decode(packed["embedding"]), dtype="<f4")
-        assert vector.shape == (384,) and np.allclose(vector, plain["embedding"], atol=1e-6)
+        # The JSON numbers are float32's shortest digits: they parse back to the very bytes base64 carries.
+        assert vector.shape == (384,) and np.array_equal(np.array(plain["embedding"], dtype=np.float32), vector)
     assert encoded["usage"] == numbers["usage"]

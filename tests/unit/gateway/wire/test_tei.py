@@ -5,6 +5,8 @@ and the root answering as the route it dispatches to."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 from pydantic import ValidationError
@@ -15,6 +17,7 @@ from gateway.queries import ClassifyQuery, DecodeQuery, EmbedQuery, InputItem, R
 from gateway.results import Classified, Embeddings, Ranking, Tokens
 from gateway.validation import check_embed
 from gateway.wire import tei
+from gateway.wire.common import json_answer
 from models.base import ModelInfo, Truncation
 from models.kinds import spec
 from models.preprocessing.text_tokenizer import Token
@@ -244,10 +247,10 @@ def embeddings(query: EmbedQuery, outputs: list[np.ndarray], model: ModelInfo | 
 
 def test_embed_answer_is_a_bare_list_of_vectors_or_of_token_vectors():
     vectors = [np.array([3.0, 4.0], dtype=np.float32)]
-    assert tei.embed_answer(embeddings(EmbedQuery(items=()), vectors)) == [[3.0, 4.0]]
+    assert json.loads(json_answer(tei.embed_answer(embeddings(EmbedQuery(items=()), vectors))).body) == [[3.0, 4.0]]
     tokens = [np.ones((3, 2), dtype=np.float32)]
     multi = embeddings(EmbedQuery(items=()), tokens, info(kind="colpali"))
-    assert tei.embed_answer(multi) == [[[1.0, 1.0]] * 3]
+    assert json.loads(json_answer(tei.embed_answer(multi)).body) == [[[1.0, 1.0]] * 3]
 
 
 def test_sparse_answer_keeps_the_largest_entries():
