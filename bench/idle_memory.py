@@ -1,8 +1,9 @@
-"""Idle memory of a server serving all-MiniLM-L6-v2 (`backend: auto`, its ONNX export and parity verdict made
-beforehand, as a Bento's build or an earlier start leaves them): the whole process tree's RSS and each
-service's, once ready, after one request and `IDLE_SETTLE_S`. With `--before DIR`, another checkout of the
-bundle (say `git archive main | tar -x -C DIR`, with this .venv linked into it) is measured the same way first,
-in the same run, and the ratio printed (issue 51: a torch-free text model service, tree RSS <= 0.75x).
+"""Idle memory and warm start of a server serving all-MiniLM-L6-v2 (`backend: auto`, its ONNX export and parity
+verdict made beforehand, as a Bento's build or an earlier start leaves them): seconds from `bentoml serve` to
+/readyz answering 200, then the whole process tree's RSS and each service's, after one request and
+`IDLE_SETTLE_S`. With `--before DIR`, another checkout of the bundle (say `git archive main | tar -x -C DIR`, with
+this .venv linked into it) is measured the same way, the two alternating `--starts` times, and the ratios
+printed (issue 51: a torch-free text model service, tree RSS <= 0.75x, warm start <= 0.8x).
 
     python bench/idle_memory.py [--before DIR]
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -29,17 +31,20 @@ from soak import rss_by_process  # noqa: E402
 MINILM = "sentence-transformers/all-MiniLM-L6-v2"
 
 
-def idle_rss(bundle: Path, config: Path) -> tuple[float, dict[str, float]]:
-    """(tree MiB, MiB by service) of a server of `bundle` serving `config`, idle after one request."""
+def idle_rss(bundle: Path, config: Path) -> tuple[float, float, dict[str, float]]:
+    """(seconds to ready, tree MiB, MiB by service) of a server of `bundle` serving `config`, idle after one
+    request."""
     port = free_port()
+    started = time.perf_counter()
     process = start_server(port, cwd=bundle, EMBENTO_CONFIG=str(config))
+    ready_s = time.perf_counter() - started
     try:
         response = httpx.post(
             f"http://127.0.0.1:{port}/v1/embeddings", json={"model": MINILM, "input": ["one sentence"]}, timeout=120
         )
         response.raise_for_status()
         time.sleep(IDLE_SETTLE_S)
-        return tree_rss_mb(process.pid), rss_by_process(process.pid)
+        return ready_s, tree_rss_mb(process.pid), rss_by_process(process.pid)
     finally:
         stop_server(process)
 
@@ -47,6 +52,7 @@ def idle_rss(bundle: Path, config: Path) -> tuple[float, dict[str, float]]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--before", type=Path, help="another checkout of the bundle, measured first")
+    parser.add_argument("--starts", type=int, default=3, help="starts of each bundle, alternating")
     args = parser.parse_args()
     from config import settings
     from config.settings import ModelConfig
@@ -61,16 +67,20 @@ def main() -> None:
     folder = packaged_model_path(MINILM)
     assert folder is not None
     print("export:", check_export(folder, ModelConfig(model_id=MINILM), "embed").reason)
-    figures = {}
-    for name, bundle in [("before", args.before), ("after", ROOT)]:
-        if bundle is None:
-            continue
-        tree, by_service = idle_rss(bundle.resolve(), config)
-        figures[name] = tree
-        services = ", ".join(f"{service} {mib:.0f}" for service, mib in sorted(by_service.items()))
-        print(f"{name} ({bundle}): tree {tree:.0f} MiB ({services})")
-    if "before" in figures:
-        print(f"after / before: {figures['after'] / figures['before']:.2f}")
+    figures: dict[str, list[tuple[float, float]]] = {}
+    bundles = [(name, bundle) for name, bundle in [("before", args.before), ("after", ROOT)] if bundle is not None]
+    for _ in range(args.starts):
+        for name, bundle in bundles:
+            ready_s, tree, by_service = idle_rss(bundle.resolve(), config)
+            figures.setdefault(name, []).append((ready_s, tree))
+            services = ", ".join(f"{service} {mib:.0f}" for service, mib in sorted(by_service.items()))
+            print(f"{name} ({bundle}): ready in {ready_s:.1f} s; tree {tree:.0f} MiB ({services})")
+    medians = {name: [statistics.median(f[i] for f in runs) for i in (0, 1)] for name, runs in figures.items()}
+    for name, (ready_s, tree) in medians.items():
+        print(f"{name}: median ready in {ready_s:.1f} s, tree {tree:.0f} MiB")
+    if "before" in medians:
+        (ready_before, tree_before), (ready_after, tree_after) = medians["before"], medians["after"]
+        print(f"after / before: warm start {ready_after / ready_before:.2f}, tree RSS {tree_after / tree_before:.2f}")
 
 
 if __name__ == "__main__":

@@ -126,15 +126,10 @@ class TokenizedText(BaseModel):
     def rows(
         cls, model: str, token_ids: list[list[int]], segments: list[list[int]] | None = None, **shared: Any
     ) -> list[TokenizedText]:
-        """One row per input, with its segment ids when given (pairs) and the fields all rows share. Built without
-        validation: the ids come from the tokenizer, and validating every id was a fifth of the gateway's CPU
-        for a 32-input request (bench/gateway_floor.py)."""
+        """One row per input, with its segment ids when given (pairs) and the fields all rows share."""
         if segments is None:
-            return [cls.model_construct(model=model, input_ids=ids, **shared) for ids in token_ids]
-        return [
-            cls.model_construct(model=model, input_ids=ids, token_type_ids=types)
-            for ids, types in zip(token_ids, segments)
-        ]
+            return [cls(model=model, input_ids=ids, **shared) for ids in token_ids]
+        return [cls(model=model, input_ids=ids, token_type_ids=types) for ids, types in zip(token_ids, segments)]
 
 
 # A numpy array inside a pydantic model: kept as is between model services (pickled), a nested list in JSON.
