@@ -41,3 +41,30 @@ def test_model_services_share_the_cores_unless_told_otherwise(monkeypatch):
         assert settings.cpu_threads() == threads
     monkeypatch.setattr(settings, "served_config", lambda: EmbentoConfig(models=[text, reranker], cpu_threads=3))
     assert settings.cpu_threads() == 3
+
+
+def test_rows_travel_to_the_model_service_as_the_objects_they_are():
+    """BentoML's client pickles `model_dump()` of a call's input: the rows go as themselves (no dicts validated
+    back into models on the other side), arrays included; JSON mode still writes them as JSON."""
+    import numpy as np
+    from _bentoml_impl.serde import PickleSerde
+
+    from models.base import ModelInput, TokenizedText
+    from runners import MODEL_SERVICES
+    from runners.model_services import RowBatch
+
+    texts = TokenizedText.rows("m", [[101, 7, 102], [101, 8, 9, 102]], normalize=False, task="query")
+    media = [ModelInput(model="c", modality="image", arrays={"pixel_values": np.ones((3, 2, 2))}, length=4)]
+    for service, api, rows in (("TextEmbedder", "embed", texts), ("ClipEmbedder", "encode", media)):
+        spec = MODEL_SERVICES[service].apis[api].input_spec
+        call = spec.from_inputs(rows)
+        dumped = call.model_dump()["rows"]
+        assert isinstance(dumped, RowBatch) and all(a is b for a, b in zip(dumped.rows, rows))
+        assert call.model_dump(mode="json")["rows"] == [row.model_dump(mode="json") for row in rows]
+        serde = PickleSerde()
+        arrived = serde.deserialize_model(serde.serialize_model(call), spec).rows
+        assert [type(row) for row in arrived] == [type(row) for row in rows]
+        for sent, got in zip(rows, arrived):
+            assert sent.model_dump(exclude={"arrays"}) == got.model_dump(exclude={"arrays"})
+        if service == "ClipEmbedder":
+            assert np.array_equal(arrived[0].arrays["pixel_values"], media[0].arrays["pixel_values"])
