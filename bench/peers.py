@@ -55,12 +55,13 @@ torch 2.13.0 (CPU build) from the local wheel; install commands, as run:
 How each peer is run, and why:
 - infinity --engine optimum wants an ONNX file beside the checkpoint (it does not export one) and, with a
   local folder, passes optimum the file's absolute path, which optimum 1.26 refuses. So the script exports
-  model.onnx once (fp32, `optimum-cli export onnx --task feature-extraction`, the project venv's: in
-  infinity's, optimum 1.26 calls torch 2.13's new exporter, which wants onnxscript) into a copy of the
-  checkpoint (symlinks) under ~/.cache/embento-bench/infinity-onnx/MODEL/, and runs infinity in
-  that folder with `--model-id .`; HUGGINGFACE_HUB_CACHE, where infinity keeps its optimized graph
-  (level 99), is that model's own. Unless told `--pooling-method mean`, its optimum engine pools the CLS
-  token (the torch engine reads 1_Pooling): with it, its vectors match sentence-transformers'.
+  model.onnx once (fp32, Embento's own exporter, `models.inference.onnx_export.export_graph`: inputs
+  input_ids, attention_mask, token_type_ids, output last_hidden_state, as optimum names them; optimum left
+  the project's venv with transformers 5) into a copy of the checkpoint (symlinks) under
+  ~/.cache/embento-bench/infinity-onnx/MODEL/, and runs infinity in that folder with `--model-id .`;
+  HUGGINGFACE_HUB_CACHE, where infinity keeps its optimized graph (level 99), is that model's own. Unless
+  told `--pooling-method mean`, its optimum engine pools the CLS token (the torch engine reads 1_Pooling):
+  with it, its vectors match sentence-transformers'.
   INFINITY_ONNX_DO_NOT_PREFER_QUANTIZED=true keeps it on the fp32 file.
 - vLLM: its default dtype on this CPU is float16 (every other server computes float32), and on CPU
   `--gpu-memory-utilization` is the share of RAM it reserves, 0.92 by default, which fails at start on a
@@ -82,7 +83,6 @@ import signal
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -228,24 +228,9 @@ def infinity_onnx_folder(model: Model) -> tuple[Path, Path]:
     for item in source.iterdir():
         (folder / item.name).symlink_to(item)
     print(f"exporting {model.name} to ONNX for infinity --engine optimum", flush=True)
-    with tempfile.TemporaryDirectory() as tmp:
-        subprocess.run(
-            [
-                str(Path(sys.executable).parent / "optimum-cli"),
-                "export",
-                "onnx",
-                "--model",
-                str(source),
-                "--task",
-                "feature-extraction",
-                tmp,
-            ],
-            env=peer_env(),
-            check=True,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        shutil.move(str(Path(tmp) / "model.onnx"), folder / "model.onnx")
+    from models.inference.onnx_export import export_graph
+
+    export_graph(source, "feature-extraction", folder / "model.onnx")  # Embento's own export: the same graph
     hub.mkdir()
     mark.write_text(json.dumps({"source": str(source)}))
     return folder, hub
