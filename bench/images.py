@@ -70,6 +70,8 @@ def ceiling_encoder(folder: Path, threads: int) -> Callable[[list[str]], object]
         decoded = [Image.open(io.BytesIO(images[picture_index(t)])).convert("RGB") for t in texts]
         pixels = processor(images=decoded, return_tensors="pt")["pixel_values"]
         with torch.inference_mode():
-            return torch.nn.functional.normalize(model.get_image_features(pixel_values=pixels), dim=-1)
+            # transformers 5: the projected embedding is the output's `pooler_output` (as the model service reads it)
+            features = model.get_image_features(pixel_values=pixels).pooler_output
+            return torch.nn.functional.normalize(features, dim=-1)
 
     return encode
