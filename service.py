@@ -24,7 +24,7 @@ from starlette.applications import Starlette
 from bento.container_image import ARGS, IMAGE, bento_envs, image_labels
 from bento.lifecycle import exit_nonzero_after_failed_start, stop_server
 from bento.patches import fix_media_types, patch_serving
-from bento.placement import gateway_workers
+from bento.placement import gateway_workers, served_workers
 from bento.process_memory import report_process_memory
 from bento.store import bento_config_env, check_served_bento, pin_store_models
 from config.served import served_config
@@ -51,7 +51,8 @@ patch_serving(CONFIG.tracing)
 KINDS = {m.served_model_name: model_kind(m) for m in CONFIG.models}
 MODEL_SERVICE_NAMES = list(dict.fromkeys(spec(kind).model_service for kind in KINDS.values()))
 COUNTERS = edge.shared_counters(MODEL_SERVICE_NAMES)
-LIFECYCLE = Lifecycle(ModelRegistry(KINDS))  # one per gateway process; the GET routes hold it from import
+# One per gateway process; the GET routes hold it from import.
+LIFECYCLE = Lifecycle(ModelRegistry(KINDS), COUNTERS, lambda: served_workers(GATEWAY_NAME))
 KEYS = edge.tenant_keys(CONFIG)  # the API keys' tenants, for the gate and the job worker
 JOB_STORE = open_store(CONFIG.jobs)  # the Files and Batches routes hold it from import; None with jobs off
 NEW_JOBS = asyncio.Event()  # set by POST /v1/batches, awaited by this process's job worker

@@ -113,3 +113,15 @@ def worker_device(requested: str, worker_index: int | None, workers: int) -> str
     if workers > 1 and worker_index is not None and requested in ("auto", "cuda"):
         return f"cuda:{(worker_index - 1) % workers}"
     return requested
+
+
+def served_workers(service_name: str) -> int:
+    """How many workers BentoML's arbiter runs for the service: its decorator's `workers`, or a BentoML
+    configuration's override of it, as the arbiter resolves them (in a worker, after the service's app is made)."""
+    from bentoml._internal.configuration.containers import BentoMLContainer
+    from bentoml._internal.resource import system_resources
+
+    workers = BentoMLContainer.config.services[service_name].get().get("workers") or 1
+    if workers == "cpu_count":
+        return int(system_resources()["cpu"]) or 1
+    return int(workers)

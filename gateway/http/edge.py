@@ -24,7 +24,7 @@ from gateway.queue.admission import admission_counters
 from gateway.queue.coalesce import batch_call_counter
 from gateway.queue.deadline import WatchDisconnect
 from gateway.shared_memory import SharedCounters
-from gateway.startup.lifecycle import Lifecycle
+from gateway.startup.lifecycle import WARM_WORKERS, Lifecycle
 from gateway.tenants.gate import PROBE_PATHS, TenantGate
 from gateway.tenants.keys import Keys
 from gateway.tenants.ledger import Ledger, SharedMemoryLedger
@@ -104,11 +104,12 @@ def http_settings(config: EmbentoConfig) -> dict[str, Any]:
 
 
 def shared_counters(model_services: Iterable[str]) -> SharedCounters:
-    """Requests in flight, the work queued and the bulk-job call in flight per model service, counted for the server
-    across gateway workers."""
+    """Requests in flight, the work queued and the bulk-job call in flight per model service, and the workers warm,
+    counted for the server across gateway workers."""
     return SharedCounters(
         [
             IN_FLIGHT,
+            WARM_WORKERS,
             *(
                 name
                 for service in model_services

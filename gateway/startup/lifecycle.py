@@ -3,6 +3,12 @@ readiness and health the probes report from the registry.
 
 One `Lifecycle` per gateway process, made at import: the GET routes and the /readyz middleware are mounted
 then and hold it. The Gateway starts it, since only the Gateway holds the model services' clients.
+
+Readiness is the server's, not the worker's: the kernel hands a connection to any gateway worker, so a server
+whose probe one warm worker answered would send the next request to a worker still warming up, which answers
+503. Each worker counts itself warm in the counters the workers share, and every worker says ready only once
+all of them are: an orchestrator then routes nothing to a replica before each of its workers can answer, and a
+worker restarted after a crash takes its replica out of the rotation until it is warm again.
 """
 
 from __future__ import annotations
@@ -17,21 +23,35 @@ import aiohttp
 from config import errors
 from config.server_files import mark_gateway_worker
 from gateway.metrics import READY
+from gateway.shared_memory import SharedCounters
 from gateway.startup.warmup import ModelRegistry, Warmup
 from models.base import ModelInfo
 
 WARMUP_RETRY_S = 1.0
 READINESS_TIMEOUT_S = 1
+WARM_WORKERS = "warm_workers"  # the shared counter: each gateway worker adds 1 once its models are warm
 
 
 class Lifecycle:
     """Warm-up, then readiness and health: ready while every model is warm and its service answers."""
 
-    def __init__(self, registry: ModelRegistry) -> None:
+    def __init__(
+        self,
+        registry: ModelRegistry,
+        counters: SharedCounters | None = None,
+        workers: Callable[[], int] = lambda: 1,
+    ) -> None:
+        """`counters`: the gateway workers' shared counters, with WARM_WORKERS; `workers`: how many gateway workers
+        the server runs, each of which must be warm for it to be ready (asked once one is: BentoML resolves its
+        configuration in the worker after this is made)."""
         self.registry = registry
         self.clients: Mapping[str, Any] = {}
         self.warmup: Warmup | None = None
         self._task: asyncio.Task | None = None
+        self._counters = counters or SharedCounters([WARM_WORKERS])
+        self._workers = workers
+        self._worker_count = 1
+        self._counted_warm = False
 
     def start(
         self,
@@ -69,10 +89,19 @@ class Lifecycle:
         return {name: infos[name] for name in configured if name not in failed}, failed
 
     async def is_ready(self) -> bool:
-        registry = self.registry
-        ready = registry.done and bool(registry.infos) and await self._silent_service() is None
+        ready = self._every_worker_warm() and await self._silent_service() is None
         READY.set(int(ready))
         return ready
+
+    def _every_worker_warm(self) -> bool:
+        if not (self.registry.done and self.registry.infos):
+            return False
+        if not self._counted_warm:
+            with self._counters.locked():
+                self._counters.add(WARM_WORKERS, 1)
+            self._counted_warm = True
+            self._worker_count = self._workers()
+        return self._counters.total(WARM_WORKERS) >= self._worker_count
 
     async def readiness(self) -> dict[str, Any]:
         """/readyz's body: whether requests can be served, by which models, and which failed to load."""

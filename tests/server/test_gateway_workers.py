@@ -1,5 +1,6 @@
 """Limits hold for the server with several gateway workers: the concurrency limit and the queue bounds are
-counted across processes, not per process."""
+counted across processes, not per process. Readiness is the server's too: once /readyz says ready, every
+worker answers."""
 
 from __future__ import annotations
 
@@ -41,6 +42,14 @@ def _embed(url: str) -> httpx.Response:
     return httpx.post(
         f"{url}/v1/embeddings", json={"input": "hello", "model": MINILM}, timeout=60, headers={"Connection": "close"}
     )
+
+
+@pytest.mark.server
+def test_once_ready_every_worker_answers(two_workers):
+    """The first test on the fresh server: fresh connections go to either worker, and none is still warming up."""
+    url, _ = two_workers
+    answers = [_embed(url) for _ in range(ATTEMPTS)]
+    assert [a.status_code for a in answers] == [200] * ATTEMPTS, [a.text for a in answers if a.status_code != 200]
 
 
 @pytest.mark.server
