@@ -2,7 +2,7 @@
 # The GPU check: one script, under 8 minutes, nothing installed from the network.
 #
 #   DEV=cuda OUT=/path bench/gpu_check.sh     on the GPU machine
-#   DEV=cpu  OUT=/tmp/gpu-check bench/gpu_check.sh    the dry run, here
+#   PY=.venv/bin/python DEV=cpu OUT=/tmp/gpu-check bench/gpu_check.sh    the dry run, here (the project's venv)
 #
 # Packages the GPU machine lacks (bentoml, pydantic, starlette, uvicorn, ctranslate2; see
 # ../shared/notes/gpu-device.md) travel as cp312 wheels in bench/.wheels and are installed offline into a
