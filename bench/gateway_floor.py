@@ -3,7 +3,9 @@
     python bench/gateway_floor.py [--seconds 6] [--runs 3] [--profile-dir DIR]
 
 Three servers are up at once, each on loopback: Embento serving all-MiniLM-L6-v2 on the CPU (its default
-backend), a BentoML 1.4 echo service and a bare Starlette + uvicorn echo (bench/echo_services.py). 32 clients
+backend), a BentoML 1.4 echo service and a bare Starlette + uvicorn echo (bench/echo_services.py); the echo
+service is measured again on its two other routes (its API writing its own Response, as Embento's do, and a
+route of the ASGI app it mounts), each in a run of its own. 32 clients
 send OpenAI embeddings bodies of 1 and of 32 sentences; each server's HTTP process is measured from /proc (its
 user + system CPU over the run, divided by the requests answered). Embento's model service is not counted:
 the figure is what the gateway adds per request. Runs interleave the servers, so drift hits each alike;
@@ -34,6 +36,7 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.echo_services import ANSWER_AS_RESPONSE, MOUNTED, PATH  # noqa: E402
 from bench.load import corpus as short_sentences  # noqa: E402
 from bench.server import ROOT, closed_loop, free_port, start_server, stop_server, wait_until_ready  # noqa: E402
 from bench.simulated_device import SPEEDS  # noqa: E402
@@ -50,6 +53,7 @@ class Server:
     process: subprocess.Popen
     port: int
     marker: str | None  # a cmdline fragment naming the HTTP worker; None: the started process itself
+    path: str = PATH
 
     def http_processes(self) -> list[psutil.Process]:
         root = psutil.Process(self.process.pid)
@@ -83,15 +87,13 @@ def start_embento(port: int, simulated: bool, cwd: Path = ROOT) -> subprocess.Po
 def start_servers(compare: Path | None, simulated: bool) -> list[Server]:
     """Embento, the two floors, and with `compare` Embento served from that checkout (an earlier commit)."""
     ports = [free_port() for _ in range(4)]
+    echo = start_server(ports[1], target="bench.echo_services:EchoBento")
     servers = [
         Server("Embento gateway", start_embento(ports[0], simulated), ports[0], "--service-name Embento"),
-        Server(
-            "BentoML 1.4 echo",
-            start_server(ports[1], target="bench.echo_services:EchoBento"),
-            ports[1],
-            "--service-name EchoBento",
-        ),
+        Server("BentoML 1.4 echo", echo, ports[1], "--service-name EchoBento"),
         Server("Starlette + uvicorn echo", start_bare(ports[2]), ports[2], None),
+        Server("BentoML echo, answer as a Response", echo, ports[1], "--service-name EchoBento", ANSWER_AS_RESPONSE),
+        Server("BentoML echo, mounted ASGI route", echo, ports[1], "--service-name EchoBento", MOUNTED),
     ]
     if compare is not None:
         earlier = start_embento(ports[3], simulated, compare)
@@ -140,7 +142,7 @@ def measure(
     url = f"http://127.0.0.1:{server.port}"
 
     def request_for(batch: list[str]) -> tuple[str, dict]:
-        return "/v1/embeddings", {"model": MINILM, "input": batch}
+        return server.path, {"model": MINILM, "input": batch}
 
     asyncio.run(closed_loop(url, request_for, corpus, WARM_UP_S, CLIENTS, per_request))
     with profile:
@@ -175,8 +177,8 @@ def main() -> None:
                     figure = measure(server, per_request, args.seconds, corpus, profile)
                     figures.setdefault((server.name, per_request), []).append(figure)
     finally:
-        for server in servers:
-            stop_server(server.process)
+        for process in {id(s.process): s.process for s in servers}.values():
+            stop_server(process)
     report(servers, figures, args.runs)
 
 

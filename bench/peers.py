@@ -434,7 +434,7 @@ def model_tables(
 
 
 def targets(runs: dict[str, list[Run]], reference: str) -> list[str]:
-    """Issue 33's targets, as ratios in this run."""
+    """Issue 51's targets, as ratios in this run."""
 
     def ratio(peer: str, figure: Callable[[Run], float]) -> float:
         return median(runs[reference], figure) / median(runs[peer], figure)
@@ -442,9 +442,8 @@ def targets(runs: dict[str, list[Run]], reference: str) -> list[str]:
     checks = []  # (what, value, met)
     for peer, least, scenarios in (
         ("vllm", 2.0, (S32, S8)),
-        ("infinity-torch", 2.0, (S32, S8)),
-        ("infinity-optimum", 1.3, (S32, S8)),
-        ("infinity-torch", 3.0, (MIXED,)),
+        ("infinity-optimum", 1.5, (S32, S8)),
+        ("infinity-optimum", 2.0, (MIXED,)),
     ):
         if runs.get(peer):
             checks += [
@@ -454,9 +453,9 @@ def targets(runs: dict[str, list[Run]], reference: str) -> list[str]:
     if runs.get("naive"):
         latency = ratio("naive", p50)
         checks.append(("sequential p50 ≤ naive's", latency, latency <= 1.0))
-    if runs.get("infinity-torch"):
-        rss = ratio("infinity-torch", idle_rss)
-        checks.append(("idle RSS ≤ 1.3 × infinity-torch's", rss, rss <= 1.3))
+    if runs.get("infinity-optimum"):
+        rss = ratio("infinity-optimum", idle_rss)
+        checks.append(("idle RSS ≤ 1.0 × infinity-optimum's", rss, rss <= 1.0))
     return [
         "| target | ratio | |",
         "|---|---|---|",
