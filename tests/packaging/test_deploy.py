@@ -1,10 +1,15 @@
 """The deployment files agree with the code: service names, ports, probe paths, GPU requests, the network
-policy, and BentoCloud's schema, for the model services the example configuration needs."""
+policy, autoscaling and disruption budgets, and BentoCloud's schema, for the model services the example
+configuration needs. Every Kubernetes object is checked against the Kubernetes API's own types (the official
+Python client's models): a field the API server's strict validation would refuse fails here."""
 
 from __future__ import annotations
 
 import copy
+import types
+import typing
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -80,13 +85,123 @@ def needed_services() -> set[str]:
     return {spec(m.kind).model_service for m in config.models}
 
 
+# Files beside the kustomization that it does not list: KEDA's alternative to autoscaling.yaml, and the rules
+# for prometheus-adapter, which runs apart.
+NOT_KUSTOMIZED = {"keda.yaml", "prometheus-adapter-values.yaml"}
+# The Kubernetes client's model of each kind the manifests hold.
+API_TYPES = {
+    ("apps/v1", "Deployment"): "V1Deployment",
+    ("v1", "Service"): "V1Service",
+    ("networking.k8s.io/v1", "NetworkPolicy"): "V1NetworkPolicy",
+    ("autoscaling/v2", "HorizontalPodAutoscaler"): "V2HorizontalPodAutoscaler",
+    ("policy/v1", "PodDisruptionBudget"): "V1PodDisruptionBudget",
+}
+# KEDA's ScaledObject (keda.sh/v1alpha1, KEDA 2.x): the fields of its spec and of a Prometheus trigger's metadata.
+SCALED_OBJECT_FIELDS = {
+    "spec": {
+        "scaleTargetRef",
+        "pollingInterval",
+        "initialCooldownPeriod",
+        "cooldownPeriod",
+        "idleReplicaCount",
+        "minReplicaCount",
+        "maxReplicaCount",
+        "advanced",
+        "fallback",
+        "triggers",
+    },
+    "scaleTargetRef": {"apiVersion", "kind", "name", "envSourceContainerName"},
+    "advanced": {"horizontalPodAutoscalerConfig", "restoreToOriginalReplicaCount", "scalingModifiers"},
+    "horizontalPodAutoscalerConfig": {"name", "behavior"},
+    "trigger": {"type", "name", "metadata", "authenticationRef", "metricType", "useCachedMetrics"},
+    "prometheus": {
+        "serverAddress",
+        "query",
+        "threshold",
+        "activationThreshold",
+        "namespace",
+        "customHeaders",
+        "ignoreNullValues",
+        "queryParameters",
+        "unsafeSsl",
+    },
+}
+
+
+def load_documents(*names: str) -> list[dict]:
+    return [doc for name in names for doc in yaml.safe_load_all((KUBERNETES / name).read_text())]
+
+
 @pytest.fixture(scope="module")
 def manifests() -> list[dict]:
     kustomization = yaml.safe_load((KUBERNETES / "kustomization.yaml").read_text())
     files = sorted(p.name for p in KUBERNETES.glob("*.yaml") if p.name != "kustomization.yaml")
-    assert sorted(kustomization["resources"]) == files
+    assert sorted(kustomization["resources"]) == sorted(set(files) - NOT_KUSTOMIZED)
     assert kustomization["images"][0]["newTag"] == f"{project_version(ROOT)}-cuda"
-    return [doc for name in files for doc in yaml.safe_load_all((KUBERNETES / name).read_text())]
+    return load_documents(*kustomization["resources"])
+
+
+def api_problems(value: object, annotation: Any, path: str) -> list[str]:
+    """The fields of `value` that the Kubernetes type `annotation` (a client model, or a field's annotation of
+    one) has not, and the required ones it lacks, at any depth. (The client's own `from_dict` drops unknown
+    fields, and types quantities as strings where the API server also takes numbers: neither serves here.)"""
+    from pydantic import BaseModel
+
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin is typing.Annotated:
+        return api_problems(value, args[0], path)
+    if origin in (typing.Union, types.UnionType):  # optional, or int-or-string (no model either way)
+        members = [arg for arg in args if arg is not type(None)]
+        return api_problems(value, members[0], path) if len(members) == 1 else []
+    if origin is list:
+        assert isinstance(value, list), f"{path}: a list"
+        return [p for i, item in enumerate(value) for p in api_problems(item, args[0], f"{path}[{i}]")]
+    if origin is dict:
+        assert isinstance(value, dict), f"{path}: an object"
+        return [p for key, item in value.items() for p in api_problems(item, args[1], f"{path}.{key}")]
+    if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
+        return []  # a string, a number, a boolean, a quantity, an int-or-string
+    assert isinstance(value, dict), f"{path}: {annotation.__name__} is an object"
+    fields = {
+        field.serialization_alias or annotation.attribute_map[name]: field
+        for name, field in annotation.model_fields.items()
+    }
+    found = [f"{path}.{key}: no such field" for key in value if key not in fields]
+    found += [f"{path}.{key}: required" for key, field in fields.items() if field.is_required() and key not in value]
+    for key, item in value.items():
+        if key in fields:
+            found += api_problems(item, fields[key].annotation, f"{path}.{key}")
+    return found
+
+
+def api_violations(document: dict) -> list[str]:
+    """What the Kubernetes API would refuse in `document`: an unknown kind, an unknown field (strict field
+    validation) or a missing required one."""
+    from kubernetes import client
+
+    type_name = API_TYPES.get((document.get("apiVersion"), document.get("kind")))
+    if type_name is None:
+        return [f"no Kubernetes type for {document.get('apiVersion')} {document.get('kind')}"]
+    return api_problems(document, getattr(client, type_name), f"{document['kind']} {document['metadata']['name']}")
+
+
+def test_every_object_is_one_the_kubernetes_api_accepts(manifests):
+    assert [problem for document in manifests for problem in api_violations(document)] == []
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda d: d["spec"].__setitem__("minReplica", 2),  # misspelt
+        lambda d: d["spec"]["metrics"][0]["pods"]["target"].__setitem__("averageValues", "48"),
+        lambda d: d["spec"].pop("scaleTargetRef"),  # required
+        lambda d: d["spec"]["behavior"]["scaleDown"]["policies"][0].pop("periodSeconds"),  # required, deep
+    ],
+)
+def test_the_api_check_catches_a_wrong_field(manifests, change):
+    hpa = copy.deepcopy(of_kind(manifests, "HorizontalPodAutoscaler")["embento"])
+    change(hpa)
+    assert api_violations(hpa)
 
 
 def of_kind(manifests: list[dict], kind: str) -> dict[str, dict]:
@@ -246,6 +361,96 @@ def test_one_deployment_and_service_per_model_service(manifests, needed_services
         assert service["spec"]["ports"] == [{"name": "http", "port": PORT, "targetPort": "http"}]
 
 
+def model_service_of(deployment: dict) -> str | None:
+    """The BentoML service a model-service Deployment runs; None for the gateway."""
+    names = flag_values(container(deployment)["args"], "--service-name")
+    return names[0] if names else None
+
+
+def adapter_rules() -> dict[str, dict]:
+    """prometheus-adapter's rules by the metric name each serves."""
+    values = yaml.safe_load((KUBERNETES / "prometheus-adapter-values.yaml").read_text())["rules"]
+    return {rule["name"]["as"]: rule for rule in (*values["custom"], *values["external"])}
+
+
+def test_every_deployment_has_an_autoscaler_and_a_disruption_budget(manifests):
+    deployments = of_kind(manifests, "Deployment")
+    autoscalers = {
+        h["spec"]["scaleTargetRef"]["name"]: h for h in of_kind(manifests, "HorizontalPodAutoscaler").values()
+    }
+    assert set(autoscalers) == set(deployments)
+    for name, deployment in deployments.items():
+        assert "replicas" not in deployment["spec"], f"{name}: its HPA sets replicas; `kubectl apply` would reset them"
+        assert autoscalers[name]["spec"]["scaleTargetRef"]["kind"] == "Deployment"
+        pod_labels = deployment["spec"]["template"]["metadata"]["labels"].items()
+        budgets = [
+            b
+            for b in of_kind(manifests, "PodDisruptionBudget").values()
+            if b["spec"]["selector"]["matchLabels"].items() <= pod_labels
+        ]
+        assert len(budgets) == 1, name
+    assert autoscalers["embento"]["spec"]["minReplicas"] >= 2  # one lost gateway pod leaves one serving
+
+
+def test_the_gateway_scales_on_requests_in_flight_and_each_model_service_on_its_queue(manifests, needed_services):
+    rules = adapter_rules()
+    served = set()
+    for name, deployment in of_kind(manifests, "Deployment").items():
+        (hpa,) = [
+            h
+            for h in of_kind(manifests, "HorizontalPodAutoscaler").values()
+            if h["spec"]["scaleTargetRef"]["name"] == name
+        ]
+        (metric,) = hpa["spec"]["metrics"]
+        service = model_service_of(deployment)
+        if service is None:
+            assert metric["type"] == "Pods"
+            rule = rules[metric["pods"]["metric"]["name"]]
+            assert rule["name"]["matches"] == "^bentoml_service_request_in_progress$"
+            assert 'service_name="Embento"' in rule["metricsQuery"]
+        else:
+            assert metric["type"] == "External"
+            assert metric["external"]["metric"]["selector"]["matchLabels"] == {"model_service": service}
+            rule = rules[metric["external"]["metric"]["name"]]
+            assert rule["name"]["matches"] == "^embento_queued_items$"
+            assert "by (model_service)" in rule["metricsQuery"]  # the selector's label
+            served.add(service)
+    assert served == needed_services
+
+
+def test_keda_holds_the_same_signals_and_targets_as_the_autoscalers(manifests):
+    from kubernetes import client
+
+    hpas = {
+        h["spec"]["scaleTargetRef"]["name"]: h["spec"] for h in of_kind(manifests, "HorizontalPodAutoscaler").values()
+    }
+    rules = adapter_rules()
+    scaled = {doc["spec"]["scaleTargetRef"]["name"]: doc for doc in load_documents("keda.yaml")}
+    assert set(scaled) == set(hpas)
+    for name, document in scaled.items():
+        assert (document["apiVersion"], document["kind"]) == ("keda.sh/v1alpha1", "ScaledObject")
+        spec, hpa = document["spec"], hpas[name]
+        assert set(spec) <= SCALED_OBJECT_FIELDS["spec"]
+        assert set(spec["scaleTargetRef"]) <= SCALED_OBJECT_FIELDS["scaleTargetRef"]
+        assert set(spec["advanced"]) <= SCALED_OBJECT_FIELDS["advanced"]
+        config = spec["advanced"]["horizontalPodAutoscalerConfig"]
+        assert set(config) <= SCALED_OBJECT_FIELDS["horizontalPodAutoscalerConfig"]
+        assert api_problems(config["behavior"], client.V2HorizontalPodAutoscalerBehavior, name) == []
+        assert config["behavior"] == hpa["behavior"]
+        assert (spec["minReplicaCount"], spec["maxReplicaCount"]) == (hpa["minReplicas"], hpa["maxReplicas"])
+        (trigger,) = spec["triggers"]
+        assert set(trigger) <= SCALED_OBJECT_FIELDS["trigger"] and trigger["type"] == "prometheus"
+        assert set(trigger["metadata"]) <= SCALED_OBJECT_FIELDS["prometheus"]
+        assert trigger["metricType"] == "AverageValue"  # divided by the replicas, as the HPA's AverageValue
+        (metric,) = hpa["metrics"]
+        source = metric["pods"] if metric["type"] == "Pods" else metric["external"]
+        assert trigger["metadata"]["threshold"] == source["target"]["averageValue"]
+        series = rules[source["metric"]["name"]]["name"]["matches"].strip("^$")
+        assert series in trigger["metadata"]["query"]
+        for label, value in source["metric"].get("selector", {}).get("matchLabels", {}).items():
+            assert f'{label}="{value}"' in trigger["metadata"]["query"]
+
+
 def test_gateway_depends_on_each_model_service_by_its_kubernetes_service(manifests, needed_services):
     deployments, services = of_kind(manifests, "Deployment"), of_kind(manifests, "Service")
     (gateway,) = [d for d in deployments.values() if not flag_values(container(d)["args"], "--service-name")]
@@ -294,6 +499,28 @@ def test_bentocloud_file_follows_bentomls_schema_and_the_code(needed_services):
     assert all(s.scaling.max_replicas >= (s.scaling.min_replicas or 0) for s in schema.services.values())
     assert schema.services[Gateway.name].instance_type.startswith("cpu")
     assert all(schema.services[name].instance_type.startswith("gpu") for name in needed_services)
+    for name, service in schema.services.items():  # scaling: a policy, and the concurrency BentoCloud scales on
+        assert service.scaling.policy.scale_down_stabilization_window > 0, name
+        assert service.config_overrides["traffic"]["concurrency"] > 0, name
+
+
+def test_bentocloud_scales_on_the_same_targets_as_kubernetes(manifests):
+    from gateway.queue.model_calls import GPU_CALLS_IN_FLIGHT
+    from service import Gateway
+
+    services = yaml.safe_load((DEPLOY / "bentocloud.yaml").read_text())["services"]
+    hpas = {
+        h["spec"]["scaleTargetRef"]["name"]: h["spec"] for h in of_kind(manifests, "HorizontalPodAutoscaler").values()
+    }
+    (gateway_metric,) = hpas["embento"]["metrics"]
+    gateway = services[Gateway.name]
+    assert gateway["config_overrides"]["traffic"]["concurrency"] == int(
+        gateway_metric["pods"]["target"]["averageValue"]
+    )
+    assert gateway["scaling"]["min_replicas"] == hpas["embento"]["minReplicas"]
+    for name, service in services.items():
+        if name != Gateway.name:  # a replica takes at least one gateway worker's calls before another is added
+            assert service["config_overrides"]["traffic"]["concurrency"] >= GPU_CALLS_IN_FLIGHT
 
 
 @pytest.mark.server
@@ -313,10 +540,14 @@ def test_deploy_folder_has_nothing_unchecked():
         "embento.yaml",
         "grafana/embento.json",
         "image/base-image.sh",
+        "kubernetes/autoscaling.yaml",
         "kubernetes/clip-embedder.yaml",
+        "kubernetes/disruption-budgets.yaml",
         "kubernetes/gateway.yaml",
+        "kubernetes/keda.yaml",
         "kubernetes/kustomization.yaml",
         "kubernetes/network-policy.yaml",
+        "kubernetes/prometheus-adapter-values.yaml",
         "kubernetes/reranker.yaml",
         "kubernetes/text-embedder.yaml",
         "prometheus/alerts.yaml",

@@ -1,5 +1,5 @@
-"""The Grafana dashboard and the alert rules read only series a running server exports; promtool accepts
-the rules; the series they rely on say what they should."""
+"""The Grafana dashboard, the alert rules and the autoscalers' queries read only series a running server
+exports; promtool accepts the rules; the series they rely on say what they should."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ pytestmark = pytest.mark.server
 
 DASHBOARD = ROOT / "deploy" / "grafana" / "embento.json"
 ALERTS = ROOT / "deploy" / "prometheus" / "alerts.yaml"
+KUBERNETES = ROOT / "deploy" / "kubernetes"
 CACHE_SERIES = "embento_cache_"
 # Only a server with limited API keys (throttled) or a limits Redis (store errors) has these: test_tenants.py.
 TENANT_LIMIT_SERIES = ("embento_tenant_throttled", "embento_limit_store_errors")
@@ -116,6 +117,34 @@ def test_every_series_the_alerts_read_is_exported(exported):
     }
     for alert, expression in rules.items():
         assert shared_server_series(metric_names(expression)) - names == set(), alert
+
+
+def autoscaler_queries() -> list[str]:
+    """The PromQL the autoscalers run: prometheus-adapter's rules (their series queries, and their metrics
+    queries with the series filled in) and KEDA's triggers."""
+    rules = yaml.safe_load((KUBERNETES / "prometheus-adapter-values.yaml").read_text())["rules"]
+    queries = []
+    for rule in (*rules["custom"], *rules["external"]):
+        series = rule["name"]["matches"].strip("^$")
+        filled = rule["metricsQuery"].replace("<<.Series>>", series).replace("<<.LabelMatchers>>,", "")
+        queries += [rule["seriesQuery"], filled.replace("{<<.LabelMatchers>>}", "").replace("<<.GroupBy>>", "pod")]
+    keda = yaml.safe_load_all((KUBERNETES / "keda.yaml").read_text())
+    return queries + [trigger["metadata"]["query"] for doc in keda for trigger in doc["spec"]["triggers"]]
+
+
+def test_every_series_and_label_the_autoscalers_read_is_exported(exported):
+    """The series, and each label value a query selects on (`service_name="Embento"`, `model_service="…"`)."""
+    from runners import MODEL_SERVICES
+
+    samples = [(sample["name"], sample["labels"] or "") for sample in SAMPLE.finditer(exported)]
+    queues = " ".join(labels for name, labels in samples if name == "embento_queued_items")
+    served = set(re.findall(r'model_service="(\w+)"', queues))  # the model services of this server
+    for query in autoscaler_queries():
+        for name in metric_names(query):
+            matchers = re.findall(rf"{name}\{{([^}}]*)\}}", query)
+            wanted = {m for group in matchers for m in re.findall(r'\w+="[^"]+"', group)}
+            others = {f'model_service="{s}"' for s in set(MODEL_SERVICES) - served}  # not served by this server
+            assert any(n == name and wanted - others <= set(labels.split(",")) for n, labels in samples), (query, name)
 
 
 def test_the_series_alerts_rely_on_hold_what_they_say(exported, client):
