@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import random
 import re
 import signal
 import socket
@@ -35,6 +34,7 @@ from testkit.checkpoints import (
     build_windowed_bert,
 )
 from testkit.page_retrievers import build_colmodernvbert
+from testkit.ports import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 MINILM = "sentence-transformers/all-MiniLM-L6-v2"
@@ -240,27 +240,6 @@ def native_family_paths(tmp_path_factory: pytest.TempPathFactory, minilm_path: P
         "jina_embeddings_v3": native_families.build_jina_embeddings_v3(root / "jina"),
         "eurobert": native_families.build_eurobert(root / "eurobert"),
     }
-
-
-_PORTS_HANDED: set[int] = set()
-
-
-def free_port() -> int:
-    """A loopback port that is free now, below the kernel's ephemeral range and never handed out before in
-    this session. A starting server binds ports of its own (its arbiter's ZeroMQ endpoints) from the
-    ephemeral range: a port from below it cannot be taken by one, so servers may start side by side."""
-    ephemeral_start = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-    while True:
-        port = random.randrange(max(1024, ephemeral_start - 12000), ephemeral_start)
-        if port in _PORTS_HANDED:
-            continue
-        with socket.socket() as sock:
-            try:
-                sock.bind(("127.0.0.1", port))
-            except OSError:  # in use (perhaps by someone else's test run)
-                continue
-        _PORTS_HANDED.add(port)
-        return port
 
 
 @pytest.fixture(scope="session")
