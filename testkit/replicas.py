@@ -33,7 +33,7 @@ HEALTH_CHECK = "option httpchk GET /readyz\n    timeout check 5s\n    default-se
 
 @dataclass
 class Replica:
-    """One server of the topology: its command, port and log, and its process group once started."""
+    """One server of the topology: its command, port and log, and its first process once started."""
 
     name: str
     command: list[str]
@@ -137,14 +137,15 @@ class Topology:
     def leave(self, server: Replica) -> None:
         """Take `server` out of its backend, as Kubernetes takes a terminating pod out of its Service's endpoints
         while the pod's preStop runs: no new request reaches it; those it has go on."""
-        backend = "gateways" if server in self.gateways else "model_services"
-        answer = haproxy_command(self.admin_socket, f"set server {backend}_servers/{server.name} state maint")
-        assert answer.strip() == "", answer
+        self._set_state(server, "maint")
 
     def rejoin(self, server: Replica) -> None:
         """Back in its backend once its replacement listens (health checks decide when it is sent requests)."""
+        self._set_state(server, "ready")
+
+    def _set_state(self, server: Replica, state: str) -> None:
         backend = "gateways" if server in self.gateways else "model_services"
-        answer = haproxy_command(self.admin_socket, f"set server {backend}_servers/{server.name} state ready")
+        answer = haproxy_command(self.admin_socket, f"set server {backend}_servers/{server.name} state {state}")
         assert answer.strip() == "", answer
 
 
@@ -251,7 +252,7 @@ class Load:
             at += self.clients
 
     def wait_answered(self, count: int, timeout_s: float = 300) -> None:
-        """Until the current phase has `count` answers (or failures: a phase that only fails ends too)."""
+        """Until the current phase has `count` outcomes, answered or failed (a phase that only fails ends too)."""
         with self._lock:
             done = self._lock.wait_for(lambda: self.phases[-1].sent >= count, timeout=timeout_s)
         assert done, f"{self.phases[-1].sent} of {count} requests in {timeout_s} s"
