@@ -41,10 +41,12 @@ test: setup
 	$(VENV)/bin/mypy
 	BENTOML_DO_NOT_TRACK=True HF_HUB_OFFLINE=1 $(VENV)/bin/python -m pytest --durations=15
 
-# The CPU image built with buildah from a base made with mmdebstrap, run with podman with no network
-# (installs those from Debian's packages when missing; about 2 minutes and 8 GB of disk at the peak here).
+# The CPU image built with buildah from a base made with mmdebstrap, run with podman with no network, then
+# the Kubernetes manifests played with it by `podman kube play` (installs those from Debian's packages when
+# missing; about 5 minutes and 8 GB of disk at the peak here).
 test-container: setup
-	BENTOML_DO_NOT_TRACK=True $(VENV)/bin/python -m pytest -m container -s tests/packaging/test_container.py
+	BENTOML_DO_NOT_TRACK=True $(VENV)/bin/python -m pytest -m container -s tests/packaging/test_container.py \
+		tests/packaging/test_kube_play.py
 
 # embento:<version>-cpu and embento:<version>-cuda, serving the models embento.yaml names.
 bento: setup

@@ -15,6 +15,7 @@ import httpx
 import pytest
 from openai import BadRequestError, NotFoundError, OpenAI
 
+from testkit.postgres_server import PostgresServer, running_postgres
 from tests.conftest import (
     MINILM,
     ROOT,
@@ -26,7 +27,6 @@ from tests.conftest import (
     running_server,
     wait_ready,
 )
-from tests.postgres_server import PostgresServer, running_postgres
 
 MAX_FILE_BYTES = 200_000
 CHUNK_LINES = 4

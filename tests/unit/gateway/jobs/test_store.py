@@ -1,4 +1,4 @@
-"""The job store on SQLite and on a real PostgreSQL (tests/postgres_server.py), under a clock the test moves:
+"""The job store on SQLite and on a real PostgreSQL (testkit/postgres_server.py), under a clock the test moves:
 claims and leases, a chunk answered once whoever held it, cancellation, expiry, the files' limits."""
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from gateway.jobs.leases import Leases
 from gateway.jobs.lines import parse_batch_file
 from gateway.jobs.store import JobStore
 from gateway.tenants.keys import OPEN
+from testkit.postgres_server import PostgresServer, running_postgres
 from tests.conftest import free_port
-from tests.postgres_server import PostgresServer, running_postgres
 
 LEASE_S = 60.0
 DAY_S = 24 * 3600
