@@ -583,6 +583,15 @@ class EmbentoConfig(BaseModel):
     request_timeout_s: float = Field(
         120.0, gt=0, description=("Past it a request gets a 504, and its inputs not yet run are dropped.")
     )
+    model_call_resend_s: float = Field(
+        10.0,
+        gt=0,
+        description=(
+            "A model-service call with no answer this long past three times what its tokens took of late is sent "
+            "again (then after twice as long each time), and the first answer is taken: a replica that stopped "
+            "answering is routed around once its Service drops it."
+        ),
+    )
     max_concurrent_requests: int = Field(
         512, ge=1, description=("Most requests being answered; the next is a 429 before its body is read.")
     )

@@ -100,6 +100,12 @@ MAX_QUEUED_TOKENS = bentoml.metrics.Gauge(
     documentation="max_queued_tokens: the tokens one model service may have waiting",
     multiprocess_mode="livemax",
 )
+RESENT_CALLS = bentoml.metrics.Counter(
+    name="embento_model_call_resends",
+    documentation="Model-service calls sent again because no answer came in time (a replica that stopped "
+    "answering; gateway/queue/resend.py)",
+    labelnames=["model_service"],
+)
 ABANDONED = bentoml.metrics.Counter(
     name="embento_abandoned_requests",
     documentation="Requests given up while a model service had them (deadline or disconnect); their queued "
@@ -138,8 +144,8 @@ CACHE_LOOKUP_SECONDS = bentoml.metrics.Histogram(
 
 
 def start_series(model_services: list[str], max_queued_items: int, max_queued_tokens: int) -> None:
-    """The queue bounds, and the refusal and abandon counters of every model service at zero before the first
-    one: a rate or an alert over them then has a series to read from the start."""
+    """The queue bounds, and the refusal, abandon and resend counters of every model service at zero before the
+    first one: a rate or an alert over them then has a series to read from the start."""
     MAX_QUEUED_ITEMS.set(max_queued_items)
     MAX_QUEUED_TOKENS.set(max_queued_tokens)
     REJECTED.labels(model_service="gateway", reason="concurrency")
@@ -148,6 +154,7 @@ def start_series(model_services: list[str], max_queued_items: int, max_queued_to
         for reason in ("deadline", "disconnect"):
             ABANDONED.labels(model_service=name, reason=reason)
         QUEUED_BY_CLASS.labels(model_service=name, job_class="batch")
+        RESENT_CALLS.labels(model_service=name)
 
 
 @dataclass

@@ -2,7 +2,8 @@
 
 Each model service (`KindSpec.model_service`) gets its admission (the queue bounds), its coalescer (concurrent
 requests leave as one call) and its client, the Gateway's BentoML dependency. A request abandoned at its
-deadline or by its client is cancelled on the service.
+deadline or by its client is cancelled on the service; a call left unanswered past its time is sent again
+(gateway/queue/resend.py).
 
 Bulk-job lines (the batch class, gateway/queue/priority.py) wait for idle capacity instead: no queue bound refuses
 them and no deadline cuts them (their job's window does), and they never take an interactive request's room.
@@ -25,11 +26,19 @@ import numpy as np
 
 from config import errors
 from config.settings import EmbentoConfig
-from gateway.metrics import ABANDONED, QUEUED_BY_CLASS, REQUESTS_PER_CALL, current_trace, start_series
+from gateway.metrics import (
+    ABANDONED,
+    QUEUED_BY_CLASS,
+    REQUESTS_PER_CALL,
+    RESENT_CALLS,
+    current_trace,
+    start_series,
+)
 from gateway.queue.admission import Admission
 from gateway.queue.coalesce import BatchSlot, Coalescer
 from gateway.queue.deadline import until_done
 from gateway.queue.priority import PRIORITY, Priority
+from gateway.queue.resend import CallTimes, first_answer
 from gateway.shared_memory import SharedCounters
 from gateway.validation import check_request_tokens
 from models.base import Kind, ModelInfo, Row
@@ -72,6 +81,7 @@ class ModelCalls:
             )
             for name in self.apis
         }
+        self.call_times = {name: CallTimes() for name in self.apis}  # when a call is overdue
         self._cancelling: set[asyncio.Task] = set()
 
     async def run(self, info: ModelInfo, rows: Sequence[Row]) -> list[np.ndarray]:
@@ -180,23 +190,36 @@ class ModelCalls:
 
     async def _call_service(self, service: str, rows: list[Any]) -> list[np.ndarray]:
         """One call to a model service's batchable API (the coalescer's `send`); its failures as our errors.
-
-        One retry when the connection broke: the model service may have closed a kept-alive connection as it
-        was reused (bentoml #4971), or restarted. Inference is idempotent, so sending again is safe."""
-        call = getattr(self.clients[service].to_async, self.apis[service])
+        Sent again when overdue (gateway/queue/resend.py): a replica that stopped answering is routed around."""
         REQUESTS_PER_CALL.labels(model_service=service).observe(len({row.request_id for row in rows}))
+        tokens, times = sum(row.length for row in rows), self.call_times[service]
+
+        def resent(waiting: int) -> None:
+            RESENT_CALLS.labels(model_service=service).inc()
+            logger.warning("a call to the %s service is overdue (%d attempts waiting); sent again", service, waiting)
+
         try:
-            try:
-                return await call(rows)
-            except aiohttp.ClientConnectionError as exc:
-                logger.warning("connection to the %s service broke (%r); sending again", service, exc)
-                return await call(rows)
+            overdue_s = times.overdue_after(tokens, self.config.model_call_resend_s)
+            return await first_answer(functools.partial(self._attempt, service, rows, tokens), overdue_s, resent)
         except bentoml.exceptions.BentoMLException as exc:
             if exc.error_code.value in (429, 503):
                 raise errors.Overloaded("the model service is overloaded; retry later") from exc
             raise errors.InferenceError(f"the model service failed: {exc}") from exc
         except aiohttp.ClientError as exc:
             raise errors.NotReady(f"the model service is unavailable ({type(exc).__name__}); retry shortly") from exc
+
+    async def _attempt(self, service: str, rows: list[Any], tokens: int) -> list[np.ndarray]:
+        """One attempt at a call, timed for `CallTimes`. Sent again at once when the connection broke: the model
+        service may have closed a kept-alive connection as it was reused (bentoml #4971), or restarted."""
+        call = getattr(self.clients[service].to_async, self.apis[service])
+        started = time.perf_counter()
+        try:
+            outputs = await call(rows)
+        except aiohttp.ClientConnectionError as exc:
+            logger.warning("connection to the %s service broke (%r); sending again", service, exc)
+            outputs = await call(rows)
+        self.call_times[service].observe(tokens, time.perf_counter() - started)
+        return outputs
 
 
 def request_parts(rows: Sequence[Row], info: ModelInfo) -> list[list[int]]:

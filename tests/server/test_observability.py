@@ -114,6 +114,7 @@ def test_every_series_the_alerts_read_is_exported(exported):
         "EmbentoQueueNearBound",
         "EmbentoRedisCacheFailing",
         "EmbentoTenantThrottled",
+        "EmbentoModelServiceSilent",
     }
     for alert, expression in rules.items():
         assert shared_server_series(metric_names(expression)) - names == set(), alert
@@ -170,6 +171,7 @@ SERIES = {
     "embento_max_queued_tokens": ("2000000x20", "2000000x20"),
     'embento_cache_errors_total{model="m",tier="redis"}': ("0+5x20", "0x20"),
     'embento_tenant_throttled_total{tenant="acme",limit="tokens"}': ("0+5x20", "0x20"),
+    'embento_model_call_resends_total{model_service="TextEmbedder"}': ("0x5 3+3x14", "0x20"),
 }
 FIRES = {  # alert -> (minutes in, the labels it fires with besides instance and severity)
     "EmbentoNotReady": (6, {}),
@@ -178,6 +180,7 @@ FIRES = {  # alert -> (minutes in, the labels it fires with besides instance and
     "EmbentoSustained429s": (18, {"model_service": "TextEmbedder", "reason": "queue_full"}),
     "EmbentoRedisCacheFailing": (12, {}),
     "EmbentoTenantThrottled": (12, {"tenant": "acme", "limit": "tokens"}),
+    "EmbentoModelServiceSilent": (10, {"model_service": "TextEmbedder"}),
 }
 
 
@@ -219,7 +222,7 @@ def test_promtool_accepts_the_rules_and_each_alert_fires_when_it_should(tmp_path
     if shutil.which("promtool") is None:
         pytest.skip("promtool is not installed and Debian's prometheus package could not be installed")
     result = subprocess.run(["promtool", "check", "rules", str(ALERTS)], capture_output=True, text=True, timeout=60)
-    assert result.returncode == 0 and "SUCCESS: 6 rules found" in result.stdout, result.stdout + result.stderr
+    assert result.returncode == 0 and "SUCCESS: 7 rules found" in result.stdout, result.stdout + result.stderr
     unit_test = tmp_path / "alerts_test.yaml"
     unit_test.write_text(yaml.safe_dump(rules_unit_test()))
     result = subprocess.run(["promtool", "test", "rules", str(unit_test)], capture_output=True, text=True, timeout=60)
