@@ -11,12 +11,21 @@ back to back, through the gateways' HAProxy. Then, `--settle` seconds apart, as 
 
 1. SIGKILL one gateway replica (every process of it), and start it again;
 2. SIGKILL one model-service replica, and start it again;
-3. a rolling update: one gateway and one model service taken out of their backends (as Kubernetes removes a
+3. SIGSTOP one model-service replica (a hung process, a lost node: it answers nothing, its connections stay
+   open) for `--settle` seconds; then it is killed and started again, as its failed liveness probe has the
+   kubelet do. The gateways send its overdue calls again (`model_call_resend_s`, its default here);
+4. a rolling update: one gateway and one model service taken out of their backends (as Kubernetes removes a
    terminating pod from its Service's endpoints), then SIGTERM, and started again.
 
 Printed per phase: requests sent, answered, failed as the SDK raised them, attempts past the first (the SDK's
 retries: after a dropped connection or an error answer), answers that were not a 200, and latency p50 / p99.
 The replacements start while the load runs, as a Deployment's would.
+
+The gateways share a real Redis and PostgreSQL (testkit/shared_state.py), as on Kubernetes. A bulk job of
+`--batch-lines` lines starts before the load and runs through every event (its lines yield to the load); a
+limited tenant (`--rate` requests a minute) spends its key back to back from the load's start to its end.
+Printed after the table: the job's status, whether its output holds every line once, the results stored; the
+tenant's requests let through against what one bucket shared by the replicas allows.
 """
 
 from __future__ import annotations
@@ -29,12 +38,20 @@ import statistics
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.load import corpus as short_sentences  # noqa: E402
 from testkit.replicas import Load, split_topology  # noqa: E402
+from testkit.shared_state import (  # noqa: E402
+    LimitedSender,
+    batch_lines,
+    finished_batch,
+    shared_state,
+    submit_batch,
+)
 
 MINILM = "sentence-transformers/all-MiniLM-L6-v2"
 
@@ -43,15 +60,33 @@ def p(values: list[float], q: int) -> float:
     return 1000 * statistics.quantiles(values, n=100)[q - 1] if len(values) > 1 else float("nan")
 
 
-def run(clients: int, settle: float, folder: Path) -> Load:
-    with split_topology(folder, MINILM) as topology:
+@dataclass
+class Outcome:
+    load: Load
+    limited: LimitedSender
+    batch_lines: int
+    batch_status: str
+    batch_once: bool  # the output's custom_ids are the input's, each once, in order
+    results_stored: int
+
+
+def run(clients: int, settle: float, rate: int, lines_count: int, folder: Path) -> Outcome:
+    with (
+        shared_state(folder / "shared", rate) as shared,
+        split_topology(folder, MINILM, gateway_env=shared.gateway_env) as topology,
+    ):
         models, gateways = topology.model_services, topology.gateways
-        load = Load(topology.url, MINILM, clients, short_sentences(256, 8, 20))
+        lines = batch_lines(MINILM, lines_count)
+        batch_id = submit_batch(topology.url, shared.load_key, lines)
+        load = Load(topology.url, MINILM, clients, short_sentences(256, 8, 20), api_key=shared.load_key)
+        limited = LimitedSender(topology.url, MINILM, shared.limited_key)
         load.start()
+        limited.start()
         time.sleep(settle)  # the steady phase's length
         for label, victims, sig in (
             ("gateway SIGKILL", [gateways[0]], signal.SIGKILL),
             ("model service SIGKILL", [models[0]], signal.SIGKILL),
+            ("model service SIGSTOP", [models[1]], signal.SIGSTOP),
             ("gateway + model service SIGTERM", [gateways[1], models[1]], signal.SIGTERM),
         ):
             load.next_phase(label)
@@ -59,6 +94,10 @@ def run(clients: int, settle: float, folder: Path) -> Load:
                 if sig == signal.SIGTERM:  # a rolling update: out of the Service's endpoints, then SIGTERM
                     topology.leave(victim)
                 victim.signal(sig)
+            if sig == signal.SIGSTOP:  # silent until its liveness probe fails and it is killed
+                time.sleep(settle)
+                for victim in victims:
+                    victim.signal(signal.SIGKILL)
             for victim in victims:
                 victim.wait_stopped()
                 victim.start()  # the replacement, as its Deployment starts one
@@ -66,11 +105,16 @@ def run(clients: int, settle: float, folder: Path) -> Load:
             for victim in victims:
                 victim.wait_ready()
             time.sleep(settle)  # the phase goes on past the replacement's start
+        limited.stop()
         load.stop()
-        return load
+        status, custom_ids = finished_batch(topology.url, shared.load_key, batch_id)
+        stored = int(shared.postgres.sql("select count(*) from embento_batch_results"))
+        once = custom_ids == [line["custom_id"] for line in lines]
+        return Outcome(load, limited, lines_count, status, once, stored)
 
 
-def report(load: Load, clients: int) -> None:
+def report(outcome: Outcome, clients: int, rate: int) -> None:
+    load, limited = outcome.load, outcome.limited
     print(f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores; {clients} OpenAI SDK clients")
     print("phase | sent | answered | failed (as the SDK raised) | SDK retries | answers not 200 | p50 ms | p99 ms")
     for phase in load.phases:
@@ -79,16 +123,27 @@ def report(load: Load, clients: int) -> None:
     for phase in load.phases:
         for error in sorted({*phase.errors, *phase.refusals})[:3]:
             print(f"  {phase.name}: {error}")
+    print(
+        f"bulk job: {outcome.batch_lines} lines, {outcome.batch_status}; output every line once: "
+        f"{'yes' if outcome.batch_once else 'NO'}; results stored: {outcome.results_stored}"
+    )
+    print(
+        f"limited tenant ({rate}/min): {limited.admitted} let through, {limited.refused} refused (429) in "
+        f"{limited.elapsed_s:.0f} s; one shared bucket allows {limited.allowed(rate):.0f}; "
+        f"other answers: {len(limited.others)} {sorted(set(limited.others))[:3]}"
+    )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--clients", type=int, default=32)
     parser.add_argument("--settle", type=float, default=20.0, help="seconds of load before and after each event")
+    parser.add_argument("--rate", type=int, default=60, help="the limited tenant's requests a minute")
+    parser.add_argument("--batch-lines", type=int, default=4000)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="replica-loss-") as scratch:
-        load = run(args.clients, args.settle, Path(scratch))
-    report(load, args.clients)
+        outcome = run(args.clients, args.settle, args.rate, args.batch_lines, Path(scratch))
+    report(outcome, args.clients, args.rate)
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -26,6 +26,7 @@ from testkit.ports import free_port
 ROOT = Path(__file__).resolve().parent.parent
 
 START_TIMEOUT_S = 180
+WHOLE_TREE_SIGNALS = (signal.SIGKILL, signal.SIGSTOP, signal.SIGCONT)
 # As a readiness probe, but tighter than Kubernetes' default (every 10 s): a dead server leaves within ~3 s, and
 # a slow /readyz on a loaded machine (5 s allowed) takes no server out.
 HEALTH_CHECK = "option httpchk GET /readyz\n    timeout check 5s\n    default-server inter 1s fall 3 rise 2"
@@ -52,10 +53,11 @@ class Replica:
     def signal(self, sig: signal.Signals) -> None:
         """As an orchestrator stops a pod: SIGTERM to its first process (BentoML's arbiter, which stops its
         workers gracefully); SIGKILL to every process of it at once, as a container's cgroup is killed (the
-        workers run in process groups of their own)."""
+        workers run in process groups of their own). SIGSTOP and SIGCONT to every process too: a replica that
+        stops answering (a hung process, a lost node), and its return."""
         assert self.process is not None
         self._tree = [psutil.Process(self.process.pid), *psutil.Process(self.process.pid).children(recursive=True)]
-        for process in self._tree if sig == signal.SIGKILL else self._tree[:1]:
+        for process in self._tree if sig in WHOLE_TREE_SIGNALS else self._tree[:1]:
             with contextlib.suppress(psutil.NoSuchProcess):
                 process.send_signal(sig)
 
@@ -77,13 +79,14 @@ class Replica:
         raise RuntimeError(f"{self.name} not ready: {self.log.read_text()[-3000:]}")
 
 
-def replica(name: str, folder: Path, model_id: str, *args: str) -> Replica:
-    """A server of the bundle from this checkout, as a pod runs the Bento's: `start-http-server` with `args`."""
+def replica(name: str, folder: Path, model_id: str, *args: str, settings: Mapping[str, str] = {}) -> Replica:
+    """A server of the bundle from this checkout, as a pod runs the Bento's: `start-http-server` with `args`, and
+    the environment `settings` on top of those every replica has."""
     port = free_port()
     command = [sys.executable, "-m", "bentoml_cli._internal.start", "start-http-server", "service:Gateway"]
     command += [*args, "--host", "127.0.0.1", "--port", str(port)]
     env = {**os.environ, "BENTOML_DO_NOT_TRACK": "True", "HF_HUB_OFFLINE": "1", "EMBENTO_MODEL_ID": model_id}
-    env |= {"EMBENTO_GATEWAY_WORKERS": "1", "EMBENTO_CPU_THREADS": "1"}
+    env |= {"EMBENTO_GATEWAY_WORKERS": "1", "EMBENTO_CPU_THREADS": "1", **settings}
     return Replica(name, command, port, folder / f"{name}.log", env)
 
 
@@ -150,15 +153,18 @@ class Topology:
 
 
 @contextlib.contextmanager
-def split_topology(folder: Path, model_id: str, replicas: int = 2) -> Iterator[Topology]:
-    """`replicas` TextEmbedder model services serving `model_id` and as many gateways, each a server of its own
-    with one worker and one intra-op thread, all ready; each stopped (SIGTERM) when the block ends."""
+def split_topology(
+    folder: Path, model_id: str, replicas: int = 2, gateway_env: Mapping[str, str] = {}
+) -> Iterator[Topology]:
+    """`replicas` TextEmbedder model services serving `model_id` and as many gateways (with `gateway_env`: the
+    shared state's settings, testkit/shared_state.py), each a server of its own with one worker and one intra-op
+    thread, all ready; each stopped (SIGTERM) when the block ends."""
     models = [
         replica(f"model-service-{i}", folder, model_id, "--service-name", "TextEmbedder") for i in range(replicas)
     ]
     front = {"model_services": free_port(), "gateways": free_port()}
     depends = f"--depends=TextEmbedder=http://127.0.0.1:{front['model_services']}"
-    gateways = [replica(f"gateway-{i}", folder, model_id, depends) for i in range(replicas)]
+    gateways = [replica(f"gateway-{i}", folder, model_id, depends, settings=gateway_env) for i in range(replicas)]
     admin_socket = folder / "haproxy.sock"
     config = haproxy_config(front, {"model_services": models, "gateways": gateways}, admin_socket)
     with running_haproxy(config, folder):
@@ -193,8 +199,8 @@ class Load:
     retries and error answers count in the phase under way when they happen (a request in flight at an event
     counts in the event's phase)."""
 
-    def __init__(self, url: str, model: str, clients: int, corpus: list[str]) -> None:
-        self.url, self.model, self.clients, self.corpus = url, model, clients, corpus
+    def __init__(self, url: str, model: str, clients: int, corpus: list[str], api_key: str = "none") -> None:
+        self.url, self.model, self.clients, self.corpus, self.api_key = url, model, clients, corpus, api_key
         self.phases: list[Phase] = [Phase("steady")]
         self._lock = threading.Condition()
         self._stop = threading.Event()
@@ -209,9 +215,13 @@ class Load:
             self.phases.append(Phase(name))
 
     def stop(self) -> None:
+        """The clients stop once their request in flight has its outcome; one still waiting after two minutes is
+        a request left hanging, which fails here (it would count nowhere)."""
         self._stop.set()
+        deadline = time.monotonic() + 120
         for thread in self._threads:
-            thread.join(timeout=120)
+            thread.join(timeout=max(0.0, deadline - time.monotonic()))
+        assert not any(thread.is_alive() for thread in self._threads), "requests left unanswered"
 
     def _count_retry(self, request: httpx.Request) -> None:
         if request.headers.get("x-stainless-retry-count", "0") != "0":  # the OpenAI SDK numbers its attempts
@@ -229,7 +239,7 @@ class Load:
 
         hooks = {"request": [self._count_retry], "response": [self._note_refusal]}
         http = httpx.Client(event_hooks=hooks, timeout=120)
-        client = OpenAI(base_url=f"{self.url}/v1", api_key="none", http_client=http)
+        client = OpenAI(base_url=f"{self.url}/v1", api_key=self.api_key, http_client=http)
         corpus = self.corpus
         at = index
         while not self._stop.is_set():
