@@ -38,7 +38,7 @@ from models.batching import (
 from models.inference.auto_backend import load_model
 from models.inference.host import set_cpu_threads
 from models.inference.lanes import Lanes, shares_cores
-from models.inference.memory import HeapTrimmer
+from models.inference.memory import HeapTrimmer, release_memory
 from models.resolve import resolve_model
 from runners.loading import load_models
 from runners.service_config import allow_partial, cpu_threads, models_of_service, placed
@@ -89,6 +89,7 @@ class ModelPool:
         # workers; a second team (say, warm-up on the main thread, forwards on BentoML's worker threads)
         # oversubscribes the cores, and libgomp then stops spinning: a MiniLM forward took 2x as long.
         self._torch_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="torch")
+        self._load = load
         if threads is not None:  # on the thread that runs the models: OpenMP keeps the count per thread
             self._torch_thread.submit(set_cpu_threads, threads).result()
         self.models: dict[str, TokenModel]
@@ -99,11 +100,7 @@ class ModelPool:
         # Batches big enough run as one pass per core (see models/inference/lanes.py); the rest on the torch thread.
         sharing = any(shares_cores(model.info) for model in self.models.values())
         self._lanes = Lanes(threads if threads and sharing else 1)
-        # Per model: inputs and padded tokens per pass, and what a pass costs beyond its tokens.
-        self._limits = {
-            name: (model.info.batch_size, model.info.max_batch_tokens, pass_overhead_tokens(model.info.device))
-            for name, model in self.models.items()
-        }
+        self._limits = {name: _pass_limits(model.info) for name, model in self.models.items()}
         # Request id -> when it was abandoned. Written on the event loop, read on the torch thread: single
         # dict operations are atomic, and only the event loop iterates it.
         self._abandoned: dict[str, float] = {}
@@ -119,6 +116,24 @@ class ModelPool:
     def report(self) -> dict:
         """The loaded models' facts, and why any others failed to load."""
         return {"models": [model.info.to_dict() for model in self.models.values()], "failed": self.failed}
+
+    def load(self, cfg: ModelConfig) -> ModelInfo:
+        """One more model, loaded while the others serve, on the thread that runs them (as at start); what it
+        raised if it failed, the others untouched. Loading a served name again replaces its model."""
+        model = self._torch_thread.submit(_load_one, self._load, cfg).result()
+        name = cfg.served_model_name
+        self._limits[name] = _pass_limits(model.info)
+        self.models[name] = model
+        self.failed.pop(name, None)
+        return model.info
+
+    def unload(self, name: str) -> None:
+        """A model dropped, and its memory given back once the passes running on it end: rows for it that
+        arrive later fail as an unknown model's. KeyError for a model not loaded."""
+        del self.models[name]
+        del self._limits[name]
+        # Queued behind any pass under way: the model is collected once that pass lets go of it.
+        self._torch_thread.submit(release_memory).result()
 
     def cancel(self, request_ids: list[str]) -> None:
         """Drop these requests' rows that have not run yet, now or when they arrive."""
@@ -260,6 +275,11 @@ def _load_one(load: Loader, cfg: ModelConfig) -> TokenModel:
     model.info = replace(model.info, **asdict(pass_limits(cfg, folder, model.info)))
     logger.info("model '%s' is warm: %s", cfg.served_model_name, model.info)
     return model
+
+
+def _pass_limits(info: ModelInfo) -> tuple[int, int, int]:
+    """Inputs and padded tokens per pass, and what a pass costs beyond its tokens."""
+    return info.batch_size, info.max_batch_tokens, pass_overhead_tokens(info.device)
 
 
 def pass_limits(cfg: ModelConfig, folder: Path, info: ModelInfo) -> BatchLimits:

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import gc
+import sys
 import time
 from collections.abc import Callable
 
@@ -38,3 +40,16 @@ class HeapTrimmer:
         if self._trim is not None and now - self._last >= self._every_s:
             self._trim(0)
             self._last = now
+
+
+def release_memory() -> None:
+    """What dropped models held, back to the system: their objects collected (a model's modules refer to each
+    other, so reference counting alone frees none), torch's CUDA cache emptied where CUDA was used (else the
+    freed blocks stay reserved by this process), and glibc's heap trimmed."""
+    gc.collect()
+    torch = sys.modules.get("torch")  # never imported for it: an ONNX-only service has no torch
+    if torch is not None and torch.cuda.is_initialized():
+        torch.cuda.empty_cache()
+    trim = _libc_malloc_trim()
+    if trim is not None:
+        trim(0)
