@@ -119,12 +119,17 @@ class ModelPool:
 
     def load(self, cfg: ModelConfig) -> ModelInfo:
         """One more model, loaded while the others serve, on the thread that runs them (as at start); what it
-        raised if it failed, the others untouched. Loading a served name again replaces its model."""
+        raised if it failed, the others untouched. Loading a served name again replaces its model, and gives
+        the replaced one's memory back."""
         model = self._torch_thread.submit(_load_one, self._load, cfg).result()
         name = cfg.served_model_name
+        replaced = self.models.get(name)
         self._limits[name] = _pass_limits(model.info)
         self.models[name] = model
         self.failed.pop(name, None)
+        if replaced is not None:
+            del replaced
+            self._torch_thread.submit(release_memory).result()
         return model.info
 
     def unload(self, name: str) -> None:

@@ -58,6 +58,14 @@ def test_a_dropped_model_is_collected_and_its_rows_fail_while_the_others_serve(p
         pool.unload("second")
 
 
+def test_loading_a_served_name_again_replaces_its_model_and_collects_the_old(pool, minilm_path, tiny_bert_path):
+    old = weakref.ref(pool.models["first"])
+    pool.load(config(tiny_bert_path, "first"))
+    assert old() is None
+    alone = TextEncoder(tiny_bert_path, config(tiny_bert_path, "first")).forward(rows(tiny_bert_path, "first"))
+    assert_same_vectors(asyncio.run(pool.run(rows(tiny_bert_path, "first"))), alone)
+
+
 def test_a_load_that_fails_raises_and_leaves_the_pool_as_it_was(pool, tmp_path, minilm_path):
     with pytest.raises(ModelLoadError, match="does not exist"):
         pool.load(config(tmp_path / "missing", "broken"))

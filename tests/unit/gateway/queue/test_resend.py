@@ -20,10 +20,13 @@ class Attempts:
         self.sent = 0
         self.cancelled = 0
         self.resends: list[int] = []
+        self.resent = asyncio.Event()  # set once a second attempt has gone out
 
     async def send(self) -> str:
         outcome = self.outcomes[self.sent]
         self.sent += 1
+        if self.sent == 2:
+            self.resent.set()
         if outcome == "hang":
             try:
                 await asyncio.Event().wait()
@@ -61,12 +64,11 @@ def test_when_every_attempt_failed_the_failure_is_raised():
 
 
 def test_the_callers_deadline_cancels_every_attempt():
-    attempts = Attempts("hang", "hang", "hang", "hang", "hang", "hang", "hang", "hang")
+    attempts = Attempts(*["hang"] * 20)
 
     async def with_deadline() -> None:
         task = asyncio.ensure_future(first_answer(attempts.send, OVERDUE_S, attempts.resends.append))
-        while attempts.sent < 2:  # overdue once at least
-            await asyncio.sleep(OVERDUE_S)
+        await attempts.resent.wait()  # overdue once at least
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
