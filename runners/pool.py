@@ -100,7 +100,6 @@ class ModelPool:
         # Batches big enough run as one pass per core (see models/inference/lanes.py); the rest on the torch thread.
         sharing = any(shares_cores(model.info) for model in self.models.values())
         self._lanes = Lanes(threads if threads and sharing else 1)
-        self._limits = {name: _pass_limits(model.info) for name, model in self.models.items()}
         # Request id -> when it was abandoned. Written on the event loop, read on the torch thread: single
         # dict operations are atomic, and only the event loop iterates it.
         self._abandoned: dict[str, float] = {}
@@ -124,7 +123,6 @@ class ModelPool:
         model = self._torch_thread.submit(_load_one, self._load, cfg).result()
         name = cfg.served_model_name
         replaced = self.models.get(name)
-        self._limits[name] = _pass_limits(model.info)
         self.models[name] = model
         self.failed.pop(name, None)
         if replaced is not None:
@@ -136,7 +134,6 @@ class ModelPool:
         """A model dropped, and its memory given back once the passes running on it end: rows for it that
         arrive later fail as an unknown model's. KeyError for a model not loaded."""
         del self.models[name]
-        del self._limits[name]
         # Queued behind any pass under way: the model is collected once that pass lets go of it.
         self._torch_thread.submit(release_memory).result()
 
@@ -199,7 +196,9 @@ class ModelPool:
         A model that can `launch` (on a GPU) has every pass queued before the first is waited for: the host
         collates and launches pass k+1 while the device runs pass k, and waits once, at the end. A pass that
         fails, at launch or on the device, is run again the plain way, bisected."""
-        batch_size, max_tokens, overhead = self._limits[name]
+        # From the model in hand: a model loaded or dropped meanwhile changes nothing here.
+        batch_size, max_tokens = model.info.batch_size, model.info.max_batch_tokens
+        overhead = pass_overhead_tokens(model.info.device)
         launch = getattr(model, "launch", None) if model.info.device != "cpu" else None
         launched: list[tuple[list[int], float, PendingOutputs]] = []
         for chunk in plan_batches([rows[i].length for i in indices], batch_size, max_tokens, overhead):
@@ -280,11 +279,6 @@ def _load_one(load: Loader, cfg: ModelConfig) -> TokenModel:
     model.info = replace(model.info, **asdict(pass_limits(cfg, folder, model.info)))
     logger.info("model '%s' is warm: %s", cfg.served_model_name, model.info)
     return model
-
-
-def _pass_limits(info: ModelInfo) -> tuple[int, int, int]:
-    """Inputs and padded tokens per pass, and what a pass costs beyond its tokens."""
-    return info.batch_size, info.max_batch_tokens, pass_overhead_tokens(info.device)
 
 
 def pass_limits(cfg: ModelConfig, folder: Path, info: ModelInfo) -> BatchLimits:
