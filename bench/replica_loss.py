@@ -41,17 +41,14 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from openai import OpenAI
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.load import corpus as short_sentences  # noqa: E402
+from testkit.batches import embedding_lines, finished, output_lines, submitted  # noqa: E402
 from testkit.replicas import Load, split_topology  # noqa: E402
-from testkit.shared_state import (  # noqa: E402
-    LimitedSender,
-    batch_lines,
-    finished_batch,
-    shared_state,
-    submit_batch,
-)
+from testkit.shared_state import LimitedSender, shared_state  # noqa: E402
 
 MINILM = "sentence-transformers/all-MiniLM-L6-v2"
 
@@ -76,8 +73,9 @@ def run(clients: int, settle: float, rate: int, lines_count: int, folder: Path) 
         split_topology(folder, MINILM, gateway_env=shared.gateway_env) as topology,
     ):
         models, gateways = topology.model_services, topology.gateways
-        lines = batch_lines(MINILM, lines_count)
-        batch_id = submit_batch(topology.url, shared.load_key, lines)
+        jobs = OpenAI(base_url=f"{topology.url}/v1", api_key=shared.load_key, timeout=60)
+        lines = embedding_lines(lines_count)
+        batch = submitted(jobs, lines)
         load = Load(topology.url, MINILM, clients, short_sentences(256, 8, 20), api_key=shared.load_key)
         limited = LimitedSender(topology.url, MINILM, shared.limited_key)
         load.start()
@@ -107,10 +105,11 @@ def run(clients: int, settle: float, rate: int, lines_count: int, folder: Path) 
             time.sleep(settle)  # the phase goes on past the replacement's start
         limited.stop()
         load.stop()
-        status, custom_ids = finished_batch(topology.url, shared.load_key, batch_id)
+        batch = finished(jobs, batch.id, timeout_s=300)
+        custom_ids = [line["custom_id"] for line in output_lines(jobs, batch.output_file_id)]
         stored = int(shared.postgres.sql("select count(*) from embento_batch_results"))
         once = custom_ids == [line["custom_id"] for line in lines]
-        return Outcome(load, limited, lines_count, status, once, stored)
+        return Outcome(load, limited, lines_count, batch.status, once, stored)
 
 
 def report(outcome: Outcome, clients: int, rate: int) -> None:

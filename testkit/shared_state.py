@@ -1,13 +1,12 @@
 """What a split topology's gateways share on Kubernetes, for the replica-loss runs: a real Redis counting the
 tenants' limits, a real PostgreSQL holding the bulk jobs, and a keys file with two tenants (the load's, unlimited,
-and one limited to `rate` requests a minute); a sender spending the limited key, and a bulk job through the
-gateways. For bench/replica_loss.py and tests/server/test_replica_loss.py."""
+and one limited to `rate` requests a minute), and a sender spending the limited key. For bench/replica_loss.py
+and tests/server/test_replica_loss.py."""
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import os
 import threading
 import time
@@ -26,7 +25,6 @@ from testkit.redis_server import running_redis
 LEASE_S = 2.0  # a stopped gateway's claimed chunks are taken over this soon
 CHUNK_LINES = 4
 REDIS_TIMEOUT_MS = 2000
-FINISHED = ("completed", "failed", "cancelled", "expired")
 
 
 @dataclass
@@ -125,40 +123,3 @@ class LimitedSender:
                         self.others.append(f"{response.status_code} {response.text[:160]}")
                     self._answered.notify_all()
         self.elapsed_s = time.monotonic() - started
-
-
-def batch_lines(model: str, count: int) -> list[dict]:
-    return [
-        {
-            "custom_id": f"line-{i}",
-            "method": "POST",
-            "url": "/v1/embeddings",
-            "body": {"model": model, "input": [f"bulk sentence {i}", f"and its neighbour {i * 7}"]},
-        }
-        for i in range(count)
-    ]
-
-
-def submit_batch(url: str, key: str, lines: list[dict]) -> str:
-    """A bulk job of `lines` through the OpenAI SDK; its id."""
-    from openai import OpenAI
-
-    client = OpenAI(base_url=f"{url}/v1", api_key=key, timeout=60)
-    data = "\n".join(json.dumps(line) for line in lines).encode()
-    upload = client.files.create(file=("input.jsonl", data), purpose="batch")
-    return client.batches.create(input_file_id=upload.id, endpoint="/v1/embeddings", completion_window="24h").id
-
-
-def finished_batch(url: str, key: str, batch_id: str, timeout_s: float = 300) -> tuple[str, list[str]]:
-    """A bulk job's final status, and the custom_id of each line of its output, in the output's order."""
-    from openai import OpenAI
-
-    client = OpenAI(base_url=f"{url}/v1", api_key=key, timeout=60)
-    deadline = time.monotonic() + timeout_s
-    while (batch := client.batches.retrieve(batch_id)).status not in FINISHED:
-        assert time.monotonic() < deadline, batch
-        time.sleep(0.5)
-    if batch.output_file_id is None:
-        return batch.status, []
-    output = client.files.content(batch.output_file_id).text.splitlines()
-    return batch.status, [json.loads(line)["custom_id"] for line in output]

@@ -15,6 +15,7 @@ import httpx
 import pytest
 from openai import BadRequestError, NotFoundError, OpenAI
 
+from testkit.batches import WAIT_S, embedding_lines, finished, jsonl, output_lines, request_line, submitted
 from testkit.postgres_server import PostgresServer, running_postgres
 from tests.conftest import (
     MINILM,
@@ -31,8 +32,6 @@ from tests.conftest import (
 MAX_FILE_BYTES = 200_000
 CHUNK_LINES = 4
 LEASE_S = 2.0  # a killed worker's chunks are taken over this soon
-FINISHED = ("completed", "failed", "cancelled", "expired")
-WAIT_S = 240
 CRASH_HOOK = ROOT / "tests" / "crash_hook"  # its sitecustomize kills a worker at a job step
 
 
@@ -56,40 +55,6 @@ def jobs_server(tmp_path_factory: pytest.TempPathFactory, tiny_reranker_path: Pa
 
 def sdk(url: str) -> OpenAI:
     return OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=60)
-
-
-def jsonl(lines: list[dict]) -> bytes:
-    return "\n".join(json.dumps(line) for line in lines).encode()
-
-
-def request_line(custom_id: str, body: dict, url: str = "/v1/embeddings") -> dict:
-    return {"custom_id": custom_id, "method": "POST", "url": url, "body": body}
-
-
-def embedding_lines(count: int, prefix: str = "line") -> list[dict]:
-    return [
-        request_line(f"{prefix}-{i}", {"model": MINILM, "input": [f"{prefix} sentence {i}", f"and {i * 7}"]})
-        for i in range(count)
-    ]
-
-
-def finished(client: OpenAI, batch_id: str, timeout_s: float = WAIT_S):
-    deadline = time.monotonic() + timeout_s
-    while (batch := client.batches.retrieve(batch_id)).status not in FINISHED:
-        assert time.monotonic() < deadline, batch
-        time.sleep(0.2)
-    return batch
-
-
-def submitted(client: OpenAI, lines: list[dict], endpoint: str = "/v1/embeddings"):
-    upload = client.files.create(file=("input.jsonl", jsonl(lines)), purpose="batch")
-    return client.batches.create(input_file_id=upload.id, endpoint=endpoint, completion_window="24h")
-
-
-def output_lines(client: OpenAI, file_id: str | None) -> list[dict]:
-    if file_id is None:
-        return []
-    return [json.loads(line) for line in client.files.content(file_id).text.splitlines()]
 
 
 def test_the_sdk_runs_a_batch_whose_bodies_are_the_online_answers(jobs_server):

@@ -18,10 +18,12 @@ import time
 
 import httpx
 import pytest
+from openai import OpenAI
 
+from testkit.batches import embedding_lines, finished, output_lines, submitted
 from testkit.replicas import Load, Replica, split_topology
 from testkit.sentences import make_sentences
-from testkit.shared_state import LimitedSender, batch_lines, finished_batch, shared_state, submit_batch
+from testkit.shared_state import LimitedSender, shared_state
 from tests.conftest import MINILM, metric
 
 CLIENTS = 32
@@ -44,8 +46,9 @@ def test_a_rolling_update_fails_no_request_loses_no_batch_line_and_keeps_the_lim
         shared_state(tmp_path / "shared", RATE) as shared,
         split_topology(tmp_path, MINILM, gateway_env=shared.gateway_env) as topology,
     ):
-        lines = batch_lines(MINILM, BATCH_LINES)
-        batch_id = submit_batch(topology.url, shared.load_key, lines)
+        jobs = OpenAI(base_url=f"{topology.url}/v1", api_key=shared.load_key, timeout=60)
+        lines = embedding_lines(BATCH_LINES)
+        batch = submitted(jobs, lines)
         deadline = time.monotonic() + START_TIMEOUT_S
         while (
             min(batch_lines_done(gateway, shared.load_key) for gateway in topology.gateways) == 0
@@ -71,14 +74,15 @@ def test_a_rolling_update_fails_no_request_loses_no_batch_line_and_keeps_the_lim
         finally:
             limited.stop()
             load.stop()
-        status, custom_ids = finished_batch(topology.url, shared.load_key, batch_id)
+        batch = finished(jobs, batch.id, timeout_s=300)
+        custom_ids = [line["custom_id"] for line in output_lines(jobs, batch.output_file_id)]
         stored = int(shared.postgres.sql("select count(*) from embento_batch_results"))
     rolled = load.phases[-1]
     assert rolled.failed == 0, sorted(set(rolled.errors))[:5]
     # Nor did any request need the SDK's retries: each stopping server finished what it had.
     assert (rolled.retries, rolled.refusals) == (0, [])
     assert rolled.answered >= 4 * CLIENTS
-    assert status == "completed" and custom_ids == [line["custom_id"] for line in lines]
+    assert batch.status == "completed" and custom_ids == [line["custom_id"] for line in lines]
     assert stored == BATCH_LINES  # each line's result stored once, whichever gateway ran it
     assert limited.others == []
     # One bucket for both gateways, then for the survivor: two would have let through twice the burst. (One
