@@ -27,9 +27,11 @@ from bento.patches import fix_media_types, patch_serving
 from bento.placement import gateway_workers, served_workers
 from bento.process_memory import report_process_memory
 from bento.store import bento_config_env, check_served_bento, pin_store_models
+from config.model_set import server_model_set
 from config.served import served_config
 from config.server_files import remove_server_files
 from gateway.cache.tiers import EmbeddingCache
+from gateway.catalog import Catalog
 from gateway.engine import Engine
 from gateway.http import edge
 from gateway.http.answer import answered
@@ -51,8 +53,10 @@ patch_serving(CONFIG.tracing)
 KINDS = {m.served_model_name: model_kind(m) for m in CONFIG.models}
 MODEL_SERVICE_NAMES = list(dict.fromkeys(spec(kind).model_service for kind in KINDS.values()))
 COUNTERS = edge.shared_counters(MODEL_SERVICE_NAMES)
-# One per gateway process; the GET routes hold it from import.
-LIFECYCLE = Lifecycle(ModelRegistry(KINDS), COUNTERS, lambda: served_workers(GATEWAY_NAME))
+# One per gateway process; the GET and admin routes hold them from import.
+REGISTRY = ModelRegistry(KINDS, frozenset(m.served_model_name for m in CONFIG.models if m.load == "lazy"))
+CATALOG = Catalog(CONFIG, REGISTRY)
+LIFECYCLE = Lifecycle(REGISTRY, COUNTERS, lambda: served_workers(GATEWAY_NAME), CATALOG.state_names)
 KEYS = edge.tenant_keys(CONFIG)  # the API keys' tenants, for the gate and the job worker
 JOB_STORE = open_store(CONFIG.jobs)  # the Files and Batches routes hold it from import; None with jobs off
 NEW_JOBS = asyncio.Event()  # set by POST /v1/batches, awaited by this process's job worker
@@ -94,13 +98,14 @@ class Gateway:
         self.clients = {name: getattr(self, name) for name in MODEL_SERVICE_NAMES}
         calls = ModelCalls(CONFIG, KINDS.values(), self.clients, dispatch_max_rows(), COUNTERS)
         self.engine = Engine(
-            CONFIG, LIFECYCLE.registry, calls, preprocessors, edge.url_fetcher(CONFIG), EmbeddingCache(CONFIG.cache)
+            CONFIG, REGISTRY, calls, preprocessors, edge.url_fetcher(CONFIG), EmbeddingCache(CONFIG.cache), CATALOG
         )
         self.jobs = JOB_STORE and JobWorker(JOB_STORE, CONFIG.jobs, self.engine, LIFECYCLE.is_ready, NEW_JOBS, KEYS)
 
     @bentoml.on_startup
     async def _start_warmup(self) -> None:
         LIFECYCLE.start(self.clients, self.failed_here, self.engine.warm_up, CONFIG.allow_partial, stop_server)
+        CATALOG.start(self.engine.warm_up, server_model_set(CONFIG))  # models loaded and unloaded at run time
         if self.jobs:
             self.jobs.start()  # its work waits until the models serve
 
@@ -228,6 +233,7 @@ edge.install(
     routes,
     config=CONFIG,
     lifecycle=LIFECYCLE,
+    catalog=CATALOG,
     counters=COUNTERS,
     keys=KEYS,
     job_store=JOB_STORE,

@@ -41,6 +41,14 @@ class Unauthorized(EmbentoError):
     """Missing or wrong API key."""
 
 
+class Forbidden(EmbentoError):
+    """A valid key, but not one for this route (a tenant's key on the admin API)."""
+
+
+class Conflict(EmbentoError):
+    """The change asked for does not fit the server's state (an alias onto a model not loaded)."""
+
+
 class Overloaded(EmbentoError):
     """The server cannot take more work right now; the client should retry later."""
 

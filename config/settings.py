@@ -28,6 +28,7 @@ from pydantic import (
     model_validator,
 )
 
+from config.durations import seconds_or_forever
 from config.errors import ConfigError
 from config.kind_names import Kind
 
@@ -236,6 +237,29 @@ class ModelConfig(BaseModel):
         description=(
             "Keep this model's outputs per input in the embedding cache (the `cache` settings: memory, Redis), and "
             "answer repeated inputs from it."
+        ),
+    )
+
+    load: Literal["eager", "lazy"] = Field(
+        "eager",
+        description=(
+            "`eager`: loaded at start. `lazy`: loaded by its first request (which waits for it, up to its deadline) "
+            "or by the admin API; the server is ready without it."
+        ),
+    )
+    keep_alive: Annotated[float | None, BeforeValidator(seconds_or_forever)] = Field(
+        None,
+        description=(
+            "How long the model stays loaded with no request for it, then is unloaded (a later request loads it "
+            "again): seconds or a duration (`30s`, `5m`, `1h`). Unset or `forever`: it stays. A request's "
+            "`keep_alive` sets it from that request on, as Ollama's."
+        ),
+    )
+    aliases: list[str] = Field(
+        default_factory=list,
+        description=(
+            "Further names requests may use for this model; the admin API moves an alias to another model while the "
+            "server serves. Answers echo the name asked for."
         ),
     )
 
@@ -544,6 +568,29 @@ class EmbentoConfig(BaseModel):
     api_key_file: str | None = Field(
         None, description=("A file with one key per line, added to `api_key` (a mounted secret).")
     )
+    admin_key: SecretStr | None = Field(
+        None,
+        description=(
+            "The key of the admin API (`/admin/...`: load, unload, aliases), sent as `Authorization: Bearer <key>`; "
+            "never a tenant's key, which gets a 403 there. Unset: the admin API answers 403."
+        ),
+    )
+    max_loaded_models: int | None = Field(
+        None,
+        ge=1,
+        description=(
+            "The memory budget of each model-service worker as a count: loading one more evicts the least recently "
+            "used idle model, or is refused when every loaded one has requests in flight. Unset: no limit."
+        ),
+    )
+    max_loaded_bytes: int | None = Field(
+        None,
+        ge=1,
+        description=(
+            "The same budget in bytes of weights (each model's checkpoint files): loading past it evicts as "
+            "`max_loaded_models` does. Unset: no limit."
+        ),
+    )
     public_metrics: bool = Field(False, description="`/metrics` answers without a key.")
     cors_allow_origins: list[str] = Field(
         default_factory=list, description=("Origins allowed to call from a browser. Unset: no cross-origin calls.")
@@ -705,13 +752,26 @@ class EmbentoConfig(BaseModel):
             raise ValueError(f"served_model_name must be unique; repeated: {duplicates}")
         return self
 
+    @model_validator(mode="after")
+    def _aliases_are_unique(self) -> EmbentoConfig:
+        names = [m.served_model_name for m in self.models]
+        aliases = [alias for m in self.models for alias in m.aliases]
+        taken = sorted({a for a in aliases if aliases.count(a) > 1 or a in names})
+        if taken:
+            raise ValueError(f"an alias must name one model and no model's served_model_name; repeated: {taken}")
+        return self
+
     def model(self, served_name: str) -> ModelConfig | None:
         return next((m for m in self.models if m.served_model_name == served_name), None)
 
 
 # Environment variable name (after the prefix) -> field. Aliases mirror infinity's names.
 MODEL_ENV_FIELDS: dict[str, str] = {
-    **{name.upper(): name for name in ModelConfig.model_fields if name not in ("prompts", "input_type_prompts")},
+    **{
+        name.upper(): name
+        for name in ModelConfig.model_fields
+        if name not in ("prompts", "input_type_prompts", "aliases")
+    },
     "ENGINE": "backend",
     "POOLING_METHOD": "pooling",
 }

@@ -29,6 +29,7 @@ from gateway.cache.contexts import (
 )
 from gateway.cache.keys import model_identity
 from gateway.cache.tiers import Answered, Computed, EmbeddingCache
+from gateway.catalog import Catalog
 from gateway.inputs.fetch import UrlFetcher
 from gateway.inputs.long_rows import Plan
 from gateway.inputs.preprocessors import Preprocessors
@@ -84,8 +85,10 @@ class Engine:
         preprocessors: Preprocessors,
         fetcher: UrlFetcher | None,
         cache: EmbeddingCache,
+        catalog: Catalog | None = None,
     ) -> None:
         self.config = config
+        self.catalog = catalog or Catalog(config, registry)  # without a server's files: the configured set, fixed
         self.cache = cache
         self.registry = registry
         self.calls = calls
@@ -101,10 +104,12 @@ class Engine:
         }
 
     async def require_model(self, requested: str | None, capability: str | None) -> ModelInfo:
-        """The named model, or the first that can do `capability`; once warm, and if it did not fail."""
+        """The named model (or the one an alias names), or the first that can do `capability`; once warm (a lazy or
+        evicted model is loaded and waited for), and if it did not fail."""
         registry = self.registry
         if not registry.done:
             raise errors.NotReady("models are still loading; retry shortly")
+        requested = await self.catalog.serving(requested)
         if requested in registry.failed and TENANT.get().may_use(requested):
             raise errors.ModelUnavailable(
                 f"model '{requested}' failed to load: {registry.failed[requested]}", param="model"
@@ -134,6 +139,7 @@ class Engine:
             check_response_size(query, info, answered.tokens, self.config.max_response_bytes)
         outputs = answered.outputs
         current_trace().usage_tokens = answered.tokens
+        self.catalog.keep_alive(info.served_model_name, query.keep_alive_s)
         return Embeddings(
             query, info, outputs, answered.tokens, quantizer, asked_parts(query, info, outputs), answered.cached_tokens
         )
@@ -200,6 +206,7 @@ class Engine:
         assert info.spec.rank_by is not None, "every kind that reranks declares how (`KindSpec.rank_by`)"
         answered, scores, by_mode = await self._rankers[info.spec.rank_by](info, query)
         current_trace().usage_tokens = answered.tokens
+        self.catalog.keep_alive(info.served_model_name, query.keep_alive_s)
         return Ranking(
             query,
             info,

@@ -78,6 +78,7 @@ class EmbedQuery:
     # The representations to answer, each under its own key (`output_types`); None: the model's own.
     representations: tuple[Representation, ...] | None = None
     representations_param: str = "output_types"
+    keep_alive_s: float | None = None  # Ollama's `keep_alive` for the model from this request on (inf: forever)
 
     def __post_init__(self) -> None:
         """`long_input` is the one choice: a wire's `truncate: false` (a truncation that is off) is REFUSE, and the
@@ -135,6 +136,7 @@ class RankQuery:
     return_scores: bool = False
     # The documents the client sent as images (Jina's `{"image": …}`): only a model that ranks images takes them.
     image_documents: tuple[int, ...] = ()
+    keep_alive_s: float | None = None  # as `EmbedQuery.keep_alive_s`
 
     def document_item(self, index: int) -> InputItem:
         """A document for a model that reads text and image documents alike (a vision-language reranker): an image

@@ -27,6 +27,11 @@ class Embeddings:
     parts: list[dict[Representation, np.ndarray]] | None = None
     cached_tokens: int | None = None  # the tokens of the inputs the cache answered; None: it was not asked
 
+    @property
+    def model(self) -> str:
+        """The model's name as the request gave it (an alias stays an alias), else the model's own."""
+        return self.query.model or self.info.served_model_name
+
     def of(self, representation: Representation) -> list[np.ndarray]:
         """Each input's output of one representation: an asked one, else (no `output_types`) the model's own."""
         if self.parts is None:
@@ -102,7 +107,8 @@ class Ranking:
 
     @property
     def model(self) -> str:
-        return self.info.served_model_name
+        """As `Embeddings.model`."""
+        return self.query.model or self.info.served_model_name
 
 
 @dataclass(frozen=True)
@@ -114,6 +120,11 @@ class Classified:
     scores: np.ndarray
     tokens: int
     cached_tokens: int | None = None  # as `Embeddings.cached_tokens`
+
+    @property
+    def model(self) -> str:
+        """As `Embeddings.model`."""
+        return self.query.model or self.info.served_model_name
 
 
 @dataclass(frozen=True)

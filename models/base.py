@@ -25,6 +25,10 @@ if TYPE_CHECKING:
 # How raw outputs become scores: the names `models.scores.activate` knows.
 Activation = Literal["identity", "sigmoid", "softmax", "tanh"]
 
+# A model service's answer for a row of a model it does not hold (unloaded or evicted as the row travelled): the
+# gateway answers a 503 to retry, where a failed row (an empty float32 array) is the model's failure.
+NOT_LOADED = np.empty(0, dtype=np.int8)
+
 
 @dataclass(frozen=True)
 class ModelInfo:

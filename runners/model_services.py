@@ -21,6 +21,7 @@ from bento.patches import make_work_conserving
 from bento.store import pin_store_models
 from models.base import ModelInput, TokenizedText
 from runners.pool import PooledService, pool_for
+from runners.residency import keep_resident
 from runners.service_config import (
     DISPATCH_MAX_LATENCY_MS,
     dispatch_max_rows,
@@ -68,6 +69,7 @@ def model_service(name: str, api: str, row: type, description: str) -> Any:
 
     def __init__(self: PooledService) -> None:
         self.pool = pool_for(name)
+        keep_resident(self.pool, name)  # its thread loads, unloads and evicts as the server's wanted set says
 
     batchable = bentoml.api(batchable=True, max_batch_size=dispatch_max_rows(), max_latency_ms=DISPATCH_MAX_LATENCY_MS)
     # `type` rather than a class statement: BentoML lists a service's APIs by attribute name, here `api`.

@@ -10,9 +10,10 @@ each pass instead of computed.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, replace
@@ -26,7 +27,7 @@ from bento.exports import adopt_carried_export
 from bento.patches import drain_before_shutdown
 from bento.process_memory import report_process_memory
 from config.settings import ModelConfig
-from models.base import ModelInfo, PendingOutputs, Row, TokenModel
+from models.base import NOT_LOADED, ModelInfo, PendingOutputs, Row, TokenModel
 from models.batching import (
     BatchLimits,
     activation_bytes_per_token,
@@ -106,6 +107,11 @@ class ModelPool:
         self._heap = HeapTrimmer()
         self._running = 0
         self._last_done = time.monotonic()
+        # Per model: calls holding its rows now, and when it was last used, in the order of uses (the model
+        # service's residency reads them to tell idle models from busy ones, and the least recently used).
+        self._busy: Counter[str] = Counter()
+        self._uses = itertools.count(1)
+        self._last_use = {name: next(self._uses) for name in self.models}
         drain_before_shutdown(self.idle_seconds)
 
     def idle_seconds(self) -> float:
@@ -124,6 +130,7 @@ class ModelPool:
         name = cfg.served_model_name
         replaced = self.models.get(name)
         self.models[name] = model
+        self._last_use[name] = next(self._uses)
         self.failed.pop(name, None)
         if replaced is not None:
             del replaced
@@ -148,12 +155,24 @@ class ModelPool:
                 break
             del self._abandoned[oldest]
 
+    def busy(self, name: str) -> int:
+        """Calls with rows of this model that have not answered yet."""
+        return self._busy[name]
+
+    def last_use(self, name: str) -> int:
+        """When the model was last used (loaded, or a call with its rows answered), as a rank: later is larger."""
+        return self._last_use.get(name, 0)
+
     async def run(self, rows: list[Row]) -> list[np.ndarray]:
         self._running += 1
+        names = {row.model for row in rows}
+        self._busy.update(names)
         try:
             return await asyncio.get_running_loop().run_in_executor(self._torch_thread, self._run_rows, rows)
         finally:
             self._running -= 1
+            self._busy.subtract(names)
+            self._last_use.update((name, next(self._uses)) for name in names)
             self._last_done = time.monotonic()
 
     def _run_rows(self, rows: list[Row]) -> list[np.ndarray]:
@@ -166,16 +185,16 @@ class ModelPool:
         for (name, _), indices in by_model.items():
             outputs = self._run_model(name, [rows[i] for i in indices])
             for index, output in zip(indices, outputs):
-                results[index] = FAILED if isinstance(output, Exception) else output
+                results[index] = _answer(output)
         self._heap.after_work()
         return results
 
     def _run_model(self, name: str, rows: list[Row]) -> list[np.ndarray | Exception]:
         """One model's rows: passes cut by count and token budget, each bisected if it fails."""
         model = self.models.get(name)
-        if model is None:
-            logger.error("rows for unknown model '%s' reached the model service", name)
-            return [LookupError(name)] * len(rows)
+        if model is None:  # unloaded as they travelled, or never configured: the gateway says which
+            logger.warning("rows for model '%s', which this worker does not hold, reached the model service", name)
+            return [NotLoaded(name)] * len(rows)
         outputs: list[np.ndarray | Exception] = [FAILED] * len(rows)
         live = self._live(name, rows, range(len(rows)))
 
@@ -260,13 +279,24 @@ class ModelPool:
             FAILED_INPUTS.labels(model=model).inc(failed)
 
 
+class NotLoaded(LookupError):
+    """Rows for a model this worker does not hold."""
+
+
+def _answer(output: np.ndarray | Exception) -> np.ndarray:
+    if isinstance(output, NotLoaded):
+        return NOT_LOADED
+    return FAILED if isinstance(output, Exception) else output
+
+
 def pool_for(service: str) -> ModelPool:
-    """A model service's pool: the configured models it runs, each in its kind's class (`KindSpec.loader`),
-    under the server's settings."""
-    pool = ModelPool(load_model, placed(models_of_service(service), service), allow_partial(), cpu_threads())
-    for name in pool.models:  # at zero from the start, so rates and alerts see the series before a failure
+    """A model service's pool: the configured eager models it runs, each in its kind's class (`KindSpec.loader`),
+    under the server's settings (lazy ones load later: runners/residency.py)."""
+    eager = [cfg for cfg in placed(models_of_service(service), service) if cfg.load == "eager"]
+    pool = ModelPool(load_model, eager, allow_partial(), cpu_threads())
+    for cfg in models_of_service(service):  # at zero from the start, so rates and alerts see the series at once
         for counter in (COMPUTED_INPUTS, COMPUTED_TOKENS, FAILED_INPUTS, DROPPED_INPUTS):
-            counter.labels(model=name)
+            counter.labels(model=cfg.served_model_name)
     report_process_memory(service)  # once loaded: a worker whose load fails exits with nothing to report
     return pool
 

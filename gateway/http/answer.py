@@ -46,7 +46,12 @@ async def answered(adapter: Callable[[Engine, B], Awaitable[T | Response]], engi
     sends as it is: it is typed as `T` all the same, since a route's return annotation is BentoML's schema of
     its success."""
     level = getattr(body, "priority", 0) or 0
-    return await answering(lambda: adapter(engine, body), level, recorded=not PRIORITY.get().batch)
+
+    async def call() -> T | Response:
+        with engine.catalog.holding():  # the models it names stay loaded until it is answered
+            return await adapter(engine, body)
+
+    return await answering(call, level, recorded=not PRIORITY.get().batch)
 
 
 async def answering(call: Callable[[], Awaitable[T | Response]], level: int = 0, recorded: bool = True) -> T:

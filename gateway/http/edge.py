@@ -14,6 +14,8 @@ from starlette.applications import Starlette
 
 from config.settings import EmbentoConfig
 from gateway.cache.policy import CacheControl
+from gateway.catalog import Catalog
+from gateway.http.admin import AdminSchema, admin_routes
 from gateway.http.answer import ERROR_SHAPES, TEI_BODIES
 from gateway.http.errors import ErrorBodies
 from gateway.http.get_routes import ReadinessReport, get_routes
@@ -41,6 +43,7 @@ def install(
     *,
     config: EmbentoConfig,
     lifecycle: Lifecycle,
+    catalog: Catalog,
     counters: SharedCounters,
     keys: Keys,
     job_store: JobStore | None,
@@ -49,11 +52,13 @@ def install(
     """Mount the GET routes, and the Files and Batches routes with jobs on, on `routes` (the Gateway's ASGI app)
     and add the middleware, outermost first. The readiness report is the probe's body itself, so it stands
     outside the error rewriting; every other error below, ours or the framework's, leaves in its route's shape."""
-    routes.router.routes.extend(get_routes(config, lifecycle))
+    routes.router.routes.extend(get_routes(config, lifecycle, catalog))
+    routes.router.routes.extend(admin_routes(config, catalog, keys))
     if job_store is not None:
         routes.router.routes.extend(job_routes(job_store, config.jobs, new_jobs.set))
     uploads = {FILES_PATH: upload_limit(config.jobs)} if job_store is not None else {}
     gateway.add_asgi_middleware(ReadinessReport, lifecycle=lifecycle)
+    gateway.add_asgi_middleware(AdminSchema)
     gateway.add_asgi_middleware(ErrorBodies, shapes=ERROR_SHAPES, tei_bodies=TEI_BODIES)
     gateway.add_asgi_middleware(
         TenantGate,

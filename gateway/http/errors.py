@@ -30,6 +30,8 @@ STATUS: dict[type[errors.EmbentoError], tuple[int, str | None]] = {
     errors.RouteNotFound: (404, "not_found"),
     errors.NotFound: (404, None),
     errors.Unauthorized: (401, "invalid_api_key"),
+    errors.Forbidden: (403, "forbidden"),
+    errors.Conflict: (409, "conflict"),
     errors.Overloaded: (429, "overloaded"),
     errors.RateLimited: (429, "rate_limit_exceeded"),
     errors.NotReady: (503, "model_not_ready"),

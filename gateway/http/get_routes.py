@@ -14,6 +14,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from config import errors
 from config.settings import EmbentoConfig, ModelConfig
+from gateway.catalog import Catalog
 from gateway.http.errors import error_response
 from gateway.startup.lifecycle import Lifecycle
 from gateway.startup.warmup import ModelRegistry
@@ -113,13 +114,14 @@ def _model_limits(model: ModelConfig, registry: ModelRegistry) -> dict[str, Any]
     }
 
 
-def get_routes(config: EmbentoConfig, lifecycle: Lifecycle) -> list[Route]:
+def get_routes(config: EmbentoConfig, lifecycle: Lifecycle, catalog: Catalog) -> list[Route]:
     """The GET routes to mount; /info answers from the configuration it is given and the models once loaded."""
     registry = lifecycle.registry
 
     async def get_models(request: Request) -> Response:
         try:
-            return JSONResponse(model_list(registry, STARTED).model_dump())
+            answer = model_list(registry, STARTED, catalog.state_names(), catalog.wanted().aliases)
+            return JSONResponse(answer.model_dump())
         except errors.EmbentoError as exc:
             return error_response(exc)
 

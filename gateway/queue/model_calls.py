@@ -41,7 +41,7 @@ from gateway.queue.priority import PRIORITY, Priority
 from gateway.queue.resend import CallTimes, first_answer
 from gateway.shared_memory import SharedCounters
 from gateway.validation import check_request_tokens
-from models.base import Kind, ModelInfo, Row
+from models.base import NOT_LOADED, Kind, ModelInfo, Row
 from models.batching import BatchLimits, pass_overhead_tokens, plan_batches
 from models.kinds import spec
 from shared_metrics import DROPPED_INPUTS
@@ -243,6 +243,8 @@ def in_request_order(parts: list[list[int]], answered: list[np.ndarray]) -> list
 def checked(outputs: list[np.ndarray]) -> list[np.ndarray]:
     """The outputs, unless the model failed on some input (`runners.pool.FAILED`) or answered NaN or inf.
     A sparse output with no active entry is (2, 0), not a failure."""
+    if any(output.dtype == NOT_LOADED.dtype and output.shape == (0,) for output in outputs):
+        raise errors.NotReady("the model was unloaded while this request ran; retry shortly")
     failed = [i for i, output in enumerate(outputs) if output.shape == (0,) or not np.isfinite(output).all()]
     if failed:
         raise errors.InferenceError(

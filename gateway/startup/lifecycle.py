@@ -40,11 +40,13 @@ class Lifecycle:
         registry: ModelRegistry,
         counters: SharedCounters | None = None,
         workers: Callable[[], int] = lambda: 1,
+        states: Callable[[], Mapping[str, str]] = dict,
     ) -> None:
         """`counters`: the gateway workers' shared counters, with WARM_WORKERS; `workers`: how many gateway workers
         the server runs, each of which must be warm for it to be ready (asked once one is: BentoML resolves its
         configuration in the worker after this is made)."""
         self.registry = registry
+        self._states = states  # each model's state, for /readyz (the run-time catalog's)
         self.clients: Mapping[str, Any] = {}
         self.warmup: Warmup | None = None
         self._task: asyncio.Task | None = None
@@ -82,7 +84,7 @@ class Lifecycle:
         failed = {name: reason for report in reports for name, reason in report["failed"].items()}
         failed.update(failed_here)
         infos = {i["served_model_name"]: ModelInfo(**i) for report in reports for i in report["models"]}
-        configured = self.registry.kinds
+        configured = [name for name in self.registry.kinds if name not in self.registry.lazy]
         missing = set(configured) - set(infos) - set(failed)
         if missing:
             raise errors.NotReady(f"no model service reported {sorted(missing)}")
@@ -94,7 +96,7 @@ class Lifecycle:
         return ready
 
     def _every_worker_warm(self) -> bool:
-        if not (self.registry.done and self.registry.infos):
+        if not (self.registry.done and (self.registry.infos or self.registry.lazy)):
             return False
         if not self._counted_warm:
             with self._counters.locked():
@@ -104,9 +106,15 @@ class Lifecycle:
         return self._counters.total(WARM_WORKERS) >= self._worker_count
 
     async def readiness(self) -> dict[str, Any]:
-        """/readyz's body: whether requests can be served, by which models, and which failed to load."""
+        """/readyz's body: whether requests can be served, by which models, which failed to load, and each
+        configured model's state (`loaded`, `loading`, `unloaded`, `failed`)."""
         ready = await self.is_ready()
-        return {"ready": ready, "models": list(self.registry.infos), "failed": self.registry.failed}
+        return {
+            "ready": ready,
+            "models": list(self.registry.infos),
+            "failed": self.registry.failed,
+            "states": dict(self._states()),
+        }
 
     async def health(self) -> dict[str, float]:
         """infinity's /health, but honest: 200 only while every model is warm and its service answers."""

@@ -40,9 +40,11 @@ FetchInfos = Callable[[], Awaitable[tuple[dict[str, ModelInfo], dict[str, str]]]
 @dataclass
 class ModelRegistry:
     """What is known of the configured models: their kinds (configuration order; the first is the default),
-    and once warm-up is `done` the ones served (`infos`), those that failed, and the int8/uint8 quantizers."""
+    and once warm-up is `done` the ones served (`infos`), those that failed, and the int8/uint8 quantizers. After
+    the start, the run-time catalog keeps it to what the model services hold (gateway/catalog.py)."""
 
     kinds: dict[str, Kind]
+    lazy: frozenset[str] = frozenset()  # configured `load: lazy`: loaded by a request, not by the start
     infos: dict[str, ModelInfo] = field(default_factory=dict)
     failed: dict[str, str] = field(default_factory=dict)
     quantizers: dict[str, Quantizer] = field(default_factory=dict)

@@ -30,6 +30,8 @@ from gateway.tenants.usage import THROTTLED, AccessLog, record, start_series
 Headers = list[tuple[bytes, bytes]]
 # Probes stay open so orchestrators need no key; /metrics too where configured (`public_metrics`).
 PROBE_PATHS = frozenset({"/livez", "/readyz", "/healthz", "/health"})
+# The admin API is opened by the admin key alone, never a tenant's (gateway/http/admin.py checks it).
+ADMIN_PREFIX = "/admin/"
 LIMIT_NAMES = {"requests": "requests per minute", "tokens": "tokens per minute", "concurrency": "concurrent requests"}
 
 
@@ -46,7 +48,8 @@ class TenantGate:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         # A CORS preflight carries no credentials; the probes stay open so that orchestrators need no key.
-        if scope["type"] != "http" or scope["method"] == "OPTIONS" or scope["path"] in self.open_paths:
+        path = scope.get("path", "")
+        if scope["type"] != "http" or scope["method"] == "OPTIONS" or path in self.open_paths or _admin(path):
             return await self.app(scope, receive, send)
         tenant = self._caller(scope)
         account = Account(tenant.name if tenant else None)
@@ -156,3 +159,7 @@ def duration(seconds: float) -> str:
     minutes, rest_ms = divmod(total_ms, 60_000)
     rest = f"{rest_ms / 1000:.3f}".rstrip("0").rstrip(".") + "s"
     return f"{minutes}m{rest}" if minutes else rest
+
+
+def _admin(path: str) -> bool:
+    return path.startswith(ADMIN_PREFIX)

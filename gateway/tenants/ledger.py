@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from typing import Literal, Protocol
 
 from config.keys_file import Tenant
-from gateway.shared_memory import SharedCounters, SharedTable
+from config.shared_table import SharedTable
+from gateway.shared_memory import SharedCounters
 
 Refusal = Literal["requests", "tokens", "concurrency"]
 CONCURRENCY_RETRY_S = 1.0  # a request waiting for a slot has no schedule to read; retry in a second

@@ -4,6 +4,7 @@ the label scores infinity and TEI both answer."""
 
 from __future__ import annotations
 
+import math
 import uuid
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
@@ -14,6 +15,7 @@ from pydantic import (
     Field,
     SerializerFunctionWrapHandler,
     StrictBool,
+    StrictFloat,
     StrictInt,
     StrictStr,
     ValidationError,
@@ -24,6 +26,7 @@ from pydantic import (
 )
 from starlette.responses import Response
 
+from config.durations import seconds_or_forever
 from gateway.queries import InputItem, InputType, RankQuery, mixed_input
 from gateway.queue.priority import Prioritized
 from models.base import Modality, Truncation
@@ -117,6 +120,30 @@ def _item(value: str | list[int] | TypedItem, modality: Modality) -> InputItem:
     if isinstance(value, list):
         return InputItem("text", value)
     return InputItem(modality, value)
+
+
+class KeepAlive(BaseModel):
+    """Ollama's `keep_alive`: how long the model stays loaded after this request (seconds, `5m`, or forever as
+    `-1`), for callers that know better than the configuration."""
+
+    keep_alive: StrictInt | StrictFloat | StrictStr | None = Field(
+        None,
+        description="How long the model stays loaded with no request after this one: seconds, or a duration "
+        "('30s', '5m', '1h'); -1 or 'forever': it stays. Unset: the model's `keep_alive`.",
+    )
+
+    @field_validator("keep_alive")
+    @classmethod
+    def _readable(cls, value: Any) -> Any:
+        seconds_or_forever(value)  # a ValueError here is the route's 400, naming the field
+        return value
+
+    def keep_alive_s(self) -> float | None:
+        """Seconds (`math.inf`: forever); None when the request gave none."""
+        if self.keep_alive is None:
+            return None
+        seconds = seconds_or_forever(self.keep_alive)
+        return math.inf if seconds is None else seconds
 
 
 class TruncationControls(Prioritized):
@@ -239,7 +266,7 @@ class ModeScores(BaseModel):
         return answer
 
 
-class RerankRequest(TruncationControls, RankControls):
+class RerankRequest(TruncationControls, RankControls, KeepAlive):
     model: str | None = Field(None, description="Served model name; defaults to the first reranker.")
     query: StrictStr
     documents: list[Document]
@@ -274,6 +301,7 @@ def rank_query(body: RerankRequest) -> RankQuery:
         activation="identity" if body.raw_scores else None,
         instruction=body.instruction,
         truncation=body.truncation(),
+        keep_alive_s=body.keep_alive_s(),
         **body.controls(),
     )
 

@@ -125,7 +125,7 @@ def classify_response(classified: Classified) -> ClassifyResponse:
     info = classified.info
     return ClassifyResponse(
         data=ranked_labels(info.labels, classified.scores.tolist()),
-        model=info.served_model_name,
+        model=classified.model,
         usage=Usage.of(classified.tokens, classified.cached_tokens),
         id=response_id(),
         created=int(time.time()),

@@ -5,6 +5,7 @@ controls); other families' bodies have adapters of their own."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -27,6 +28,7 @@ from gateway.tenants.keys import allowed
 from gateway.wire.common import (
     SHORT_INPUT_TYPES,
     EmbeddingInput,
+    KeepAlive,
     TruncationControls,
     Usage,
     input_items,
@@ -44,7 +46,7 @@ if TYPE_CHECKING:
 LongInputName = Literal["truncate", "error", "mean"]
 
 
-class EmbeddingRequest(TruncationControls):
+class EmbeddingRequest(TruncationControls, KeepAlive):
     """POST /v1/embeddings. Unknown fields are ignored, as OpenAI SDK extras may add some."""
 
     input: EmbeddingInput = Field(
@@ -151,6 +153,7 @@ def embed_query(body: EmbeddingRequest) -> EmbedQuery:
         truncation=replace(body.truncation(), max_tokens=body.max_tokens),
         long_input=LongInput.LATE_CHUNKING if body.late_chunking else LongInput(body.long_input or "truncate"),
         representations=None if body.output_types is None else tuple(dict.fromkeys(body.output_types)),
+        keep_alive_s=body.keep_alive_s(),
     )
 
 
@@ -209,7 +212,7 @@ def _answer(embeddings: Embeddings, data: list[dict]) -> dict:
     return {
         "object": "list",
         "data": data,
-        "model": embeddings.info.served_model_name,
+        "model": embeddings.model,
         "usage": Usage.of(embeddings.tokens, embeddings.cached_tokens).model_dump(),
     }
 
@@ -256,6 +259,8 @@ class ModelCard(BaseModel):
     object: Literal["model"] = "model"
     created: int
     owned_by: str = "embento"
+    status: Literal["loaded"] = "loaded"
+    alias_of: str | None = Field(None, description="For an alias: the model it names now.")
     modalities: list[str]
     capabilities: list[str]
     backend: str
@@ -293,27 +298,49 @@ class FailedModel(BaseModel):
 
     id: str
     error: str
+    status: Literal["failed"] = "failed"
+
+
+class AvailableModel(BaseModel):
+    """A configured model not loaded now: `unloaded` (lazy, evicted or unloaded by the admin) or `loading`."""
+
+    id: str
+    status: Literal["unloaded", "loading"]
 
 
 class ModelList(BaseModel):
     object: Literal["list"] = "list"
     data: list[ModelCard]
     failed: list[FailedModel] = Field(default_factory=list)
-
-
-def model_list(registry: ModelRegistry, created: int) -> ModelList:
-    if not registry.done:
-        raise errors.NotReady("models are still loading; retry shortly")
-    return ModelList(
-        data=[_model_card(info, registry, created) for info in allowed(registry.infos).values()],
-        failed=[FailedModel(id=name, error=reason) for name, reason in allowed(registry.failed).items()],
+    available: list[AvailableModel] = Field(
+        default_factory=list, description="Configured models not loaded now; a request loads a lazy or evicted one."
     )
 
 
-def _model_card(info: ModelInfo, registry: ModelRegistry, created: int) -> ModelCard:
+def model_list(
+    registry: ModelRegistry, created: int, states: Mapping[str, str], aliases: Mapping[str, str]
+) -> ModelList:
+    """The loaded models (and each alias, as a card of the model it names), the failed, and the others by state."""
+    if not registry.done:
+        raise errors.NotReady("models are still loading; retry shortly")
+    infos = allowed(registry.infos)
+    cards = [_model_card(info, registry, created) for info in infos.values()]
+    cards += [
+        _model_card(infos[target], registry, created, alias) for alias, target in aliases.items() if target in infos
+    ]
+    available = allowed({name: state for name, state in states.items() if state in ("unloaded", "loading")})
+    return ModelList(
+        data=cards,
+        failed=[FailedModel(id=name, error=reason) for name, reason in allowed(registry.failed).items()],
+        available=[AvailableModel(id=name, status=state) for name, state in available.items()],
+    )
+
+
+def _model_card(info: ModelInfo, registry: ModelRegistry, created: int, alias: str | None = None) -> ModelCard:
     quantizer = registry.quantizers.get(info.served_model_name)
     return ModelCard(
-        id=info.served_model_name,
+        id=alias or info.served_model_name,
+        alias_of=alias and info.served_model_name,
         created=created,
         modalities=info.modalities,
         capabilities=info.capabilities,

@@ -156,7 +156,7 @@ def _answer(
     return ContextualizedResponse.model_construct(
         object="list",
         data=data,
-        model=embeddings.info.served_model_name,
+        model=embeddings.model,
         usage=VoyageUsage(total_tokens=embeddings.tokens),
     )
 
@@ -276,6 +276,6 @@ async def multimodal(engine: Engine, body: MultimodalRequest) -> MultimodalRespo
             MultimodalEmbedding.model_construct(object="embedding", embedding=vector, index=i)
             for i, vector in enumerate(encoded)
         ],
-        model=embeddings.info.served_model_name,
+        model=embeddings.model,
         usage=MultimodalUsage(text_tokens=embeddings.tokens, total_tokens=embeddings.tokens),
     )

@@ -1,6 +1,7 @@
 """A model service's pool loads and drops models while it serves (issue 53's base): through the real loading
 path (`load_model`, the start's), a model loaded at run time answers as the same checkpoint loaded on its own;
-one dropped is collected, its rows then fail as an unknown model's, and the others serve throughout."""
+one dropped is collected, its rows then come back marked not loaded (the gateway's 503), and the others serve
+throughout."""
 
 from __future__ import annotations
 
@@ -12,11 +13,11 @@ import pytest
 
 from config.errors import ModelLoadError
 from config.settings import ModelConfig
-from models.base import TokenizedText
+from models.base import NOT_LOADED, TokenizedText
 from models.inference.auto_backend import load_model
 from models.inference.text_encoder import TextEncoder
 from models.preprocessing.text_tokenizer import TextTokenizer
-from runners.pool import FAILED, ModelPool
+from runners.pool import ModelPool
 from testkit.sentences import make_sentences
 from tests.tolerance import assert_same_vectors
 
@@ -52,7 +53,7 @@ def test_a_dropped_model_is_collected_and_its_rows_fail_while_the_others_serve(p
     pool.unload("second")
     assert dropped() is None  # nothing keeps its weights: its memory can go back
     outputs = asyncio.run(pool.run(rows(tiny_bert_path, "second")))
-    assert all(output is FAILED for output in outputs)
+    assert all(output is NOT_LOADED for output in outputs)
     assert all(output.shape == (384,) for output in asyncio.run(pool.run(rows(minilm_path, "first"))))
     with pytest.raises(KeyError):
         pool.unload("second")

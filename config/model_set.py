@@ -1,0 +1,171 @@
+"""Which models one server should hold, and what each model-service worker holds: the files its processes share.
+
+The gateway workers (the admin API, a lazy model's first request, a request's `keep_alive`) write the wanted set;
+every model-service worker reads it and loads, unloads or evicts to match (runners/residency.py), then writes what
+it holds to its own status file, which every gateway worker reads (gateway/catalog.py). A file rather than a call:
+a call reaches one worker of a service, and a server may run several of each.
+
+In config/, beside server_files.py, so that the gateway and the model services both reach it.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from config.server_files import server_file
+from config.settings import EmbentoConfig
+from config.shared_table import SLOTS, SharedTable
+
+State = Literal["loaded", "loading", "unloaded", "failed"]
+SET_FILE = "model-set.json"
+STATUS_PREFIX = "model-status-"
+
+
+@dataclass
+class Wanted:
+    """What the server should do with one model: hold it (`loaded`); whether a request may load it (False after an
+    admin unload, so that it answers 404 until loaded again); how long it stays idle (None: forever)."""
+
+    loaded: bool
+    on_request: bool = True
+    keep_alive_s: float | None = None
+
+
+@dataclass
+class ModelSet:
+    """The wanted state of every model the server may serve, and the aliases; `version` grows with each change."""
+
+    version: int = 0
+    models: dict[str, Wanted] = field(default_factory=dict)
+    aliases: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def configured(cls, config: EmbentoConfig) -> ModelSet:
+        """As the configuration starts it: eager models held, lazy ones not, the configured aliases."""
+        return cls(
+            models={m.served_model_name: Wanted(m.load == "eager", True, m.keep_alive) for m in config.models},
+            aliases={alias: m.served_model_name for m in config.models for alias in m.aliases},
+        )
+
+    def resolve(self, name: str) -> str:
+        """The model a name (an alias or a model's own) stands for."""
+        return self.aliases.get(name, name)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> ModelSet:
+        data = json.loads(text)
+        models = {name: Wanted(**wanted) for name, wanted in data["models"].items()}
+        return cls(data["version"], models, data["aliases"])
+
+
+@dataclass
+class ModelStatus:
+    """One model as one model-service worker holds it: its state, why it failed, the seconds its last load took, and
+    once loaded its facts (`ModelInfo` as a dict) and the bytes of its weights."""
+
+    state: State
+    reason: str | None = None
+    load_s: float | None = None
+    info: dict[str, Any] | None = None
+    weight_bytes: int = 0
+    in_flight: int = 0
+    refused: bool = False  # failed because the budget had no room: worth another try later
+
+
+class SharedModelSet:
+    """The wanted set and the workers' status files in `folder`: read by anyone, changed under a lock."""
+
+    def __init__(self, folder: Path, prefix: str, config: EmbentoConfig) -> None:
+        self._path = folder / f"{prefix}{SET_FILE}"
+        self._lock = folder / f"{prefix}{SET_FILE}.lock"
+        self._status_prefix = f"{prefix}{STATUS_PREFIX}"
+        self._folder = folder
+        self._config = config
+
+    def read(self) -> ModelSet:
+        """The wanted set; the configured one until someone changes it."""
+        try:
+            return ModelSet.from_json(self._path.read_text())
+        except FileNotFoundError:
+            return ModelSet.configured(self._config)
+
+    def change(self, edit: Callable[[ModelSet], None]) -> ModelSet:
+        """`edit` applied to the current set under the lock, then written whole (a reader never sees half)."""
+        with self._locked():
+            models = self.read()
+            edit(models)
+            models.version += 1
+            temporary = self._path.with_suffix(f".{os.getpid()}.tmp")
+            temporary.write_text(models.to_json())
+            temporary.replace(self._path)
+            return models
+
+    def write_status(self, worker: str, statuses: dict[str, ModelStatus]) -> None:
+        """What one model-service worker (`service-index`) holds now."""
+        path = self._folder / f"{self._status_prefix}{worker}.json"
+        temporary = path.with_suffix(f".{os.getpid()}.tmp")
+        temporary.write_text(json.dumps({name: asdict(status) for name, status in statuses.items()}))
+        temporary.replace(path)
+
+    def statuses(self) -> dict[str, dict[str, ModelStatus]]:
+        """Every model-service worker's statuses, by worker."""
+        found: dict[str, dict[str, ModelStatus]] = {}
+        for path in self._folder.glob(f"{self._status_prefix}*.json"):
+            worker = path.name[len(self._status_prefix) : -len(".json")]
+            try:
+                found[worker] = {name: ModelStatus(**s) for name, s in json.loads(path.read_text()).items()}
+            except (FileNotFoundError, json.JSONDecodeError):  # replaced as it was read: the next read has it
+                continue
+        return found
+
+    @contextmanager
+    def _locked(self) -> Iterator[None]:
+        with self._lock.open("a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+PINS_FILE = "model-pins"  # per gateway worker and model: requests that resolved to the model and are not answered
+
+
+def pinned_names(config: EmbentoConfig) -> list[str]:
+    """The columns of the pins table: the configured models, in order."""
+    return [m.served_model_name for m in config.models]
+
+
+class Pins:
+    """The model services' view of the gateways' pins: a model pinned by a request is never evicted. A gateway pins
+    and reads the wanted set under the table's lock, and an eviction checks the pins and marks the model unwanted
+    under it too: a request either pins first (and the model stays) or sees it unwanted (and loads it again)."""
+
+    def __init__(self, config: EmbentoConfig) -> None:
+        names = pinned_names(config)
+        self._columns = {name: column for column, name in enumerate(names)}
+        self._table = SharedTable(PINS_FILE, SLOTS, len(names))
+
+    @contextmanager
+    def locked(self) -> Iterator[Callable[[str], int]]:
+        """Inside: how many requests pin a model, with no gateway pinning in between."""
+        with self._table.locked() as table:
+            yield lambda name: int(table[:, self._columns[name]].sum())
+
+
+def server_model_set(config: EmbentoConfig) -> SharedModelSet | None:
+    """This server's shared set (None outside a BentoML server, where there is nothing to share with)."""
+    marker = server_file("")
+    if marker is None:
+        return None
+    return SharedModelSet(marker.parent, marker.name, config)

@@ -1,0 +1,376 @@
+"""The models a server may serve, as every gateway worker sees them at run time: what is wanted (config/model_set.py,
+shared by the server's processes) and what the model-service workers hold (their status files).
+
+Each gateway worker follows the status files: a model every worker of its service holds is warmed up here (the
+start's calibration) and only then served (`ModelRegistry.infos`); one unloaded or failed leaves the registry. A
+request for a lazy or evicted model wants it loaded and waits for it, up to its deadline (`serving`); an alias
+resolves to its model when the request arrives, so requests in flight finish on the model they started on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import Any
+
+from config import errors
+from config.model_set import PINS_FILE, ModelSet, ModelStatus, SharedModelSet, State, Wanted, pinned_names
+from config.settings import EmbentoConfig
+from gateway.shared_memory import SharedCounters
+from gateway.startup.warmup import TRANSIENT, ModelRegistry, describe
+from models.base import ModelInfo
+from models.kinds import spec
+
+logger = logging.getLogger(__name__)
+REQUEST_PINS: ContextVar[list[str] | None] = ContextVar("embento_request_pins", default=None)
+FOLLOW_EVERY_S = 0.1  # how soon a gateway worker sees a model loaded or unloaded
+
+
+@dataclass(frozen=True)
+class ServerState:
+    """One model across its service's workers: `loaded` once every worker holds it."""
+
+    state: State
+    reason: str | None = None
+    info: ModelInfo | None = None
+    load_s: float | None = None
+    weight_bytes: int = 0
+    in_flight: int = 0
+    refused: bool = False  # failed because the budget had no room then: a later request may try again
+
+
+def server_state(statuses: list[ModelStatus]) -> ServerState | None:
+    """The workers' statuses of one model, as one (None when no worker has reported: a split topology's)."""
+    if not statuses:
+        return None
+    states = {status.state for status in statuses}
+    first = statuses[0]
+    in_flight = sum(status.in_flight for status in statuses)
+    for state in ("failed", "loading", "unloaded"):
+        if state in states:
+            found = next(status for status in statuses if status.state == state)
+            return ServerState(found.state, found.reason, in_flight=in_flight, refused=found.refused)
+    info = ModelInfo(**first.info) if first.info else None
+    return ServerState("loaded", None, info, first.load_s, first.weight_bytes, in_flight)
+
+
+class Catalog:
+    """The run-time model set seen from this gateway worker: aliases, loads on request, keep_alive, and the
+    registry kept to what the model services hold."""
+
+    def __init__(
+        self,
+        config: EmbentoConfig,
+        registry: ModelRegistry,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.config = config
+        self.registry = registry
+        self.shared: SharedModelSet | None = None  # the server's, once `start` runs in the worker
+        self._clock = clock
+        self._changed = asyncio.Event()
+        self._states: dict[str, ServerState] = {}
+        self._warm_up: Callable[[ModelInfo], Awaitable[None]] | None = None
+        self._task: asyncio.Task | None = None
+        self._synced = False  # whether the registry has met the states read since the start's warm-up
+        self._pins = SharedCounters(pinned_names(config), PINS_FILE)
+        self._refreshes_begun = 0
+        self._refreshed_from = 0  # the number of the last refresh done: it began after any want numbered lower
+
+    @property
+    def controlled(self) -> bool:
+        """Whether the model services share this server's files (not in a split topology, where each pod
+        serves what its configuration says)."""
+        return self.shared is not None and bool(self._states)
+
+    def wanted(self) -> ModelSet:
+        return self.shared.read() if self.shared is not None else ModelSet.configured(self.config)
+
+    def states(self) -> dict[str, ServerState]:
+        """Each configured model's state across its service's workers, in configuration order."""
+        return {m.served_model_name: self._state_of(m.served_model_name) for m in self.config.models}
+
+    def state_names(self) -> dict[str, str]:
+        """Each configured model's state, by name (/readyz)."""
+        return {name: state.state for name, state in self.states().items()}
+
+    def _state_of(self, name: str) -> ServerState:
+        if name in self._states:
+            return self._states[name]
+        if name in self.registry.failed:
+            return ServerState("failed", self.registry.failed[name])
+        return ServerState("loaded" if name in self.registry.infos else "unloaded")
+
+    def start(self, warm_up: Callable[[ModelInfo], Awaitable[None]], shared: SharedModelSet | None) -> None:
+        """In the gateway worker: follow the model services' status files in `shared` (the registry from when the
+        start's warm-up is done)."""
+        self._warm_up = warm_up
+        self.shared = shared
+        self._pins.open()  # now, in the worker: its row of pins starts at zero
+        if shared is not None:
+            self._task = asyncio.create_task(self._follow())
+
+    async def _follow(self) -> None:
+        while True:
+            try:
+                await self._refresh()
+            except Exception:  # a bad read must not end the task: the next one reads again
+                logger.exception("reading the model services' status failed")
+            await asyncio.sleep(FOLLOW_EVERY_S)
+
+    async def _refresh(self) -> None:
+        assert self.shared is not None
+        self._refreshes_begun += 1
+        begun = self._refreshes_begun
+        by_worker = self.shared.statuses()
+        for cfg in self.config.models:
+            name = cfg.served_model_name
+            service = spec(self.registry.kinds[name]).model_service
+            found = [statuses[name] for worker, statuses in by_worker.items() if _of_service(worker, service)]
+            state = server_state([status for status in found if status is not None])
+            if state is None:
+                continue
+            if self.registry.done and (state != self._states.get(name) or not self._synced):
+                if not await self._apply(name, state):
+                    continue  # met again on the next refresh
+            self._states[name] = state
+        self._synced = self.registry.done
+        self._refreshed_from = begun
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    async def _apply(self, name: str, state: ServerState) -> bool:
+        """The registry brought to a model's new state (a loaded one warmed up here before it is served); False
+        when that must be tried again (the model went while it warmed up)."""
+        registry = self.registry
+        if state.state == "loaded" and state.info is not None:
+            if name not in registry.infos or registry.infos[name] != state.info:
+                return await self._warmed(name, state.info)
+            return True
+        registry.infos.pop(name, None)
+        registry.quantizers.pop(name, None)
+        if state.state == "failed":
+            registry.failed[name] = state.reason or "its load failed"
+        else:
+            registry.failed.pop(name, None)
+        return True
+
+    async def _warmed(self, name: str, info: ModelInfo) -> bool:
+        assert self._warm_up is not None
+        try:
+            await self._warm_up(info)
+        except TRANSIENT:  # unloaded again as it warmed up, or its service busy: the next refresh tells
+            return False
+        except Exception as exc:  # a model that fails its warm-up is not served: the same rule as at start
+            self.registry.failed[name] = f"its warm-up failed: {describe(exc)}"
+            self.registry.infos.pop(name, None)
+            return True
+        self.registry.failed.pop(name, None)
+        infos = {**self.registry.infos, name: info}
+        order = [m.served_model_name for m in self.config.models]  # the first capable model is the default
+        self.registry.infos = {n: infos[n] for n in order if n in infos}
+        return True
+
+    async def serving(self, requested: str | None) -> str | None:
+        """The model a request names, loaded and warm here when it can be: an alias resolved; a lazy or evicted
+        model wanted and waited for, up to the request's deadline (then a 503 with Retry-After).
+
+        The wanted set is read afresh for each request, the workers' status files only every `FOLLOW_EVERY_S`: a
+        model the set no longer wants is not routed to on the registry's word. One unloaded by the admin is a 404
+        at once; one evicted is wanted again, and served once a refresh begun after that has found it loaded."""
+        if requested is None or self.shared is None:
+            return requested
+        name = self.wanted().resolve(requested)
+        if name not in self.registry.kinds or not self.controlled:
+            return name
+        entry = self._pinned(name)
+        if entry.loaded and name in self.registry.infos:
+            return name
+        deadline = self._clock() + self.config.request_timeout_s
+        asked_at: int | None = None
+        while True:
+            if not (entry.loaded or entry.on_request):
+                raise errors.UnknownModel(f"model '{name}' is not served now: it was unloaded", param="model")
+            state = self._state_of(name)
+            if state.state == "failed" and not entry.loaded and (asked_at is not None or not state.refused):
+                return name  # the registry says why (503); a refusal by the budget is tried again once
+            if not entry.loaded:
+                self._want(name)
+                asked_at = self._refreshes_begun
+            elif name in self.registry.infos and (asked_at is None or self._refreshed_from > asked_at):
+                return name
+            await self._next_refresh(deadline, name)
+            entry = self.wanted().models[name]
+
+    @contextmanager
+    def holding(self) -> Iterator[None]:
+        """One request's scope: the models it names stay loaded until it ends (`_pinned`)."""
+        held: list[str] = []
+        token = REQUEST_PINS.set(held)
+        try:
+            yield
+        finally:
+            REQUEST_PINS.reset(token)
+            for name in held:
+                with self._pins.locked():
+                    self._pins.add(name, -1)
+
+    def _pinned(self, name: str) -> Wanted:
+        """The model's wanted state, read under the pins' lock once this request pins it (in a request's scope):
+        either it is still wanted, and no model service will evict it until the request ends, or it is not."""
+        held = REQUEST_PINS.get()
+        if held is None:
+            return self.wanted().models[name]
+        with self._pins.locked():
+            if name not in held:
+                self._pins.add(name, 1)
+                held.append(name)
+            return self.wanted().models[name]
+
+    async def _next_refresh(self, deadline: float, name: str) -> None:
+        left = deadline - self._clock()
+        try:
+            if left <= 0:
+                raise TimeoutError
+            await asyncio.wait_for(self._changed.wait(), left)
+        except TimeoutError:
+            raise errors.NotReady(f"model '{name}' is still loading; retry shortly") from None
+
+    # The admin API's operations (gateway/http/admin.py).
+
+    def report(self) -> dict[str, Any]:
+        """Every model the server may serve, with its state, its settings and the figures of its last load."""
+        wanted, states = self.wanted(), self.states()
+        models = []
+        for cfg in self.config.models:
+            name, state = cfg.served_model_name, states[cfg.served_model_name]
+            entry = wanted.models.get(name)
+            models.append(
+                {
+                    "id": name,
+                    "kind": self.registry.kinds[name],
+                    "state": state.state,
+                    "reason": state.reason,
+                    "load": cfg.load,
+                    "keep_alive_s": entry.keep_alive_s if entry else cfg.keep_alive,
+                    "aliases": sorted(alias for alias, target in wanted.aliases.items() if target == name),
+                    "load_seconds": state.load_s,
+                    "weight_bytes": state.weight_bytes,
+                    "in_flight": state.in_flight,
+                }
+            )
+        budget = {"max_loaded_models": self.config.max_loaded_models, "max_loaded_bytes": self.config.max_loaded_bytes}
+        return {"models": models, "aliases": wanted.aliases, "budget": budget, "controlled": self.controlled}
+
+    async def load(self, name: str) -> dict[str, Any]:
+        """Load a configured model (the start's path, in each worker of its service) and warm it here; the others
+        serve on. Raises with the reason if it failed or was refused."""
+        self._check_controlled(name)
+        if name not in self.registry.infos:
+            self._want(name)
+            await self._until(lambda: name in self.registry.infos or self._failed_for_good(name))
+        if name not in self.registry.infos:
+            state = self._state_of(name)
+            raise errors.ModelUnavailable(f"model '{name}' did not load: {state.reason}", param="model")
+        return self._entry(name)
+
+    async def unload(self, name: str) -> dict[str, Any]:
+        """Drop a model everywhere; requests naming it then get a 404 until it is loaded again."""
+        self._check_controlled(name)
+
+        def unwant(models: ModelSet) -> None:
+            models.models[name].loaded = False
+            models.models[name].on_request = False
+
+        self.shared.change(unwant)  # type: ignore[union-attr]  # checked above
+        await self._until(lambda: self._state_of(name).state in ("unloaded", "failed"))
+        return self._entry(name)
+
+    def point_alias(self, alias: str, name: str) -> dict[str, Any]:
+        """Move (or make) an alias onto a model loaded and warm here: requests arriving from now on resolve to it,
+        those in flight finish on the model they started on."""
+        self._check_controlled(name)
+        if alias in self.registry.kinds:
+            raise errors.InvalidRequest(f"'{alias}' is a model's own name, not an alias", param="alias")
+        if name not in self.registry.infos:
+            raise errors.Conflict(f"model '{name}' is not loaded and warm; load it first", param="model")
+
+        def point(models: ModelSet) -> None:
+            models.aliases[alias] = name
+
+        self.shared.change(point)  # type: ignore[union-attr]  # checked above
+        return {"alias": alias, "model": name}
+
+    def remove_alias(self, alias: str) -> dict[str, Any]:
+        if alias not in self.wanted().aliases:
+            raise errors.NotFound(f"no alias '{alias}'", param="alias")
+
+        def remove(models: ModelSet) -> None:
+            models.aliases.pop(alias, None)
+
+        self.shared.change(remove)  # type: ignore[union-attr]  # an alias exists only where there is a set
+        return {"alias": alias, "deleted": True}
+
+    def _entry(self, name: str) -> dict[str, Any]:
+        return next(model for model in self.report()["models"] if model["id"] == name)
+
+    def _check_controlled(self, name: str) -> None:
+        if name not in self.registry.kinds:
+            raise errors.UnknownModel(f"model '{name}' is not configured here; configured: {list(self.registry.kinds)}")
+        if not self.registry.done:
+            raise errors.NotReady("models are still loading; retry shortly")
+        if not self.controlled:
+            raise errors.Conflict(
+                "the model services run apart from this gateway (a split topology): change the models through "
+                "the deployment's configuration instead (docs/operations.md)"
+            )
+
+    def _failed_for_good(self, name: str) -> bool:
+        """Failed, and the model services have given up on it (it is no longer wanted)."""
+        entry = self.wanted().models.get(name)
+        return self._state_of(name).state == "failed" and not (entry and entry.loaded)
+
+    async def _until(self, done: Callable[[], bool]) -> None:
+        """Wait for the next refreshes until `done`, at most a request's deadline (then a 503)."""
+        deadline = self._clock() + self.config.request_timeout_s
+        while not done():
+            left = deadline - self._clock()
+            if left <= 0:
+                raise errors.NotReady("the model services have not finished; see GET /admin/models")
+            try:
+                await asyncio.wait_for(self._changed.wait(), left)
+            except TimeoutError:
+                continue
+
+    def _want(self, name: str) -> None:
+        assert self.shared is not None
+
+        def want(models: ModelSet) -> None:
+            models.models[name].loaded = True
+            models.models[name].on_request = True
+
+        self.shared.change(want)
+
+    def keep_alive(self, name: str, seconds: float | None) -> None:
+        """A request's `keep_alive` for its model, from now on (`math.inf`: forever; None: it gave none)."""
+        if self.shared is None or seconds is None:
+            return
+        keep = None if math.isinf(seconds) else seconds
+        if self.wanted().models[name].keep_alive_s == keep:
+            return
+
+        def set_keep_alive(models: ModelSet) -> None:
+            models.models[name].keep_alive_s = keep
+
+        self.shared.change(set_keep_alive)
+
+
+def _of_service(worker: str, service: str) -> bool:
+    """Whether a status file's worker (`<service>-<index>`) is one of `service`'s."""
+    return worker.rsplit("-", 1)[0] == service

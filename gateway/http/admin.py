@@ -1,0 +1,173 @@
+"""The admin API: list, load and unload the models a server may serve, and point aliases, behind the admin key.
+
+Each route is one line onto the catalog (gateway/catalog.py). The tenant gate lets `/admin/` through untouched
+(gateway/tenants/gate.py); here the admin key alone opens it: no key or a wrong one is a 401, a tenant's key a 403,
+and with no admin key configured every call is a 403. The routes are Starlette's (BentoML's are POST-only and
+listed as the gateway's), so `AdminSchema` adds them to `/docs.json` under their own tag and security scheme.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from config import errors
+from config.settings import EmbentoConfig
+from gateway.catalog import Catalog
+from gateway.http.errors import error_response
+from gateway.tenants.gate import ADMIN_PREFIX
+from gateway.tenants.keys import Keys
+
+Handler = Callable[[Request], Awaitable[Any]]
+ADMIN_TAG = "Admin"
+
+
+def admin_routes(config: EmbentoConfig, catalog: Catalog, keys: Keys) -> list[Route]:
+    """The admin routes to mount on the gateway's ASGI app."""
+    admin_key = config.admin_key.get_secret_value() if config.admin_key else None
+
+    def guarded(handler: Handler) -> Callable[[Request], Awaitable[Response]]:
+        async def answer(request: Request) -> Response:
+            try:
+                _check_admin(request, admin_key, keys)
+                return JSONResponse(await handler(request))
+            except errors.EmbentoError as exc:
+                return error_response(exc)
+
+        return answer
+
+    async def list_models(request: Request) -> dict[str, Any]:
+        return catalog.report()
+
+    async def load(request: Request) -> dict[str, Any]:
+        return await catalog.load(request.path_params["name"])
+
+    async def unload(request: Request) -> dict[str, Any]:
+        return await catalog.unload(request.path_params["name"])
+
+    async def point_alias(request: Request) -> dict[str, Any]:
+        return catalog.point_alias(request.path_params["alias"], await _model_field(request))
+
+    async def remove_alias(request: Request) -> dict[str, Any]:
+        return catalog.remove_alias(request.path_params["alias"])
+
+    return [
+        Route(f"{ADMIN_PREFIX}models", guarded(list_models), methods=["GET"]),
+        Route(f"{ADMIN_PREFIX}models/{{name:path}}/load", guarded(load), methods=["POST"]),
+        Route(f"{ADMIN_PREFIX}models/{{name:path}}/unload", guarded(unload), methods=["POST"]),
+        Route(f"{ADMIN_PREFIX}aliases/{{alias:path}}", guarded(point_alias), methods=["PUT"]),
+        Route(f"{ADMIN_PREFIX}aliases/{{alias:path}}", guarded(remove_alias), methods=["DELETE"]),
+    ]
+
+
+def _check_admin(request: Request, admin_key: str | None, keys: Keys) -> None:
+    sent = request.headers.get("authorization", "")
+    token = sent[7:].strip() if sent[:7].lower() == "bearer " else ""
+    if admin_key is None:
+        raise errors.Forbidden("the admin API is off: set `admin_key` to use it")
+    if token and hmac.compare_digest(token.encode(), admin_key.encode()):
+        return
+    if token and keys.current().tenant(token) is not None:
+        raise errors.Forbidden("a tenant's key cannot use the admin API; send the admin key")
+    raise errors.Unauthorized("missing or invalid admin key; send 'Authorization: Bearer <admin key>'")
+
+
+async def _model_field(request: Request) -> str:
+    try:
+        body = json.loads(await request.body() or b"{}")
+    except ValueError:
+        raise errors.InvalidRequest("the request body is not valid JSON") from None
+    model = body.get("model") if isinstance(body, dict) else None
+    if not isinstance(model, str) or not model:
+        raise errors.InvalidRequest('body must be {"model": "<served model name>"}', param="model")
+    return model
+
+
+ERROR = {"$ref": "#/components/schemas/AdminError"}
+NAME = {"name": "name", "in": "path", "required": True, "schema": {"type": "string"}}
+ALIAS = {"name": "alias", "in": "path", "required": True, "schema": {"type": "string"}}
+ANSWERS = {
+    "200": {"description": "Done", "content": {"application/json": {"schema": {"type": "object"}}}},
+    **{
+        status: {"description": meaning, "content": {"application/json": {"schema": ERROR}}}
+        for status, meaning in (
+            ("401", "No admin key, or a wrong one"),
+            ("403", "A tenant's key, or the admin API is off"),
+            ("404", "No such model or alias"),
+            ("409", "Not possible in this state (an alias onto a model not loaded; a split topology)"),
+            ("503", "The load failed or was refused (the reason is in the message), or is still under way"),
+        )
+    },
+}
+
+
+def _operation(summary: str, parameters: list[dict], body: bool = False) -> dict[str, Any]:
+    operation: dict[str, Any] = {
+        "tags": [ADMIN_TAG],
+        "summary": summary,
+        "security": [{"adminKey": []}],
+        "parameters": parameters,
+        "responses": ANSWERS,
+    }
+    if body:
+        model = {"type": "object", "required": ["model"], "properties": {"model": {"type": "string"}}}
+        operation["requestBody"] = {"required": True, "content": {"application/json": {"schema": model}}}
+    return operation
+
+
+ADMIN_PATHS = {
+    f"{ADMIN_PREFIX}models": {"get": _operation("Every model the server may serve, with its state", [])},
+    f"{ADMIN_PREFIX}models/{{name}}/load": {"post": _operation("Load a model; answers once it is warm", [NAME])},
+    f"{ADMIN_PREFIX}models/{{name}}/unload": {"post": _operation("Unload a model everywhere", [NAME])},
+    f"{ADMIN_PREFIX}aliases/{{alias}}": {
+        "put": _operation("Point an alias at a loaded model", [ALIAS], body=True),
+        "delete": _operation("Remove an alias", [ALIAS]),
+    },
+}
+
+
+class AdminSchema:
+    """`/docs.json` with the admin routes added, apart: their own tag and the `adminKey` security scheme."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"] != "/docs.json" or scope["method"] != "GET":
+            return await self.app(scope, receive, send)
+        start: Message = {}
+        body = b""
+
+        async def held(message: Message) -> None:
+            nonlocal start, body
+            if message["type"] == "http.response.start":
+                start = message
+            else:
+                body += message.get("body", b"")
+
+        await self.app(scope, receive, held)
+        if start.get("status") != 200:
+            await send(start)
+            await send({"type": "http.response.body", "body": body})
+            return
+        await JSONResponse(with_admin_routes(json.loads(body)))(scope, receive, send)
+
+
+def with_admin_routes(schema: dict[str, Any]) -> dict[str, Any]:
+    schema.setdefault("paths", {}).update(ADMIN_PATHS)
+    tags = schema.setdefault("tags", [])
+    tags.append({"name": ADMIN_TAG, "description": "Models loaded, unloaded and aliased at run time: the admin key."})
+    components = schema.setdefault("components", {})
+    components.setdefault("securitySchemes", {})["adminKey"] = {"type": "http", "scheme": "bearer"}
+    components.setdefault("schemas", {})["AdminError"] = {
+        "type": "object",
+        "properties": {"error": {"type": "object"}},
+    }
+    return schema

@@ -1,0 +1,258 @@
+"""Models that come and go without a restart (issue 53), in real servers: the admin API behind its own key; a model
+loaded at run time and embedded with, unloaded (then 404) and loaded again; a lazy model answered on its first
+request; a model unloaded after its `keep_alive`; the budget evicting the least recently used idle model, and
+refusing a load that cannot fit, with the figures; an alias moved under 32 clients with no failed request.
+
+The injected-clock half of idle eviction, and a load refused because every held model has calls in flight, are
+tests/unit/runners/test_residency.py's (the real pool, no sleep): here a request's `keep_alive: 0` ends the idle time
+at once, and waits poll observable state under a deadline.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+
+from tests.asserts import assert_openai_error
+from tests.conftest import MINILM, running_server
+from tests.references import transformers_embeddings
+from tests.tolerance import assert_same_vectors
+
+ADMIN_KEY = "admin-secret"
+TENANT_KEY = "tenant-key"
+ADMIN = {"Authorization": f"Bearer {ADMIN_KEY}"}
+TENANT = {"Authorization": f"Bearer {TENANT_KEY}"}
+TEXT = "the quick brown fox"
+WAIT_S = 120.0
+CLIENTS = 32
+AFTER_SWAP = 96  # requests sent after the swap answered before the clients stop
+
+
+def embed(url: str, model: str, headers: dict = TENANT, **extra: object) -> httpx.Response:
+    return httpx.post(
+        f"{url}/v1/embeddings", json={"input": [TEXT], "model": model, **extra}, headers=headers, timeout=120
+    )
+
+
+def admin_models(url: str) -> dict[str, dict]:
+    answer = httpx.get(f"{url}/admin/models", headers=ADMIN, timeout=30)
+    assert answer.status_code == 200, answer.text
+    return {model["id"]: model for model in answer.json()["models"]}
+
+
+def wait_for(check: Callable[[], bool], what: str) -> None:
+    """Poll observable state under a deadline (the model services step every 0.1 s)."""
+    deadline = time.monotonic() + WAIT_S
+    while not check():
+        assert time.monotonic() < deadline, f"not within {WAIT_S} s: {what}"
+        time.sleep(0.05)
+
+
+def vector(answer: httpx.Response) -> np.ndarray:
+    assert answer.status_code == 200, answer.text
+    return np.asarray(answer.json()["data"][0]["embedding"], dtype=np.float32)
+
+
+@pytest.fixture(scope="module")
+def references(minilm_path: Path, tiny_bert_path: Path) -> dict[str, np.ndarray]:
+    from sentence_transformers import SentenceTransformer
+
+    minilm = SentenceTransformer(str(minilm_path), device="cpu").encode([TEXT], normalize_embeddings=True)[0]
+    tiny = transformers_embeddings(tiny_bert_path, [TEXT], "mean", True)[0]
+    return {"minilm": minilm, "tiny": tiny}
+
+
+@pytest.fixture(scope="module")
+def controlled(tmp_path_factory: pytest.TempPathFactory, tiny_bert_path: Path) -> Iterator[str]:
+    """MiniLM (eager, alias `prod`), a tiny BERT loaded on its first request, and one more eager tiny BERT."""
+    config = {
+        "models": [
+            {"model_id": MINILM, "served_model_name": "minilm", "backend": "torch", "aliases": ["prod"]},
+            {"model_id": str(tiny_bert_path), "served_model_name": "tiny", "backend": "torch", "load": "lazy"},
+            {"model_id": str(tiny_bert_path), "served_model_name": "spare", "backend": "torch"},
+        ],
+        "admin_key": ADMIN_KEY,
+        "api_key": [TENANT_KEY],
+    }
+    with running_server(tmp_path_factory.mktemp("model-control"), config) as (url, _):
+        yield url
+
+
+@pytest.mark.server
+def test_the_admin_api_takes_the_admin_key_only_and_is_listed_apart(controlled):
+    url = controlled
+    calls = [
+        ("GET", "/admin/models", None),
+        ("POST", "/admin/models/tiny/load", None),
+        ("POST", "/admin/models/tiny/unload", None),
+        ("PUT", "/admin/aliases/prod", {"model": "minilm"}),
+        ("DELETE", "/admin/aliases/prod", None),
+    ]
+    for method, path, body in calls:
+        for headers, status in ((TENANT, 403), ({}, 401), ({"Authorization": "Bearer wrong"}, 401)):
+            answer = httpx.request(method, f"{url}{path}", json=body, headers=headers, timeout=30)
+            assert_openai_error(answer, status)
+    assert httpx.get(f"{url}/v1/models", headers=ADMIN, timeout=30).status_code == 401  # no tenant key either
+    schema = httpx.get(f"{url}/docs.json", headers=TENANT, timeout=30).json()
+    admin = {path: ops for path, ops in schema["paths"].items() if path.startswith("/admin/")}
+    assert set(admin) == {
+        "/admin/models",
+        "/admin/models/{name}/load",
+        "/admin/models/{name}/unload",
+        "/admin/aliases/{alias}",
+    }
+    assert all(
+        op["tags"] == ["Admin"] and op["security"] == [{"adminKey": []}]
+        for ops in admin.values()
+        for op in ops.values()
+    )
+    others = [op for path, ops in schema["paths"].items() if path not in admin for op in ops.values()]
+    assert others and not any("Admin" in op.get("tags", []) for op in others)
+    assert schema["components"]["securitySchemes"]["adminKey"] == {"type": "http", "scheme": "bearer"}
+
+
+@pytest.mark.server
+def test_a_lazy_model_is_unloaded_until_its_first_request_answers(controlled, references):
+    url = controlled
+    assert admin_models(url)["tiny"]["state"] == "unloaded"
+    ready = httpx.get(f"{url}/readyz", timeout=30).json()
+    assert ready["ready"] and ready["states"] == {"minilm": "loaded", "tiny": "unloaded", "spare": "loaded"}
+    listed = httpx.get(f"{url}/v1/models", headers=TENANT, timeout=30).json()
+    assert {"id": "tiny", "status": "unloaded"} in listed["available"]
+    answer = embed(url, "tiny")
+    assert answer.json()["model"] == "tiny"
+    assert_same_vectors([vector(answer)], [references["tiny"]])
+    state = admin_models(url)["tiny"]
+    assert state["state"] == "loaded" and state["load_seconds"] > 0 and state["weight_bytes"] > 0
+
+
+@pytest.mark.server
+def test_an_unloaded_model_answers_404_until_loaded_again(controlled, references):
+    url = controlled
+    before = vector(embed(url, "spare"))
+    unloaded = httpx.post(f"{url}/admin/models/spare/unload", headers=ADMIN, timeout=120)
+    assert unloaded.status_code == 200 and unloaded.json()["state"] == "unloaded", unloaded.text
+    assert_openai_error(embed(url, "spare"), 404, param="model")
+    assert embed(url, "spare").json()["error"]["code"] == "model_not_found"
+    listed = httpx.get(f"{url}/v1/models", headers=TENANT, timeout=30).json()
+    assert "spare" not in [card["id"] for card in listed["data"]]
+    assert {"id": "spare", "status": "unloaded"} in listed["available"]
+    assert vector(embed(url, "minilm")).shape == (384,)  # the others serve on
+    loaded = httpx.post(f"{url}/admin/models/spare/load", headers=ADMIN, timeout=120)
+    assert loaded.status_code == 200 and loaded.json()["state"] == "loaded", loaded.text
+    assert_same_vectors([vector(embed(url, "spare"))], [before])
+    assert_same_vectors([before], [references["tiny"]])
+
+
+@pytest.mark.server
+def test_admin_mistakes_get_clear_errors(controlled):
+    url = controlled
+    assert_openai_error(httpx.post(f"{url}/admin/models/nope/load", headers=ADMIN, timeout=30), 404)
+    assert_openai_error(httpx.put(f"{url}/admin/aliases/minilm", json={"model": "spare"}, headers=ADMIN), 400)
+    assert_openai_error(httpx.put(f"{url}/admin/aliases/x", json={"model": 3}, headers=ADMIN), 400, param="model")
+    assert_openai_error(httpx.delete(f"{url}/admin/aliases/nope", headers=ADMIN), 404)
+
+
+@pytest.mark.server
+def test_keep_alive_zero_unloads_the_model_once_answered_and_the_next_request_loads_it(controlled, references):
+    url = controlled
+    assert vector(embed(url, "tiny")).shape == (32,)
+    assert embed(url, "tiny", keep_alive=0).status_code == 200
+    wait_for(lambda: admin_models(url)["tiny"]["state"] == "unloaded", "tiny unloaded after keep_alive 0")
+    assert admin_models(url)["tiny"]["reason"] == "idle"
+    answer = embed(url, "tiny", keep_alive="1h")  # loads it again, and keeps it an hour from now on
+    assert_same_vectors([vector(answer)], [references["tiny"]])
+    assert admin_models(url)["tiny"]["keep_alive_s"] == 3600
+    assert_openai_error(embed(url, "tiny", keep_alive="soon"), 400, param="keep_alive")
+
+
+@pytest.mark.server
+def test_an_alias_moves_under_32_clients_with_no_failure(controlled, references):
+    url = controlled
+    assert httpx.post(f"{url}/admin/models/tiny/load", headers=ADMIN, timeout=120).status_code == 200
+    answers: list[tuple[float, float, int, str, np.ndarray]] = []  # (sent, answered, status, model, vector)
+    lock = threading.Lock()
+    stop = threading.Event()
+    swapped_at: list[float] = []
+
+    def client() -> None:
+        with httpx.Client(headers=TENANT, timeout=120) as session:
+            while not stop.is_set():
+                sent = time.monotonic()
+                answer = session.post(f"{url}/v1/embeddings", json={"input": [TEXT], "model": "prod"})
+                body = answer.json()
+                got = np.asarray(body["data"][0]["embedding"], np.float32) if answer.status_code == 200 else None
+                with lock:
+                    answers.append((sent, time.monotonic(), answer.status_code, body.get("model"), got))
+                    done_after = sum(1 for a in answers if swapped_at and a[0] > swapped_at[0])
+                if done_after >= AFTER_SWAP:
+                    stop.set()
+
+    with ThreadPoolExecutor(CLIENTS) as pool:
+        futures = [pool.submit(client) for _ in range(CLIENTS)]
+        wait_for(lambda: len(answers) >= CLIENTS, "every client answered once before the swap")
+        started = time.monotonic()
+        moved = httpx.put(f"{url}/admin/aliases/prod", json={"model": "tiny"}, headers=ADMIN, timeout=60)
+        assert moved.status_code == 200, moved.text
+        swapped_at.append(time.monotonic())
+        for future in futures:
+            future.result()
+    try:
+        assert [a[2] for a in answers if a[2] != 200] == []
+        assert {a[3] for a in answers} == {"prod"}  # the name asked for, echoed
+        before = [a[4] for a in answers if a[1] < started]
+        after = [a[4] for a in answers if a[0] > swapped_at[0]]
+        assert before and len(after) >= AFTER_SWAP
+        assert_same_vectors(np.stack(before), np.tile(references["minilm"], (len(before), 1)))
+        assert_same_vectors(np.stack(after), np.tile(references["tiny"], (len(after), 1)))
+        cards = {card["id"]: card for card in httpx.get(f"{url}/v1/models", headers=TENANT).json()["data"]}
+        assert cards["prod"]["alias_of"] == "tiny" and cards["prod"]["dimension"] == 32
+    finally:
+        back = httpx.put(f"{url}/admin/aliases/prod", json={"model": "minilm"}, headers=ADMIN, timeout=60)
+        assert back.status_code == 200, back.text
+    assert_same_vectors([vector(embed(url, "prod"))], [references["minilm"]])
+
+
+@pytest.fixture(scope="module")
+def budgeted(tmp_path_factory: pytest.TempPathFactory, tiny_bert_path: Path) -> Iterator[str]:
+    """Every model lazy; room for two models, and for the bytes of three tiny BERTs (never MiniLM's)."""
+    tiny_bytes = sum(p.stat().st_size for p in tiny_bert_path.rglob("*.safetensors"))
+    lazy = {"backend": "torch", "load": "lazy"}
+    config = {
+        "models": [
+            *({"model_id": str(tiny_bert_path), "served_model_name": name, **lazy} for name in ("a", "b", "c")),
+            {"model_id": MINILM, "served_model_name": "minilm", **lazy},
+        ],
+        "admin_key": ADMIN_KEY,
+        "max_loaded_models": 2,
+        "max_loaded_bytes": 3 * tiny_bytes,
+    }
+    with running_server(tmp_path_factory.mktemp("model-budget"), config) as (url, _):
+        yield url
+
+
+@pytest.mark.server
+def test_the_budget_evicts_the_least_recently_used_and_refuses_what_cannot_fit(budgeted, references):
+    url = budgeted
+    states = lambda: {name: model["state"] for name, model in admin_models(url).items()}  # noqa: E731
+    assert httpx.get(f"{url}/readyz", timeout=30).json()["ready"]  # ready with nothing loaded: all are lazy
+    assert states() == {"a": "unloaded", "b": "unloaded", "c": "unloaded", "minilm": "unloaded"}
+    for name in ("a", "b", "a"):  # `a` used last: `b` is the least recently used
+        assert_same_vectors([vector(embed(url, name, headers={}))], [references["tiny"]])
+    assert_same_vectors([vector(embed(url, "c", headers={}))], [references["tiny"]])
+    assert states() == {"a": "loaded", "b": "unloaded", "c": "loaded", "minilm": "unloaded"}
+    assert admin_models(url)["b"]["reason"] == "budget"
+    refused = embed(url, "minilm", headers={})
+    message = assert_openai_error(refused, 503)["message"]
+    assert "max_loaded_bytes" in message and "bytes" in message, message
+    assert states() == {"a": "loaded", "b": "unloaded", "c": "loaded", "minilm": "failed"}
+    metrics = httpx.get(f"{url}/metrics", timeout=30).text
+    assert 'embento_model_unloads_total{model="b",reason="budget"} 1.0' in metrics
+    assert 'embento_model_loads_total{model="minilm",outcome="refused"}' in metrics

@@ -1,0 +1,140 @@
+"""A model-service worker's residency (runners/residency.py) with the real pool and loading path, on an injected
+clock: an idle model is unloaded once its keep_alive has passed and not before; the budget evicts the least recently
+used idle model; a load that only a busy model could make room for is refused with the figures, and the busy model
+answers on. The wanted set and the status file are the real files, in a temporary folder."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from pathlib import Path
+
+import pytest
+
+from config.model_set import ModelStatus, Pins, SharedModelSet
+from config.settings import EmbentoConfig, ModelConfig
+from models.base import TokenizedText
+from models.inference.auto_backend import load_model
+from models.preprocessing.text_tokenizer import TextTokenizer
+from runners.pool import ModelPool
+from runners.residency import Budget, Held, Residency, room_for
+from testkit.sentences import make_sentences
+
+SENTENCES = make_sentences(3)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def config(path: Path, name: str, **settings: object) -> ModelConfig:
+    return ModelConfig(model_id=str(path), served_model_name=name, device="cpu", backend="torch", **settings)
+
+
+def rows(path: Path, name: str) -> list[TokenizedText]:
+    return TokenizedText.rows(name, TextTokenizer(path, config(path, name)).encode_texts(SENTENCES))
+
+
+def residency(tmp_path: Path, configs: list[ModelConfig], clock: Clock, budget: Budget) -> Residency:
+    server = EmbentoConfig(models=configs)
+    pool = ModelPool(load_model, [cfg for cfg in configs if cfg.load == "eager"])
+    return Residency(
+        pool, configs, SharedModelSet(tmp_path, "test-", server), Pins(server), "TextEmbedder-1", budget, clock
+    )
+
+
+def want(kept: Residency, name: str) -> None:
+    def loaded(models) -> None:  # type: ignore[no-untyped-def]
+        models.models[name].loaded = True
+
+    kept.shared.change(loaded)
+
+
+def statuses(kept: Residency) -> dict[str, ModelStatus]:
+    return kept.shared.statuses()["TextEmbedder-1"]
+
+
+def test_an_idle_model_is_unloaded_once_its_keep_alive_has_passed(tmp_path, minilm_path):
+    clock = Clock()
+    kept = residency(tmp_path, [config(minilm_path, "first", keep_alive="60s")], clock, Budget())
+    kept.step()
+    clock.now += 30
+    assert all(out.shape == (384,) for out in asyncio.run(kept.pool.run(rows(minilm_path, "first"))))
+    kept.step()  # the use is seen now: idle from here
+    clock.now += 59.9
+    kept.step()
+    assert "first" in kept.pool.models and statuses(kept)["first"].state == "loaded"
+    clock.now += 0.2
+    kept.step()
+    assert "first" not in kept.pool.models
+    assert statuses(kept)["first"].state == "unloaded" and statuses(kept)["first"].reason == "idle"
+    assert kept.shared.read().models["first"].loaded is False  # a request wants it again
+
+
+def test_the_budget_evicts_the_least_recently_used_idle_model(tmp_path, minilm_path, tiny_bert_path):
+    configs = [
+        config(minilm_path, "first"),
+        config(tiny_bert_path, "second", load="lazy"),
+        config(tiny_bert_path, "third", load="lazy"),
+    ]
+    kept = residency(tmp_path, configs, Clock(), Budget(max_models=2))
+    want(kept, "second")
+    kept.step()
+    assert set(kept.pool.models) == {"first", "second"}
+    asyncio.run(kept.pool.run(rows(minilm_path, "first")))  # `second` is now the least recently used
+    want(kept, "third")
+    kept.step()
+    assert set(kept.pool.models) == {"first", "third"}
+    assert statuses(kept)["second"].reason == "budget" and statuses(kept)["third"].state == "loaded"
+    assert statuses(kept)["third"].weight_bytes > 0 and statuses(kept)["third"].load_s is not None
+
+
+def test_a_load_that_only_a_busy_model_could_make_room_for_is_refused(tmp_path, minilm_path, tiny_bert_path):
+    kept = residency(
+        tmp_path, [config(minilm_path, "first"), config(tiny_bert_path, "second", load="lazy")], Clock(), Budget(1)
+    )
+    loop = asyncio.new_event_loop()
+    release = threading.Event()
+    # The pool's one torch thread is held, so `first`'s call stays in flight until released: no timing involved.
+    kept.pool._torch_thread.submit(release.wait)
+    call = loop.create_task(kept.pool.run(rows(minilm_path, "first")))
+    loop.run_until_complete(asyncio.sleep(0))  # the call has started: `first` is busy
+    assert kept.pool.busy("first") == 1
+    want(kept, "second")
+    kept.step()
+    refused = statuses(kept)["second"]
+    assert refused.state == "failed" and refused.refused
+    assert "max_loaded_models 1" in refused.reason and "with calls in flight: ['first']" in refused.reason
+    assert set(kept.pool.models) == {"first"} and kept.shared.read().models["second"].loaded is False
+    release.set()
+    assert all(out.shape == (384,) for out in loop.run_until_complete(call))
+    loop.close()
+    want(kept, "second")  # idle now: the same load evicts it
+    kept.step()
+    assert set(kept.pool.models) == {"second"} and statuses(kept)["first"].reason == "budget"
+
+
+@pytest.mark.parametrize(
+    ("budget", "held", "size", "evicted"),
+    [
+        (Budget(max_models=2), [Held("a", 10, 2, 0), Held("b", 10, 1, 0)], 10, ["b"]),
+        (Budget(max_bytes=25), [Held("a", 10, 1, 0), Held("b", 10, 2, 0)], 10, ["a"]),
+        (Budget(max_bytes=25), [Held("a", 10, 1, 1), Held("b", 10, 2, 0)], 10, ["b"]),
+        (Budget(max_bytes=35), [Held("a", 10, 1, 0), Held("b", 10, 2, 0)], 10, []),
+        (Budget(max_bytes=12), [Held("a", 10, 1, 0), Held("b", 1, 2, 0)], 11, ["a"]),
+        (Budget(max_bytes=12), [Held("a", 10, 1, 0), Held("b", 1, 2, 0)], 12, ["a", "b"]),
+    ],
+)
+def test_room_is_made_least_recently_used_first_and_never_from_a_busy_model(budget, held, size, evicted):
+    assert room_for(size, held, budget) == evicted
+
+
+def test_no_room_is_refused_with_the_figures():
+    with pytest.raises(ValueError, match=r"max_loaded_bytes 15\) cannot hold 10 more bytes.*in flight: \['a'\]"):
+        room_for(10, [Held("a", 10, 1, 2)], Budget(max_bytes=15))
+    with pytest.raises(ValueError, match="cannot hold 20 more bytes"):
+        room_for(20, [], Budget(max_bytes=15))
