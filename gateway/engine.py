@@ -109,13 +109,13 @@ class Engine:
         registry = self.registry
         if not registry.done:
             raise errors.NotReady("models are still loading; retry shortly")
-        requested = await self.catalog.serving(requested)
-        if requested in registry.failed and TENANT.get().may_use(requested):
-            raise errors.ModelUnavailable(
-                f"model '{requested}' failed to load: {registry.failed[requested]}", param="model"
-            )
-        info = choose_model(allowed(registry.infos), requested, capability)
-        current_trace().model = info.served_model_name
+        name = await self.catalog.serving(requested)
+        if name in registry.failed and TENANT.get().may_use(name):
+            raise errors.ModelUnavailable(f"model '{name}' failed to load: {registry.failed[name]}", param="model")
+        info = choose_model(allowed(registry.infos), name, capability)
+        trace = current_trace()
+        trace.model = info.served_model_name
+        trace.alias = requested if requested != name else None
         return info
 
     async def embed(self, query: EmbedQuery) -> Embeddings:
@@ -332,9 +332,10 @@ class Engine:
             self.cache.enable(info.served_model_name, await asyncio.to_thread(model_identity, cfg, info, folder))
 
     def kind_spec(self, requested: str | None) -> KindSpec | None:
-        """The kind of the named model, or of the first configured one; None for a name not configured."""
+        """The kind of the named model (or the one an alias names), or of the first configured one; None for a name
+        not configured."""
         kinds = self.registry.kinds
-        kind = kinds.get(requested or next(iter(kinds)))
+        kind = kinds.get(self.catalog.wanted().resolve(requested) if requested else next(iter(kinds)))
         return spec(kind) if kind is not None else None
 
 

@@ -39,6 +39,11 @@ REQUESTS = bentoml.metrics.Counter(
     documentation="Requests answered, by served model and HTTP status",
     labelnames=["model", "status"],
 )
+ALIAS_REQUESTS = bentoml.metrics.Counter(
+    name="embento_alias_requests",
+    documentation="Requests that named a model by an alias, by alias and the model it named then",
+    labelnames=["alias", "model"],
+)
 INPUTS = bentoml.metrics.Counter(
     name="embento_request_inputs",
     documentation="Inputs (texts, images, audio clips, documents) in requests",
@@ -165,6 +170,7 @@ class Account:
     tenant: str | None  # None: a request without a valid key
     started: float = field(default_factory=time.perf_counter)
     model: str = NO_MODEL
+    alias: str | None = None  # the alias the request named the model by
     tokens: int = 0
 
 
@@ -179,6 +185,7 @@ class RequestTrace:
     started: float = field(default_factory=time.perf_counter)
     recorded: bool = True  # false for a bulk job's lines, which have metrics of their own (gateway/jobs/metrics.py)
     model: str = NO_MODEL
+    alias: str | None = None  # the alias the request named `model` by (gateway/catalog.py)
     sent: float | None = None  # rows handed to the model service
     answered: float | None = None  # its outputs back
     usage_tokens: int = 0  # as the answer's `usage` counts them (the cache's hits included)
@@ -192,11 +199,13 @@ class RequestTrace:
 
     def finish(self, status: int) -> None:
         if (account := ACCOUNT.get()) is not None:
-            account.model, account.tokens = self.model, self.usage_tokens
+            account.model, account.alias, account.tokens = self.model, self.alias, self.usage_tokens
         if not self.recorded:
             return
         now = time.perf_counter()
         REQUESTS.labels(model=self.model, status=str(status)).inc()
+        if self.alias is not None:
+            ALIAS_REQUESTS.labels(alias=self.alias, model=self.model).inc()
         stages = {"total": now - self.started}
         if self.sent is not None:
             stages["preprocess"] = self.sent - self.started

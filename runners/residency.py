@@ -134,6 +134,12 @@ class Residency:
             self._held(name, model.info, None)
         for name, reason in pool.failed.items():
             self.statuses[name] = ModelStatus("failed", reason)
+        for name in self.configs:  # at zero from the start, so that rates and alerts read from the start
+            for outcome in ("loaded", "failed", "refused"):
+                LOADS.labels(model=name, outcome=outcome)
+            for reason in ("unloaded", "idle", "budget"):
+                UNLOADS.labels(model=name, reason=reason)
+            LOAD_SECONDS.labels(model=name)
         self._reported: list[dict] = []
         self._stop = threading.Event()
 

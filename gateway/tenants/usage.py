@@ -62,6 +62,7 @@ class AccessLog:
                     "method": method,
                     "route": path,
                     "model": account.model,
+                    **({"alias": account.alias} if account.alias else {}),
                     "tokens": account.tokens,
                     "status": status,
                     "duration_ms": round((time.perf_counter() - account.started) * 1000, 2),

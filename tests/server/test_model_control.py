@@ -71,7 +71,8 @@ def references(minilm_path: Path, tiny_bert_path: Path) -> dict[str, np.ndarray]
 
 @pytest.fixture(scope="module")
 def controlled(tmp_path_factory: pytest.TempPathFactory, tiny_bert_path: Path) -> Iterator[str]:
-    """MiniLM (eager, alias `prod`), a tiny BERT loaded on its first request, and one more eager tiny BERT."""
+    """MiniLM (eager, alias `prod`), a tiny BERT loaded on its first request, and one more eager tiny BERT; two
+    gateway workers."""
     config = {
         "models": [
             {"model_id": MINILM, "served_model_name": "minilm", "backend": "torch", "aliases": ["prod"]},
@@ -80,6 +81,7 @@ def controlled(tmp_path_factory: pytest.TempPathFactory, tiny_bert_path: Path) -
         ],
         "admin_key": ADMIN_KEY,
         "api_key": [TENANT_KEY],
+        "gateway_workers": 2,  # every change seen by both: a request goes to either
     }
     with running_server(tmp_path_factory.mktemp("model-control"), config) as (url, _):
         yield url
