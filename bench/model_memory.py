@@ -2,13 +2,17 @@
 after it is dropped (`ModelPool.load` and `ModelPool.unload`, runners/pool.py), for all-MiniLM-L6-v2 and a
 BERT-base shape (bench/base_checkpoint.py); on CUDA, torch's allocated and reserved device memory too.
 
-    python bench/model_memory.py [--backend torch] [--device cpu] [--cycles 3]
+    python bench/model_memory.py [--backend torch] [--device cpu] [--cycles 3] [--server]
 
 One process per model and backend, as a model service is. Cycle 0 loads and drops the model once first: it
 imports the backend's libraries and grows the allocator's pools, which stay whatever is loaded later (they are
 the service's, not the model's). Each cycle after it: RSS before the load; loaded, after 64 sentences in
 passes of 32; and after the unload. "kept" is after minus before: what the model left behind; it should not
 grow from cycle to cycle.
+
+With `--server`, the same cycles through a running server and its admin API (issue 53): a `bentoml serve` with
+both models `load: lazy`, each cycle `POST /admin/models/<name>/load`, 64 sentences through `/v1/embeddings`,
+`POST /admin/models/<name>/unload`, and the TextEmbedder process's RSS read at each step.
 """
 
 from __future__ import annotations
@@ -65,6 +69,52 @@ def measure(model: str, backend: str, device: str, cycles: int) -> list[dict]:
     return results
 
 
+ADMIN_KEY = "bench-admin"
+
+
+def measure_server(models: dict[str, Path], backend: str, device: str, cycles: int) -> dict[str, list[dict]]:
+    """Each model's cycles through one server's admin API, the TextEmbedder process's RSS at each step."""
+    import tempfile
+
+    import httpx
+    import psutil
+    import yaml
+
+    from bench.load import corpus
+    from bench.server import free_port, start_server, stop_server
+
+    settings = {"backend": backend, "device": device, "batch_size": 32, "load": "lazy"}
+    config = {
+        "models": [{"model_id": str(path), "served_model_name": name, **settings} for name, path in models.items()],
+        "admin_key": ADMIN_KEY,
+    }
+    folder = Path(tempfile.mkdtemp(prefix="model-memory-"))
+    (folder / "embento.yaml").write_text(yaml.safe_dump(config))
+    port = free_port()
+    server = start_server(port, EMBENTO_CONFIG=str(folder / "embento.yaml"))
+    url, admin = f"http://127.0.0.1:{port}", {"Authorization": f"Bearer {ADMIN_KEY}"}
+    try:
+        service = next(p for p in psutil.Process(server.pid).children(recursive=True) if "TextEmbedder" in p.cmdline())
+
+        def figures() -> dict:
+            return {"rss_mib": service.memory_info().rss / MIB}
+
+        found: dict[str, list[dict]] = {}
+        for name in models:
+            results = found.setdefault(name, [])
+            for cycle in range(cycles + 1):
+                before = figures()
+                httpx.post(f"{url}/admin/models/{name}/load", headers=admin, timeout=600).raise_for_status()
+                body = {"model": name, "input": corpus(SENTENCES, 8, 40)}
+                httpx.post(f"{url}/v1/embeddings", json=body, timeout=600).raise_for_status()
+                loaded = figures()
+                httpx.post(f"{url}/admin/models/{name}/unload", headers=admin, timeout=600).raise_for_status()
+                results.append({"cycle": cycle, "before": before, "loaded": loaded, "after": figures()})
+        return found
+    finally:
+        stop_server(server)
+
+
 def report(name: str, backend: str, results: list[dict]) -> None:
     for result in results:
         line = [f"{name} | {backend} | {result['cycle']}"]
@@ -79,6 +129,7 @@ def main() -> None:
     parser.add_argument("--backend", default="torch", choices=["torch", "onnx", "auto"])
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--cycles", type=int, default=3)
+    parser.add_argument("--server", action="store_true", help="through a server's admin API")
     parser.add_argument("--measure", help=argparse.SUPPRESS)  # the child process: one model's cycles
     args = parser.parse_args()
     if args.measure:
@@ -90,6 +141,10 @@ def main() -> None:
     models = {"all-MiniLM-L6-v2": packaged_model_path("sentence-transformers/all-MiniLM-L6-v2"), "BERT-base": build()}
     print(f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores; device {args.device}")
     print("model | backend | cycle | before → loaded → after, MiB")
+    if args.server:  # one server, the TextEmbedder process measured: MiniLM's cycles, then BERT-base's
+        for name, results in measure_server(models, args.backend, args.device, args.cycles).items():
+            report(name, args.backend, results)
+        return
     for name, path in models.items():
         command = [sys.executable, __file__, "--measure", str(path), "--backend", args.backend]
         command += ["--device", args.device, "--cycles", str(args.cycles)]
