@@ -9,6 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from config import shared_table
 from config.keys_file import Tenant
 from gateway import shared_memory as shared
 from gateway.tenants import ledger as ledger_module
@@ -184,7 +185,7 @@ def test_a_row_whose_requests_are_in_flight_is_not_reused():
 def test_two_gateway_workers_share_one_count(tmp_path, monkeypatch):
     """Outside a server each ledger maps anonymous memory of its own; inside one, a file every worker maps. Two
     ledgers on one such file, as workers 1 and 2, count one tenant together, exactly."""
-    monkeypatch.setattr(shared, "server_file", lambda name: tmp_path / name)
+    monkeypatch.setattr(shared_table, "server_file", lambda name: tmp_path / name)
     context = SimpleNamespace(worker_index=1)
     monkeypatch.setattr(shared, "server_context", context)
     clock = Clock()
