@@ -17,7 +17,6 @@ from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any
 
 from config import errors
 from config.model_set import PINS_FILE, ModelSet, ModelStatus, SharedModelSet, State, Wanted, pinned_names
@@ -94,13 +93,13 @@ class Catalog:
 
     def states(self) -> dict[str, ServerState]:
         """Each configured model's state across its service's workers, in configuration order."""
-        return {m.served_model_name: self._state_of(m.served_model_name) for m in self.config.models}
+        return {m.served_model_name: self.state_of(m.served_model_name) for m in self.config.models}
 
     def state_names(self) -> dict[str, str]:
         """Each configured model's state, by name (/readyz)."""
         return {name: state.state for name, state in self.states().items()}
 
-    def _state_of(self, name: str) -> ServerState:
+    def state_of(self, name: str) -> ServerState:
         if name in self._states:
             return self._states[name]
         if name in self.registry.failed:
@@ -192,21 +191,29 @@ class Catalog:
         entry = self._pinned(name)
         if entry.loaded and name in self.registry.infos:
             return name
-        deadline = self._clock() + self.config.request_timeout_s
+        deadline = self.deadline()
         asked_at: int | None = None
         while True:
             if not (entry.loaded or entry.on_request):
                 raise errors.UnknownModel(f"model '{name}' is not served now: it was unloaded", param="model")
-            state = self._state_of(name)
+            state = self.state_of(name)
             if state.state == "failed" and not entry.loaded and (asked_at is not None or not state.refused):
                 return name  # the registry says why (503); a refusal by the budget is tried again once
             if not entry.loaded:
-                self._want(name)
+                self.want(name)
                 asked_at = self._refreshes_begun
             elif name in self.registry.infos and (asked_at is None or self._refreshed_from > asked_at):
                 return name
             await self._next_refresh(deadline, name)
             entry = self.wanted().models[name]
+
+    def hold(self, name: str) -> None:
+        """Pin the model a request was given without naming one (the default), as `serving` pins a named one; a 503
+        if it was evicted just before."""
+        if self.shared is None or not self.controlled or name not in self.registry.kinds:
+            return
+        if not self._pinned(name).loaded:
+            raise errors.NotReady(f"model '{name}' was unloaded as this request arrived; retry shortly")
 
     @contextmanager
     def holding(self) -> Iterator[None]:
@@ -234,121 +241,26 @@ class Catalog:
             return self.wanted().models[name]
 
     async def _next_refresh(self, deadline: float, name: str) -> None:
+        if not await self.next_refresh(deadline):
+            raise errors.NotReady(f"model '{name}' is still loading; retry shortly")
+
+    async def next_refresh(self, deadline: float) -> bool:
+        """Wait for the next refresh of the model services' states; False at `deadline` (on the catalog's clock)."""
         left = deadline - self._clock()
+        if left <= 0:
+            return False
         try:
-            if left <= 0:
-                raise TimeoutError
             await asyncio.wait_for(self._changed.wait(), left)
         except TimeoutError:
-            raise errors.NotReady(f"model '{name}' is still loading; retry shortly") from None
+            return False
+        return True
 
-    # The admin API's operations (gateway/http/admin.py).
+    def deadline(self) -> float:
+        """A request's deadline from now, on the catalog's clock."""
+        return self._clock() + self.config.request_timeout_s
 
-    def report(self) -> dict[str, Any]:
-        """Every model the server may serve, with its state, its settings and the figures of its last load."""
-        wanted, states = self.wanted(), self.states()
-        models = []
-        for cfg in self.config.models:
-            name, state = cfg.served_model_name, states[cfg.served_model_name]
-            entry = wanted.models.get(name)
-            models.append(
-                {
-                    "id": name,
-                    "kind": self.registry.kinds[name],
-                    "state": state.state,
-                    "reason": state.reason,
-                    "load": cfg.load,
-                    "keep_alive_s": entry.keep_alive_s if entry else cfg.keep_alive,
-                    "aliases": sorted(alias for alias, target in wanted.aliases.items() if target == name),
-                    "load_seconds": state.load_s,
-                    "weight_bytes": state.weight_bytes,
-                    "in_flight": state.in_flight,
-                }
-            )
-        budget = {"max_loaded_models": self.config.max_loaded_models, "max_loaded_bytes": self.config.max_loaded_bytes}
-        return {"models": models, "aliases": wanted.aliases, "budget": budget, "controlled": self.controlled}
-
-    async def load(self, name: str) -> dict[str, Any]:
-        """Load a configured model (the start's path, in each worker of its service) and warm it here; the others
-        serve on. Raises with the reason if it failed or was refused."""
-        self._check_controlled(name)
-        if name not in self.registry.infos:
-            self._want(name)
-            await self._until(lambda: name in self.registry.infos or self._failed_for_good(name))
-        if name not in self.registry.infos:
-            state = self._state_of(name)
-            raise errors.ModelUnavailable(f"model '{name}' did not load: {state.reason}", param="model")
-        return self._entry(name)
-
-    async def unload(self, name: str) -> dict[str, Any]:
-        """Drop a model everywhere; requests naming it then get a 404 until it is loaded again."""
-        self._check_controlled(name)
-
-        def unwant(models: ModelSet) -> None:
-            models.models[name].loaded = False
-            models.models[name].on_request = False
-
-        self.shared.change(unwant)  # type: ignore[union-attr]  # checked above
-        await self._until(lambda: self._state_of(name).state in ("unloaded", "failed"))
-        return self._entry(name)
-
-    def point_alias(self, alias: str, name: str) -> dict[str, Any]:
-        """Move (or make) an alias onto a model loaded and warm here: requests arriving from now on resolve to it,
-        those in flight finish on the model they started on."""
-        self._check_controlled(name)
-        if alias in self.registry.kinds:
-            raise errors.InvalidRequest(f"'{alias}' is a model's own name, not an alias", param="alias")
-        if name not in self.registry.infos:
-            raise errors.Conflict(f"model '{name}' is not loaded and warm; load it first", param="model")
-
-        def point(models: ModelSet) -> None:
-            models.aliases[alias] = name
-
-        self.shared.change(point)  # type: ignore[union-attr]  # checked above
-        return {"alias": alias, "model": name}
-
-    def remove_alias(self, alias: str) -> dict[str, Any]:
-        if alias not in self.wanted().aliases:
-            raise errors.NotFound(f"no alias '{alias}'", param="alias")
-
-        def remove(models: ModelSet) -> None:
-            models.aliases.pop(alias, None)
-
-        self.shared.change(remove)  # type: ignore[union-attr]  # an alias exists only where there is a set
-        return {"alias": alias, "deleted": True}
-
-    def _entry(self, name: str) -> dict[str, Any]:
-        return next(model for model in self.report()["models"] if model["id"] == name)
-
-    def _check_controlled(self, name: str) -> None:
-        if name not in self.registry.kinds:
-            raise errors.UnknownModel(f"model '{name}' is not configured here; configured: {list(self.registry.kinds)}")
-        if not self.registry.done:
-            raise errors.NotReady("models are still loading; retry shortly")
-        if not self.controlled:
-            raise errors.Conflict(
-                "the model services run apart from this gateway (a split topology): change the models through "
-                "the deployment's configuration instead (docs/operations.md)"
-            )
-
-    def _failed_for_good(self, name: str) -> bool:
-        """Failed, and the model services have given up on it (it is no longer wanted)."""
-        entry = self.wanted().models.get(name)
-        return self._state_of(name).state == "failed" and not (entry and entry.loaded)
-
-    async def _until(self, done: Callable[[], bool]) -> None:
-        """Wait for the next refreshes until `done`, at most a request's deadline (then a 503)."""
-        deadline = self._clock() + self.config.request_timeout_s
-        while not done():
-            left = deadline - self._clock()
-            if left <= 0:
-                raise errors.NotReady("the model services have not finished; see GET /admin/models")
-            try:
-                await asyncio.wait_for(self._changed.wait(), left)
-            except TimeoutError:
-                continue
-
-    def _want(self, name: str) -> None:
+    def want(self, name: str) -> None:
+        """Mark a model wanted loaded (and loadable by requests again)."""
         assert self.shared is not None
 
         def want(models: ModelSet) -> None:

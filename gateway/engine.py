@@ -113,6 +113,8 @@ class Engine:
         if name in registry.failed and TENANT.get().may_use(name):
             raise errors.ModelUnavailable(f"model '{name}' failed to load: {registry.failed[name]}", param="model")
         info = choose_model(allowed(registry.infos), name, capability)
+        if requested is None:
+            self.catalog.hold(info.served_model_name)
         trace = current_trace()
         trace.model = info.served_model_name
         trace.alias = requested if requested != name else None

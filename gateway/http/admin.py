@@ -1,9 +1,9 @@
 """The admin API: list, load and unload the models a server may serve, and point aliases, behind the admin key.
 
-Each route is one line onto the catalog (gateway/catalog.py). The tenant gate lets `/admin/` through untouched
-(gateway/tenants/gate.py); here the admin key alone opens it: no key or a wrong one is a 401, a tenant's key a 403,
-and with no admin key configured every call is a 403. The routes are Starlette's (BentoML's are POST-only and
-listed as the gateway's), so `AdminSchema` adds them to `/docs.json` under their own tag and security scheme.
+Each route is one line onto the admin operations (gateway/model_admin.py). The tenant gate lets `/admin/` through
+untouched (gateway/tenants/gate.py); here the admin key alone opens it: no key or a wrong one is a 401, a tenant's
+key a 403, and with no admin key configured every call is a 403. The routes are Starlette's (BentoML's are POST-only
+and listed as the gateway's), so `AdminSchema` adds them to `/docs.json` under their own tag and security scheme.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from config import errors
 from config.settings import EmbentoConfig
 from gateway.catalog import Catalog
 from gateway.http.errors import error_response
+from gateway.model_admin import ModelAdmin
 from gateway.tenants.gate import ADMIN_PREFIX
 from gateway.tenants.keys import Keys
 
@@ -32,6 +33,7 @@ ADMIN_TAG = "Admin"
 def admin_routes(config: EmbentoConfig, catalog: Catalog, keys: Keys) -> list[Route]:
     """The admin routes to mount on the gateway's ASGI app."""
     admin_key = config.admin_key.get_secret_value() if config.admin_key else None
+    admin = ModelAdmin(catalog)
 
     def guarded(handler: Handler) -> Callable[[Request], Awaitable[Response]]:
         async def answer(request: Request) -> Response:
@@ -44,19 +46,19 @@ def admin_routes(config: EmbentoConfig, catalog: Catalog, keys: Keys) -> list[Ro
         return answer
 
     async def list_models(request: Request) -> dict[str, Any]:
-        return catalog.report()
+        return admin.report()
 
     async def load(request: Request) -> dict[str, Any]:
-        return await catalog.load(request.path_params["name"])
+        return await admin.load(request.path_params["name"])
 
     async def unload(request: Request) -> dict[str, Any]:
-        return await catalog.unload(request.path_params["name"])
+        return await admin.unload(request.path_params["name"])
 
     async def point_alias(request: Request) -> dict[str, Any]:
-        return catalog.point_alias(request.path_params["alias"], await _model_field(request))
+        return admin.point_alias(request.path_params["alias"], await _model_field(request))
 
     async def remove_alias(request: Request) -> dict[str, Any]:
-        return catalog.remove_alias(request.path_params["alias"])
+        return admin.remove_alias(request.path_params["alias"])
 
     return [
         Route(f"{ADMIN_PREFIX}models", guarded(list_models), methods=["GET"]),
