@@ -139,6 +139,7 @@ class SharedModelSet:
 
 
 PINS_FILE = "model-pins"  # per gateway worker and model: requests that resolved to the model and are not answered
+WARM_FILE = "model-warm"  # per gateway worker and model: 1 while the worker serves the model
 
 
 def pinned_names(config: EmbentoConfig) -> list[str]:

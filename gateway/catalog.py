@@ -19,7 +19,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 
 from config import errors
-from config.model_set import PINS_FILE, ModelSet, ModelStatus, SharedModelSet, State, Wanted, pinned_names
+from config.model_set import PINS_FILE, WARM_FILE, ModelSet, ModelStatus, SharedModelSet, State, Wanted, pinned_names
 from config.settings import EmbentoConfig
 from gateway.shared_memory import SharedCounters
 from gateway.startup.warmup import TRANSIENT, ModelRegistry, describe
@@ -67,10 +67,13 @@ class Catalog:
         self,
         config: EmbentoConfig,
         registry: ModelRegistry,
+        workers: Callable[[], int] = lambda: 1,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        """`workers`: how many gateway workers the server runs (asked once one serves, as `Lifecycle` does)."""
         self.config = config
         self.registry = registry
+        self._workers = workers
         self.shared: SharedModelSet | None = None  # the server's, once `start` runs in the worker
         self._clock = clock
         self._changed = asyncio.Event()
@@ -79,6 +82,10 @@ class Catalog:
         self._task: asyncio.Task | None = None
         self._synced = False  # whether the registry has met the states read since the start's warm-up
         self._pins = SharedCounters(pinned_names(config), PINS_FILE)
+        # Per gateway worker and model, 1 while the model is warm in that worker's registry: the admin API answers
+        # once every worker has met its change.
+        self._warm = SharedCounters(pinned_names(config), WARM_FILE)
+        self._published: set[str] = set()
         self._refreshes_begun = 0
         self._refreshed_from = 0  # the number of the last refresh done: it began after any want numbered lower
 
@@ -92,8 +99,26 @@ class Catalog:
         return self.shared.read() if self.shared is not None else ModelSet.configured(self.config)
 
     def states(self) -> dict[str, ServerState]:
-        """Each configured model's state across its service's workers, in configuration order."""
-        return {m.served_model_name: self.state_of(m.served_model_name) for m in self.config.models}
+        """Each configured model's state across its service's workers, in configuration order, read now from their
+        status files (so every gateway worker reports the same), else as this worker knows it."""
+        fresh = self._read_states() if self.shared is not None else {}
+        return {name: fresh.get(name) or self.state_of(name) for name in self.registry.kinds}
+
+    def _read_states(self) -> dict[str, ServerState]:
+        """From the status files: each model's state, where its service's workers have reported one."""
+        assert self.shared is not None
+        by_worker = self.shared.statuses()
+        found = {}
+        for name, kind in self.registry.kinds.items():
+            service = spec(kind).model_service
+            statuses = [
+                reported[name]
+                for worker, reported in by_worker.items()
+                if _of_service(worker, service) and name in reported
+            ]
+            if (state := server_state(statuses)) is not None:
+                found[name] = state
+        return found
 
     def state_names(self) -> dict[str, str]:
         """Each configured model's state, by name (/readyz)."""
@@ -111,7 +136,8 @@ class Catalog:
         start's warm-up is done)."""
         self._warm_up = warm_up
         self.shared = shared
-        self._pins.open()  # now, in the worker: its row of pins starts at zero
+        self._pins.open()  # now, in the worker: its rows start at zero
+        self._warm.open()
         if shared is not None:
             self._task = asyncio.create_task(self._follow())
 
@@ -127,22 +153,32 @@ class Catalog:
         assert self.shared is not None
         self._refreshes_begun += 1
         begun = self._refreshes_begun
-        by_worker = self.shared.statuses()
-        for cfg in self.config.models:
-            name = cfg.served_model_name
-            service = spec(self.registry.kinds[name]).model_service
-            found = [statuses[name] for worker, statuses in by_worker.items() if _of_service(worker, service)]
-            state = server_state([status for status in found if status is not None])
-            if state is None:
-                continue
+        for name, state in self._read_states().items():
             if self.registry.done and (state != self._states.get(name) or not self._synced):
                 if not await self._apply(name, state):
                     continue  # met again on the next refresh
             self._states[name] = state
         self._synced = self.registry.done
+        self._publish()
         self._refreshed_from = begun
         self._changed.set()
         self._changed = asyncio.Event()
+
+    def _publish(self) -> None:
+        """This worker's warm models, for the others to count (`warm_everywhere`)."""
+        warm = set(self.registry.infos)
+        with self._warm.locked():
+            for name in warm ^ self._published:
+                self._warm.add(name, 1 if name in warm else -1)
+        self._published = warm
+
+    def warm_everywhere(self, name: str) -> bool:
+        """Whether every gateway worker of the server serves the model (warm in its registry)."""
+        return self._warm.total(name) >= self._workers()
+
+    def gone_everywhere(self, name: str) -> bool:
+        """Whether no gateway worker serves the model any more."""
+        return self._warm.total(name) == 0
 
     async def _apply(self, name: str, state: ServerState) -> bool:
         """The registry brought to a model's new state (a loaded one warmed up here before it is served); False

@@ -49,10 +49,10 @@ class ModelAdmin:
         """Load a configured model (the start's path, in each worker of its service) and warm it here; the others
         serve on. Raises with the reason if it failed or was refused."""
         self._check_controlled(name)
-        if name not in self.catalog.registry.infos:
+        if not self.catalog.warm_everywhere(name):
             self.catalog.want(name)
-            await self._until(lambda: name in self.catalog.registry.infos or self._failed_for_good(name))
-        if name not in self.catalog.registry.infos:
+            await self._until(lambda: self.catalog.warm_everywhere(name) or self._failed_for_good(name))
+        if not self.catalog.warm_everywhere(name):
             state = self.catalog.state_of(name)
             raise errors.ModelUnavailable(f"model '{name}' did not load: {state.reason}", param="model")
         return self._entry(name)
@@ -66,17 +66,22 @@ class ModelAdmin:
             models.models[name].on_request = False
 
         self._change(unwant)
-        await self._until(lambda: self.catalog.state_of(name).state in ("unloaded", "failed"))
+        await self._until(
+            lambda: self.catalog.state_of(name).state in ("unloaded", "failed") and self.catalog.gone_everywhere(name)
+        )
         return self._entry(name)
 
-    def point_alias(self, alias: str, name: str) -> dict[str, Any]:
-        """Move (or make) an alias onto a model loaded and warm here: requests arriving from now on resolve to it,
-        those in flight finish on the model they started on."""
+    async def point_alias(self, alias: str, name: str) -> dict[str, Any]:
+        """Move (or make) an alias onto a loaded model, once every gateway worker serves it: requests arriving from
+        then on resolve to it, those in flight finish on the model they started on."""
         self._check_controlled(name)
         if alias in self.catalog.registry.kinds:
             raise errors.InvalidRequest(f"'{alias}' is a model's own name, not an alias", param="alias")
-        if name not in self.catalog.registry.infos:
-            raise errors.Conflict(f"model '{name}' is not loaded and warm; load it first", param="model")
+        if not self.catalog.wanted().models[name].loaded:
+            raise errors.Conflict(f"model '{name}' is not loaded; load it first", param="model")
+        await self._until(lambda: self.catalog.warm_everywhere(name) or not self.catalog.wanted().models[name].loaded)
+        if not self.catalog.warm_everywhere(name):
+            raise errors.Conflict(f"model '{name}' was unloaded before the alias could move", param="model")
 
         def point(models: ModelSet) -> None:
             models.aliases[alias] = name

@@ -55,7 +55,7 @@ def admin_routes(config: EmbentoConfig, catalog: Catalog, keys: Keys) -> list[Ro
         return await admin.unload(request.path_params["name"])
 
     async def point_alias(request: Request) -> dict[str, Any]:
-        return admin.point_alias(request.path_params["alias"], await _model_field(request))
+        return await admin.point_alias(request.path_params["alias"], await _model_field(request))
 
     async def remove_alias(request: Request) -> dict[str, Any]:
         return admin.remove_alias(request.path_params["alias"])

@@ -120,7 +120,12 @@ def get_routes(config: EmbentoConfig, lifecycle: Lifecycle, catalog: Catalog) ->
 
     async def get_models(request: Request) -> Response:
         try:
-            answer = model_list(registry, STARTED, catalog.state_names(), catalog.wanted().aliases)
+            # A model its service holds but this worker has not warmed up yet is still loading, as seen from here.
+            states = {
+                name: "loading" if state == "loaded" and name not in registry.infos else state
+                for name, state in catalog.state_names().items()
+            }
+            answer = model_list(registry, STARTED, states, catalog.wanted().aliases)
             return JSONResponse(answer.model_dump())
         except errors.EmbentoError as exc:
             return error_response(exc)

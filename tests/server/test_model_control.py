@@ -10,6 +10,7 @@ at once, and waits poll observable state under a deadline.
 
 from __future__ import annotations
 
+import shutil
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -70,14 +71,25 @@ def references(minilm_path: Path, tiny_bert_path: Path) -> dict[str, np.ndarray]
 
 
 @pytest.fixture(scope="module")
-def controlled(tmp_path_factory: pytest.TempPathFactory, tiny_bert_path: Path) -> Iterator[str]:
-    """MiniLM (eager, alias `prod`), a tiny BERT loaded on its first request, and one more eager tiny BERT; two
-    gateway workers."""
+def broken_path(tmp_path_factory: pytest.TempPathFactory, tiny_bert_path: Path) -> Path:
+    """The tiny BERT with its weights file cut short: its tokenizer loads (the gateway's part), its weights not."""
+    folder = tmp_path_factory.mktemp("broken-bert")
+    shutil.copytree(tiny_bert_path, folder, dirs_exist_ok=True)
+    weights = folder / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:1000])
+    return folder
+
+
+@pytest.fixture(scope="module")
+def controlled(tmp_path_factory: pytest.TempPathFactory, tiny_bert_path: Path, broken_path: Path) -> Iterator[str]:
+    """MiniLM (eager, alias `prod`), a tiny BERT loaded on its first request, one more eager tiny BERT, and a lazy
+    one whose weights cannot load; two gateway workers."""
     config = {
         "models": [
             {"model_id": MINILM, "served_model_name": "minilm", "backend": "torch", "aliases": ["prod"]},
             {"model_id": str(tiny_bert_path), "served_model_name": "tiny", "backend": "torch", "load": "lazy"},
             {"model_id": str(tiny_bert_path), "served_model_name": "spare", "backend": "torch"},
+            {"model_id": str(broken_path), "served_model_name": "broken", "backend": "torch", "load": "lazy"},
         ],
         "admin_key": ADMIN_KEY,
         "api_key": [TENANT_KEY],
@@ -125,7 +137,12 @@ def test_a_lazy_model_is_unloaded_until_its_first_request_answers(controlled, re
     url = controlled
     assert admin_models(url)["tiny"]["state"] == "unloaded"
     ready = httpx.get(f"{url}/readyz", timeout=30).json()
-    assert ready["ready"] and ready["states"] == {"minilm": "loaded", "tiny": "unloaded", "spare": "loaded"}
+    assert ready["ready"] and ready["states"] == {
+        "minilm": "loaded",
+        "tiny": "unloaded",
+        "spare": "loaded",
+        "broken": "unloaded",
+    }
     listed = httpx.get(f"{url}/v1/models", headers=TENANT, timeout=30).json()
     assert {"id": "tiny", "status": "unloaded"} in listed["available"]
     answer = embed(url, "tiny")
@@ -151,6 +168,22 @@ def test_an_unloaded_model_answers_404_until_loaded_again(controlled, references
     assert loaded.status_code == 200 and loaded.json()["state"] == "loaded", loaded.text
     assert_same_vectors([vector(embed(url, "spare"))], [before])
     assert_same_vectors([before], [references["tiny"]])
+
+
+@pytest.mark.server
+def test_a_failed_load_says_why_and_the_others_serve_on(controlled):
+    url = controlled
+    loaded = httpx.post(f"{url}/admin/models/broken/load", headers=ADMIN, timeout=120)
+    reason = assert_openai_error(loaded, 503, param="model")["message"]
+    assert "model 'broken' did not load" in reason and "deserializing header" in reason, reason
+    assert admin_models(url)["broken"]["state"] == "failed"
+    requested = assert_openai_error(embed(url, "broken"), 503, param="model")
+    assert requested["code"] == "model_unavailable" and "failed to load" in requested["message"]
+    assert vector(embed(url, "minilm")).shape == (384,)
+    failed = httpx.get(f"{url}/v1/models", headers=TENANT, timeout=30).json()["failed"]
+    assert [entry["id"] for entry in failed] == ["broken"] and failed[0]["status"] == "failed"
+    metrics = httpx.get(f"{url}/metrics", headers=TENANT, timeout=30).text
+    assert 'embento_model_loads_total{model="broken",outcome="failed"} 1.0' in metrics
 
 
 @pytest.mark.server
@@ -199,11 +232,15 @@ def test_an_alias_moves_under_32_clients_with_no_failure(controlled, references)
 
     with ThreadPoolExecutor(CLIENTS) as pool:
         futures = [pool.submit(client) for _ in range(CLIENTS)]
-        wait_for(lambda: len(answers) >= CLIENTS, "every client answered once before the swap")
-        started = time.monotonic()
-        moved = httpx.put(f"{url}/admin/aliases/prod", json={"model": "tiny"}, headers=ADMIN, timeout=60)
-        assert moved.status_code == 200, moved.text
-        swapped_at.append(time.monotonic())
+        try:
+            wait_for(lambda: len(answers) >= CLIENTS, "every client answered once before the swap")
+            started = time.monotonic()
+            moved = httpx.put(f"{url}/admin/aliases/prod", json={"model": "tiny"}, headers=ADMIN, timeout=60)
+            assert moved.status_code == 200, moved.text
+            swapped_at.append(time.monotonic())
+        except BaseException:
+            stop.set()  # the clients stop on their own only once the swap is done
+            raise
         for future in futures:
             future.result()
     try:
