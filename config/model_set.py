@@ -91,9 +91,23 @@ class SharedModelSet:
         self._status_prefix = f"{prefix}{STATUS_PREFIX}"
         self._folder = folder
         self._config = config
+        self._read = ModelSet.configured(config)
+        self._read_key: tuple[int, int, int] | None = None
 
     def read(self) -> ModelSet:
-        """The wanted set; the configured one until someone changes it."""
+        """The wanted set (the configured one until someone changes it), not to be changed in place. Parsed again
+        only when the file was replaced: a gateway reads it for every request naming a model (a stat, ~5 µs,
+        where a parse of 17 models' set took ~30)."""
+        try:
+            found = self._path.stat()
+        except FileNotFoundError:
+            return ModelSet.configured(self._config)
+        key = (found.st_ino, found.st_mtime_ns, found.st_size)  # each change is a new file
+        if key != self._read_key:
+            self._read, self._read_key = self._parse(), key
+        return self._read
+
+    def _parse(self) -> ModelSet:
         try:
             return ModelSet.from_json(self._path.read_text())
         except FileNotFoundError:
@@ -102,7 +116,7 @@ class SharedModelSet:
     def change(self, edit: Callable[[ModelSet], None]) -> ModelSet:
         """`edit` applied to the current set under the lock, then written whole (a reader never sees half)."""
         with self._locked():
-            models = self.read()
+            models = self._parse()
             edit(models)
             models.version += 1
             temporary = self._path.with_suffix(f".{os.getpid()}.tmp")
