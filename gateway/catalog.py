@@ -102,7 +102,7 @@ class Catalog:
         """Each configured model's state across its service's workers, in configuration order, read now from their
         status files (so every gateway worker reports the same), else as this worker knows it."""
         fresh = self._read_states() if self.shared is not None else {}
-        return {name: fresh.get(name) or self.state_of(name) for name in self.registry.kinds}
+        return {name: self._as_served(name, fresh.get(name)) for name in self.registry.kinds}
 
     def _read_states(self) -> dict[str, ServerState]:
         """From the status files: each model's state, where its service's workers have reported one."""
@@ -125,11 +125,20 @@ class Catalog:
         return {name: state.state for name, state in self.states().items()}
 
     def state_of(self, name: str) -> ServerState:
-        if name in self._states:
-            return self._states[name]
-        if name in self.registry.failed:
+        """A model's state as this worker last read it."""
+        return self._as_served(name, self._states.get(name))
+
+    def _as_served(self, name: str, state: ServerState | None) -> ServerState:
+        """The model services' state of a model, unless this gateway failed to warm up one they hold: then failed,
+        as the registry says (and with no state reported, the registry's word)."""
+        if self._failed_here(name, state):
             return ServerState("failed", self.registry.failed[name])
+        if state is not None:
+            return state
         return ServerState("loaded" if name in self.registry.infos else "unloaded")
+
+    def _failed_here(self, name: str, state: ServerState | None) -> bool:
+        return name in self.registry.failed and (state is None or state.state == "loaded")
 
     def start(self, warm_up: Callable[[ModelInfo], Awaitable[None]], shared: SharedModelSet | None) -> None:
         """In the gateway worker: follow the model services' status files in `shared` (the registry from when the
@@ -232,6 +241,8 @@ class Catalog:
         while True:
             if not (entry.loaded or entry.on_request):
                 raise errors.UnknownModel(f"model '{name}' is not served now: it was unloaded", param="model")
+            if self._failed_here(name, self._states.get(name)):
+                return name  # held by its services, but its warm-up here failed: the registry says why (503)
             state = self.state_of(name)
             if state.state == "failed" and not entry.loaded and (asked_at is not None or not state.refused):
                 return name  # the registry says why (503); a refusal by the budget is tried again once

@@ -4,12 +4,15 @@ services and this gateway worker have met it (gateway/catalog.py)."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any
 
 from config import errors
 from config.model_set import ModelSet
 from gateway.catalog import Catalog
+
+logger = logging.getLogger(__name__)  # each change asked, in the server log: the admin routes have no access log
 
 
 class ModelAdmin:
@@ -49,6 +52,7 @@ class ModelAdmin:
         """Load a configured model (the start's path, in each worker of its service) and warm it here; the others
         serve on. Raises with the reason if it failed or was refused."""
         self._check_controlled(name)
+        logger.info("admin: load model '%s'", name)
         if not self.catalog.warm_everywhere(name):
             self.catalog.want(name)
             await self._until(lambda: self.catalog.warm_everywhere(name) or self._failed_for_good(name))
@@ -60,6 +64,7 @@ class ModelAdmin:
     async def unload(self, name: str) -> dict[str, Any]:
         """Drop a model everywhere; requests naming it then get a 404 until it is loaded again."""
         self._check_controlled(name)
+        logger.info("admin: unload model '%s'", name)
 
         def unwant(models: ModelSet) -> None:
             models.models[name].loaded = False
@@ -75,6 +80,7 @@ class ModelAdmin:
         """Move (or make) an alias onto a loaded model, once every gateway worker serves it: requests arriving from
         then on resolve to it, those in flight finish on the model they started on."""
         self._check_controlled(name)
+        logger.info("admin: point alias '%s' at model '%s'", alias, name)
         if alias in self.catalog.registry.kinds:
             raise errors.InvalidRequest(f"'{alias}' is a model's own name, not an alias", param="alias")
         if not self.catalog.wanted().models[name].loaded:
@@ -92,6 +98,7 @@ class ModelAdmin:
     def remove_alias(self, alias: str) -> dict[str, Any]:
         if alias not in self.catalog.wanted().aliases:
             raise errors.NotFound(f"no alias '{alias}'", param="alias")
+        logger.info("admin: remove alias '%s'", alias)
 
         def remove(models: ModelSet) -> None:
             models.aliases.pop(alias, None)

@@ -5,8 +5,8 @@ so that the next request for it loads it again); a wanted model not held is load
 recently used idle models its budget needs (`max_loaded_models`, `max_loaded_bytes`). A model with requests in flight
 (pinned by a gateway from when the request named it to its answer: config/model_set.py's `Pins`, or running here) is
 never unloaded: when nothing idle can make room the load is refused with the figures. What the worker then holds is
-written to its status file, for the gateway workers. Idle time is read on an injected clock, from the pool's count of
-answered calls, so the policy is tested without waiting.
+written to its status file, for the gateway workers. Idle time is read on an injected clock from when the pool's
+last use of the model was seen (`ModelPool.last_use`), so the policy is tested without waiting.
 """
 
 from __future__ import annotations

@@ -18,6 +18,7 @@ import pytest
 from testkit.media import IMAGES, data_uri
 from testkit.redis_server import RedisServer, running_redis
 from tests.conftest import MINILM, SAMPLE, TINY_CLIP, TINY_RERANKER, free_port, metric, running_server
+from tests.tolerance import assert_close
 
 ENCODINGS = ("float", "base64", "int8", "uint8", "binary", "ubinary")
 CLIENTS = 32
@@ -267,6 +268,15 @@ def test_the_cache_series_the_dashboard_and_alerts_read_are_exported(two_servers
     assert cache_series - exported == set()
 
 
+def assert_same_ranking(got: list[dict], expected: list[dict]) -> None:
+    """The same documents in the same order, each score equal within float32's precision: a maximum-similarity sum
+    over cached vectors may add in another order than over fresh ones."""
+    assert [r["index"] for r in got] == [r["index"] for r in expected]
+    assert_close([r["relevance_score"] for r in got], [r["relevance_score"] for r in expected])
+    modes = sorted(expected[0]["scores"])
+    assert_close([[r["scores"][m] for m in modes] for r in got], [[r["scores"][m] for m in modes] for r in expected])
+
+
 def _rerank(url: str, body: dict, cache_control: str | None = None) -> dict:
     headers = {"Cache-Control": cache_control} if cache_control else {}
     response = httpx.post(f"{url}/v1/rerank", json=body, headers=headers, timeout=60)
@@ -281,7 +291,8 @@ def test_a_model_that_ranks_by_its_own_outputs_caches_each_text_in_its_role(medi
     computed = _rerank(media_and_reranker, body, "no-store")
     missed, hit = _rerank(media_and_reranker, body), _rerank(media_and_reranker, body)
     assert _cached(missed) == 0 and _cached(hit) == hit["usage"]["prompt_tokens"]
-    assert hit["results"] == missed["results"] == computed["results"]
+    for answer in (hit, missed):  # every mode's score from cached outputs as computed, to float32's last digits
+        assert_same_ranking(answer["results"], computed["results"])
     other = _rerank(media_and_reranker, {**body, "query": f"another query {uuid.uuid4().hex}"})
     assert 0 < _cached(other) < other["usage"]["prompt_tokens"]  # the documents were cached, the query was not
     # A document given as the query is framed as a query: not the document's entry.

@@ -430,7 +430,12 @@ def test_readyz_answers_its_report_when_not_ready(partial):
         time.sleep(1)
     assert probe is not None and process.poll() is None, log.read_text()[-3000:]
     assert probe.status_code == 503
-    assert probe.json() == {"ready": False, "models": [], "failed": {"too-short": probe.json()["failed"]["too-short"]}}
+    assert probe.json() == {
+        "ready": False,
+        "models": [],
+        "failed": {"too-short": probe.json()["failed"]["too-short"]},
+        "states": {"too-short": "failed"},  # loaded by its model service, but its warm-up here failed
+    }
     assert "warm-up failed" in probe.json()["failed"]["too-short"]
 
 
