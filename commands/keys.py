@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import os
+import re
 import sys
 import tempfile
 from pathlib import Path
@@ -20,13 +21,14 @@ import yaml
 from config.errors import ConfigError
 from config.keys_file import Tenant, new_secret, read_keys_file
 
-LIMIT_FLAGS = (
-    "requests_per_minute",
-    "tokens_per_minute",
-    "max_concurrent_requests",
-    "max_stored_bytes",
-    "max_queued_lines",
-)
+# Each limit flag and what it sets, as docs/tenants.md's table has them (unset: unlimited).
+LIMIT_FLAGS = {
+    "requests_per_minute": "requests it may send per minute",
+    "tokens_per_minute": "tokens it may use per minute, as the answers' `usage` counts them",
+    "max_concurrent_requests": "most of its requests answered at once",
+    "max_stored_bytes": "most bytes of bulk-job files it may keep",
+    "max_queued_lines": "most lines of its unfinished batches",
+}
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
@@ -35,9 +37,14 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     add = key_commands.add_parser("add", help="make a key for a tenant; prints the secret once")
     add.add_argument("name", help="the tenant (new, or an existing one to rotate its key)")
     add.add_argument("--file", required=True, type=Path, help="the keys file (created if missing)")
-    add.add_argument("--models", help="served model names it may use, comma-separated (default: all)")
-    for name in LIMIT_FLAGS:
-        add.add_argument(f"--{name.replace('_', '-')}", dest=name, type=int)
+    add.add_argument(
+        "--models",
+        help="served model names it may use, separated by ';' as every list (',' works too; default: all)",
+    )
+    for name, what in LIMIT_FLAGS.items():
+        add.add_argument(
+            f"--{name.replace('_', '-')}", dest=name, type=int, metavar="N", help=f"{what} (default: unlimited)"
+        )
     add.add_argument("--weight", type=float, help="its share of a saturated model service (default 1)")
 
 
@@ -67,7 +74,7 @@ def _read(path: Path) -> list[dict[str, Any]]:
 def _add(entries: list[dict[str, Any]], args: argparse.Namespace, digest: str) -> None:
     settings = {name: getattr(args, name) for name in (*LIMIT_FLAGS, "weight") if getattr(args, name) is not None}
     if args.models:
-        settings["models"] = [model.strip() for model in args.models.split(",") if model.strip()]
+        settings["models"] = model_names(args.models)
     entry = next((entry for entry in entries if entry.get("name") == args.name), None)
     if entry is None:
         entry = {"name": args.name, "key_sha256": []}
@@ -76,6 +83,12 @@ def _add(entries: list[dict[str, Any]], args: argparse.Namespace, digest: str) -
     entry["key_sha256"] = [*([hashes] if isinstance(hashes, str) else hashes), digest]
     entry.update(settings)
     Tenant.model_validate(entry)  # ValueError (pydantic's) names what is wrong
+
+
+def model_names(text: str) -> list[str]:
+    """`m1;m2`, as every list of the command and the settings; `m1,m2` too, as the flag took before. (A name holding
+    either character is listed in the file by hand.)"""
+    return [name.strip() for name in re.split(r"[;,]", text) if name.strip()]
 
 
 def _write(path: Path, entries: list[dict[str, Any]]) -> None:

@@ -193,3 +193,24 @@ def test_a_file_the_server_would_refuse_gets_no_new_key(tmp_path, capsys):
     status, out, err = add(capsys, path, "acme")
     assert status == 2 and out == "" and "key_sha256" in err
     assert path.read_text() == original and [p.name for p in tmp_path.iterdir()] == ["keys.yaml"]
+
+
+def test_every_option_of_keys_add_says_what_it_does():
+    import argparse
+
+    from commands import build_parser
+
+    def subcommand(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser:
+        action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        return action.choices[name]
+
+    add_parser = subcommand(subcommand(build_parser(), "keys"), "add")
+    undocumented = [action.dest for action in add_parser._actions if not action.help]
+    assert undocumented == []
+
+
+@pytest.mark.parametrize("given", ["m1;m2", "m1; m2;", "m1,m2"])  # `;` as every list; `,` as before
+def test_models_is_a_semicolon_list_and_commas_still_work(tmp_path, capsys, given):
+    path = tmp_path / "keys.yaml"
+    assert add(capsys, path, "acme", "--models", given)[0] == 0
+    assert entries(path)[0]["models"] == ["m1", "m2"]
