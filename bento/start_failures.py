@@ -76,7 +76,10 @@ def _print_start_failure(kind: type[BaseException], exc: BaseException, tb: Trac
     service) as one line."""
     if not get_debug_mode():
         if is_known(exc):
-            print(f"{PREFIX}{exc.message}", file=sys.stderr, flush=True)
+            # One line per problem (a configuration refused names each setting on its own line).
+            print(
+                "".join(f"{PREFIX}{line}\n" for line in exc.message.splitlines()), end="", file=sys.stderr, flush=True
+            )
             return
         _hide_client_package_try(exc)
     sys.__excepthook__(kind, exc, tb)

@@ -72,7 +72,7 @@ def build(args: argparse.Namespace) -> int:
         config = load_config(os.environ, cwd=project_dir)
         settings = image_settings(args, config)
     except ConfigError as exc:
-        print(f"embento: {exc.message}", file=sys.stderr)
+        print("".join(f"embento: {line}\n" for line in exc.message.splitlines()), end="", file=sys.stderr)
         return 2
     env = {k: v for k, v in os.environ.items() if not k.startswith(ENV_PREFIX)}  # the Bento carries its file
     env.setdefault("BENTOML_DO_NOT_TRACK", "True")

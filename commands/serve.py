@@ -16,6 +16,7 @@ from typing import Any
 
 from commands.flags import DEFAULT_HOST, DEFAULT_PORT, FLAGS, LOG_LEVELS, PROJECT_ROOT, dest
 from config.errors import ConfigError, EmbentoError
+from config.invalid_settings import InvalidSettings
 from config.settings import CONFIG_FILE_NAME, ENV_PREFIX, EmbentoConfig, env_names, load_config, store_tag
 
 
@@ -56,11 +57,29 @@ def bentoml_command(env: Mapping[str, str]) -> list[str]:
     ]
 
 
-def log_level(env: Mapping[str, str]) -> str:
+def log_level(env: Mapping[str, str], labels: Mapping[str, str] | None = None) -> str:
     level = env.get(ENV_PREFIX + "LOG_LEVEL", "info").lower()
     if level not in LOG_LEVELS:
-        raise ConfigError(f"{ENV_PREFIX}LOG_LEVEL (--log-level) is '{level}'; it takes {', '.join(LOG_LEVELS)}")
+        name = (labels or {}).get(ENV_PREFIX + "LOG_LEVEL", ENV_PREFIX + "LOG_LEVEL")
+        raise ConfigError(f"invalid configuration: {name} is '{level}'; it takes info, debug or error")
     return level
+
+
+def check_port(env: Mapping[str, str], labels: Mapping[str, str]) -> None:
+    """Here, not by `bentoml serve`: its refusal is its usage, naming its own `-p` and BENTOML_PORT."""
+    port = env.get(ENV_PREFIX + "PORT", DEFAULT_PORT)
+    if not (port.isascii() and port.isdigit() and 1 <= int(port) <= 65535):
+        name = labels.get(ENV_PREFIX + "PORT", ENV_PREFIX + "PORT")
+        raise ConfigError(f"invalid configuration: {name} is '{port}'; it takes a port number from 1 to 65535")
+
+
+def flag_labels(args: argparse.Namespace) -> dict[str, str]:
+    """The variable each flag given became (build_env), and the flag: a refused value is named as it was given."""
+    return {ENV_PREFIX + flag.env: flag.names[0] for flag in FLAGS if getattr(args, dest(flag)) is not None}
+
+
+def refusal_lines(exc: EmbentoError, labels: Mapping[str, str]) -> list[str]:
+    return exc.lines(labels) if isinstance(exc, InvalidSettings) else exc.message.splitlines()
 
 
 def check_models_found(config: EmbentoConfig) -> None:
@@ -167,12 +186,14 @@ def wait_until_ready(url: str, api_key: str | None, server_pid: int) -> dict | N
 
 def serve(args: argparse.Namespace) -> int:
     env = build_env(args, os.environ, Path.cwd())
+    labels = flag_labels(args)
     try:
-        log_level(env)
+        log_level(env, labels)
+        check_port(env, labels)
         config = load_config(env, cwd=Path.cwd())
         check_models_found(config)
     except EmbentoError as exc:
-        print(f"embento: {exc.message}", file=sys.stderr)
+        print("".join(f"embento: {line}\n" for line in refusal_lines(exc, labels)), end="", file=sys.stderr)
         return 2
     for model in config.models:
         print(f"embento: serving {model.model_id} as '{model.served_model_name}' ({model.backend}, {model.device})")

@@ -30,6 +30,7 @@ from pydantic import (
 
 from config.durations import seconds_or_forever
 from config.errors import ConfigError
+from config.invalid_settings import Variables, invalid_settings
 from config.kind_names import Kind
 
 DEFAULT_MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2"
@@ -914,7 +915,9 @@ def load_config(env: Mapping[str, str] | None = None, cwd: Path | None = None) -
     try:
         return EmbentoConfig.model_validate(data)
     except ValidationError as exc:
-        raise ConfigError(f"invalid configuration: {exc}") from exc
+        variables = Variables(env, ENV_PREFIX, {"models": MODEL_ENV_FIELDS, "": SERVER_ENV_FIELDS, **dict(sections)})
+        origin = "the Bento's configuration" if carried is not None else str(path)
+        raise invalid_settings(exc, EmbentoConfig, variables, origin) from exc
 
 
 @lru_cache(maxsize=1)

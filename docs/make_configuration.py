@@ -76,8 +76,15 @@ embento serve --model-id BAAI/bge-small-en-v1.5 --batch-size 64 \\
 {ENV_PREFIX}MODEL_ID="BAAI/bge-small-en-v1.5;./my-model" {ENV_PREFIX}BATCH_SIZE=64 embento serve
 ```
 
-An invalid configuration stops `embento serve` (exit 2) and the server before anything loads, with a
-message naming the setting.
+An invalid configuration stops `embento serve` (exit 2) and the server before anything loads, with one line per
+setting refused: the flag, the variable (with its setting) or the place in the file it came from, the value given,
+and what the setting takes:
+
+```text
+embento: invalid configuration: --backend is 'foo'; it takes auto, torch, onnx or ctranslate2
+embento: invalid configuration: EMBENTO_BATCH_SIZE (batch_size) is '0'; it takes 1 or more
+embento: invalid configuration: models[1].poolin in /srv/embento.yaml: not a setting (did you mean pooling?)
+```
 """
 
 OUTRO = f"""## Settings outside the file

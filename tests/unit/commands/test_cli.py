@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from commands import build_parser, main
 from commands.flags import FLAGS, PROJECT_ROOT
@@ -81,7 +84,10 @@ def test_log_level_becomes_bentomls_verbosity(capsys, monkeypatch):
     assert not {"--debug", "--quiet"} & set(bentoml_command(env_for([])))
     monkeypatch.delenv("EMBENTO_CONFIG", raising=False)
     assert main(["serve", "--log-level", "loud"]) == 2
-    assert "EMBENTO_LOG_LEVEL (--log-level) is 'loud'; it takes info, debug, error" in capsys.readouterr().err
+    assert (
+        "embento: invalid configuration: --log-level is 'loud'; it takes info, debug or error\n"
+        == capsys.readouterr().err
+    )
 
 
 def test_invalid_configuration_exits_2_before_serving(capsys, monkeypatch):
@@ -127,3 +133,46 @@ def test_a_model_that_cannot_be_found_is_one_message_before_serving(capsys, monk
     error = capsys.readouterr().err
     assert f"not in the local Hugging Face cache ({tmp_path / 'hub'})" in error
     assert "huggingface-cli download org/not-cached" in error
+
+
+@pytest.mark.parametrize(
+    "flags, line",
+    [
+        (["--port", "abc"], "--port is 'abc'; it takes a port number from 1 to 65535"),
+        (["--port", "70000"], "--port is '70000'; it takes a port number from 1 to 65535"),
+        (["--backend", "foo"], "--backend is 'foo'; it takes auto, torch, onnx or ctranslate2"),
+        (["--dtype", "float8"], "--dtype is 'float8'; it takes auto, float32, float16, bfloat16, int8 or int8_float16"),
+        (["--normalize", "maybe"], "--normalize is 'maybe'; it takes true or false"),
+        (["--batch-size", "0"], "--batch-size is '0'; it takes 1 or more"),
+        (["--gateway-workers", "many"], "--gateway-workers is 'many'; it takes a whole number"),
+    ],
+)
+def test_a_bad_flag_is_one_line_of_embentos_own_naming_the_flag_the_value_and_what_it_takes(tmp_path, flags, line):
+    """Through the command as a user runs it: nothing of BentoML's usage (`-p`, BENTOML_PORT) or of pydantic's
+    report (its URL, `input_value=`), and no server started (it exits before)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("EMBENTO_")}
+    result = subprocess.run(
+        [sys.executable, "-m", "commands", "serve", *flags],
+        cwd=tmp_path,
+        env={**env, "PYTHONPATH": str(PROJECT_ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2
+    assert result.stderr == f"embento: invalid configuration: {line}\n"
+    assert result.stdout == ""
+
+
+def test_a_bad_variable_is_named_with_its_setting_and_a_per_model_value_with_its_model(capsys, monkeypatch):
+    monkeypatch.delenv("EMBENTO_CONFIG", raising=False)
+    monkeypatch.setenv("EMBENTO_ENGINE", "foo")
+    assert main(["serve", "--model-id", "a/x", "--model-id", "b/y"]) == 2  # one line, not one per model
+    assert capsys.readouterr().err == (
+        "embento: invalid configuration: EMBENTO_ENGINE (backend) is 'foo'; it takes auto, torch, onnx or ctranslate2\n"
+    )
+    assert main(["serve", "--model-id", "a/x", "--model-id", "b/y", "--normalize", "true", "--normalize", "no!"]) == 2
+    assert capsys.readouterr().err == (
+        "embento: invalid configuration: EMBENTO_ENGINE (backend) is 'foo'; it takes auto, torch, onnx or ctranslate2\n"
+        "embento: invalid configuration: --normalize (model 2) is 'no!'; it takes true or false\n"
+    )
