@@ -26,6 +26,7 @@ from bento.lifecycle import exit_nonzero_after_failed_start, stop_server
 from bento.patches import fix_media_types, patch_serving
 from bento.placement import gateway_workers, served_workers
 from bento.process_memory import report_process_memory
+from bento.server_logging import configure_server_logging
 from bento.store import bento_config_env, check_served_bento, pin_store_models
 from config.model_set import server_model_set
 from config.served import served_config
@@ -50,6 +51,7 @@ from runners.service_config import dispatch_max_rows
 
 CONFIG = served_config()  # store models (`bentoml://…`) resolved to their folders
 patch_serving(CONFIG.tracing)
+configure_server_logging(CONFIG.log.request_content)  # never a request's content in a log line
 KINDS = {m.served_model_name: model_kind(m) for m in CONFIG.models}
 MODEL_SERVICE_NAMES = list(dict.fromkeys(spec(kind).model_service for kind in KINDS.values()))
 COUNTERS = edge.shared_counters(MODEL_SERVICE_NAMES)

@@ -529,7 +529,7 @@ class LimitSettings(BaseModel):
 
 
 class LogSettings(BaseModel):
-    """What the gateway logs beyond its warnings and errors."""
+    """What the server logs beyond its own lines (docs/operations.md, Logs)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -538,6 +538,14 @@ class LogSettings(BaseModel):
         description=(
             "`json`: one JSON line per request on standard output: time, tenant (never the key), method, route, "
             "model, tokens, status and duration."
+        ),
+    )
+    request_content: bool = Field(
+        False,
+        description=(
+            "Debugging only: tracebacks in the log keep every exception's message, which may quote a request's "
+            "texts, images or token ids. Off: only Embento's own error messages are shown; request content reaches "
+            "no log line at any level (docs/operations.md, Logs)."
         ),
     )
 

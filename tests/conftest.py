@@ -243,8 +243,14 @@ def native_family_paths(tmp_path_factory: pytest.TempPathFactory, minilm_path: P
 
 
 @pytest.fixture(scope="session")
+def server_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The session server's folder: its configuration and its log (`server.log`)."""
+    return tmp_path_factory.mktemp("server")
+
+
+@pytest.fixture(scope="session")
 def server_process(
-    tmp_path_factory: pytest.TempPathFactory,
+    server_folder: Path,
     tiny_bert_path: Path,
     tiny_reranker_path: Path,
     tiny_classifier_path: Path,
@@ -265,7 +271,7 @@ def server_process(
     classifier, tiny CLIP, CLAP, ColPali and ColModernVBERT models, a reranker and a classifier saved as ones fine-tuned
     from MiniLM are, and today's families in tiny: a Qwen3 embedder, a Qwen3 reranker in sentence-transformers'
     layout and one in Qwen3-Reranker's plain one, and a SPLADE model. URL inputs stay off."""
-    folder = tmp_path_factory.mktemp("server")
+    folder = server_folder
     config: dict = {
         "models": [
             {"model_id": MINILM},

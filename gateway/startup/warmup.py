@@ -130,4 +130,4 @@ class Warmup:
             self._warned_at = now
             logger.warning("models still not ready after %.0f s, retrying: %s", waited, describe(exc))
         else:
-            logger.info("models not ready yet: %s", describe(exc))
+            logger.debug("models not ready yet: %s", describe(exc))  # the model services are usually starting
