@@ -17,6 +17,17 @@ class InvalidRequest(EmbentoError):
     """The request is malformed or asks for something the model cannot do."""
 
 
+class InvalidInput(InvalidRequest):
+    """One input refused by a layer that knows it only by its position among the inputs it was given (a
+    tokenizer): the gateway, which knows the body, names its place there (`gateway.inputs.rows`); until then the
+    message reads `input[index] ...`."""
+
+    def __init__(self, index: int, problem: str) -> None:
+        super().__init__(f"input[{index}] {problem}", param="input")
+        self.index = index
+        self.problem = problem
+
+
 class UnsupportedMediaType(InvalidRequest):
     """The body is not JSON."""
 

@@ -64,6 +64,7 @@ class EmbedQuery:
     output_param: str = "encoding_format"  # the wire field that asked for `output_types`, named in errors
     shapes: frozenset[Output] = ALL_SHAPES  # the output shapes the wire format has room for
     dimensions: int | None = None
+    dimensions_param: str = "dimensions"  # the wire field that asked for `dimensions`, named in errors
     normalize: bool | None = None  # None: the model's own behaviour
     max_active_dims: int | None = None
     prompt_name: str | None = None
@@ -74,6 +75,9 @@ class EmbedQuery:
     task: str | None = None
     truncation: Truncation = field(default_factory=Truncation)
     items_param: str = "input"  # the wire field holding the items, named in errors
+    # Where each item sits in the body, when not at `items_param[i]` (TEI's similarity: the source sentence, then
+    # each of `inputs.sentences`); named in errors about one item.
+    item_params: tuple[str, ...] = ()
     long_input: LongInput = LongInput.CUT
     # The representations to answer, each under its own key (`output_types`); None: the model's own.
     representations: tuple[Representation, ...] | None = None
@@ -88,6 +92,10 @@ class EmbedQuery:
         cuts = self.long_input is not LongInput.REFUSE
         if self.truncation.enabled != cuts:
             object.__setattr__(self, "truncation", replace(self.truncation, enabled=cuts))
+
+    def item_param(self, index: int) -> str:
+        """Where the item at `index` sits in the body, for an error about it alone."""
+        return self.item_params[index] if self.item_params else f"{self.items_param}[{index}]"
 
 
 @dataclass(frozen=True)

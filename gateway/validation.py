@@ -9,7 +9,7 @@ field names (`input`, `inputs`, `texts`, `embedding_types`) reach the client.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import cast
 
@@ -21,7 +21,6 @@ from gateway.queries import (
     ContextQuery,
     DecodeQuery,
     EmbedQuery,
-    InputItem,
     InputType,
     LongInput,
     RankQuery,
@@ -38,8 +37,9 @@ from models.quantization import PRECISIONS, Quantizer
 # separator; base64 spends 16/3 bytes on one.
 JSON_FLOAT_BYTES = 22
 BASE64_FLOAT_BYTES = 16 / 3
-EMPTY_ITEM = "{param}[{index}] is empty"
+EMPTY_ITEM = "{where} is empty"
 EMPTY_INPUT = EMPTY_ITEM + "; every input needs at least one character or token"
+Where = Callable[[int], str]  # an input's place in the body, by its index: `input[3]`, `inputs.sentences[0]`
 # Where a model of each output shape is answered, for the error of a route that has no room for it.
 ROUTES_FOR_SHAPE: dict[Output, str] = {
     "dense": "/v1/embeddings",
@@ -54,28 +54,36 @@ def check_texts(
     max_items: int,
     max_chars: int | None,
     empty_item: str | None = EMPTY_ITEM,
+    where: Where | None = None,
 ) -> None:
     """A list of inputs: some, at most `max_items`, none empty (unless `empty_item` is None), and no text over
-    `max_chars` characters (token-id lists pass; None: no length bound)."""
+    `max_chars` characters (token-id lists pass; None: no length bound). `where` names an input's place in the
+    body (`param[i]` unless given)."""
     if not texts:
         raise InvalidRequest(f"{param} must not be empty", param=param)
     if len(texts) > max_items:
         raise InvalidRequest(f"{param} holds {len(texts)} items; at most {max_items} are allowed", param=param)
     empty = next((i for i, text in enumerate(texts) if len(text) == 0), None)
     if empty_item is not None and empty is not None:
-        raise InvalidRequest(empty_item.format(param=param, index=empty), param=param)
+        raise InvalidRequest(empty_item.format(where=_places(param, where)(empty)), param=param)
     if max_chars is not None:
-        check_lengths(texts, param, max_chars)
+        check_lengths(texts, param, max_chars, where)
 
 
-def check_lengths(texts: Sequence[str | Sequence[int] | None], param: str, max_chars: int) -> None:
+def check_lengths(
+    texts: Sequence[str | Sequence[int] | None], param: str, max_chars: int, where: Where | None = None
+) -> None:
     """No text over `max_chars` characters; other entries (token ids, None) pass."""
     long = ((i, len(text)) for i, text in enumerate(texts) if isinstance(text, str) and len(text) > max_chars)
     if (found := next(long, None)) is not None:
         too_long, length = found
         raise InvalidRequest(
-            f"{param}[{too_long}] has {length} characters; at most {max_chars} are allowed", param=param
+            f"{_places(param, where)(too_long)} has {length} characters; at most {max_chars} are allowed", param=param
         )
+
+
+def _places(param: str, where: Where | None) -> Where:
+    return where or (lambda index: f"{param}[{index}]")
 
 
 def check_length(text: str | None, param: str, max_chars: int) -> None:
@@ -94,20 +102,22 @@ def check_embed(
     """The output the query asks for, its inputs, and the controls that apply to some kinds of model only."""
     check_output_types(query, info, quantizer)
     _check_representations(query, info)
-    items, param = query.items, query.items_param
-    check_texts([item.value for item in items], param, limits.max_client_batch_size, None, EMPTY_INPUT)
-    _check_mixed_inputs(items, param, info)
+    items, param, where = query.items, query.items_param, query.item_param
+    check_texts([item.value for item in items], param, limits.max_client_batch_size, None, EMPTY_INPUT, where)
+    _check_mixed_inputs(query, info)
     parts = [part for item in items for part in item.all_parts]
     media = sum(part.modality != "text" for part in parts)
     if media > limits.max_media_items:
         raise InvalidRequest(
             f"{param} holds {media} images or audio clips; at most {limits.max_media_items} are allowed", param=param
         )
-    check_lengths([part.value if part.modality == "text" else None for part in parts], param, limits.max_item_chars)
+    _check_part_lengths(query, limits.max_item_chars)
     check_length(query.instruction, "instruction", limits.max_item_chars)
     if not info.spec.takes_token_ids and any(isinstance(item.value, list) for item in items):
         raise InvalidRequest(f"model '{info.served_model_name}' takes text, not token ids", param=param)
     _check_dimensions(query, info)
+    if quantizer is not None and any(t in ("int8", "uint8") for t in query.output_types):
+        quantizer.check_features(query.dimensions or info.dimension, query.dimensions_param)  # configured ones
     _check_text_controls(query, info)
     check_modalities(served, info, {part.modality for part in parts})
     if query.long_input in (LongInput.MEAN, LongInput.LATE_CHUNKING):
@@ -147,17 +157,30 @@ def with_task(query: EmbedQuery, info: ModelInfo) -> EmbedQuery:
     return replace(query, task=adapter, input_type=cast(InputType | None, input_type or query.input_type))
 
 
-def _check_mixed_inputs(items: Sequence[InputItem], param: str, info: ModelInfo) -> None:
+def _check_mixed_inputs(query: EmbedQuery, info: ModelInfo) -> None:
     """Text and images in one input make one vector only for a model that reads them together."""
     if info.spec.mixed_inputs:
         return
-    for index, item in enumerate(items):
+    for index, item in enumerate(query.items):
         if item.parts:
             raise InvalidRequest(
-                f"{param}[{index}] holds {len(item.parts)} parts; model '{info.served_model_name}' is a {info.kind} "
-                "model and embeds one text or one image per input",
-                param=param,
+                f"{query.item_param(index)} holds {len(item.parts)} parts; model '{info.served_model_name}' is a "
+                f"{info.kind} model and embeds one text or one image per input",
+                param=query.items_param,
             )
+
+
+def _check_part_lengths(query: EmbedQuery, max_chars: int) -> None:
+    """No text, nor text part of a mixed input, over `max_chars` characters; named by the input that holds it."""
+    longest = [
+        max(
+            (part.value for part in item.all_parts if isinstance(part.value, str) and part.modality == "text"),
+            key=len,
+            default=None,
+        )
+        for item in query.items
+    ]
+    check_lengths(longest, query.items_param, max_chars, query.item_param)
 
 
 def _check_long_input(query: EmbedQuery, info: ModelInfo) -> None:
@@ -229,25 +252,20 @@ def check_output_types(query: EmbedQuery, info: ModelInfo, quantizer: Quantizer 
 def _check_dimensions(query: EmbedQuery, info: ModelInfo) -> None:
     """Matryoshka truncation applies to dense vectors only."""
     dimensions, asked, name = query.dimensions, query.representations, info.served_model_name
+    field = query.dimensions_param
     if dimensions is None:
         return
     if asked is not None and "dense" not in asked:
         raise InvalidRequest(
-            f"dimensions applies to dense output; {query.representations_param} {list(asked)} asks for none",
-            param="dimensions",
+            f"{field} applies to dense output; {query.representations_param} {list(asked)} asks for none", param=field
         )
     if asked is None and info.sparse:
-        raise InvalidRequest(
-            f"model '{name}' is sparse: dimensions does not apply (use max_active_dims)", param="dimensions"
-        )
+        raise InvalidRequest(f"model '{name}' is sparse: {field} does not apply (use max_active_dims)", param=field)
     if asked is None and info.multi_vector:
-        raise InvalidRequest(
-            f"model '{name}' returns one vector per token; dimensions does not apply", param="dimensions"
-        )
+        raise InvalidRequest(f"model '{name}' returns one vector per token; {field} does not apply", param=field)
     if not 1 <= dimensions <= info.dimension:
         raise InvalidRequest(
-            f"dimensions must be between 1 and {info.dimension} for model '{name}', got {dimensions}",
-            param="dimensions",
+            f"{field} must be between 1 and {info.dimension} for model '{name}', got {dimensions}", param=field
         )
 
 
@@ -394,10 +412,9 @@ def check_decode(query: DecodeQuery, limits: EmbentoConfig) -> None:
 
 # After tokenizing: the checks that need token counts, called where those are known (the rows' planning, the call).
 def check_request_tokens(tokens: int, most: int) -> None:
+    """The whole request's tokens: no one field is at fault, so none is named (every family's inputs differ)."""
     if tokens > most:
-        raise InvalidRequest(
-            f"the request holds {tokens} tokens after truncation; at most {most} are allowed", param="input"
-        )
+        raise InvalidRequest(f"the request holds {tokens} tokens after truncation; at most {most} are allowed")
 
 
 def check_embed_length(where: str, tokens: int, what: str, most: int, param: str) -> None:

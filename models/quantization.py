@@ -103,15 +103,20 @@ class Quantizer:
     def source(self) -> str:
         return "configured" if self._configured is not None else "calibrated"
 
+    def check_features(self, features: int, param: str = "dimensions") -> None:
+        """Configured parameters cover only the numbers of features they name; `param` is the wire field that
+        asked for `features` (`gateway.validation` checks before any work, naming the client's own field)."""
+        if self._configured is not None and features not in self._configured:
+            raise InvalidRequest(
+                f"int8/uint8 parameters are configured for {sorted(self._configured)} features, "
+                f"not {features}; add them to quantization_ranges",
+                param=param,
+            )
+
     def parameters(self, features: int, renormalized: bool) -> Parameters:
         """The scale (symmetric) or the ranges (per_dimension) for vectors of `features` features."""
         if self._configured is not None:
-            if features not in self._configured:
-                raise InvalidRequest(
-                    f"int8/uint8 parameters are configured for {sorted(self._configured)} features, "
-                    f"not {features}; add them to quantization_ranges",
-                    param="dimensions",
-                )
+            self.check_features(features)
             return self._configured[features]
         key = (features, renormalized)
         if key not in self._derived:

@@ -4,10 +4,12 @@ and then through its processor. Large inputs are prepared off the event loop."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TypeVar
 
+from config.errors import InvalidInput, InvalidRequest
 from gateway.inputs.fetch import UrlFetcher
 from gateway.inputs.long_rows import LongTexts, Plan
 from gateway.inputs.media import load_item
@@ -35,6 +37,10 @@ class Rows:
 
     async def embed(self, info: ModelInfo, query: EmbedQuery) -> Plan:
         """A text model's rows (images and audio: `payloads`, then `processed`)."""
+        with named_inputs(query.item_param, query.items_param):
+            return await self._embed(info, query)
+
+    async def _embed(self, info: ModelInfo, query: EmbedQuery) -> Plan:
         tokenizer, values = self.preprocessors.tokenizer(info), [item.value for item in query.items]
         if not isinstance(values[0], str):
             ids = [value for value in values if not isinstance(value, str)]  # all: never mixed with texts (wire)
@@ -54,10 +60,7 @@ class Rows:
             texts = long_texts(info, tokenizer, query)
             return await off_loop_if_large(
                 lambda: Plan.joined(
-                    [
-                        texts.windowed(f"{query.items_param}[{i}]", text, prompt, prompt_length)
-                        for i, text in enumerate(strings)
-                    ]
+                    [texts.windowed(query.item_param(i), text, prompt, prompt_length) for i, text in enumerate(strings)]
                 ),
                 size,
             )
@@ -139,19 +142,21 @@ class Rows:
             self.preprocessors.tokenizer(info).encode_pairs, query.query, documents, query.instruction, query.truncation
         )
         size = len(query.query) * len(documents) + sum(map(len, documents))
-        token_ids, segments = await off_loop_if_large(work, size)
+        with named_inputs(lambda index: f"{query.documents_param}[{index}]", query.documents_param):
+            token_ids, segments = await off_loop_if_large(work, size)
         return TokenizedText.rows(info.served_model_name, token_ids, segments)
 
     async def classify(self, info: ModelInfo, query: ClassifyQuery) -> list[TokenizedText]:
         """Each text, or each (text, pair) where a second text is given."""
         tokenizer, texts, pairs = self.preprocessors.tokenizer(info), list(query.texts), query.pairs
         size = sum(map(len, texts)) + sum(len(pair or "") for pair in pairs or ())
-        if pairs is not None and any(pair is not None for pair in pairs):
-            work = functools.partial(tokenizer.encode_pair_list, texts, list(pairs), query.truncation)
-            token_ids, segments = await off_loop_if_large(work, size)
-        else:
-            text_work = functools.partial(tokenizer.encode_texts, texts, "", query.truncation)
-            token_ids, segments = await off_loop_if_large(text_work, size), None
+        with named_inputs(lambda index: f"{query.texts_param}[{index}]", query.texts_param):
+            if pairs is not None and any(pair is not None for pair in pairs):
+                work = functools.partial(tokenizer.encode_pair_list, texts, list(pairs), query.truncation)
+                token_ids, segments = await off_loop_if_large(work, size)
+            else:
+                text_work = functools.partial(tokenizer.encode_texts, texts, "", query.truncation)
+                token_ids, segments = await off_loop_if_large(text_work, size), None
         return TokenizedText.rows(info.served_model_name, token_ids, segments)
 
     async def payloads(self, items: Sequence[InputItem], param: str = "input") -> list[Payload]:
@@ -212,6 +217,16 @@ class Rows:
             self.limits,
             query.documents_param,
         )
+
+
+@contextlib.contextmanager
+def named_inputs(where: Callable[[int], str], param: str) -> Iterator[None]:
+    """An input a tokenizer refused by its position (`InvalidInput`) named by its place in the body, in the
+    client family's own field names."""
+    try:
+        yield
+    except InvalidInput as exc:
+        raise InvalidRequest(f"{where(exc.index)} {exc.problem}", param=param) from None
 
 
 def long_texts(info: ModelInfo, tokenizer: TextTokenizer, query: EmbedQuery) -> LongTexts:

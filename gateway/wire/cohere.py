@@ -78,8 +78,8 @@ class CohereEmbedRequest(Prioritized):
         return "texts or images"
 
     def items_param(self) -> str:
-        """The field errors about the inputs name."""
-        return "input"
+        """The field errors about the inputs name: the one that holds them."""
+        return "images" if self.images is not None else "texts"
 
 
 class ImageUrl(BaseModel):
@@ -147,7 +147,7 @@ def _content_part(part: TextPart | ImagePart) -> InputItem:
 
 # Embed: body -> query
 def embed_query(body: CohereEmbedRequest, dimensions: int | None = None, max_tokens: int | None = None) -> EmbedQuery:
-    """v1's query; v2 adds `dimensions` and `max_tokens` (`embed_v2_query`)."""
+    """v1's query; v2 adds `dimensions` (its `output_dimension`) and `max_tokens` (`embed_v2_query`)."""
     items = body.items()  # the inputs are checked before the types, as Cohere does
     return EmbedQuery(
         items=items,
@@ -158,6 +158,7 @@ def embed_query(body: CohereEmbedRequest, dimensions: int | None = None, max_tok
         shapes=EMBED_SHAPES,
         items_param=body.items_param(),
         dimensions=dimensions,
+        dimensions_param="output_dimension",
         truncation=Truncation(
             enabled=body.truncate != "NONE", side="left" if body.truncate == "START" else "right", max_tokens=max_tokens
         ),

@@ -60,6 +60,7 @@ class TeiEmbedRequest(TruncationControls):
 def embed_query(body: TeiEmbedRequest) -> EmbedQuery:
     return EmbedQuery(
         items=input_items(body.inputs),
+        items_param="inputs",
         model=body.model,
         shapes=EMBED_SHAPES,
         dimensions=body.dimensions,
@@ -90,6 +91,7 @@ class SparseEmbeddingRequest(TruncationControls):
 def sparse_query(body: SparseEmbeddingRequest) -> EmbedQuery:
     return EmbedQuery(
         items=tuple(InputItem("text", text) for text in as_list(body.inputs)),
+        items_param="inputs",
         model=body.model,
         capability="embed_sparse",
         representations=("sparse",),
@@ -132,6 +134,7 @@ def rerank_query(body: TeiRerankRequest) -> RankQuery:
     return RankQuery(
         query=body.query,
         documents=tuple(body.texts),
+        documents_param="texts",
         model=body.model,
         top_n=body.top_n,
         activation="identity" if body.raw_scores else None,
@@ -227,6 +230,8 @@ def similarity_query(body: TeiSimilarityRequest) -> EmbedQuery:
     texts = (body.inputs.source_sentence, *body.inputs.sentences)
     return EmbedQuery(
         items=tuple(InputItem("text", text) for text in texts),
+        items_param="inputs",
+        item_params=("inputs.source_sentence", *(f"inputs.sentences[{i}]" for i in range(len(body.inputs.sentences)))),
         model=body.model,
         shapes=SIMILARITY_SHAPES,
         prompt_name=parameters.prompt_name,

@@ -105,6 +105,7 @@ def _embed_query(body: ContextualizedRequest, items: tuple[InputItem, ...]) -> E
         output_param="output_dtype",
         shapes=frozenset({"dense"}),
         dimensions=body.output_dimension,
+        dimensions_param="output_dimension",
         input_type=input_type,
         items_param="inputs",
     )
@@ -238,6 +239,7 @@ def multimodal_query(body: MultimodalRequest) -> EmbedQuery:
         output_param="output_dtype",
         shapes=frozenset({"dense"}),
         dimensions=body.output_dimension,
+        dimensions_param="output_dimension",
         input_type=SHORT_INPUT_TYPES[body.input_type] if body.input_type else None,
         truncation=Truncation(enabled=body.truncation),
         items_param="inputs",

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from config.errors import InvalidRequest, ModelLoadError
+from config.errors import InvalidInput, InvalidRequest, ModelLoadError
 from models.base import Truncation
 from models.preprocessing.cross_pairs import Encoded
 from models.preprocessing.fast_tokenizer import FastTokenizer
@@ -74,10 +74,10 @@ class ChatPairs:
                 rows.append(ids)
                 continue
             if not truncation.enabled:
-                raise InvalidRequest(
-                    f"documents[{index}] makes a prompt of {len(ids)} tokens with the query and the template; this "
-                    f"model takes at most {self._max_tokens} (truncate is false)",
-                    param="documents",
+                raise InvalidInput(
+                    index,
+                    f"makes a prompt of {len(ids)} tokens with the query and the template; this model takes at most "
+                    f"{self._max_tokens} (truncate is false)",
                 )
             start = next(i for i, (_, end) in enumerate(encoding.offsets) if end > len(head))
             if keep <= start:

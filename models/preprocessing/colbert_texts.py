@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from config.errors import InvalidRequest
+from config.errors import InvalidInput
 from models.base import Truncation
 from models.preprocessing.single_texts import SingleTexts
 from models.resolve import read_json
@@ -86,11 +86,10 @@ class ColbertTexts:
         )
         too_long = next((i for i, ids in enumerate(encoded) if len(ids) > limit), None)
         if too_long is not None:
-            raise InvalidRequest(
-                f"input[{too_long}] is longer than this model takes per "
-                f"{'query' if is_query else 'document'}: {limit + (prefix is not None)} tokens "
-                "(truncation is off)",
-                param="input",
+            raise InvalidInput(
+                too_long,
+                f"is longer than this model takes per {'query' if is_query else 'document'}: "
+                f"{limit + (prefix is not None)} tokens (truncation is off)",
             )
         if prefix is not None:
             encoded = [ids[:1] + [prefix] + ids[1:] for ids in encoded]

@@ -3,7 +3,7 @@ cut as sentence-transformers' CrossEncoder cuts them."""
 
 from __future__ import annotations
 
-from config.errors import InvalidRequest
+from config.errors import InvalidInput, InvalidRequest
 from models.base import Truncation
 from models.preprocessing.fast_tokenizer import FastTokenizer
 
@@ -49,10 +49,10 @@ class CrossEncoderPairs:
         if not truncation.enabled:
             longest = max(range(len(documents)), key=lambda i: len(encoded["input_ids"][i]))
             if (length := len(encoded["input_ids"][longest])) > max_tokens:
-                raise InvalidRequest(
-                    f"documents[{longest}] makes a pair of {length} tokens with the query; this "
-                    f"model takes at most {max_tokens} (truncate is false)",
-                    param="documents",
+                raise InvalidInput(
+                    longest,
+                    f"makes a pair of {length} tokens with the query; this model takes at most {max_tokens} "
+                    "(truncate is false)",
                 )
         return encoded["input_ids"], encoded["token_type_ids"] if self._uses_segments else None
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from config.errors import InvalidRequest, ModelLoadError
+from config.errors import InvalidInput, ModelLoadError
 from config.settings import ModelConfig
 from models.base import Truncation
 from models.preprocessing.per_thread import PerThread
@@ -57,9 +57,7 @@ class FastTokenizer:
             allowed = (
                 f"this model takes at most {limit}" if limit == self.max_input_tokens else f"max_tokens is {limit}"
             )
-            raise InvalidRequest(
-                f"input[{longest}] is {len(encoded[longest])} tokens; {allowed} (truncation is off)", param="input"
-            )
+            raise InvalidInput(longest, f"is {len(encoded[longest])} tokens; {allowed} (truncation is off)")
 
     def count_tokens(self, text: str) -> int:
         """Untruncated length without special tokens, measured on the Rust tokenizer: transformers would

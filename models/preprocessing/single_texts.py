@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from config.errors import InvalidRequest
+from config.errors import InvalidInput, InvalidRequest
 from models.base import Truncation
 from models.preprocessing.fast_tokenizer import FastTokenizer
 
@@ -107,10 +107,9 @@ class SingleTexts:
         for index, ids in enumerate(inputs):
             bad = next((i for i in ids if not 0 <= i < self._vocab_size), None)
             if bad is not None:
-                raise InvalidRequest(
-                    f"input[{index}] holds token id {bad}, outside this model's vocabulary [0, {self._vocab_size}). "
-                    f"{TIKTOKEN_HINT}",
-                    param="input",
+                raise InvalidInput(
+                    index,
+                    f"holds token id {bad}, outside this model's vocabulary [0, {self._vocab_size}). {TIKTOKEN_HINT}",
                 )
             body = self._strip_frame(ids)
             if truncation.enabled and len(body) > body_limit:

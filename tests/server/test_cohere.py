@@ -245,7 +245,7 @@ def test_int8_codes_do_not_depend_on_the_batch_or_a_restart(server, client, tmp_
             halved = other.post("/v2/embed", json={**body, "model": "configured-scale"}).json()["embeddings"]
             assert np.array_equal(halved["int8"], _symmetric(halved["float"], "int8", scale / 2))
             cut = other.post("/v2/embed", json={**body, "model": "configured", "output_dimension": 64})
-            assert_openai_error(cut, 400, "dimensions")  # no ranges configured for 64 features
+            assert_openai_error(cut, 400, "output_dimension")  # no ranges configured for 64 features
         _codes_agree(alone, _float_and_int8(url, [text]))
 
 

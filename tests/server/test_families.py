@@ -133,7 +133,7 @@ def test_truncate_false_refuses_long_input_and_names_it(client):
     assert error["param"] == "input" and "input[1] is" in error["message"] and "at most 256" in error["message"]
     error = _error(client, "/v1/rerank", model=QWEN3_RERANKER, query=QUERY, documents=[long_text], truncate=False)
     assert error["param"] == "documents" and "documents[0]" in error["message"]
-    assert "input[0] is" in _tei_error(client, "/embed_sparse", model=TINY_SPLADE, inputs=[long_text], truncate=False)
+    assert "inputs[0] is" in _tei_error(client, "/embed_sparse", model=TINY_SPLADE, inputs=[long_text], truncate=False)
     accepted = client.post("/v1/embeddings", json={"model": MINILM, "input": long_text, "truncate": True})
     assert accepted.status_code == 200
 

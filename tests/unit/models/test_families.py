@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from config.errors import InvalidRequest, ModelLoadError
+from config.errors import InvalidInput, InvalidRequest, ModelLoadError
 from config.settings import ModelConfig
 from models.base import TokenizedText, Truncation
 from models.inference.sparse_encoder import SparseTextEncoder
@@ -241,8 +241,9 @@ def test_plain_qwen3_reranker_follows_its_card(plain_qwen3_reranker_path):
 def test_reranker_truncation_and_instruction_errors(qwen3_reranker, tiny_reranker_path):
     tokenizer, _ = qwen3_reranker
     long_document = " ".join(TEXTS[-3:])
-    with pytest.raises(InvalidRequest, match=r"documents\[1\] makes a prompt of \d+ tokens.*at most 160"):
+    with pytest.raises(InvalidInput, match=r"makes a prompt of \d+ tokens.*at most 160") as refused:
         tokenizer.encode_pairs(QUERY, ["short", long_document], truncation=Truncation(enabled=False))
+    assert refused.value.index == 1  # the gateway names it by the body's field (`documents[1]`, TEI's `texts[1]`)
     with pytest.raises(InvalidRequest, match="query makes a prompt"):
         tokenizer.encode_pairs(long_document, [long_document])
     left = tokenizer.encode_pairs(QUERY, [long_document], truncation=Truncation(side="left"))[0][0]

@@ -62,6 +62,8 @@ def test_v1_texts_become_text_items_with_cohere_defaults():
         output_types=("float",),
         output_param="embedding_types",
         shapes=frozenset({"dense"}),
+        items_param="texts",
+        dimensions_param="output_dimension",
         truncation=Truncation(True, "right"),
     )
 
@@ -238,7 +240,7 @@ BAD_BODIES = [
     pytest.param("/v1/embed", {}, 400, "texts", id="no-inputs"),
     pytest.param("/v1/embed", {"texts": ["a"], "images": [IMAGE]}, 400, "images", id="texts-and-images"),
     pytest.param("/v1/embed", {"texts": ["a"], "embedding_types": []}, 400, "embedding_types", id="no-types"),
-    pytest.param("/v1/embed", {"texts": []}, 400, "input", id="empty-texts"),
+    pytest.param("/v1/embed", {"texts": []}, 400, "texts", id="empty-texts"),
     pytest.param("/v1/embed", {"texts": ["a"], "model": "no-such-model"}, 404, "model", id="unknown-model"),
     pytest.param("/v1/embed", {"texts": ["a"], "model": CLASSIFIER}, 400, "model", id="a-classifier-cannot-embed"),
     pytest.param("/v1/embed", {"model": SPLADE, "texts": ["a"]}, 400, "model", id="sparse-has-no-dense-vector"),
@@ -294,14 +296,14 @@ BAD_BODIES = [
         "/v2/embed",
         {"model": EMBEDDER, "texts": [" ".join(["word"] * 400)], "truncate": "NONE"},
         400,
-        "input",
+        "texts",
         id="too-long-with-truncate-none",
     ),
     pytest.param(
         "/v2/embed",
         {"model": EMBEDDER, "texts": ["a b c d e f"], "max_tokens": 3, "truncate": "NONE"},
         400,
-        "input",
+        "texts",
         id="over-max-tokens-with-truncate-none",
     ),
     pytest.param(
@@ -322,7 +324,7 @@ BAD_BODIES = [
         "/v2/embed",
         {"model": EMBEDDER, "texts": ["a"], "output_dimension": 999},
         400,
-        "dimensions",
+        "output_dimension",
         id="output-dimension-too-large",
     ),
     pytest.param(

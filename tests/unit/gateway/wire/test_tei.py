@@ -56,6 +56,7 @@ def test_embed_normalizes_by_default_and_takes_every_input_form():
     query = tei.embed_query(tei.TeiEmbedRequest(inputs="a"))
     assert query == EmbedQuery(
         items=(InputItem("text", "a"),),
+        items_param="inputs",
         shapes=frozenset({"dense", "multi-vector"}),
         normalize=True,
         truncation=Truncation(True, None),
@@ -84,6 +85,7 @@ def test_embed_normalizes_by_default_and_takes_every_input_form():
     )
     assert kept == EmbedQuery(
         items=(),
+        items_param="inputs",
         model="m",
         shapes=frozenset({"dense", "multi-vector"}),
         dimensions=64,
@@ -97,6 +99,7 @@ def test_sparse_query_asks_for_the_sparse_capability():
     query = tei.sparse_query(tei.SparseEmbeddingRequest(inputs="a fox", max_active_dims=5, instruction="find"))
     assert query == EmbedQuery(
         items=(InputItem("text", "a fox"),),
+        items_param="inputs",
         capability="embed_sparse",
         representations=("sparse",),
         max_active_dims=5,
@@ -119,6 +122,7 @@ def test_rerank_query_ranks_the_texts_under_teis_controls():
     assert tei.rerank_query(body) == RankQuery(
         query="q",
         documents=("a", "b"),
+        documents_param="texts",
         model="r",
         top_n=1,
         activation="identity",
@@ -167,6 +171,8 @@ def test_similarity_is_a_dense_only_embed_of_the_source_then_the_others():
     )
     assert tei.similarity_query(body) == EmbedQuery(
         items=tuple(InputItem("text", t) for t in "sab"),
+        items_param="inputs",
+        item_params=("inputs.source_sentence", "inputs.sentences[0]", "inputs.sentences[1]"),
         shapes=frozenset({"dense"}),
         prompt_name="query",
         truncation=Truncation(True, None),
@@ -310,13 +316,13 @@ ROUTES = {
 }
 BAD_BODIES = [
     pytest.param("/embed", {"inputs": 5}, 400, "inputs", id="embed-a-number"),
-    pytest.param("/embed", {"inputs": []}, 400, "input", id="embed-nothing"),
+    pytest.param("/embed", {"inputs": []}, 400, "inputs", id="embed-nothing"),
     pytest.param("/embed", {"inputs": "a", "model": SPLADE}, 400, "model", id="embed-sparse-model"),
     pytest.param(
         "/embed",
         {"inputs": [" ".join(["word"] * 400)], "truncate": False},
         400,
-        "input",
+        "inputs",
         id="embed-too-long-without-truncation",
     ),
     pytest.param("/embed", {"inputs": "a", "model": "no-such-model"}, 404, "model", id="embed-unknown-model"),
@@ -325,7 +331,7 @@ BAD_BODIES = [
     pytest.param(
         "/embed_sparse", {"inputs": "a", "max_active_dims": 0}, 400, "max_active_dims", id="sparse-max-active-dims-0"
     ),
-    pytest.param("/rerank", {"query": "q", "texts": []}, 400, "documents", id="rerank-no-texts"),
+    pytest.param("/rerank", {"query": "q", "texts": []}, 400, "texts", id="rerank-no-texts"),
     pytest.param("/rerank", {"query": 5, "texts": ["a"]}, 400, "query", id="rerank-query-not-a-string"),
     pytest.param("/predict", {"inputs": ["a", "b", "c"], "model": CLASSIFIER}, 400, "inputs", id="predict-a-triple"),
     pytest.param("/predict", {"inputs": "a", "model": EMBEDDER}, 400, "model", id="predict-with-an-embedder"),
