@@ -17,7 +17,15 @@ from typing import Any
 from commands.flags import DEFAULT_HOST, DEFAULT_PORT, FLAGS, LOG_LEVELS, PROJECT_ROOT, dest
 from config.errors import ConfigError, EmbentoError
 from config.invalid_settings import InvalidSettings
-from config.settings import CONFIG_FILE_NAME, ENV_PREFIX, EmbentoConfig, env_names, load_config, store_tag
+from config.settings import (
+    CONFIG_FILE_NAME,
+    ENV_PREFIX,
+    EmbentoConfig,
+    ModelConfig,
+    env_names,
+    load_config,
+    store_tag,
+)
 
 
 def build_env(args: argparse.Namespace, environ: Mapping[str, str], cwd: Path) -> dict[str, str]:
@@ -117,15 +125,52 @@ def server_url(env: Mapping[str, str]) -> str:
     return f"http://{host}:{env.get(ENV_PREFIX + 'PORT', DEFAULT_PORT)}"
 
 
-def ready_banner(url: str, models: dict, needs_key: bool) -> str:
-    """The lines `embento serve` prints once ready, from the server's /v1/models."""
+def start_lines(config: EmbentoConfig) -> list[str]:
+    """What `embento serve` prints before the server starts: each model as configured. `auto` is chosen only as
+    the model loads (models/inference/auto_backend.py), so the line says so rather than pass `auto` for a choice."""
+    lines = []
+    for model in config.models:
+        lazy = ", lazy: loaded by its first request" if model.load == "lazy" else ""
+        aliases = f" (aliases: {', '.join(model.aliases)})" if model.aliases else ""
+        runs = f"backend {model.backend}, device {model.device}"
+        if "auto" in (model.backend, model.device):
+            runs += ": chosen as it loads (the ready message and GET /v1/models say which, and why)"
+        lines.append(f"embento: serving {model.model_id} as '{model.served_model_name}'{lazy}{aliases}; {runs}")
+    return lines
+
+
+# Why `device: auto` took the device it did (models/inference/device.py: pick_device).
+AUTO_DEVICES = {"cpu": "auto, no GPU", "cuda": "auto, the first GPU", "mps": "auto, Apple's GPU (MPS)"}
+
+
+def runs_on(card: dict, device: str | None, configured: ModelConfig | None) -> str:
+    """Where a loaded model runs and why: its card's backend and reason, its device from /info."""
+    backend, reason = card["backend"], card.get("backend_reason") or "configured"
+    backend_why = reason if reason == "configured" else "auto, " + reason.removeprefix(f"{backend}: ")
+    if device is None:
+        return f"    runs on {backend} (backend: {backend_why})"
+    auto = configured is not None and configured.device == "auto"
+    device_why = AUTO_DEVICES.get(device.split(":")[0], "auto") if auto else "configured"
+    return f"    runs on {backend}, {device} (backend: {backend_why}; device: {device_why})"
+
+
+def ready_banner(
+    url: str, models: dict, config: EmbentoConfig, needs_key: bool, devices: Mapping[str, str | None] | None = None
+) -> str:
+    """The lines `embento serve` prints once ready, from the server's /v1/models and each model's device (/info):
+    the loaded models with their routes and where they run, then the others (lazy ones as lazy), then aliases."""
     lines = [f"embento: ready on {url} (Swagger UI: {url}/, OpenAPI: {url}/docs.json)"]
-    for card in models["data"]:
+    cards = [card for card in models["data"] if not card.get("alias_of")]
+    for card in cards:
         routes = "; ".join(CAPABILITY_ROUTES[c] for c in card["capabilities"] if c in CAPABILITY_ROUTES)
         lines.append(f"  {card['id']} ({', '.join(card['modalities'])}): POST {routes}")
+        lines.append(runs_on(card, (devices or {}).get(card["id"]), config.model(card["id"])))
     for failed in models.get("failed", []):
         lines.append(f"  {failed['id']}  not served: {failed['error']}")
-    first = models["data"][0] if models["data"] else None
+    for other in models.get("available", []):
+        lines.append(f"  {other['id']}: {not_loaded(other['status'], config.model(other['id']))}")
+    lines += [f"  {alias}: an alias of {target}" for alias, target in aliases(models, config).items()]
+    first = cards[0] if cards else None
     capability = next((c for c in first["capabilities"] if c in TRY_BODIES), None) if first else None
     if capability and first:
         path, body = TRY_BODIES[capability]
@@ -135,7 +180,25 @@ def ready_banner(url: str, models: dict, needs_key: bool) -> str:
     return "\n".join(lines)
 
 
-def announce_when_ready(url: str, api_key: str | None) -> None:
+def not_loaded(status: str, configured: ModelConfig | None) -> str:
+    if status == "loading":
+        return "loading"
+    lazy = configured is not None and configured.load == "lazy"
+    return "lazy, not loaded: its first request loads it" if lazy else "not loaded: its first request loads it"
+
+
+def aliases(models: dict, config: EmbentoConfig) -> dict[str, str]:
+    """Alias -> model: as /v1/models has them (an alias of a loaded model is a card of its own), and the configured
+    ones of models not loaded (no card)."""
+    named = {card["id"]: card["alias_of"] for card in models["data"] if card.get("alias_of")}
+    listed = {card["id"] for card in models["data"]}
+    configured = {
+        alias: m.served_model_name for m in config.models if m.served_model_name not in listed for alias in m.aliases
+    }
+    return {**named, **{alias: target for alias, target in configured.items() if alias not in named}}
+
+
+def announce_when_ready(url: str, api_key: str | None, config: EmbentoConfig) -> None:
     """Leave a watcher behind (the server replaces this process) that prints the banner once /readyz answers
     200, or goes quietly when the server is gone."""
     server_pid = os.getpid()
@@ -151,9 +214,9 @@ def announce_when_ready(url: str, api_key: str | None) -> None:
         os.dup2(devnull, stream)
     os.close(devnull)
     try:
-        models = wait_until_ready(url, api_key, server_pid)
-        if models is not None:
-            print(ready_banner(url, models, api_key is not None), flush=True)
+        ready = wait_until_ready(url, api_key, server_pid)
+        if ready is not None:
+            print(ready_banner(url, ready[0], config, api_key is not None, ready[1]), flush=True)
     finally:
         os._exit(0)
 
@@ -168,7 +231,8 @@ def is_running(pid: int) -> bool:
         return False
 
 
-def wait_until_ready(url: str, api_key: str | None, server_pid: int) -> dict | None:
+def wait_until_ready(url: str, api_key: str | None, server_pid: int) -> tuple[dict, dict[str, str | None]] | None:
+    """Once ready: /v1/models, and each model's device (from /info: a model card has none)."""
     local = url.replace("://localhost:", "://127.0.0.1:")
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     deadline = time.monotonic() + READY_WAIT_S
@@ -176,12 +240,16 @@ def wait_until_ready(url: str, api_key: str | None, server_pid: int) -> dict | N
         try:
             with urllib.request.urlopen(f"{local}/readyz", timeout=5):
                 pass
-            request = urllib.request.Request(f"{local}/v1/models", headers=headers)
-            with urllib.request.urlopen(request, timeout=5) as response:
-                return json.loads(response.read())
+            models, info = (get_json(f"{local}{path}", headers) for path in ("/v1/models", "/info"))
+            return models, {model["id"]: model["device"] for model in info["models"]}
         except (OSError, ValueError):  # not listening yet, or 503 while warming up
             time.sleep(0.5)
     return None
+
+
+def get_json(url: str, headers: Mapping[str, str]) -> Any:
+    with urllib.request.urlopen(urllib.request.Request(url, headers=dict(headers)), timeout=5) as response:
+        return json.loads(response.read())
 
 
 def serve(args: argparse.Namespace) -> int:
@@ -195,9 +263,7 @@ def serve(args: argparse.Namespace) -> int:
     except EmbentoError as exc:
         print("".join(f"embento: {line}\n" for line in refusal_lines(exc, labels)), end="", file=sys.stderr)
         return 2
-    for model in config.models:
-        print(f"embento: serving {model.model_id} as '{model.served_model_name}' ({model.backend}, {model.device})")
-    sys.stdout.flush()
-    announce_when_ready(server_url(env), next(iter(config.api_keys()), None))
+    print("\n".join(start_lines(config)), flush=True)
+    announce_when_ready(server_url(env), next(iter(config.api_keys()), None), config)
     os.execvpe(sys.executable, bentoml_command(env), env)
     return 0  # not reached

@@ -1,5 +1,5 @@
-"""`embento serve` through a real server: the configured model services and no others, and the ready banner
-(the flags and variables themselves: tests/unit/commands/test_cli.py)."""
+"""`embento serve` through a real server: the configured model services and no others, what it prints as it starts
+and the ready banner (the flags and variables themselves: tests/unit/commands/test_cli.py)."""
 
 from __future__ import annotations
 
@@ -19,12 +19,16 @@ def _service_names(cmdline: list[str]) -> list[str]:
 
 @pytest.mark.server
 def test_embento_serve_runs_the_configured_models(tiny_bert_path, tmp_path):
+    """Its file (./embento.yaml: an eager model with an alias, a lazy one) with flags over it; the start lines and
+    the ready banner say what is in force: the backend and device `auto` chose, and why; the lazy model as lazy and
+    the alias as an alias."""
     import os
     import signal
     import time
 
     import httpx
     import psutil
+    import yaml
 
     from tests.conftest import free_port
 
@@ -36,15 +40,16 @@ def test_embento_serve_runs_the_configured_models(tiny_bert_path, tmp_path):
         EMBENTO_BATCH_SIZE="999999",
         EMBENTO_CACHE_DIR=os.environ["EMBENTO_CACHE_DIR"],
     )
+    configured = [
+        {"model_id": str(tiny_bert_path), "served_model_name": "flagged", "aliases": ["flagged-alias"]},
+        {"model_id": str(tiny_bert_path), "served_model_name": "lazy-one", "load": "lazy"},
+    ]
+    (tmp_path / "embento.yaml").write_text(yaml.safe_dump({"models": configured}))
     command = [
         sys.executable,
         "-m",
         "commands",
         "serve",
-        "--model-id",
-        str(tiny_bert_path),
-        "--served-model-name",
-        "flagged",
         "--pooling-method",
         "cls",
         "--batch-size",
@@ -74,7 +79,12 @@ def test_embento_serve_runs_the_configured_models(tiny_bert_path, tmp_path):
                 pass
             time.sleep(1)
         assert models.status_code == 200
-        assert [(m["id"], m["dimension"]) for m in models.json()["data"]] == [("flagged", 32)]
+        cards = models.json()["data"]
+        assert [(m["id"], m["dimension"], m["alias_of"]) for m in cards] == [
+            ("flagged", 32, None),
+            ("flagged-alias", 32, "flagged"),
+        ]
+        device = {m["id"]: m["device"] for m in httpx.get(f"http://127.0.0.1:{port}/info").json()["models"]}["flagged"]
         response = httpx.post(f"http://127.0.0.1:{port}/v1/embeddings", json={"input": ["a", "b"], "model": "flagged"})
         assert response.status_code == 200 and len(response.json()["data"]) == 2
         children = psutil.Process(process.pid).children(recursive=True)
@@ -85,8 +95,18 @@ def test_embento_serve_runs_the_configured_models(tiny_bert_path, tmp_path):
         while "embento: ready on" not in log.read_text() and time.monotonic() < deadline:
             time.sleep(0.5)  # the banner follows /readyz by one poll
         output = log.read_text()
+        chosen = "chosen as it loads (the ready message and GET /v1/models say which, and why)"
+        assert f"as 'flagged' (aliases: flagged-alias); backend auto, device auto: {chosen}\n" in output
+        assert f"as 'lazy-one', lazy: loaded by its first request; backend auto, device auto: {chosen}\n" in output
         assert f"embento: ready on http://127.0.0.1:{port}" in output
         assert "flagged (text): POST /v1/embeddings" in output and "try: curl -s" in output
+        backend, reason = cards[0]["backend"], cards[0]["backend_reason"]
+        assert backend in ("onnx", "torch") and reason.startswith(f"{backend}: ")  # what `auto` chose, and why
+        device_why = "no GPU" if device == "cpu" else "the first GPU"
+        why = f"backend: auto, {reason.removeprefix(backend + ': ')}; device: auto, {device_why}"
+        assert f"\n    runs on {backend}, {device} ({why})\n" in output
+        assert "\n  lazy-one: lazy, not loaded: its first request loads it\n" in output
+        assert "\n  flagged-alias: an alias of flagged\n" in output and "flagged-alias (text)" not in output
         assert "PyTorch was not found" not in output  # the gateway runs without torch on purpose: no alarm
     finally:
         os.killpg(process.pid, signal.SIGTERM)
@@ -96,8 +116,9 @@ def test_embento_serve_runs_the_configured_models(tiny_bert_path, tmp_path):
 @pytest.mark.server
 def test_the_ready_banner_lists_routes_that_exist_and_a_curl_that_works(server, client):
     from commands.serve import ready_banner
+    from config.settings import EmbentoConfig
 
-    banner = ready_banner(server, client.get("/v1/models").json(), needs_key=False)
+    banner = ready_banner(server, client.get("/v1/models").json(), EmbentoConfig(), needs_key=False)
     paths = set(client.get("/docs.json").json()["paths"])
     listed = {
         path
