@@ -163,9 +163,11 @@ class SparseEmbedding(BaseModel):
     indices: list[int]
     values: list[float]
 
-    @classmethod
-    def of(cls, entries: np.ndarray) -> SparseEmbedding:
-        return cls.model_construct(indices=entries[0].astype(np.int64).tolist(), values=entries[1].tolist())
+    @staticmethod
+    def answer(entries: np.ndarray) -> dict[str, np.ndarray]:
+        """This shape from (2, active) [indices; weights], as arrays for `json_answer`: the weights written in
+        float32's shortest digits, as every vector is."""
+        return {"indices": entries[0].astype(np.int64), "values": np.ascontiguousarray(entries[1], dtype=np.float32)}
 
 
 class EmbeddingData(BaseModel):
@@ -202,7 +204,7 @@ def embedding_response(embeddings: Embeddings) -> dict:
     if embeddings.info.multi_vector:
         values = [_matrix("embedding", "shape", output, encoding_format) for output in embeddings.outputs]
     elif embeddings.info.sparse:
-        values = [{"embedding": SparseEmbedding.of(entries).model_dump()} for entries in embeddings.sparse_entries()]
+        values = [{"embedding": SparseEmbedding.answer(entries)} for entries in embeddings.sparse_entries()]
     else:
         values = [{"embedding": v} for v in embeddings.encoded(encoding_format, embeddings.vectors())]
     return _answer(embeddings, [{"object": "embedding", "index": i, **value} for i, value in enumerate(values)])
@@ -227,7 +229,7 @@ def _representations_data(embeddings: Embeddings, encoding_format: OutputType) -
             item["embedding"] = vector
     if "sparse" in asked:
         for item, entries in zip(data, embeddings.sparse_entries()):
-            item["sparse"] = SparseEmbedding.of(entries).model_dump()
+            item["sparse"] = SparseEmbedding.answer(entries)
     if "colbert" in asked:
         for item, matrix in zip(data, embeddings.of("colbert")):
             item |= _matrix("multi_vector", "multi_vector_shape", matrix, encoding_format)

@@ -109,10 +109,11 @@ class SparseValue(BaseModel):
     value: float
 
 
-def sparse_answer(embeddings: Embeddings) -> list[list[SparseValue]]:
-    """Per input, its active entries (the largest `max_active_dims`) as `{"index", "value"}`."""
+def sparse_answer(embeddings: Embeddings) -> list[list[dict]]:
+    """Per input, its active entries (the largest `max_active_dims`) as `SparseValue`'s `{"index", "value"}`, the
+    weights float32 for `json_answer` (float32's shortest digits, as every vector)."""
     return [
-        [SparseValue.model_construct(index=int(i), value=float(v)) for i, v in zip(*entries)]
+        [{"index": int(i), "value": v} for i, v in zip(entries[0], entries[1].astype(np.float32))]
         for entries in embeddings.sparse_entries()
     ]
 
@@ -239,11 +240,12 @@ def similarity_query(body: TeiSimilarityRequest) -> EmbedQuery:
     )
 
 
-def similarity_answer(embeddings: Embeddings) -> list[float]:
-    """The cosine of the source sentence with each other sentence."""
+def similarity_answer(embeddings: Embeddings) -> np.ndarray:
+    """The cosine of the source sentence with each other sentence, as float32 for `json_answer`: within [-1, 1],
+    where float32's rounding may put a sentence's cosine with itself at 1.0000001."""
     vectors = embeddings.vectors()
     vectors = vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
-    return (vectors[1:] @ vectors[0]).tolist()
+    return np.clip(vectors[1:] @ vectors[0], -1.0, 1.0)
 
 
 class TeiTokenizeRequest(BaseModel):
@@ -295,8 +297,8 @@ async def embed(engine: Engine, body: TeiEmbedRequest) -> Response:
     return json_answer(embed_answer(await engine.embed(embed_query(body))))
 
 
-async def embed_sparse(engine: Engine, body: SparseEmbeddingRequest) -> list[list[SparseValue]]:
-    return sparse_answer(await engine.embed(sparse_query(body)))
+async def embed_sparse(engine: Engine, body: SparseEmbeddingRequest) -> Response:
+    return json_answer(sparse_answer(await engine.embed(sparse_query(body))))
 
 
 async def rerank(engine: Engine, body: TeiRerankRequest) -> JSONResponse:
@@ -309,8 +311,8 @@ async def predict(engine: Engine, body: TeiPredictRequest) -> list:
     return answers if body.is_batch() else answers[0]
 
 
-async def similarity(engine: Engine, body: TeiSimilarityRequest) -> list[float]:
-    return similarity_answer(await engine.embed(similarity_query(body)))
+async def similarity(engine: Engine, body: TeiSimilarityRequest) -> Response:
+    return json_answer(similarity_answer(await engine.embed(similarity_query(body))))
 
 
 async def tokenize(engine: Engine, body: TeiTokenizeRequest) -> list[list[dict]]:

@@ -12,13 +12,14 @@ import base64
 from typing import TYPE_CHECKING, Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
+from starlette.responses import Response
 
 from config.errors import InvalidRequest
 from gateway.queries import AutoChunking, ContextQuery, EmbedQuery, InputItem, mixed_input
 from gateway.queue.priority import Prioritized
 from gateway.results import ContextEmbeddings, Embeddings
 from gateway.validation import check_one_text_each
-from gateway.wire.common import SHORT_INPUT_TYPES
+from gateway.wire.common import SHORT_INPUT_TYPES, json_answer
 from models.base import Truncation
 from models.postprocess import to_base64
 
@@ -127,42 +128,41 @@ def context_query(body: ContextualizedRequest) -> ContextQuery:
 
 
 def _encoded(embeddings: Embeddings, in_base64: bool) -> list:
-    """Each vector in the query's dtype: JSON numbers, or base64 of its little-endian bytes."""
+    """Each vector in the query's dtype: its float32 (or codes) array for `json_answer`, which writes float32's
+    shortest digits as every route does; or base64 of its little-endian bytes."""
     dtype, vectors = embeddings.query.output_types[0], embeddings.vectors()
     if not in_base64:
-        return [values.tolist() for values in embeddings.encoded(dtype, vectors)]  # for pydantic's answer
+        return embeddings.encoded(dtype, vectors)
     if dtype == "float":
         return [to_base64(vector) for vector in vectors]
     assert dtype != "base64"  # not one of Voyage's dtypes
     return [base64.b64encode(codes.tobytes()).decode("ascii") for codes in embeddings.codes(dtype, vectors)]
 
 
-def _answer(
-    embeddings: Embeddings, documents: list[range], texts: list[str] | None, in_base64: bool
-) -> ContextualizedResponse:
+def _answer(embeddings: Embeddings, documents: list[range], texts: list[str] | None, in_base64: bool) -> Response:
+    """`ContextualizedResponse`, written straight from the arrays."""
     encoded = _encoded(embeddings, in_base64)
     data = [
-        DocumentEmbeddings.model_construct(
-            object="list",
-            index=i,
-            data=[
-                ChunkEmbedding.model_construct(
-                    object="embedding", embedding=encoded[at], index=j, text=texts[at] if texts is not None else None
-                )
+        {
+            "object": "list",
+            "data": [
+                {
+                    "object": "embedding",
+                    "embedding": encoded[at],
+                    "index": j,
+                    "text": None if texts is None else texts[at],
+                }
                 for j, at in enumerate(positions)
             ],
-        )
+            "index": i,
+        }
         for i, positions in enumerate(documents)
     ]
-    return ContextualizedResponse.model_construct(
-        object="list",
-        data=data,
-        model=embeddings.model,
-        usage=VoyageUsage(total_tokens=embeddings.tokens),
-    )
+    usage = VoyageUsage(total_tokens=embeddings.tokens).model_dump()
+    return json_answer({"object": "list", "data": data, "model": embeddings.model, "usage": usage})
 
 
-async def contextualized(engine: Engine, body: ContextualizedRequest) -> ContextualizedResponse:
+async def contextualized(engine: Engine, body: ContextualizedRequest) -> Response:
     in_base64 = body.encoding_format == "base64"
     if body.input_type == "query" and not body.enable_auto_chunking:
         documents = _documents(body)
@@ -269,15 +269,10 @@ class MultimodalResponse(BaseModel):
     usage: MultimodalUsage
 
 
-async def multimodal(engine: Engine, body: MultimodalRequest) -> MultimodalResponse:
+async def multimodal(engine: Engine, body: MultimodalRequest) -> Response:
+    """`MultimodalResponse`, written straight from the arrays."""
     embeddings = await engine.embed(multimodal_query(body))
     encoded = _encoded(embeddings, "base64" in (body.output_encoding, body.encoding_format))
-    return MultimodalResponse.model_construct(
-        object="list",
-        data=[
-            MultimodalEmbedding.model_construct(object="embedding", embedding=vector, index=i)
-            for i, vector in enumerate(encoded)
-        ],
-        model=embeddings.model,
-        usage=MultimodalUsage(text_tokens=embeddings.tokens, total_tokens=embeddings.tokens),
-    )
+    usage = MultimodalUsage(text_tokens=embeddings.tokens, total_tokens=embeddings.tokens).model_dump()
+    data = [{"object": "embedding", "embedding": vector, "index": i} for i, vector in enumerate(encoded)]
+    return json_answer({"object": "list", "data": data, "model": embeddings.model, "usage": usage})

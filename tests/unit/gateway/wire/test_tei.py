@@ -5,18 +5,21 @@ and the root answering as the route it dispatches to."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from pydantic import ValidationError
+from pydantic import TypeAdapter, ValidationError
+from starlette.responses import Response
 
 from config.errors import InvalidRequest
 from config.settings import EmbentoConfig
 from gateway.queries import ClassifyQuery, DecodeQuery, EmbedQuery, InputItem, RankQuery, TokenizeQuery
 from gateway.results import Classified, Embeddings, Ranking, Tokens
 from gateway.validation import check_embed
-from gateway.wire import tei
+from gateway.wire import openai, tei
 from gateway.wire.common import json_answer
 from models.base import ModelInfo, Truncation
 from models.kinds import spec
@@ -262,7 +265,7 @@ def test_embed_answer_is_a_bare_list_of_vectors_or_of_token_vectors():
 def test_sparse_answer_keeps_the_largest_entries():
     entries = np.array([[3, 7, 9], [0.5, 2.0, 1.0]], dtype=np.float32)
     result = embeddings(EmbedQuery(items=(), max_active_dims=2), [entries], info(kind="sparse", dimension=30))
-    answer = [[value.model_dump() for value in row] for row in tei.sparse_answer(result)]
+    answer = json.loads(json_answer(tei.sparse_answer(result)).body)
     assert sorted(answer[0], key=lambda v: v["index"]) == [{"index": 7, "value": 2.0}, {"index": 9, "value": 1.0}]
 
 
@@ -440,8 +443,7 @@ def test_similarity_is_the_cosine_of_the_embed_vectors(serve):
 
 
 def test_sparse_rerank_tokenize_and_decode(serve, tokenizers):
-    status, answered, _ = answer(serve, *ROUTES["/embed_sparse"], {"inputs": "a fox a", "max_active_dims": 2})
-    sparse = [[value.model_dump() for value in row] for row in answered]
+    status, sparse, _ = answer(serve, *ROUTES["/embed_sparse"], {"inputs": "a fox a", "max_active_dims": 2})
     ids = tokenizers[SPLADE].encode_texts(["a fox a"])[0]
     assert status == 200 and len(sparse[0]) == 2 and {"index": 1037, "value": 2.0} in sparse[0]
     assert {entry["index"] for entry in sparse[0]} <= set(ids)
@@ -478,3 +480,34 @@ def test_the_root_answers_as_the_route_it_dispatches_to(serve, body, path, same_
         assert through_root == direct
     else:  # the text-classification task: one list per input, the top_k best
         assert through_root == [direct[:2]]
+
+
+def test_a_sentences_similarity_with_itself_is_1_and_every_cosine_within_minus_1_and_1():
+    """A float32 cosine of a unit vector with itself may round past 1 (1.0000001); TEI answers it clamped."""
+    vectors = np.random.default_rng(0).standard_normal((200, 384)).astype(np.float32)
+    for vector in vectors:
+        scores = json.loads(
+            json_answer(tei.similarity_answer(embeddings(EmbedQuery(items=()), [vector, vector, -vector]))).body
+        )
+        assert scores[0] == 1.0 or 1 - 1e-6 < scores[0] < 1, scores
+        assert -1 <= scores[1] < -1 + 1e-6, scores
+
+
+def test_sparse_weights_are_written_in_float32s_shortest_digits_on_both_sparse_routes():
+    """As every vector: a float32 weight of 0.1 is `0.1`, not its float64 reprs `0.10000000149011612`."""
+    entries = np.array([[3, 7], [0.1, 0.7]], dtype=np.float32)
+    result = embeddings(EmbedQuery(items=()), [entries], info(kind="sparse", dimension=30))
+
+    async def embed(query: EmbedQuery) -> Embeddings:
+        return result
+
+    answered = asyncio.run(tei.embed_sparse(SimpleNamespace(embed=embed), tei.SparseEmbeddingRequest(inputs="a")))
+    # BentoML writes a pydantic answer as its JSON; a Response goes out as it is
+    written = (
+        answered.body
+        if isinstance(answered, Response)
+        else TypeAdapter(list[list[tei.SparseValue]]).dump_json(answered)
+    )
+    assert [entry["value"] for entry in json.loads(written, parse_float=str)[0]] == ["0.1", "0.7"]
+    openais = json.loads(json_answer(openai.embedding_response(result)).body, parse_float=str)
+    assert openais["data"][0]["embedding"] == {"indices": [3, 7], "values": ["0.1", "0.7"]}

@@ -7,12 +7,15 @@ refuse before any row is sent."""
 from __future__ import annotations
 
 import base64
+import json
 
 import numpy as np
 import pytest
+from starlette.responses import Response
 
+from gateway.http.answer import answered
 from gateway.queries import InputItem, mixed_input
-from gateway.wire import voyage
+from gateway.wire import openai, voyage
 from models.base import Truncation
 from tests.unit.gateway.fake_engine import CLIP, DIMENSION, EMBEDDER, answer, assert_refused
 
@@ -170,3 +173,37 @@ def test_text_inputs_answer_voyages_shape_in_numbers_or_base64(serve):
             assert np.allclose(vector, plain["embedding"], atol=1e-6)
     _, cut, _ = multimodal(serve, {"inputs": inputs, "output_dimension": 8, "output_dtype": "int8"})
     assert np.asarray(cut["data"][0]["embedding"]).shape == (8,)
+
+
+def _written(result) -> bytes:
+    """The bytes the client gets: a Response's body, or BentoML's JSON of a pydantic answer."""
+    return result.body if isinstance(result, Response) else result.model_dump_json().encode()
+
+
+@pytest.mark.parametrize(
+    ("route", "body"),
+    [
+        pytest.param(
+            voyage.contextualized,
+            voyage.ContextualizedRequest(inputs=[["a fox"]], input_type="query"),
+            id="contextualized",
+        ),
+        pytest.param(
+            voyage.multimodal,
+            voyage.MultimodalRequest.model_validate({"inputs": [{"content": [text("a fox")]}], "input_type": "query"}),
+            id="multimodal",
+        ),
+    ],
+)
+def test_floats_are_written_as_on_openais_route_in_float32s_shortest_digits(serve, route, body):
+    async def both(engine):
+        voyages = await answered(route, engine, body)
+        openais = await answered(openai.embed, engine, openai.EmbeddingRequest(input=["a fox"], input_type="query"))
+        return _written(voyages), _written(openais)
+
+    (voyages, openais), _ = serve(both)
+    ours = json.loads(voyages, parse_float=str)["data"][0]  # each number as the digits written
+    vector = ours["data"][0]["embedding"] if "data" in ours else ours["embedding"]
+    assert vector == json.loads(openais, parse_float=str)["data"][0]["embedding"]
+    significant = [digits.lstrip("-").split("e")[0].replace(".", "").strip("0") for digits in vector]
+    assert max(map(len, significant)) <= 9  # a float32 needs at most 9 digits; its float64 repr up to 17
