@@ -13,21 +13,30 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from bento.containerize import CONTAINER_BACKENDS
-from commands.build import build, containerize
-from commands.flags import ACCELERATORS, FLAGS, IMAGE_FLAGS, dest
+from commands.build import build, containerize, project_version
+from commands.flags import ACCELERATORS, FLAGS, IMAGE_FLAGS, PROJECT_ROOT, dest
 from commands.keys import add_key
 from commands.keys import add_parser as add_keys_parser
 from commands.serve import serve
 from commands.store import import_model
 from config.settings import CONFIG_FILE_NAME, ENV_PREFIX
+from embento.overview import COMMANDS, DESCRIPTION
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="embento", description="Serve embedding models behind OpenAI-style routes.")
+    parser = argparse.ArgumentParser(prog="embento", description=DESCRIPTION)
+    # The installed command answers it before finding the bundle (embento/cli.py); here for `python -m commands`.
+    parser.add_argument(
+        "-V",
+        "--version",
+        action="version",
+        version=f"embento {project_version(PROJECT_ROOT)}",
+        help="print the version and exit",
+    )
     commands = parser.add_subparsers(dest="command", required=True)
     serve = commands.add_parser(
         "serve",
-        help="validate the configuration and start the server",
+        help=COMMANDS["serve"],
         description=(
             "Per-model flags repeat in the order of --model-id; one value applies to every model. Every flag "
             f"can also be set as {ENV_PREFIX}<FLAG> (lists separated by ';'). Flags beat variables."
@@ -43,7 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     build = commands.add_parser(
         "build",
-        help="build the Bento variants: embento:<version>-<accel>",
+        help=COMMANDS["build"],
         description="Runs `bentoml build` once per variant. The Bento carries the configuration in force as its "
         f"{CONFIG_FILE_NAME} ({CONFIG_FILE_NAME} in --project-dir, or EMBENTO_CONFIG's file, with "
         "EMBENTO_* variables applied; API keys left out) and serves it; it pins its store models.",
@@ -69,7 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     containerize = commands.add_parser(
         "containerize",
-        help="build the container image of each Bento variant",
+        help=COMMANDS["containerize"],
         description="Runs `bentoml containerize` on embento:<version>-<accel> with Docker when its daemon answers, "
         "else buildah, else podman; mounts the local package folders the Bento was built with "
         "(buildah and podman only) and labels the image with how it was made.",
@@ -86,7 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     containerize.add_argument("--image-tag", help="image name (default: embento:<version>-<accel>)")
 
-    models = commands.add_parser("models", help="manage checkpoints in BentoML's model store")
+    models = commands.add_parser("models", help=COMMANDS["models"])
     model_commands = models.add_subparsers(dest="models_command", required=True)
     import_model = model_commands.add_parser(
         "import", help="copy a checkpoint into the store; serve it as `model_id: bentoml://<name>`"

@@ -20,6 +20,7 @@ import yaml
 
 from config.errors import ConfigError
 from config.keys_file import Tenant, new_secret, read_keys_file
+from embento.overview import COMMANDS
 
 # Each limit flag and what it sets, as docs/tenants.md's table has them (unset: unlimited).
 LIMIT_FLAGS = {
@@ -32,7 +33,7 @@ LIMIT_FLAGS = {
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
-    keys = commands.add_parser("keys", help="manage the tenants' API keys (auth.keys_file)")
+    keys = commands.add_parser("keys", help=COMMANDS["keys"])
     key_commands = keys.add_subparsers(dest="keys_command", required=True)
     add = key_commands.add_parser("add", help="make a key for a tenant; prints the secret once")
     add.add_argument("name", help="the tenant (new, or an existing one to rotate its key)")

@@ -7,18 +7,24 @@ it from its folder (`bentoml serve --working-dir`, `bentoml build`), and so does
 
 from __future__ import annotations
 
+import argparse
 import importlib
 import json
 import os
 import sys
+import tomllib
 from collections.abc import Mapping, Sequence
 from importlib.metadata import PackageNotFoundError, distribution
 from pathlib import Path
+from types import ModuleType
 from urllib.parse import unquote, urlparse
 
 from embento.bundle import BUNDLE_MARKERS, is_bundle
+from embento.overview import COMMANDS, DESCRIPTION
 
 BUNDLE_ENV = "EMBENTO_PROJECT_DIR"
+# The bundle's own packages: a module of theirs missing is a broken checkout, not packages left to install.
+BUNDLE_PACKAGES = {"commands", "config", "models", "bento", "gateway", "runners", "service", "shared_metrics"}
 
 
 class BundleNotFound(Exception):
@@ -53,11 +59,64 @@ def find_bundle(cwd: Path, environ: Mapping[str, str]) -> Path:
     )
 
 
+def version() -> str:
+    """The installed package's version; run from a checkout without installing it, its pyproject's."""
+    try:
+        return distribution("embento").version
+    except PackageNotFoundError:
+        pyproject = Path(__file__).resolve().parent.parent / "pyproject.toml"
+        return tomllib.loads(pyproject.read_text())["project"]["version"]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] in (["--version"], ["-V"]):  # needs no bundle
+        print(f"embento {version()}")
+        return 0
+    try:
+        commands = bundle_commands()
+    except Unavailable as exc:
+        return without_bundle(args, str(exc))
+    return commands.main(argv)
+
+
+class Unavailable(Exception):
+    """The bundle cannot run here: not found, or its packages are not installed."""
+
+
+def bundle_commands() -> ModuleType:
+    """The bundle's `commands`, from the bundle found."""
     try:
         bundle = find_bundle(Path.cwd(), os.environ)
     except BundleNotFound as exc:
-        print(f"embento: {exc}", file=sys.stderr)
-        return 2
+        raise Unavailable(str(exc)) from None
     sys.path.insert(0, str(bundle))
-    return importlib.import_module("commands").main(argv)
+    try:
+        return importlib.import_module("commands")
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").split(".")[0] in BUNDLE_PACKAGES:
+            raise
+        raise Unavailable(
+            f"the Embento checkout at {bundle} needs the server's packages, not installed here (no module "
+            f"{exc.name!r}): pip install -r {bundle}/requirements.txt -r {bundle}/requirements-cpu.txt (or "
+            "requirements-cuda.txt), as `make setup` does"
+        ) from None
+
+
+def without_bundle(args: list[str], reason: str) -> int:
+    """`--help` (or nothing) lists the commands and says why they cannot run; a command says why, in one line."""
+    parser = argparse.ArgumentParser(
+        prog="embento",
+        description=DESCRIPTION,
+        epilog=f"Here: {reason}.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,  # a path or a command in it stays whole
+    )
+    parser.add_argument("-V", "--version", action="store_true", help="print the version and exit")
+    subcommands = parser.add_subparsers(dest="command", metavar="{" + ",".join(COMMANDS) + "}")
+    for name, text in COMMANDS.items():
+        subcommands.add_parser(name, help=text, add_help=False)
+    if not args or args[0] in ("-h", "--help"):
+        parser.print_help(sys.stdout if args else sys.stderr)
+        return 0 if args else 2
+    print(f"embento: {reason}", file=sys.stderr)
+    return 2

@@ -132,7 +132,7 @@ def test_a_model_that_cannot_be_found_is_one_message_before_serving(capsys, monk
     assert main(["serve", "--model-id", "org/not-cached"]) == 2
     error = capsys.readouterr().err
     assert f"not in the local Hugging Face cache ({tmp_path / 'hub'})" in error
-    assert "huggingface-cli download org/not-cached" in error
+    assert "`hf download org/not-cached`" in error
 
 
 @pytest.mark.parametrize(
@@ -176,3 +176,14 @@ def test_a_bad_variable_is_named_with_its_setting_and_a_per_model_value_with_its
         "embento: invalid configuration: EMBENTO_ENGINE (backend) is 'foo'; it takes auto, torch, onnx or ctranslate2\n"
         "embento: invalid configuration: --normalize (model 2) is 'no!'; it takes true or false\n"
     )
+
+
+def test_the_entry_points_own_help_lists_the_commands_the_bundle_has():
+    """embento/cli.py prints embento/overview.py's list where the bundle cannot run: the same commands."""
+    import argparse
+
+    from embento.overview import COMMANDS
+
+    (subcommands,) = [a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    assert list(subcommands.choices) == list(COMMANDS)
+    assert [action.help for action in subcommands._choices_actions] == list(COMMANDS.values())
