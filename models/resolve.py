@@ -70,9 +70,9 @@ def _from_hub(model_id: str, revision: str | None) -> Path:
             else f"the Hugging Face Hub could not be reached and it is not in the local cache "
             f"({constants.HF_HUB_CACHE})"
         )
+        download = f"hf download {model_id}{f' --revision {revision}' if revision else ''}"  # huggingface_hub's CLI
         raise ModelLoadError(
             f"model '{model_id}'{f' (revision {revision})' if revision else ''} is not available: {how} "
-            f"({type(exc).__name__}). Download it where the Hub is reachable "
-            f"(`huggingface-cli download {model_id}`) and copy the cache (HF_HOME), or set model_id to a "
-            "local folder holding the checkpoint."
+            f"({type(exc).__name__}). Download it where the Hub is reachable (`{download}`) and copy the cache "
+            "(HF_HOME), or set model_id to a local folder holding the checkpoint."
         ) from exc

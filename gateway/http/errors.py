@@ -8,6 +8,7 @@ failure leaves in one of them: ours, BentoML's (validation, overload, timeout) a
 
 from __future__ import annotations
 
+import codecs
 import json
 import logging
 from collections.abc import Callable, Mapping
@@ -46,6 +47,8 @@ STATUS: dict[type[errors.EmbentoError], tuple[int, str | None]] = {
 RETRY_AFTER_S = "1"
 RETRY_STATUSES = (429, 503)
 INTERNAL_ERROR_MESSAGE = "internal server error; see the server log"  # a bug's 500: its details stay in the log
+# BentoML reads an empty body as `{}`, which would be refused for its first missing field.
+EMPTY_BODY_MESSAGE = "the request body is empty; send a JSON object with the route's fields"
 
 
 def error_type(status: int) -> str:
@@ -105,16 +108,33 @@ def _json_is(body: bytes, rule: Callable[[Mapping[str, Any]], bool]) -> bool:
     return isinstance(parsed, dict) and rule(parsed)
 
 
-def describe_validation(first: Mapping[str, Any]) -> tuple[str, str | None]:
-    """A body's first validation error (pydantic's `errors()` entry) as a message, and the offending field."""
+def describe_validation(first: Mapping[str, Any], body_head: bytes = b"") -> tuple[str, str | None]:
+    """A body's first validation error (pydantic's `errors()` entry) as a message, and the offending field;
+    `body_head`: the body's first bytes, which tell a byte order mark."""
     location = [str(part) for part in first.get("loc", ()) if part not in ("body", "root")]
     message = str(first.get("msg", "invalid request")).removeprefix("Value error, ")
     if first.get("type") == "json_invalid":
-        return "the request body is not valid JSON", None
+        return _invalid_json(message.removeprefix("Invalid JSON: "), body_head), None
     return (f"{'.'.join(location)}: {message}" if location else message), (location[0] if location else None)
 
 
-def _describe_framework_error(status: int, body: bytes) -> tuple[str, str | None]:
+def _invalid_json(reason: str, body_head: bytes) -> str:
+    """What is wrong with a body that is not JSON, from the parser's reason (a problem and where: never the body's
+    text) in words that name the usual causes."""
+    if body_head.startswith(codecs.BOM_UTF8):
+        return "the request body starts with a UTF-8 byte order mark (EF BB BF); send the JSON without it"
+    where = reason[reason.index(" at line ") + 1 :] if " at line " in reason else "in the body"
+    if "surrogate" in reason or "end of hex escape" in reason:  # the parser's words for half of a \u pair
+        return (
+            f"the request body is not valid JSON: a \\u escape {where} is a lone surrogate (\\ud800-\\udfff "
+            "come in pairs, a high one then a low one, to write one character)"
+        )
+    if "invalid unicode code point" in reason:
+        return f"the request body is not valid UTF-8 ({where}); send the JSON encoded as UTF-8"
+    return f"the request body is not valid JSON: {reason}"
+
+
+def _describe_framework_error(status: int, body: bytes, body_head: bytes = b"") -> tuple[str, str | None]:
     """A readable message (and the offending field) from a BentoML or Starlette error body."""
     try:
         parsed: Any = json.loads(body)
@@ -123,7 +143,7 @@ def _describe_framework_error(status: int, body: bytes) -> tuple[str, str | None
     if isinstance(parsed, list) and parsed:  # BentoML wraps 4xx exception bodies in a list
         parsed = parsed[0]
     if isinstance(parsed, dict) and isinstance(parsed.get("detail"), list) and parsed["detail"]:
-        return describe_validation(parsed["detail"][0])
+        return describe_validation(parsed["detail"][0], body_head)
     if isinstance(parsed, dict) and "error" in parsed:
         parsed = parsed["error"]
     defaults = {
@@ -138,10 +158,43 @@ def _describe_framework_error(status: int, body: bytes) -> tuple[str, str | None
     return str(parsed or defaults.get(status, "request failed")), None
 
 
+class RequestBody:
+    """What an error's answer needs of the request body, noted as the route reads it: its first bytes (a byte
+    order mark), whether it was empty, and where the shape follows the body, all of it."""
+
+    HEAD_BYTES = len(codecs.BOM_UTF8)
+
+    def __init__(self, receive: Receive, keep: bool) -> None:
+        self._receive = receive
+        self.head = b""
+        self.size = 0
+        self.complete = False  # the route read all of it
+        self._chunks: list[bytes] | None = [] if keep else None
+
+    async def receive(self) -> Message:
+        message = await self._receive()
+        if message["type"] == "http.request":
+            chunk = message.get("body", b"")
+            self.head += chunk[: self.HEAD_BYTES - len(self.head)]
+            self.size += len(chunk)
+            self.complete = not message.get("more_body", False)
+            if self._chunks is not None:
+                self._chunks.append(chunk)
+        return message
+
+    @property
+    def empty(self) -> bool:
+        return self.complete and self.size == 0
+
+    def whole(self) -> bytes:
+        return b"".join(self._chunks or ())
+
+
 class ErrorBodies:
     """Rewrites every error response into its route's shape, keeping its status: the shape `shapes` gives its
     path, and on `tei_bodies` paths TEI's when the request's JSON body is TEI's by that path's rule; else
-    OpenAI's. An OpenAI-shaped body (ours) takes the route's shape; one already in another shape stays."""
+    OpenAI's. An OpenAI-shaped body (ours) takes the route's shape; one already in another shape stays. A 400 to
+    an empty body says so, whatever the route made of the `{}` BentoML reads it as."""
 
     def __init__(
         self,
@@ -156,24 +209,26 @@ class ErrorBodies:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
-        post = scope["method"] == "POST"  # GET / is BentoML's docs page, not TEI's
-        is_tei = self.tei_bodies.get(scope["path"]) if post else None
-        if is_tei is None:
-            fixed: ErrorShape = self.shapes.get(scope["path"], "openai") if post else "openai"
-            return await self._rewrite(scope, receive, send, lambda: fixed)
-        request_chunks: list[bytes] = []
+        if scope["method"] != "POST":  # GET / is BentoML's docs page, not TEI's
+            return await self._rewrite(scope, receive, send, lambda: "openai", None)
+        is_tei = self.tei_bodies.get(scope["path"])
+        body = RequestBody(receive, keep=is_tei is not None)  # the body is read anyway; little is kept
 
-        async def recording() -> Message:  # the body is read anyway; its chunks are kept for the error's shape
-            message = await receive()
-            if message["type"] == "http.request":
-                request_chunks.append(message.get("body", b""))
-            return message
+        def shape() -> ErrorShape:
+            if is_tei is None:
+                return self.shapes.get(scope["path"], "openai")
+            return "tei" if _json_is(body.whole(), is_tei) else "openai"
 
-        await self._rewrite(
-            scope, recording, send, lambda: "tei" if _json_is(b"".join(request_chunks), is_tei) else "openai"
-        )
+        await self._rewrite(scope, body.receive, send, shape, body)
 
-    async def _rewrite(self, scope: Scope, receive: Receive, send: Send, shape: Callable[[], ErrorShape]) -> None:
+    async def _rewrite(
+        self,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        shape: Callable[[], ErrorShape],
+        request: RequestBody | None,
+    ) -> None:
         start: Message | None = None
         chunks: list[bytes] = []
 
@@ -190,16 +245,20 @@ class ErrorBodies:
             chunks.append(message.get("body", b""))
             if message.get("more_body", False):
                 return None
-            await self._send_error(start, b"".join(chunks), send, shape())
+            await self._send_error(start, b"".join(chunks), send, shape(), request)
 
         await self.app(scope, receive, capture)
 
     @staticmethod
-    async def _send_error(start: Message, body: bytes, send: Send, shape: ErrorShape) -> None:
+    async def _send_error(
+        start: Message, body: bytes, send: Send, shape: ErrorShape, request: RequestBody | None
+    ) -> None:
         status = start["status"]
         found, message = _shape_of(body)
-        if found is None:
-            message, param = _describe_framework_error(status, body)
+        if status == 400 and request is not None and request.empty:
+            body = json.dumps(error_body(status, EMPTY_BODY_MESSAGE, shape=shape)).encode()
+        elif found is None:
+            message, param = _describe_framework_error(status, body, request.head if request else b"")
             body = json.dumps(error_body(status, message, param, shape=shape)).encode()
         elif found == "openai" and shape != "openai":  # ours, and the guard's (401, 413, 429)
             body = json.dumps(error_body(status, message or "", shape=shape)).encode()

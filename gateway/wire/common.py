@@ -70,6 +70,8 @@ class TextImageItem(BaseModel):
 
 
 TypedItem = TextItem | ImageItem | AudioItem | TextImageItem
+TYPED_ITEM_KEYS = frozenset(name for item in (TextItem, ImageItem, AudioItem) for name in item.model_fields)
+MAX_KEY_CHARS = 64  # of an unknown key named back in an error
 EmbeddingInput = StrictStr | list[StrictStr | TypedItem] | TokenIds | list[TokenIds]
 
 
@@ -87,12 +89,32 @@ def reworded_union(field: str) -> Any:
         try:
             return handler(value)
         except ValidationError:
+            if (unknown := _unknown_key(value)) is not None:
+                index, key = unknown
+                raise ValueError(
+                    f"{field}[{index}] has an unknown key '{key[:MAX_KEY_CHARS]}'; a typed item holds "
+                    f'"text", "image" or "audio" (or "text" and "image" together)'
+                ) from None
             raise ValueError(
                 f'{field} must be a string, a list of strings or typed items ({{"text"|"image"|"audio": '
                 "...}), a list of token ids, or a list of token-id lists"
             ) from None
 
     return field_validator(field, mode="wrap")(reword)
+
+
+def _unknown_key(value: object) -> tuple[int, str] | None:
+    """The first typed item's key that no typed item has, with the item's index (a key is the client's word for a
+    field, never its content)."""
+    items = value if isinstance(value, list) else []
+    found = (
+        (index, key)
+        for index, item in enumerate(items)
+        if isinstance(item, dict)
+        for key in item
+        if key not in TYPED_ITEM_KEYS
+    )
+    return next(found, None)
 
 
 def input_items(raw: EmbeddingInput | list[str], modality: Modality = "text") -> tuple[InputItem, ...]:

@@ -53,6 +53,24 @@ def test_invalid_json(client):
     assert "JSON" in error["message"]
 
 
+# Bodies BentoML cannot read, each told what is wrong with it (never quoting it), in the route's own shape.
+UNREADABLE_BODIES = [
+    pytest.param(b"", "the request body is empty", id="empty"),
+    pytest.param(b'\xef\xbb\xbf{"input": "private words"}', "byte order mark", id="utf-8-bom"),
+    pytest.param(b'{"input": "private \\ud800 words"}', "surrogate", id="lone-surrogate"),
+    pytest.param(b'{"input": "private \xff words"}', "not valid UTF-8", id="not-utf-8"),
+]
+
+
+@pytest.mark.parametrize("body, says", UNREADABLE_BODIES)
+def test_an_unreadable_body_is_told_what_is_wrong_with_it(client, body, says):
+    headers = {"content-type": "application/json"}
+    error = assert_openai_error(client.post("/v1/embeddings", content=body, headers=headers), 400)
+    assert says in error["message"] and "private" not in error["message"], error
+    tei = client.post("/embed", content=body.replace(b'"input"', b'"inputs"'), headers=headers)
+    assert tei.status_code == 400 and says in tei.json()["error"], tei.text
+
+
 @pytest.mark.parametrize("content_type", ["text/plain", "application/x-www-form-urlencoded", "multipart/form-data"])
 def test_wrong_content_type(client, content_type):
     response = client.post("/v1/embeddings", content=b'{"input": "x"}', headers={"content-type": content_type})
@@ -101,3 +119,9 @@ def device_limits(model: dict) -> tuple[int, int]:
     tokens = model["max_batch_tokens"]
     assert GPU_MIN_BATCH_TOKENS <= tokens <= GPU_MAX_LIMITS.max_batch_tokens, model
     return max(CPU_LIMITS.batch_size, min(GPU_MAX_LIMITS.batch_size, tokens // TOKENS_PER_ROW)), tokens
+
+
+def test_a_typed_item_with_an_unknown_key_is_told_the_key(client):
+    body = {"input": [{"text": "private words"}, {"text": "private words", "foo": 1}], "model": MINILM}
+    error = assert_openai_error(client.post("/v1/embeddings", json=body), 400, "input")
+    assert "input[1]" in error["message"] and "'foo'" in error["message"] and "private" not in error["message"]

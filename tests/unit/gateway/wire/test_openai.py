@@ -8,6 +8,7 @@ import base64
 
 import numpy as np
 import pytest
+from pydantic import ValidationError
 
 from config.settings import EmbentoConfig
 from gateway.wire import openai
@@ -135,3 +136,19 @@ def test_base64_is_the_little_endian_float32_bytes_of_the_numbers(serve):
         # The JSON numbers are float32's shortest digits: they parse back to the very bytes base64 carries.
         assert vector.shape == (384,) and np.array_equal(np.array(plain["embedding"], dtype=np.float32), vector)
     assert encoded["usage"] == numbers["usage"]
+
+
+@pytest.mark.parametrize(
+    ("item", "key"),
+    [
+        pytest.param({"text": "private words", "foo": 1}, "foo", id="a-text-and-an-unknown-key"),
+        pytest.param({"txt": "private words"}, "txt", id="a-misspelt-key"),
+    ],
+)
+def test_a_typed_item_with_an_unknown_key_is_told_the_key_and_never_its_text(serve, item, key):
+    outcome = answer(serve, openai.embed, openai.EmbeddingRequest, {"input": [{"text": "a"}, item]})
+    assert_refused(outcome, 400, "input")
+    with pytest.raises(ValidationError) as refused:
+        openai.EmbeddingRequest.model_validate({"input": [{"text": "a"}, item]})
+    message = refused.value.errors()[0]["msg"]
+    assert f"input[1] has an unknown key '{key}'" in message and "private" not in message, message

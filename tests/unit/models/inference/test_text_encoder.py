@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import base64
 import random
+import re
+from importlib.metadata import distribution
 
 import numpy as np
 import pytest
@@ -48,6 +50,21 @@ def test_unavailable_hub_model_names_the_model_and_the_way_out(monkeypatch, tmp_
         resolve_model("some-org/not-cached-model")
     assert "some-org/not-cached-model" in caught.value.message
     assert "HF_HUB_OFFLINE" in caught.value.message and "local folder" in caught.value.message
+
+
+@pytest.mark.parametrize(("revision", "command"), [(None, "download org/m"), ("v2", "download org/m --revision v2")])
+def test_the_download_advice_is_a_command_the_installed_hub_client_has(monkeypatch, tmp_path, revision, command):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path))
+    with pytest.raises(ModelLoadError) as caught:
+        resolve_model("org/m", revision)
+    advised = re.search(r"`([^`]+)`", caught.value.message)
+    assert advised is not None, caught.value.message
+    program, _, arguments = advised.group(1).partition(" ")
+    shipped = {
+        script.name for script in distribution("huggingface_hub").entry_points if script.group == "console_scripts"
+    }
+    assert program in shipped and arguments == command, (advised.group(1), shipped)
 
 
 def test_missing_local_folder():
