@@ -58,7 +58,7 @@ COUNTERS = edge.shared_counters(MODEL_SERVICE_NAMES)
 # One per gateway process; the GET and admin routes hold them from import.
 REGISTRY = ModelRegistry(KINDS, frozenset(m.served_model_name for m in CONFIG.models if m.load == "lazy"))
 CATALOG = Catalog(CONFIG, REGISTRY, lambda: served_workers(GATEWAY_NAME))
-LIFECYCLE = Lifecycle(REGISTRY, COUNTERS, lambda: served_workers(GATEWAY_NAME), CATALOG.state_names)
+LIFECYCLE = Lifecycle(REGISTRY, COUNTERS, lambda: served_workers(GATEWAY_NAME), CATALOG.state_names, CATALOG.servable)
 KEYS = edge.tenant_keys(CONFIG)  # the API keys' tenants, for the gate and the job worker
 JOB_STORE = open_store(CONFIG.jobs)  # the Files and Batches routes hold it from import; None with jobs off
 NEW_JOBS = asyncio.Event()  # set by POST /v1/batches, awaited by this process's job worker

@@ -28,3 +28,8 @@ def seconds_or_forever(value: Any) -> float | None:
         if match:
             return float(match[1]) * UNITS[match[2] or "s"]
     raise ValueError(f"a duration is seconds or text such as '30s', '5m', '1h' or 'forever', not {value!r}")
+
+
+def duration_text(seconds: float | None) -> str:
+    """A duration as the log writes it: `30 s`, or `forever` (None)."""
+    return "forever" if seconds is None else f"{seconds:g} s"

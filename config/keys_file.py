@@ -42,6 +42,13 @@ class Tenant(BaseModel):
     max_queued_lines: int | None = Field(
         None, ge=1, description=("Lines of its unfinished batches; a batch that would pass it is refused.")
     )
+    may_set_keep_alive: bool = Field(
+        False,
+        description=(
+            "Whether its requests' `keep_alive` is honoured: it sets how long a model stays loaded for every "
+            "tenant, so it is refused (403) unless allowed here."
+        ),
+    )
 
     @field_validator("key_sha256", mode="before")
     @classmethod

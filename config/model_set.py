@@ -31,11 +31,15 @@ STATUS_PREFIX = "model-status-"
 @dataclass
 class Wanted:
     """What the server should do with one model: hold it (`loaded`); whether a request may load it (False after an
-    admin unload, so that it answers 404 until loaded again); how long it stays idle (None: forever)."""
+    admin unload, so that it answers 404 until loaded again); how long it stays idle (None: forever). And who asked,
+    for the log lines of the model services that act on it: who last wanted it loaded or unloaded, and who set its
+    `keep_alive` (None: the configuration)."""
 
     loaded: bool
     on_request: bool = True
     keep_alive_s: float | None = None
+    asked_by: str | None = None
+    keep_alive_by: str | None = None
 
 
 @dataclass
@@ -78,7 +82,6 @@ class ModelStatus:
     load_s: float | None = None
     info: dict[str, Any] | None = None
     weight_bytes: int = 0
-    in_flight: int = 0
     refused: bool = False  # failed because the budget had no room: worth another try later
 
 

@@ -5,6 +5,10 @@ Each gateway worker follows the status files: a model every worker of its servic
 start's calibration) and only then served (`ModelRegistry.infos`); one unloaded or failed leaves the registry. A
 request for a lazy or evicted model wants it loaded and waits for it, up to its deadline (`serving`); an alias
 resolves to its model when the request arrives, so requests in flight finish on the model they started on.
+
+One rule says what the server can serve (`servable`), for /readyz and for requests that name no model: a model
+loaded, or one a request may load (lazy, or evicted); not one the admin unloaded, nor one whose load failed.
+A request's `keep_alive` changes its model's residency for every caller: only a caller allowed to set it may.
 """
 
 from __future__ import annotations
@@ -19,10 +23,12 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 
 from config import errors
+from config.durations import duration_text
 from config.model_set import PINS_FILE, WARM_FILE, ModelSet, ModelStatus, SharedModelSet, State, Wanted, pinned_names
 from config.settings import EmbentoConfig
 from gateway.shared_memory import SharedCounters
 from gateway.startup.warmup import TRANSIENT, ModelRegistry, describe
+from gateway.tenants.keys import OPEN, TENANT, caller_id
 from models.base import ModelInfo
 from models.kinds import spec
 
@@ -40,7 +46,6 @@ class ServerState:
     info: ModelInfo | None = None
     load_s: float | None = None
     weight_bytes: int = 0
-    in_flight: int = 0
     refused: bool = False  # failed because the budget had no room then: a later request may try again
 
 
@@ -50,13 +55,12 @@ def server_state(statuses: list[ModelStatus]) -> ServerState | None:
         return None
     states = {status.state for status in statuses}
     first = statuses[0]
-    in_flight = sum(status.in_flight for status in statuses)
     for state in ("failed", "loading", "unloaded"):
         if state in states:
             found = next(status for status in statuses if status.state == state)
-            return ServerState(found.state, found.reason, in_flight=in_flight, refused=found.refused)
+            return ServerState(found.state, found.reason, refused=found.refused)
     info = ModelInfo(**first.info) if first.info else None
-    return ServerState("loaded", None, info, first.load_s, first.weight_bytes, in_flight)
+    return ServerState("loaded", None, info, first.load_s, first.weight_bytes)
 
 
 class Catalog:
@@ -139,6 +143,28 @@ class Catalog:
 
     def _failed_here(self, name: str, state: ServerState | None) -> bool:
         return name in self.registry.failed and (state is None or state.state == "loaded")
+
+    def may_serve(self, name: str) -> bool:
+        """Whether a request may be served by the model now: loaded and warm here, or loadable on demand (lazy, or
+        evicted; failed only for want of room in the budget then). Not one the admin unloaded (a 404 until loaded
+        again), nor one whose load failed."""
+        if not self.controlled:  # nothing loads at run time: what is warm is all there is
+            return name in self.registry.infos
+        entry = self.wanted().models[name]
+        if not (entry.loaded or entry.on_request) or self._failed_here(name, self._states.get(name)):
+            return False
+        state = self.state_of(name)
+        return state.state != "failed" or entry.loaded or state.refused
+
+    def servable(self) -> list[str]:
+        """The models a request may be served by now (`may_serve`), in configuration order: the server is ready
+        while there is one."""
+        return [name for name in self.registry.kinds if self.may_serve(name)]
+
+    def in_flight(self, name: str) -> int:
+        """The requests (and bulk-job lines) for the model that every gateway worker holds now: pinned from when
+        they resolve to it until they are answered, so the count is exact at any moment."""
+        return self._pins.total(name)
 
     def start(self, warm_up: Callable[[ModelInfo], Awaitable[None]], shared: SharedModelSet | None) -> None:
         """In the gateway worker: follow the model services' status files in `shared` (the registry from when the
@@ -247,20 +273,12 @@ class Catalog:
             if state.state == "failed" and not entry.loaded and (asked_at is not None or not state.refused):
                 return name  # the registry says why (503); a refusal by the budget is tried again once
             if not entry.loaded:
-                self.want(name)
+                self.want(name, caller_id(TENANT.get()))
                 asked_at = self._refreshes_begun
             elif name in self.registry.infos and (asked_at is None or self._refreshed_from > asked_at):
                 return name
             await self._next_refresh(deadline, name)
             entry = self.wanted().models[name]
-
-    def hold(self, name: str) -> None:
-        """Pin the model a request was given without naming one (the default), as `serving` pins a named one; a 503
-        if it was evicted just before."""
-        if self.shared is None or not self.controlled or name not in self.registry.kinds:
-            return
-        if not self._pinned(name).loaded:
-            raise errors.NotReady(f"model '{name}' was unloaded as this request arrived; retry shortly")
 
     @contextmanager
     def holding(self) -> Iterator[None]:
@@ -306,28 +324,58 @@ class Catalog:
         """A request's deadline from now, on the catalog's clock."""
         return self._clock() + self.config.request_timeout_s
 
-    def want(self, name: str) -> None:
-        """Mark a model wanted loaded (and loadable by requests again)."""
+    def want(self, name: str, by: str) -> None:
+        """Mark a model wanted loaded (and loadable by requests again), asked by `by` (`caller_id`)."""
         assert self.shared is not None
 
         def want(models: ModelSet) -> None:
             models.models[name].loaded = True
             models.models[name].on_request = True
+            models.models[name].asked_by = by
 
         self.shared.change(want)
 
+    def check_keep_alive(self, seconds: float | None) -> None:
+        """A 403 for a request's `keep_alive` unless its caller may set it: it changes how long the model stays
+        loaded for every caller (`keep_alive: 0` unloads it after each request, `-1` pins it), so the operator
+        allows it (the keys file's `may_set_keep_alive`; the admin key where no API key is configured)."""
+        tenant = TENANT.get()
+        if seconds is None or tenant.may_set_keep_alive:
+            return
+        allowed_by = (
+            "on a server without API keys only the admin key may set it (Authorization: Bearer <admin key>)"
+            if tenant is OPEN
+            else f"the keys file does not allow tenant '{tenant.name}' to set it (may_set_keep_alive)"
+        )
+        raise errors.Forbidden(
+            f"keep_alive sets how long the model stays loaded for every caller: {allowed_by}; send the request "
+            "without it",
+            param="keep_alive",
+        )
+
     def keep_alive(self, name: str, seconds: float | None) -> None:
-        """A request's `keep_alive` for its model, from now on (`math.inf`: forever; None: it gave none)."""
+        """A request's `keep_alive` for its model, from now on (`math.inf`: forever; None: it gave none), its caller
+        allowed (`check_keep_alive`)."""
         if self.shared is None or seconds is None:
             return
         keep = None if math.isinf(seconds) else seconds
-        if self.wanted().models[name].keep_alive_s == keep:
-            return
+        by = caller_id(TENANT.get())
+        was: list[float | None] = []
 
         def set_keep_alive(models: ModelSet) -> None:
-            models.models[name].keep_alive_s = keep
+            entry = models.models[name]
+            was.append(entry.keep_alive_s)
+            entry.keep_alive_s, entry.keep_alive_by = keep, by
 
-        self.shared.change(set_keep_alive)
+        if self.wanted().models[name].keep_alive_s != keep:
+            self.shared.change(set_keep_alive)
+            logger.info(
+                "model '%s' keep_alive set to %s by %s (it was %s)",
+                name,
+                duration_text(keep),
+                by,
+                duration_text(was[0]),
+            )
 
 
 def _of_service(worker: str, service: str) -> bool:

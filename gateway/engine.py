@@ -48,7 +48,7 @@ from gateway.queries import (
 from gateway.queue.model_calls import ModelCalls
 from gateway.representations import asked_parts, representations_for, score_mode, scores_by_mode
 from gateway.results import Classified, ContextEmbeddings, Embeddings, Ranking, Tokens
-from gateway.routing import choose_model
+from gateway.routing import choose_model, default_model
 from gateway.startup.calibration import warm_up
 from gateway.startup.warmup import ModelRegistry
 from gateway.tenants.keys import TENANT, allowed
@@ -104,23 +104,25 @@ class Engine:
         }
 
     async def require_model(self, requested: str | None, capability: str | None) -> ModelInfo:
-        """The named model (or the one an alias names), or the first that can do `capability`; once warm (a lazy or
-        evicted model is loaded and waited for), and if it did not fail."""
+        """The named model (or the one an alias names), or the first that can do `capability` (`default_model`);
+        once warm (a lazy or evicted model is loaded and waited for), and if it did not fail."""
         registry = self.registry
         if not registry.done:
             raise errors.NotReady("models are still loading; retry shortly")
-        name = await self.catalog.serving(requested)
+        asked = requested
+        if asked is None:
+            asked = default_model(allowed(registry.kinds), self.catalog.may_serve, capability)
+        name = await self.catalog.serving(asked)
         if name in registry.failed and TENANT.get().may_use(name):
             raise errors.ModelUnavailable(f"model '{name}' failed to load: {registry.failed[name]}", param="model")
         info = choose_model(allowed(registry.infos), name, capability)
-        if requested is None:
-            self.catalog.hold(info.served_model_name)
         trace = current_trace()
         trace.model = info.served_model_name
-        trace.alias = requested if requested != name else None
+        trace.alias = requested if requested not in (None, name) else None
         return info
 
     async def embed(self, query: EmbedQuery) -> Embeddings:
+        self.catalog.check_keep_alive(query.keep_alive_s)  # before any work: a 403 runs nothing
         if query.long_input is LongInput.LATE_CHUNKING:
             return (await self.embed_in_context(ContextQuery(query, (len(query.items),)))).embeddings
         info = await self.require_model(query.model, query.capability)
@@ -184,6 +186,7 @@ class Engine:
 
     async def embed_in_context(self, query: ContextQuery) -> ContextEmbeddings:
         """Late chunking: each document's chunks embedded in the context of the whole document."""
+        self.catalog.check_keep_alive(query.embed.keep_alive_s)
         info = await self.require_model(query.embed.model, query.embed.capability)
         quantizer = self.registry.quantizers.get(info.served_model_name)
         check_embed(query.embed, info, self.config, quantizer, self.registry.infos)
@@ -197,12 +200,14 @@ class Engine:
             for document, size in zip(documents, query.document_sizes)
         ]
         current_trace().usage_tokens = plan.tokens
+        self.catalog.keep_alive(info.served_model_name, query.embed.keep_alive_s)
         return ContextEmbeddings(Embeddings(query.embed, info, outputs, plan.tokens, quantizer), counts, plan.texts)
 
     async def rank(self, query: RankQuery) -> Ranking:
         """Score every (query, document) pair, best first: a cross-encoder's (or causal-LM scorer's) activated
         logits; for a model that ranks by its own outputs, their score mode; for image documents the
         similarity of their embeddings with the query's."""
+        self.catalog.check_keep_alive(query.keep_alive_s)  # before any work: a 403 runs nothing
         info = await self.require_model(query.model, "rerank")
         check_rank(query, info, self.config)
         assert info.spec.rank_by is not None, "every kind that reranks declares how (`KindSpec.rank_by`)"
@@ -314,12 +319,10 @@ class Engine:
         return tokenizer.decode([list(ids) for ids in query.ids], query.skip_special_tokens)
 
     async def _tokenizer(self, requested: str | None) -> TextTokenizer:
-        """The tokenizer of the named text model, or without a name of the first served one."""
+        """The tokenizer of the named text model, or without a name of the first one servable (`default_model`)."""
         if requested is None and self.registry.done:
-            texts = (name for name, info in self.registry.infos.items() if not info.spec.takes_media)
-            requested = next(texts, None)
-            if requested is None:
-                raise errors.InvalidRequest("no served model is a text model", param="model")
+            texts = {name: kind for name, kind in allowed(self.registry.kinds).items() if not spec(kind).takes_media}
+            requested = default_model(texts, self.catalog.may_serve, None, "is a text model")
         return self.preprocessors.tokenizer(await self.require_model(requested, "embed" if requested is None else None))
 
     async def warm_up(self, info: ModelInfo) -> None:

@@ -1,6 +1,9 @@
 """The admin API's operations on the run-time model set (gateway/http/admin.py routes onto them): the report, load,
 unload and aliases, each a change of the server's wanted set (config/model_set.py) and a wait until the model
-services and this gateway worker have met it (gateway/catalog.py)."""
+services and this gateway worker have met it (gateway/catalog.py).
+
+Each change done is one INFO line, asked by `admin` (the admin key alone opens these routes; a refused call is
+gateway/http/admin.py's line); the model services log what they then load or unload (runners/residency.py)."""
 
 from __future__ import annotations
 
@@ -9,10 +12,12 @@ from collections.abc import Callable
 from typing import Any
 
 from config import errors
+from config.durations import duration_text
 from config.model_set import ModelSet
 from gateway.catalog import Catalog
 
-logger = logging.getLogger(__name__)  # each change asked, in the server log: the admin routes have no access log
+logger = logging.getLogger(__name__)  # each change made, in the server log: the admin routes have no access log
+ADMIN = "admin"  # who asks, in the wanted set and the log lines: the admin key's holder
 
 
 class ModelAdmin:
@@ -39,7 +44,7 @@ class ModelAdmin:
                     "aliases": sorted(alias for alias, target in wanted.aliases.items() if target == name),
                     "load_seconds": state.load_s,
                     "weight_bytes": state.weight_bytes,
-                    "in_flight": state.in_flight,
+                    "in_flight": self.catalog.in_flight(name),
                 }
             )
         budget = {
@@ -50,37 +55,55 @@ class ModelAdmin:
 
     async def load(self, name: str) -> dict[str, Any]:
         """Load a configured model (the start's path, in each worker of its service) and warm it here; the others
-        serve on. Raises with the reason if it failed or was refused."""
+        serve on. Raises with the reason if it failed or was refused. The answer's `reset` says what residency a
+        request had set that the load put back to the configured one."""
         self._check_controlled(name)
-        logger.info("admin: load model '%s'", name)
-        if not self.catalog.warm_everywhere(name):
-            self.catalog.want(name)
-            await self._until(lambda: self.catalog.warm_everywhere(name) or self._failed_for_good(name))
+        reset = self._want_loaded(name)
+        await self._until(lambda: self.catalog.warm_everywhere(name) or self._failed_for_good(name))
         if not self.catalog.warm_everywhere(name):
             state = self.catalog.state_of(name)
             raise errors.ModelUnavailable(f"model '{name}' did not load: {state.reason}", param="model")
-        return self._entry(name)
+        entry = self._entry(name)
+        logger.info("admin: model '%s' loaded, asked by %s%s", name, ADMIN, _reset_text(reset, entry["keep_alive_s"]))
+        return {**entry, "reset": reset}
+
+    def _want_loaded(self, name: str) -> dict[str, Any]:
+        """Wanted loaded, with its configured `keep_alive`: the admin's load wins over one a request set (a request's
+        `keep_alive: 0` would evict it again before it had warmed up). What was reset, by field."""
+        configured = next(m for m in self.catalog.config.models if m.served_model_name == name).keep_alive
+        reset: dict[str, Any] = {}
+
+        def want(models: ModelSet) -> None:
+            entry = models.models[name]
+            if entry.keep_alive_s != configured:
+                reset["keep_alive_s"] = {"was": entry.keep_alive_s, "set_by": entry.keep_alive_by}
+            entry.keep_alive_s, entry.keep_alive_by = configured, None
+            entry.loaded = entry.on_request = True
+            entry.asked_by = ADMIN
+
+        self._change(want)
+        return reset
 
     async def unload(self, name: str) -> dict[str, Any]:
         """Drop a model everywhere; requests naming it then get a 404 until it is loaded again."""
         self._check_controlled(name)
-        logger.info("admin: unload model '%s'", name)
 
         def unwant(models: ModelSet) -> None:
             models.models[name].loaded = False
             models.models[name].on_request = False
+            models.models[name].asked_by = ADMIN
 
         self._change(unwant)
         await self._until(
             lambda: self.catalog.state_of(name).state in ("unloaded", "failed") and self.catalog.gone_everywhere(name)
         )
+        logger.info("admin: model '%s' unloaded, asked by %s", name, ADMIN)
         return self._entry(name)
 
     async def point_alias(self, alias: str, name: str) -> dict[str, Any]:
         """Move (or make) an alias onto a loaded model, once every gateway worker serves it: requests arriving from
         then on resolve to it, those in flight finish on the model they started on."""
         self._check_controlled(name)
-        logger.info("admin: point alias '%s' at model '%s'", alias, name)
         if alias in self.catalog.registry.kinds:
             raise errors.InvalidRequest(f"'{alias}' is a model's own name, not an alias", param="alias")
         if not self.catalog.wanted().models[name].loaded:
@@ -89,21 +112,27 @@ class ModelAdmin:
         if not self.catalog.warm_everywhere(name):
             raise errors.Conflict(f"model '{name}' was unloaded before the alias could move", param="model")
 
+        before: list[str | None] = []
+
         def point(models: ModelSet) -> None:
+            before.append(models.aliases.get(alias))
             models.aliases[alias] = name
 
         self._change(point)
+        moved = "made" if before[0] is None else f"moved from '{before[0]}'"
+        logger.info("admin: alias '%s' %s to '%s', asked by %s", alias, moved, name, ADMIN)
         return {"alias": alias, "model": name}
 
     def remove_alias(self, alias: str) -> dict[str, Any]:
         if alias not in self.catalog.wanted().aliases:
             raise errors.NotFound(f"no alias '{alias}'", param="alias")
-        logger.info("admin: remove alias '%s'", alias)
+        removed: list[str | None] = []
 
         def remove(models: ModelSet) -> None:
-            models.aliases.pop(alias, None)
+            removed.append(models.aliases.pop(alias, None))
 
         self._change(remove)
+        logger.info("admin: alias '%s' removed (it named '%s'), asked by %s", alias, removed[0], ADMIN)
         return {"alias": alias, "deleted": True}
 
     def _entry(self, name: str) -> dict[str, Any]:
@@ -137,3 +166,14 @@ class ModelAdmin:
     def _change(self, edit: Callable[[ModelSet], None]) -> None:
         assert self.catalog.shared is not None, "checked by _check_controlled"
         self.catalog.shared.change(edit)
+
+
+def _reset_text(reset: dict[str, Any], configured: float | None) -> str:
+    """What a load reset, for its log line."""
+    if "keep_alive_s" not in reset:
+        return ""
+    was = reset["keep_alive_s"]
+    return (
+        f"; keep_alive reset to the configured {duration_text(configured)} (it was {duration_text(was['was'])}, "
+        f"set by {was['set_by'] or 'the configuration'})"
+    )

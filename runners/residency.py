@@ -7,6 +7,9 @@ recently used idle models its budget needs (`max_loaded_models`, `max_loaded_byt
 never unloaded: when nothing idle can make room the load is refused with the figures. What the worker then holds is
 written to its status file, for the gateway workers. Idle time is read on an injected clock from when the pool's
 last use of the model was seen (`ModelPool.last_use`), so the policy is tested without waiting.
+
+Each load, unload and eviction is one INFO line naming the worker, the reason (asked; idle past which `keep_alive`;
+the budget, for which model) and who asked, as the wanted set records them (`Wanted.asked_by`, `keep_alive_by`).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from pathlib import Path
 import bentoml
 from bentoml._internal.context import server_context
 
+from config.durations import duration_text
 from config.errors import EmbentoError
 from config.model_set import ModelSet, ModelStatus, Pins, SharedModelSet, server_model_set
 from config.served import served_config
@@ -162,13 +166,15 @@ class Residency:
         for name in [n for n in self.pool.models if n in self.configs]:
             entry = wanted.models.get(name)
             if entry is None or not entry.loaded:
-                self._drop(name, "unloaded")
-            elif entry.keep_alive_s is not None and self._idle_for(name, pinned) >= entry.keep_alive_s:
-                self._drop(name, "idle")
+                self._drop(name, "unloaded", f"asked by {_who(entry.asked_by if entry else None)}")
+            elif entry.keep_alive_s is not None and (idle := self._idle_for(name, pinned)) >= entry.keep_alive_s:
+                set_by = f"set by {entry.keep_alive_by}" if entry.keep_alive_by else "configured"
+                why = f"idle for {idle:.1f} s, past its keep_alive of {duration_text(entry.keep_alive_s)} ({set_by})"
+                self._drop(name, "idle", why)
         for name in self.configs:
             entry = self.shared.read().models.get(name)  # afresh: an eviction above or a load before may change it
             if entry is not None and entry.loaded and name not in self.pool.models:
-                self._load(name)
+                self._load(name, _who(entry.asked_by))
         self._report()
 
     def _pinned(self) -> dict[str, int]:
@@ -188,7 +194,7 @@ class Residency:
     def _idle_for(self, name: str, pinned: dict[str, int]) -> float:
         return -1.0 if pinned.get(name) else self.clock() - self._idle_since.get(name, self.clock())
 
-    def _load(self, name: str) -> None:
+    def _load(self, name: str, by: str) -> None:
         cfg = self.configs[name]
         try:
             size = weight_bytes(cfg)
@@ -203,7 +209,7 @@ class Residency:
             self._failed(name, f"not loaded: {exc}", refused=True)
             return
         for other in evict:
-            if not self._drop(other, "budget"):
+            if not self._drop(other, "budget", f"room for '{name}', asked by {by}"):
                 return  # a request pinned it meanwhile: the next step plans again
         self.statuses[name] = ModelStatus("loading", weight_bytes=size)
         self._report()
@@ -216,7 +222,7 @@ class Residency:
         seconds = time.perf_counter() - started
         LOADS.labels(model=name, outcome="loaded").inc()
         LOAD_SECONDS.labels(model=name).observe(seconds)
-        logger.info("model '%s' loaded in %.1f s", name, seconds)
+        logger.info("model '%s' loaded in %.1f s in %s, asked by %s", name, seconds, self.worker, by)
         self._held(name, info, seconds, size)
 
     def _held(self, name: str, info: ModelInfo, seconds: float | None, size: int | None = None) -> None:
@@ -232,10 +238,10 @@ class Residency:
         self.statuses[name] = ModelStatus("failed", reason, refused=refused)
         self.shared.change(lambda models: _unwant(models, name))
 
-    def _drop(self, name: str, reason: str) -> bool:
-        """Unload a model no request holds (else False: the next step tries again). Evicted (`idle`, `budget`), it is
-        marked unwanted under the pins' lock first: a request then either pinned it before (and it stays) or finds
-        it unwanted (and wants it again)."""
+    def _drop(self, name: str, reason: str, why: str) -> bool:
+        """Unload a model no request holds (else False: the next step tries again), logged with `why`. Evicted
+        (`idle`, `budget`), it is marked unwanted under the pins' lock first: a request then either pinned it before
+        (and it stays) or finds it unwanted (and wants it again)."""
         with self.pins.locked() as pinned:
             if pinned(name) or self.pool.busy(name):
                 return False
@@ -243,7 +249,14 @@ class Residency:
                 self.shared.change(lambda models: _unwant(models, name))
         self.pool.unload(name)
         UNLOADS.labels(model=name, reason=reason).inc()
-        logger.info("model '%s' unloaded (%s)", name, reason)
+        if reason == "unloaded":
+            logger.info("model '%s' unloaded from %s, %s", name, self.worker, why)
+        elif reason == "budget":
+            logger.info(
+                "model '%s' evicted from %s by the budget (%s): %s", name, self.worker, _budget_text(self.budget), why
+            )
+        else:
+            logger.info("model '%s' evicted from %s: %s", name, self.worker, why)
         self.statuses[name] = ModelStatus("unloaded", reason)
         return True
 
@@ -256,8 +269,6 @@ class Residency:
 
     def _report(self) -> None:
         """The status file, rewritten when something in it changed."""
-        for name, status in self.statuses.items():
-            status.in_flight = self.pool.busy(name)
         now = [asdict(status) for status in self.statuses.values()]
         if now != self._reported:
             self.shared.write_status(self.worker, self.statuses)
@@ -275,6 +286,11 @@ def keep_resident(pool: ModelPool, service: str) -> Residency | None:
     residency = Residency(pool, placed(models_of_service(service), service), shared, Pins(config), worker, budget)
     residency.start()
     return residency
+
+
+def _who(asked_by: str | None) -> str:
+    """Who asked for a change, as the wanted set records it (None: the configuration, as the server started)."""
+    return asked_by or "the configuration"
 
 
 def _unwant(models: ModelSet, name: str) -> None:

@@ -2,14 +2,16 @@
 
 Each route is one line onto the admin operations (gateway/model_admin.py). The tenant gate lets `/admin/` through
 untouched (gateway/tenants/gate.py); here the admin key alone opens it: no key or a wrong one is a 401, a tenant's
-key a 403, and with no admin key configured every call is a 403. The routes are Starlette's (BentoML's are POST-only
-and listed as the gateway's), so `AdminSchema` adds them to `/docs.json` under their own tag and security scheme.
+key a 403, and with no admin key configured every call is a 403. Each refused call (those, and the operations'
+own refusals) is one WARNING line naming who asked: `admin`, a tenant by its name, `no key` or `an unknown key`,
+never a key. The routes are Starlette's (BentoML's are POST-only and listed as the gateway's), so `AdminSchema` adds
+them to `/docs.json` under their own tag and security scheme.
 """
 
 from __future__ import annotations
 
-import hmac
 import json
+import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -23,25 +25,28 @@ from config.settings import EmbentoConfig
 from gateway.catalog import Catalog
 from gateway.http.errors import error_response
 from gateway.model_admin import ModelAdmin
-from gateway.tenants.gate import ADMIN_PREFIX
-from gateway.tenants.keys import Keys
+from gateway.tenants.gate import ADMIN_PREFIX, bearer_token
+from gateway.tenants.keys import Keys, caller_id
 
 Handler = Callable[[Request], Awaitable[Any]]
 ADMIN_TAG = "Admin"
+logger = logging.getLogger(__name__)
 
 
 def admin_routes(config: EmbentoConfig, catalog: Catalog, keys: Keys) -> list[Route]:
     """The admin routes to mount on the gateway's ASGI app."""
-    admin_key = config.admin_key.get_secret_value() if config.admin_key else None
     admin = ModelAdmin(catalog)
 
     def guarded(handler: Handler) -> Callable[[Request], Awaitable[Response]]:
         async def answer(request: Request) -> Response:
+            who = _who(bearer_token(request.scope), keys)
             try:
-                _check_admin(request, admin_key, keys)
+                _check_admin(who, config.admin_key is not None)
                 return JSONResponse(await handler(request))
             except errors.EmbentoError as exc:
-                return error_response(exc)
+                response = error_response(exc)
+                _log_refused(request, who, response.status_code, exc.message)
+                return response
 
         return answer
 
@@ -69,16 +74,37 @@ def admin_routes(config: EmbentoConfig, catalog: Catalog, keys: Keys) -> list[Ro
     ]
 
 
-def _check_admin(request: Request, admin_key: str | None, keys: Keys) -> None:
-    sent = request.headers.get("authorization", "")
-    token = sent[7:].strip() if sent[:7].lower() == "bearer " else ""
-    if admin_key is None:
+NO_KEY, UNKNOWN_KEY = "no key", "an unknown key"
+
+
+def _who(token: str | None, keys: Keys) -> str:
+    """Who calls, as the log names them: `admin`, a tenant, `no key` or `an unknown key` (never the key)."""
+    if keys.is_admin(token):
+        return "admin"
+    if not token:
+        return NO_KEY
+    tenant = keys.current().tenant(token)
+    return caller_id(tenant) if tenant is not None else UNKNOWN_KEY
+
+
+def _check_admin(who: str, admin_api_on: bool) -> None:
+    if not admin_api_on:
         raise errors.Forbidden("the admin API is off: set `admin_key` to use it")
-    if token and hmac.compare_digest(token.encode(), admin_key.encode()):
+    if who == "admin":
         return
-    if token and keys.current().tenant(token) is not None:
+    if who not in (NO_KEY, UNKNOWN_KEY):
         raise errors.Forbidden("a tenant's key cannot use the admin API; send the admin key")
     raise errors.Unauthorized("missing or invalid admin key; send 'Authorization: Bearer <admin key>'")
+
+
+def _log_refused(request: Request, who: str, status: int, message: str) -> None:
+    """One line per refused admin call. The path as sent, still percent-encoded, and the message on one line:
+    nothing a caller sends can start a line of its own."""
+    path = request.scope.get("raw_path") or request.url.path.encode()
+    flat = message.replace("\r", "\\r").replace("\n", "\\n")
+    logger.warning(
+        "admin: %s %s refused, asked by %s: %d %s", request.method, path.decode("latin-1"), who, status, flat
+    )
 
 
 async def _model_field(request: Request) -> str:

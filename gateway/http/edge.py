@@ -79,8 +79,10 @@ def install(
 
 
 def tenant_keys(config: EmbentoConfig) -> Keys:
-    """The API keys and their tenants: read now, so that a bad keys file stops the server at start."""
-    return Keys(config.api_keys(), config.auth.keys_file)
+    """The API keys and their tenants, and the admin key: read now, so that a bad keys file stops the server at
+    start."""
+    admin_key = config.admin_key.get_secret_value() if config.admin_key else None
+    return Keys(config.api_keys(), config.auth.keys_file, admin_key=admin_key)
 
 
 def ledger(config: EmbentoConfig) -> Ledger:

@@ -9,13 +9,17 @@ whose probe one warm worker answered would send the next request to a worker sti
 503. Each worker counts itself warm in the counters the workers share, and every worker says ready only once
 all of them are: an orchestrator then routes nothing to a replica before each of its workers can answer, and a
 worker restarted after a crash takes its replica out of the rotation until it is warm again.
+
+What counts as servable is the run-time catalog's one rule (gateway/catalog.py, `servable`): a model loaded, or one
+a request may load (lazy, or evicted). A server with none (every model unloaded by the admin API, or failed) is not
+ready, whatever its configuration says.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from typing import Any
 
 import aiohttp
@@ -41,12 +45,15 @@ class Lifecycle:
         counters: SharedCounters | None = None,
         workers: Callable[[], int] = lambda: 1,
         states: Callable[[], Mapping[str, str]] = dict,
+        servable: Callable[[], Collection[str]] | None = None,
     ) -> None:
         """`counters`: the gateway workers' shared counters, with WARM_WORKERS; `workers`: how many gateway workers
         the server runs, each of which must be warm for it to be ready (asked once one is: BentoML resolves its
-        configuration in the worker after this is made)."""
+        configuration in the worker after this is made); `servable`: the models a request may be served by now
+        (the catalog's; by default the warm ones)."""
         self.registry = registry
         self._states = states  # each model's state, for /readyz (the run-time catalog's)
+        self._servable = servable or (lambda: registry.infos)
         self.clients: Mapping[str, Any] = {}
         self.warmup: Warmup | None = None
         self._task: asyncio.Task | None = None
@@ -96,7 +103,7 @@ class Lifecycle:
         return ready
 
     def _every_worker_warm(self) -> bool:
-        if not (self.registry.done and (self.registry.infos or self.registry.lazy)):
+        if not (self.registry.done and self._servable()):
             return False
         if not self._counted_warm:
             with self._counters.locked():

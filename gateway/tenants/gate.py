@@ -23,7 +23,7 @@ from config import errors
 from config.keys_file import Tenant
 from gateway.http.errors import error_response
 from gateway.metrics import ACCOUNT, Account
-from gateway.tenants.keys import OPEN, TENANT, Keyring, Keys
+from gateway.tenants.keys import ADMIN, OPEN, TENANT, Keyring, Keys
 from gateway.tenants.ledger import UNCOUNTED, Ledger, Reading, Standing
 from gateway.tenants.usage import THROTTLED, AccessLog, record, start_series
 
@@ -79,11 +79,10 @@ class TenantGate:
         if keyring is not self._counted:
             self._counted = keyring
             start_series(keyring.tenants.values())
-        if keyring.open:
-            return OPEN
-        headers = dict(scope.get("headers", []))
-        scheme, _, key = headers.get(b"authorization", b"").decode("latin-1").partition(" ")
-        return keyring.tenant(key.strip()) if scheme.lower() == "bearer" else None
+        token = bearer_token(scope)
+        if keyring.open:  # anyone may call; the admin key makes the admin (who alone may set `keep_alive`)
+            return ADMIN if self.keys.is_admin(token) else OPEN
+        return keyring.tenant(token) if token is not None else None
 
     async def _answer(self, tenant: Tenant, account: Account, scope: Scope, receive: Receive, send: Send) -> None:
         """A POST: admitted within its tenant's limits (or refused), answered, and counted."""
@@ -159,6 +158,13 @@ def duration(seconds: float) -> str:
     minutes, rest_ms = divmod(total_ms, 60_000)
     rest = f"{rest_ms / 1000:.3f}".rstrip("0").rstrip(".") + "s"
     return f"{minutes}m{rest}" if minutes else rest
+
+
+def bearer_token(scope: Scope) -> str | None:
+    """The key in `Authorization: Bearer <key>`, or None without one."""
+    headers = dict(scope.get("headers", []))
+    scheme, _, key = headers.get(b"authorization", b"").decode("latin-1").partition(" ")
+    return key.strip() if scheme.lower() == "bearer" else None
 
 
 def _admin(path: str) -> bool:

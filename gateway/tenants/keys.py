@@ -3,7 +3,8 @@ sends matched to one. A request's key is hashed, and its digest compared with ev
 how long that takes tells nothing of which key nor how much of it matched, nor of the sent key's length.
 
 `api_key` (`EMBENTO_API_KEY`, `api_key_file`) keeps working: each of its keys is the tenant `default`, without
-limits. With no key configured anywhere, no key is asked for and every request is `default`'s.
+limits. With no key configured anywhere, no key is asked for and every request is `default`'s; one that sends the
+admin key (`admin_key`) is also the only caller there who may set a model's `keep_alive` (`ADMIN`).
 """
 
 from __future__ import annotations
@@ -24,11 +25,19 @@ from config.server_files import RELOAD_MARK, server_file
 logger = logging.getLogger(__name__)
 CHECK_EVERY_S = 1.0  # how often the keys file is looked at for a change
 OPEN = Tenant(name=DEFAULT_TENANT)  # every request's when no key is configured, and `api_key`'s
+# The admin key's requests where no API key is configured: anyone may call there, so a residency change needs it.
+# Otherwise `default`'s, as every caller's there (its bulk jobs, metrics and access-log lines); the log's `admin`.
+ADMIN = Tenant(name=DEFAULT_TENANT, may_set_keep_alive=True)
 # The tenant of the request (or bulk-job line) being answered.
 TENANT: ContextVar[Tenant] = ContextVar("embento_tenant", default=OPEN)
 
 
 V = TypeVar("V")
+
+
+def caller_id(tenant: Tenant) -> str:
+    """Who asked, as the log names them: the admin, or a tenant by its name (never by its key)."""
+    return "admin" if tenant is ADMIN else f"tenant '{tenant.name}'"
 
 
 def allowed(by_model: Mapping[str, V]) -> dict[str, V]:
@@ -73,8 +82,10 @@ class Keys:
         keys_file: str | None,
         check_every_s: float = CHECK_EVERY_S,
         clock: Callable[[], float] = time.monotonic,
+        admin_key: str | None = None,
     ) -> None:
         self._api_keys = tuple(api_keys)
+        self._admin_key = admin_key
         self._check_every_s = check_every_s
         self._clock = clock
         self._path = Path(keys_file).expanduser() if keys_file else None
@@ -89,6 +100,12 @@ class Keys:
             if self._signature() != self._seen:
                 self.reload()
         return self._keyring
+
+    def is_admin(self, token: str | None) -> bool:
+        """Whether `token` is the admin key, compared in constant time."""
+        if self._admin_key is None or not token:
+            return False
+        return hmac.compare_digest(digest(token), digest(self._admin_key))  # hashed: its length untold too
 
     def named(self, name: str) -> Tenant:
         """The tenant of that name; one with no limits and every model if its key has been removed since (its

@@ -10,6 +10,7 @@ at once, and waits poll observable state under a deadline.
 
 from __future__ import annotations
 
+import re
 import shutil
 import threading
 import time
@@ -20,16 +21,20 @@ from pathlib import Path
 import httpx
 import numpy as np
 import pytest
+import yaml
 
+from config.keys_file import digest
 from tests.asserts import assert_openai_error
 from tests.conftest import MINILM, running_server
 from tests.references import transformers_embeddings
 from tests.tolerance import assert_same_vectors
 
 ADMIN_KEY = "admin-secret"
-TENANT_KEY = "tenant-key"
+TENANT_KEY = "tenant-key"  # the tenant `resident`, which may set `keep_alive`
+PLAIN_KEY = "plain-key"  # the tenant `plain`, which may not
 ADMIN = {"Authorization": f"Bearer {ADMIN_KEY}"}
 TENANT = {"Authorization": f"Bearer {TENANT_KEY}"}
+PLAIN = {"Authorization": f"Bearer {PLAIN_KEY}"}
 TEXT = "the quick brown fox"
 WAIT_S = 120.0
 CLIENTS = 32
@@ -54,6 +59,21 @@ def wait_for(check: Callable[[], bool], what: str) -> None:
     while not check():
         assert time.monotonic() < deadline, f"not within {WAIT_S} s: {what}"
         time.sleep(0.05)
+
+
+def log_lines(log: Path) -> list[str]:
+    return log.read_text(errors="replace").splitlines()
+
+
+def logged(log: Path, pattern: str, since: int = 0) -> list[str]:
+    """The server log's lines (every process's), from line `since` on, that match `pattern`."""
+    return [line for line in log_lines(log)[since:] if re.search(pattern, line)]
+
+
+def wait_logged(log: Path, pattern: str, since: int = 0) -> list[str]:
+    """The lines matching `pattern` once there is one: a model service writes its lines as it steps."""
+    wait_for(lambda: bool(logged(log, pattern, since)), f"a log line matching {pattern!r}")
+    return logged(log, pattern, since)
 
 
 def vector(answer: httpx.Response) -> np.ndarray:
@@ -81,9 +101,18 @@ def broken_path(tmp_path_factory: pytest.TempPathFactory, tiny_bert_path: Path) 
 
 
 @pytest.fixture(scope="module")
-def controlled(tmp_path_factory: pytest.TempPathFactory, tiny_bert_path: Path, broken_path: Path) -> Iterator[str]:
+def control_server(
+    tmp_path_factory: pytest.TempPathFactory, tiny_bert_path: Path, broken_path: Path
+) -> Iterator[tuple[str, Path]]:
     """MiniLM (eager, alias `prod`), a tiny BERT loaded on its first request, one more eager tiny BERT, and a lazy
-    one whose weights cannot load; two gateway workers."""
+    one whose weights cannot load; two gateway workers; two tenants, `resident` allowed to set `keep_alive` and
+    `plain` not. Its URL and its log, at the default level."""
+    folder = tmp_path_factory.mktemp("model-control")
+    tenants = [
+        {"name": "resident", "key_sha256": digest(TENANT_KEY).hex(), "may_set_keep_alive": True},
+        {"name": "plain", "key_sha256": digest(PLAIN_KEY).hex()},
+    ]
+    (folder / "keys.yaml").write_text(yaml.safe_dump({"keys": tenants}))
     config = {
         "models": [
             {"model_id": MINILM, "served_model_name": "minilm", "backend": "torch", "aliases": ["prod"]},
@@ -92,16 +121,21 @@ def controlled(tmp_path_factory: pytest.TempPathFactory, tiny_bert_path: Path, b
             {"model_id": str(broken_path), "served_model_name": "broken", "backend": "torch", "load": "lazy"},
         ],
         "admin_key": ADMIN_KEY,
-        "api_key": [TENANT_KEY],
+        "auth": {"keys_file": str(folder / "keys.yaml")},
         "gateway_workers": 2,  # every change seen by both: a request goes to either
     }
-    with running_server(tmp_path_factory.mktemp("model-control"), config) as (url, _):
-        yield url
+    with running_server(folder, config) as (url, _):
+        yield url, folder / "server.log"
+
+
+@pytest.fixture(scope="module")
+def controlled(control_server: tuple[str, Path]) -> str:
+    return control_server[0]
 
 
 @pytest.mark.server
-def test_the_admin_api_takes_the_admin_key_only_and_is_listed_apart(controlled):
-    url = controlled
+def test_the_admin_api_takes_the_admin_key_only_and_is_listed_apart(control_server):
+    url, log = control_server
     calls = [
         ("GET", "/admin/models", None),
         ("POST", "/admin/models/tiny/load", None),
@@ -109,10 +143,19 @@ def test_the_admin_api_takes_the_admin_key_only_and_is_listed_apart(controlled):
         ("PUT", "/admin/aliases/prod", {"model": "minilm"}),
         ("DELETE", "/admin/aliases/prod", None),
     ]
+    callers = (
+        (TENANT, 403, "tenant 'resident'"),
+        ({}, 401, "no key"),
+        ({"Authorization": "Bearer wrong"}, 401, "an unknown key"),
+    )
     for method, path, body in calls:
-        for headers, status in ((TENANT, 403), ({}, 401), ({"Authorization": "Bearer wrong"}, 401)):
+        for headers, status, who in callers:
             answer = httpx.request(method, f"{url}{path}", json=body, headers=headers, timeout=30)
             assert_openai_error(answer, status)
+            # Each refusal is one line of the log, naming who asked by its tenant, never by its key.
+            line = re.escape(f"admin: {method} {path} refused, asked by {who}: {status} ")
+            assert len(wait_logged(log, line)) == 1, logged(log, line)
+    assert not logged(log, "wrong|" + TENANT_KEY)
     assert httpx.get(f"{url}/v1/models", headers=ADMIN, timeout=30).status_code == 401  # no tenant key either
     schema = httpx.get(f"{url}/docs.json", headers=TENANT, timeout=30).json()
     admin = {path: ops for path, ops in schema["paths"].items() if path.startswith("/admin/")}
@@ -153,8 +196,9 @@ def test_a_lazy_model_is_unloaded_until_its_first_request_answers(controlled, re
 
 
 @pytest.mark.server
-def test_an_unloaded_model_answers_404_until_loaded_again(controlled, references):
-    url = controlled
+def test_an_unloaded_model_answers_404_until_loaded_again(control_server, references):
+    url, log = control_server
+    since = len(log_lines(log))
     before = vector(embed(url, "spare"))
     unloaded = httpx.post(f"{url}/admin/models/spare/unload", headers=ADMIN, timeout=120)
     assert unloaded.status_code == 200 and unloaded.json()["state"] == "unloaded", unloaded.text
@@ -168,6 +212,13 @@ def test_an_unloaded_model_answers_404_until_loaded_again(controlled, references
     assert loaded.status_code == 200 and loaded.json()["state"] == "loaded", loaded.text
     assert_same_vectors([vector(embed(url, "spare"))], [before])
     assert_same_vectors([before], [references["tiny"]])
+    for line in (  # each change one line, from the gateway (the admin call) and the model service (what it did)
+        r"model 'spare' unloaded from TextEmbedder-\d+, asked by admin",
+        r"admin: model 'spare' unloaded, asked by admin",
+        r"model 'spare' loaded in \d+\.\d s in TextEmbedder-\d+, asked by admin",
+        r"admin: model 'spare' loaded, asked by admin$",
+    ):
+        assert len(wait_logged(log, line, since)) == 1, line
 
 
 @pytest.mark.server
@@ -209,8 +260,8 @@ def test_keep_alive_zero_unloads_the_model_once_answered_and_the_next_request_lo
 
 
 @pytest.mark.server
-def test_an_alias_moves_under_32_clients_with_no_failure(controlled, references):
-    url = controlled
+def test_an_alias_moves_under_32_clients_with_no_failure(control_server, references):
+    url, log = control_server
     assert httpx.post(f"{url}/admin/models/tiny/load", headers=ADMIN, timeout=120).status_code == 200
     answers: list[tuple[float, float, int, str, np.ndarray]] = []  # (sent, answered, status, model, vector)
     lock = threading.Lock()
@@ -257,11 +308,68 @@ def test_an_alias_moves_under_32_clients_with_no_failure(controlled, references)
         back = httpx.put(f"{url}/admin/aliases/prod", json={"model": "minilm"}, headers=ADMIN, timeout=60)
         assert back.status_code == 200, back.text
     assert_same_vectors([vector(embed(url, "prod"))], [references["minilm"]])
+    assert len(logged(log, r"admin: alias 'prod' moved from 'minilm' to 'tiny', asked by admin")) == 1
+    assert len(logged(log, r"admin: alias 'prod' moved from 'tiny' to 'minilm', asked by admin")) == 1
+
+
+@pytest.mark.server
+def test_keep_alive_is_refused_to_a_tenant_the_keys_file_does_not_allow(controlled):
+    url = controlled
+    before = admin_models(url)["minilm"]["keep_alive_s"]
+    for keep_alive in (0, -1, "5m"):
+        refused = assert_openai_error(embed(url, "minilm", PLAIN, keep_alive=keep_alive), 403, param="keep_alive")
+        assert refused["code"] == "forbidden" and "may_set_keep_alive" in refused["message"], refused
+    assert admin_models(url)["minilm"]["keep_alive_s"] == before  # never a silent change
+    assert admin_models(url)["minilm"]["state"] == "loaded"
+    assert vector(embed(url, "minilm", PLAIN)).shape == (384,)  # without it, the tenant is served
+
+
+@pytest.mark.server
+def test_in_flight_reads_0_right_after_a_load_while_nothing_runs(controlled):
+    """MiniLM's warm-up calls take long enough that a model service used to report one of them still in flight."""
+    url = controlled
+    assert httpx.post(f"{url}/admin/models/minilm/unload", headers=ADMIN, timeout=120).status_code == 200
+    loaded = httpx.post(f"{url}/admin/models/minilm/load", headers=ADMIN, timeout=120)
+    assert loaded.status_code == 200 and loaded.json()["in_flight"] == 0, loaded.text
+    assert admin_models(url)["minilm"]["in_flight"] == 0
+
+
+@pytest.mark.server
+def test_an_admin_load_wins_over_the_keep_alive_a_request_set(control_server):
+    """A request's `keep_alive: 0` used to outlive the admin's unload, so that the next admin load was evicted again
+    before it warmed up, and waited out `request_timeout_s` for a 503 (MiniLM: a tiny model's warm-up could win the
+    race). Every change is one line of the log."""
+    url, log = control_server
+    since = len(log_lines(log))
+    assert vector(embed(url, "minilm", keep_alive=0)).shape == (384,)
+    wait_for(lambda: admin_models(url)["minilm"]["state"] == "unloaded", "minilm unloaded after keep_alive 0")
+    assert admin_models(url)["minilm"]["reason"] == "idle"
+    unloaded = httpx.post(f"{url}/admin/models/minilm/unload", headers=ADMIN, timeout=120)
+    assert unloaded.status_code == 200, unloaded.text
+    loaded = httpx.post(f"{url}/admin/models/minilm/load", headers=ADMIN, timeout=120)
+    assert loaded.status_code == 200, loaded.text
+    entry = loaded.json()
+    assert entry["state"] == "loaded" and entry["keep_alive_s"] is None  # the configured one: forever
+    assert entry["reset"] == {"keep_alive_s": {"was": 0, "set_by": "tenant 'resident'"}}
+    assert admin_models(url)["minilm"]["keep_alive_s"] is None
+    assert vector(embed(url, "minilm")).shape == (384,)
+    for line in (
+        r"model 'minilm' keep_alive set to 0 s by tenant 'resident' \(it was forever\)",
+        r"model 'minilm' evicted from TextEmbedder-\d+: idle for \d+\.\d s, past its keep_alive of 0 s \(set by "
+        r"tenant 'resident'\)",
+        r"admin: model 'minilm' unloaded, asked by admin",  # already evicted: no model service unloads it
+        r"admin: model 'minilm' loaded, asked by admin; keep_alive reset to the configured forever \(it was 0 s, set "
+        r"by tenant 'resident'\)",
+    ):
+        assert len(wait_logged(log, line, since)) == 1, line
+    assert len(wait_logged(log, r"model 'minilm' loaded in \d+\.\d s in TextEmbedder-\d+, asked by admin", since)) == 1
+    assert not logged(log, f"{ADMIN_KEY}|{TENANT_KEY}")
 
 
 @pytest.fixture(scope="module")
-def budgeted(tmp_path_factory: pytest.TempPathFactory, tiny_bert_path: Path) -> Iterator[str]:
-    """Every model lazy; room for two models, and for the bytes of three tiny BERTs (never MiniLM's)."""
+def budgeted(tmp_path_factory: pytest.TempPathFactory, tiny_bert_path: Path) -> Iterator[tuple[str, Path]]:
+    """Every model lazy; room for two models, and for the bytes of three tiny BERTs (never MiniLM's); no API key
+    (anyone may call), an admin key. Its URL and its log."""
     tiny_bytes = sum(p.stat().st_size for p in tiny_bert_path.rglob("*.safetensors"))
     lazy = {"backend": "torch", "load": "lazy"}
     config = {
@@ -273,13 +381,14 @@ def budgeted(tmp_path_factory: pytest.TempPathFactory, tiny_bert_path: Path) -> 
         "max_loaded_models": 2,
         "max_loaded_bytes": 3 * tiny_bytes,
     }
-    with running_server(tmp_path_factory.mktemp("model-budget"), config) as (url, _):
-        yield url
+    folder = tmp_path_factory.mktemp("model-budget")
+    with running_server(folder, config) as (url, _):
+        yield url, folder / "server.log"
 
 
 @pytest.mark.server
 def test_the_budget_evicts_the_least_recently_used_and_refuses_what_cannot_fit(budgeted, references):
-    url = budgeted
+    url, log = budgeted
     states = lambda: {name: model["state"] for name, model in admin_models(url).items()}  # noqa: E731
     assert httpx.get(f"{url}/readyz", timeout=30).json()["ready"]  # ready with nothing loaded: all are lazy
     assert states() == {"a": "unloaded", "b": "unloaded", "c": "unloaded", "minilm": "unloaded"}
@@ -295,3 +404,42 @@ def test_the_budget_evicts_the_least_recently_used_and_refuses_what_cannot_fit(b
     metrics = httpx.get(f"{url}/metrics", timeout=30).text
     assert 'embento_model_unloads_total{model="b",reason="budget"} 1.0' in metrics
     assert 'embento_model_loads_total{model="minilm",outcome="refused"}' in metrics
+    evicted = (
+        r"model 'b' evicted from TextEmbedder-\d+ by the budget \(max_loaded_models 2, max_loaded_bytes [\d,]+\): "
+    )
+    assert len(wait_logged(log, evicted + r"room for 'c', asked by tenant 'default'")) == 1
+
+
+@pytest.mark.server
+def test_on_a_server_without_api_keys_only_the_admin_key_sets_keep_alive(budgeted):
+    url, _ = budgeted
+    for headers in ({}, {"Authorization": "Bearer wrong"}):
+        refused = assert_openai_error(embed(url, "a", headers, keep_alive=-1), 403, param="keep_alive")
+        assert "admin key" in refused["message"], refused
+    assert admin_models(url)["a"]["keep_alive_s"] is None
+    assert vector(embed(url, "a", ADMIN, keep_alive="1h")).shape == (32,)
+    assert admin_models(url)["a"]["keep_alive_s"] == 3600
+
+
+@pytest.mark.server
+def test_a_model_a_request_may_load_keeps_the_server_ready_and_serves_requests_naming_none(budgeted):
+    """One rule: a model loaded, or one a request may load (lazy, evicted), makes the server ready and answers a
+    request that names no model; with neither (every model unloaded by the admin API) /readyz is a 503, and so is
+    such a request: the server's state, not the client's mistake."""
+    url, _ = budgeted
+    assert vector(embed(url, "a", ADMIN, keep_alive=0)).shape == (32,)
+    wait_for(lambda: admin_models(url)["a"]["state"] == "unloaded", "a evicted after keep_alive 0")
+    assert httpx.get(f"{url}/readyz", timeout=30).json()["ready"]
+    unnamed = httpx.post(f"{url}/v1/embeddings", json={"input": [TEXT]}, timeout=120)
+    assert unnamed.status_code == 200 and unnamed.json()["model"] == "a", unnamed.text  # the first configured
+    for name in ("a", "b", "c", "minilm"):
+        assert httpx.post(f"{url}/admin/models/{name}/unload", headers=ADMIN, timeout=120).status_code == 200
+    ready = httpx.get(f"{url}/readyz", timeout=30)
+    assert ready.status_code == 503 and not ready.json()["ready"], ready.text
+    refused = assert_openai_error(httpx.post(f"{url}/v1/embeddings", json={"input": [TEXT]}, timeout=30), 503)
+    assert refused["code"] == "model_unavailable" and refused["param"] == "model", refused
+    assert_openai_error(embed(url, "a", {}), 404, param="model")  # one the admin unloaded, as before
+    assert httpx.post(f"{url}/admin/models/c/load", headers=ADMIN, timeout=120).status_code == 200
+    assert httpx.get(f"{url}/readyz", timeout=30).json()["ready"]
+    unnamed = httpx.post(f"{url}/v1/embeddings", json={"input": [TEXT]}, timeout=120)
+    assert unnamed.status_code == 200 and unnamed.json()["model"] == "c", unnamed.text

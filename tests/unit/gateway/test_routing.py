@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from config import errors
-from gateway.routing import check_modalities, choose_model
+from gateway.routing import check_modalities, choose_model, default_model
 from models.base import ModelInfo
 
 
@@ -37,6 +37,24 @@ def test_without_a_name_the_first_capable_model_answers_and_dedicated_models_com
     assert choose_model(INFOS, None, "rerank").served_model_name == "reranker"  # before CLIP's image rerank
     with pytest.raises(errors.InvalidRequest, match="no served model can classify"):
         choose_model(INFOS, None, "classify")
+
+
+KINDS = {name: info.kind for name, info in INFOS.items()}
+
+
+def test_a_request_naming_no_model_gets_the_first_configured_that_may_serve_it_loaded_or_not():
+    """A model a request may load (lazy, or evicted) is the default as if it were loaded: an eviction never moves
+    the requests that name no model onto another model's vectors."""
+    assert default_model(KINDS, lambda name: True, "embed") == "clip"
+    assert default_model(KINDS, lambda name: name != "clip", "embed") == "minilm"  # unloaded by the admin API
+    assert default_model(KINDS, lambda name: True, "rerank") == "reranker"
+
+
+def test_no_model_that_may_serve_it_is_the_servers_state_a_503_and_none_configured_is_a_400():
+    with pytest.raises(errors.ModelUnavailable, match=r"no model that can embed is loaded or loadable now"):
+        default_model(KINDS, lambda name: False, "embed")
+    with pytest.raises(errors.InvalidRequest, match="no model served here can classify"):
+        default_model(KINDS, lambda name: True, "classify")
 
 
 def test_unknown_and_incapable_models():

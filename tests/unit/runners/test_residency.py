@@ -6,6 +6,8 @@ answers on. The wanted set and the status file are the real files, in a temporar
 from __future__ import annotations
 
 import asyncio
+import logging
+import re
 import threading
 from pathlib import Path
 
@@ -47,9 +49,10 @@ def residency(tmp_path: Path, configs: list[ModelConfig], clock: Clock, budget: 
     )
 
 
-def want(kept: Residency, name: str) -> None:
+def want(kept: Residency, name: str, by: str = "tenant 't'") -> None:
     def loaded(models) -> None:  # type: ignore[no-untyped-def]
         models.models[name].loaded = True
+        models.models[name].asked_by = by
 
     kept.shared.change(loaded)
 
@@ -58,7 +61,12 @@ def statuses(kept: Residency) -> dict[str, ModelStatus]:
     return kept.shared.statuses()["TextEmbedder-1"]
 
 
-def test_an_idle_model_is_unloaded_once_its_keep_alive_has_passed(tmp_path, minilm_path):
+def logged(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [record.getMessage() for record in caplog.records if record.name == "runners.residency"]
+
+
+def test_an_idle_model_is_unloaded_once_its_keep_alive_has_passed(tmp_path, minilm_path, caplog):
+    caplog.set_level(logging.INFO, "runners.residency")
     clock = Clock()
     kept = residency(tmp_path, [config(minilm_path, "first", keep_alive="60s")], clock, Budget())
     kept.step()
@@ -73,9 +81,13 @@ def test_an_idle_model_is_unloaded_once_its_keep_alive_has_passed(tmp_path, mini
     assert "first" not in kept.pool.models
     assert statuses(kept)["first"].state == "unloaded" and statuses(kept)["first"].reason == "idle"
     assert kept.shared.read().models["first"].loaded is False  # a request wants it again
+    assert logged(caplog) == [
+        "model 'first' evicted from TextEmbedder-1: idle for 60.1 s, past its keep_alive of 60 s (configured)"
+    ]
 
 
-def test_the_budget_evicts_the_least_recently_used_idle_model(tmp_path, minilm_path, tiny_bert_path):
+def test_the_budget_evicts_the_least_recently_used_idle_model(tmp_path, minilm_path, tiny_bert_path, caplog):
+    caplog.set_level(logging.INFO, "runners.residency")
     configs = [
         config(minilm_path, "first"),
         config(tiny_bert_path, "second", load="lazy"),
@@ -91,6 +103,22 @@ def test_the_budget_evicts_the_least_recently_used_idle_model(tmp_path, minilm_p
     assert set(kept.pool.models) == {"first", "third"}
     assert statuses(kept)["second"].reason == "budget" and statuses(kept)["third"].state == "loaded"
     assert statuses(kept)["third"].weight_bytes > 0 and statuses(kept)["third"].load_s is not None
+    lines = logged(caplog)
+    assert re.fullmatch(r"model 'second' loaded in \d+\.\d s in TextEmbedder-1, asked by tenant 't'", lines[0])
+    assert lines[1] == (
+        "model 'second' evicted from TextEmbedder-1 by the budget (max_loaded_models 2): room for 'third', "
+        "asked by tenant 't'"
+    )
+    assert re.fullmatch(r"model 'third' loaded in \d+\.\d s in TextEmbedder-1, asked by tenant 't'", lines[2])
+    assert len(lines) == 3
+
+    def unload(models) -> None:  # type: ignore[no-untyped-def]
+        models.models["third"].loaded = models.models["third"].on_request = False
+        models.models["third"].asked_by = "admin"
+
+    kept.shared.change(unload)
+    kept.step()
+    assert logged(caplog)[3:] == ["model 'third' unloaded from TextEmbedder-1, asked by admin"]
 
 
 def test_a_load_that_only_a_busy_model_could_make_room_for_is_refused(tmp_path, minilm_path, tiny_bert_path):

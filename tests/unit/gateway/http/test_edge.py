@@ -11,7 +11,7 @@ from starlette.testclient import TestClient
 from gateway.http.errors import ErrorBodies
 from gateway.http.guard import RequestGuard
 from gateway.tenants.gate import PROBE_PATHS, TenantGate
-from gateway.tenants.keys import Keyring, Keys, config_tenant
+from gateway.tenants.keys import TENANT, Keyring, Keys, config_tenant
 from gateway.tenants.ledger import SharedMemoryLedger
 from gateway.tenants.usage import AccessLog
 
@@ -30,8 +30,15 @@ async def crash_text(request):
     return PlainTextResponse("Traceback: secret internals", status_code=500)
 
 
+async def caller(request):
+    return JSONResponse({"tenant": TENANT.get().name, "may_set_keep_alive": TENANT.get().may_set_keep_alive})
+
+
 def make_client(
-    api_keys: tuple[str, ...] = ("s3cret",), limit: int = 2048, open_paths: frozenset[str] = PROBE_PATHS
+    api_keys: tuple[str, ...] = ("s3cret",),
+    limit: int = 2048,
+    open_paths: frozenset[str] = PROBE_PATHS,
+    admin_key: str | None = None,
 ) -> TestClient:
     app = Starlette(
         routes=[
@@ -41,10 +48,15 @@ def make_client(
             Route("/docs.json", echo),
             Route("/bad", framework_error, methods=["POST"]),
             Route("/crash", crash_text),
+            Route("/caller", caller, methods=["POST"]),
         ]
     )
     guarded = RequestGuard(app, max_request_bytes=limit)
-    wrapped = ErrorBodies(TenantGate(guarded, Keys(api_keys, None), SharedMemoryLedger(), open_paths, AccessLog(False)))
+    wrapped = ErrorBodies(
+        TenantGate(
+            guarded, Keys(api_keys, None, admin_key=admin_key), SharedMemoryLedger(), open_paths, AccessLog(False)
+        )
+    )
     return TestClient(wrapped)
 
 
@@ -55,6 +67,17 @@ def test_api_key_required_on_api_routes():
     assert response.json()["error"]["code"] == "invalid_api_key"
     assert client.post("/v1/embeddings", json={}, headers={"Authorization": "Bearer wrong"}).status_code == 401
     assert client.post("/v1/embeddings", json={}, headers={"Authorization": "Bearer s3cret"}).status_code == 200
+
+
+def test_the_admin_key_is_the_admin_caller_on_a_server_without_api_keys():
+    """There, anyone may call: only the admin key may also set a model's `keep_alive` (gateway/catalog.py)."""
+    open_server = make_client(api_keys=(), admin_key="admin-secret")
+    admin = {"Authorization": "Bearer admin-secret"}
+    assert open_server.post("/caller", headers=admin).json() == {"tenant": "default", "may_set_keep_alive": True}
+    for headers in ({}, {"Authorization": "Bearer admin-secre"}, {"Authorization": "Basic admin-secret"}):
+        assert open_server.post("/caller", headers=headers).json() == {"tenant": "default", "may_set_keep_alive": False}
+    keyed = make_client(api_keys=("s3cret",), admin_key="admin-secret")  # there it is no API key
+    assert keyed.post("/caller", headers=admin).status_code == 401
 
 
 def test_probes_and_preflight_need_no_key_but_docs_and_metrics_do():
