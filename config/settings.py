@@ -253,7 +253,8 @@ class ModelConfig(BaseModel):
         description=(
             "How long the model stays loaded with no request for it, then is unloaded (a later request loads it "
             "again): seconds or a duration (`30s`, `5m`, `1h`). Unset or `forever`: it stays. A request's "
-            "`keep_alive` sets it from that request on, as Ollama's."
+            "`keep_alive` sets it from that request on, as Ollama's, where its caller may (tenants.md: "
+            "`may_set_keep_alive`); an admin load puts this one back."
         ),
     )
     aliases: list[str] = Field(
@@ -581,7 +582,8 @@ class EmbentoConfig(BaseModel):
         None,
         description=(
             "The key of the admin API (`/admin/...`: load, unload, aliases), sent as `Authorization: Bearer <key>`; "
-            "never a tenant's key, which gets a 403 there. Unset: the admin API answers 403."
+            "never a tenant's key, which gets a 403 there. Unset: the admin API answers 403. With no API key "
+            "configured, it is also the only key whose requests may send `keep_alive`."
         ),
     )
     max_loaded_models: int | None = Field(
