@@ -47,6 +47,12 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
             f"--{name.replace('_', '-')}", dest=name, type=int, metavar="N", help=f"{what} (default: unlimited)"
         )
     add.add_argument("--weight", type=float, help="its share of a saturated model service (default 1)")
+    add.add_argument(
+        "--may-set-keep-alive",
+        action=argparse.BooleanOptionalAction,
+        help="whether its requests may send keep_alive, which sets how long a model stays loaded for every tenant "
+        "(default: no; refused with a 403)",
+    )
 
 
 def add_key(args: argparse.Namespace) -> int:
@@ -73,7 +79,11 @@ def _read(path: Path) -> list[dict[str, Any]]:
 
 
 def _add(entries: list[dict[str, Any]], args: argparse.Namespace, digest: str) -> None:
-    settings = {name: getattr(args, name) for name in (*LIMIT_FLAGS, "weight") if getattr(args, name) is not None}
+    settings = {
+        name: getattr(args, name)
+        for name in (*LIMIT_FLAGS, "weight", "may_set_keep_alive")
+        if getattr(args, name) is not None
+    }
     if args.models:
         settings["models"] = model_names(args.models)
     entry = next((entry for entry in entries if entry.get("name") == args.name), None)

@@ -4,8 +4,8 @@ Each route is one line onto the admin operations (gateway/model_admin.py). The t
 untouched (gateway/tenants/gate.py); here the admin key alone opens it: no key or a wrong one is a 401, a tenant's
 key a 403, and with no admin key configured every call is a 403. Each refused call (those, and the operations'
 own refusals) is one WARNING line naming who asked: `admin`, a tenant by its name, `no key` or `an unknown key`,
-never a key. The routes are Starlette's (BentoML's are POST-only and listed as the gateway's), so `AdminSchema` adds
-them to `/docs.json` under their own tag and security scheme.
+never a key. The routes are Starlette's (BentoML's are POST-only and listed as the gateway's), so
+`with_admin_routes` adds them to `/docs.json` under their own tag and security scheme.
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from config import errors
 from config.settings import EmbentoConfig
@@ -161,34 +160,9 @@ ADMIN_PATHS = {
 }
 
 
-class AdminSchema:
-    """`/docs.json` with the admin routes added, apart: their own tag and the `adminKey` security scheme."""
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"] != "/docs.json" or scope["method"] != "GET":
-            return await self.app(scope, receive, send)
-        start: Message = {}
-        body = b""
-
-        async def held(message: Message) -> None:
-            nonlocal start, body
-            if message["type"] == "http.response.start":
-                start = message
-            else:
-                body += message.get("body", b"")
-
-        await self.app(scope, receive, held)
-        if start.get("status") != 200:
-            await send(start)
-            await send({"type": "http.response.body", "body": body})
-            return
-        await JSONResponse(with_admin_routes(json.loads(body)))(scope, receive, send)
-
-
 def with_admin_routes(schema: dict[str, Any]) -> dict[str, Any]:
+    """`/docs.json` with the admin routes added, apart: their own tag and the `adminKey` security scheme
+    (`gateway.http.openapi` applies it)."""
     schema.setdefault("paths", {}).update(ADMIN_PATHS)
     tags = schema.setdefault("tags", [])
     tags.append({"name": ADMIN_TAG, "description": "Models loaded, unloaded and aliased at run time: the admin key."})

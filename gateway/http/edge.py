@@ -15,11 +15,12 @@ from starlette.applications import Starlette
 from config.settings import EmbentoConfig
 from gateway.cache.policy import CacheControl
 from gateway.catalog import Catalog
-from gateway.http.admin import AdminSchema, admin_routes
+from gateway.http.admin import admin_routes, with_admin_routes
 from gateway.http.answer import ERROR_SHAPES, TEI_BODIES
 from gateway.http.errors import ErrorBodies
 from gateway.http.get_routes import ReadinessReport, get_routes
 from gateway.http.guard import IN_FLIGHT, RequestGuard
+from gateway.http.openapi import OpenApiDocument, with_embento_info
 from gateway.inputs.fetch import UrlFetcher, UrlPolicy
 from gateway.jobs.store import JobStore
 from gateway.queue.admission import admission_counters
@@ -58,7 +59,7 @@ def install(
         routes.router.routes.extend(job_routes(job_store, config.jobs, new_jobs.set))
     uploads = {FILES_PATH: upload_limit(config.jobs)} if job_store is not None else {}
     gateway.add_asgi_middleware(ReadinessReport, lifecycle=lifecycle)
-    gateway.add_asgi_middleware(AdminSchema)
+    gateway.add_asgi_middleware(OpenApiDocument, edits=(with_admin_routes, with_embento_info))
     gateway.add_asgi_middleware(ErrorBodies, shapes=ERROR_SHAPES, tei_bodies=TEI_BODIES)
     gateway.add_asgi_middleware(
         TenantGate,

@@ -74,3 +74,15 @@ def test_the_readme_is_short_and_every_link_resolves():
 def _documented(path: str) -> str:
     """A Starlette path as docs/api.md writes it: `{name}`, not `{name:path}`."""
     return re.sub(r"\{(\w+):\w+\}", r"{\1}", path)
+
+
+@pytest.mark.server
+def test_the_openapi_document_is_embentos(client):
+    """`/docs.json` has Embento's name, the installed package's version and its own description, not BentoML's
+    (its badges, its chat links, `"None"` for a version outside a Bento)."""
+    from importlib.metadata import version
+
+    from gateway.http.openapi import DESCRIPTION
+
+    info = client.get("/docs.json").json()["info"]
+    assert info == {"title": "Embento", "version": version("embento"), "description": DESCRIPTION}

@@ -107,6 +107,16 @@ def test_given_limits_replace_a_tenants_own(tmp_path, capsys):
     assert (acme["requests_per_minute"], acme["weight"], len(acme["key_sha256"])) == (120, 3, 2)
 
 
+def test_the_keep_alive_permission_is_given_and_taken_back(tmp_path, capsys):
+    path = tmp_path / "keys.yaml"
+    add(capsys, path, "ops", "--may-set-keep-alive")
+    assert read_keys_file(path)[0].may_set_keep_alive
+    add(capsys, path, "ops", "--no-may-set-keep-alive")
+    assert not read_keys_file(path)[0].may_set_keep_alive
+    add(capsys, path, "plain")
+    assert not read_keys_file(path)[1].may_set_keep_alive
+
+
 def test_a_hand_written_file_with_one_hash_gets_a_list(tmp_path, capsys):
     path = tmp_path / "keys.yaml"
     path.write_text(
