@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import re
 
 import numpy as np
 import pytest
@@ -12,6 +13,7 @@ from testkit.media import AUDIO, IMAGES, data_uri
 from tests.conftest import (
     CLASSIFIER_LABELS,
     MINILM,
+    ROOT,
     TINY_CLAP,
     TINY_CLASSIFIER,
     TINY_CLIP,
@@ -142,3 +144,20 @@ def test_bentoml_clients_call_every_post_endpoint(server, client):
 
 def _float32s(base64_text: str) -> np.ndarray:
     return np.frombuffer(base64.b64decode(base64_text), dtype="<f4")
+
+
+def test_the_bentoml_client_call_the_docs_show_first_works_and_the_readme_links_it(server):
+    """BentoML 1.4's client takes these routes' bodies as one positional dict, not keywords (docs/api.md: BentoML
+    client says why): the section's first example runs as written, and the README points there."""
+    api = (ROOT / "docs" / "api.md").read_text()
+    section = api[api.index("\n### BentoML client\n") :]
+    example = re.search(r"```python\n(.*?)```", section, re.DOTALL)
+    assert example is not None
+    namespace: dict = {}
+    exec(example.group(1).replace("http://localhost:3000", server), namespace)  # the docs' own code
+    assert len(namespace["result"]["data"]) == 1 and len(namespace["result"]["data"][0]["embedding"]) == 384
+    assert "docs/api.md#bentoml-client" in (ROOT / "README.md").read_text()
+    import bentoml
+
+    with bentoml.SyncHTTPClient(server) as bento, pytest.raises(TypeError, match="one positional argument"):
+        bento.embeddings(input=["a sentence"], model=MINILM)  # as the section says: if this passes, update it
