@@ -131,7 +131,10 @@ class Engine:
         query = with_task(query, info)
         if info.spec.takes_media:
             prompt = self.rows.media_prompt(info, query)
-            answered = await self._media_outputs(info, query.items, embed_context(query, prompt), prompt)
+            context = embed_context(query, prompt)
+            answered = await self._media_outputs(
+                info, query.items, context, prompt, query.items_param, query.item_param
+            )
         else:
             answered = await self.cache.answer(
                 info.served_model_name,
@@ -156,10 +159,17 @@ class Engine:
         return Computed(outputs, plan.output_tokens)
 
     async def _media_outputs(
-        self, info: ModelInfo, items: Sequence[InputItem], context: dict[str, Any], prompt: str = ""
+        self,
+        info: ModelInfo,
+        items: Sequence[InputItem],
+        context: dict[str, Any],
+        prompt: str = "",
+        param: str = "input",
+        where: Callable[[int], str] | None = None,
     ) -> Answered:
-        """Images and audio are keyed by their files' bytes: fetched (or decoded) first, processed if missed."""
-        payloads = await self.rows.payloads(items)
+        """Images and audio are keyed by their files' bytes: fetched (or decoded) first, processed if missed. One
+        that cannot be loaded is named by `where` and `param` (`Rows.payloads`)."""
+        payloads = await self.rows.payloads(items, param, where)
         keys = self.cache.keys(info.served_model_name, context, input_items(items, payloads))
 
         async def compute(at: list[int]) -> Computed:
@@ -235,7 +245,11 @@ class Engine:
 
     async def _rank_by_image_similarity(self, info: ModelInfo, query: RankQuery) -> Scored:
         items = [InputItem("text", query.query), *(InputItem("image", document) for document in query.documents)]
-        answered = await self._media_outputs(info, items, IMAGE_RANK_CONTEXT)
+
+        def where(index: int) -> str:  # the query, then each document
+            return f"{query.documents_param}[{index - 1}]" if index else "query"
+
+        answered = await self._media_outputs(info, items, IMAGE_RANK_CONTEXT, param=query.documents_param, where=where)
         return answered, similarities(answered.outputs[0], answered.outputs[1:], info.multi_vector), None
 
     async def _rank_by_multimodal_pairs(self, info: ModelInfo, query: RankQuery) -> Scored:

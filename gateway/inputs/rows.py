@@ -159,17 +159,24 @@ class Rows:
                 token_ids, segments = await off_loop_if_large(text_work, size), None
         return TokenizedText.rows(info.served_model_name, token_ids, segments)
 
-    async def payloads(self, items: Sequence[InputItem], param: str = "input") -> list[Payload]:
-        """Each item's parts: its text, or its file's bytes (a data URI's decoded, a URL's fetched)."""
+    async def payloads(
+        self, items: Sequence[InputItem], param: str = "input", where: Callable[[int], str] | None = None
+    ) -> list[Payload]:
+        """Each item's parts: its text, or its file's bytes (a data URI's decoded, a URL's fetched). An item that
+        cannot be loaded is refused naming `where(index)` (`param[index]` unless given) and the field `param`."""
 
-        async def payload(where: str, part: InputItem) -> str | bytes:
+        async def payload(place: str, part: InputItem) -> str | bytes:
             assert isinstance(part.value, str)  # token ids are refused for media models (gateway/validation.py)
             if part.modality == "text":
                 return part.value
-            return await load_item(part.value, self.fetcher, self.limits.max_item_bytes, where)
+            try:
+                return await load_item(part.value, self.fetcher, self.limits.max_item_bytes, place)
+            except InvalidRequest as exc:  # about this item alone: the field that holds it is the one at fault
+                raise InvalidRequest(exc.message, param=param) from None
 
         async def parts(index: int, item: InputItem) -> Payload:
-            return tuple(await asyncio.gather(*(payload(f"{param}[{index}]", part) for part in item.all_parts)))
+            place = where(index) if where is not None else f"{param}[{index}]"
+            return tuple(await asyncio.gather(*(payload(place, part) for part in item.all_parts)))
 
         return list(await asyncio.gather(*(parts(i, item) for i, item in enumerate(items))))
 

@@ -6,8 +6,9 @@ import json
 
 import pytest
 
+from testkit.media import IMAGES, data_uri
 from tests.asserts import assert_healthy, assert_openai_error
-from tests.conftest import MINILM
+from tests.conftest import MINILM, TINY_CLIP
 
 pytestmark = pytest.mark.server
 
@@ -125,3 +126,37 @@ def test_a_typed_item_with_an_unknown_key_is_told_the_key(client):
     body = {"input": [{"text": "private words"}, {"text": "private words", "foo": 1}], "model": MINILM}
     error = assert_openai_error(client.post("/v1/embeddings", json=body), 400, "input")
     assert "input[1]" in error["message"] and "'foo'" in error["message"] and "private" not in error["message"]
+
+
+BAD_BASE64 = "data:image/png;base64,@@@@"
+IMAGE = data_uri(*IMAGES["png"])
+# A media input that cannot be loaded, named by the field its family sent it in (`param` where the shape has one).
+UNLOADABLE_MEDIA = [
+    pytest.param("/v1/embeddings", {"input": [{"image": BAD_BASE64}]}, "input", "input[0]", id="openai"),
+    pytest.param("/v1/embed", {"images": [IMAGE, BAD_BASE64]}, "images", "images[1]", id="cohere-v1"),
+    pytest.param(
+        "/v2/embed",
+        {"inputs": [{"content": [{"type": "image_url", "image_url": {"url": BAD_BASE64}}]}]},
+        "inputs",
+        "inputs[0]",
+        id="cohere-v2",
+    ),
+    pytest.param(
+        "/v1/multimodalembeddings",
+        {"inputs": [{"content": [{"type": "image_base64", "image_base64": BAD_BASE64}]}]},
+        None,
+        "inputs[0]",
+        id="voyage",
+    ),
+    pytest.param(
+        "/v1/rerank", {"query": "q", "documents": [{"image": BAD_BASE64}]}, "documents", "documents[0]", id="jina"
+    ),
+]
+
+
+@pytest.mark.parametrize("path, body, param, where", UNLOADABLE_MEDIA)
+def test_a_media_input_that_cannot_be_loaded_is_named_by_its_familys_field(client, path, body, param, where):
+    response = client.post(path, json={"model": TINY_CLIP, **body})
+    assert response.status_code == 400, response.text
+    error = response.json()["error"] if param is not None else {"message": response.json()["detail"], "param": None}
+    assert error["message"].startswith(f"{where} holds invalid base64") and error["param"] == param, error

@@ -259,7 +259,7 @@ def test_bad_media_is_a_400(client, body, param):
 
 def test_rerank_documents_must_be_images_for_image_models(client):
     body = {"model": TINY_COLPALI, "query": "q", "documents": ["plain text, not an image"]}
-    assert_openai_error(client.post("/v1/rerank", json=body), 400, "input")
+    assert_openai_error(client.post("/v1/rerank", json=body), 400, "documents")
     assert_healthy(client)
 
 

@@ -1,6 +1,7 @@
 """Every route's errors name the fields of its own client family, never another's: one table per route of bodies
 refused by the validation layer or the tokenizer, through the real engine over a fake model service
-(`fake_engine.py`), each with the field (`param`) and the place in the body the message starts with."""
+(`fake_engine.py`), each with the field (`param`) and the place in the body the message starts with. Media inputs
+that cannot be loaded need a media model's processor: tests/server/test_errors.py sends those."""
 
 from __future__ import annotations
 
