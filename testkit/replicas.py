@@ -6,6 +6,7 @@ tests/server/test_replica_loss.py. HAProxy is Debian's, installed when missing."
 from __future__ import annotations
 
 import contextlib
+import csv
 import os
 import signal
 import socket
@@ -137,6 +138,15 @@ class Topology:
     gateways: list[Replica]
     admin_socket: Path
 
+    def wait_in_service(self) -> None:
+        """Until HAProxy sends requests to every server: a server ready by its own /readyz is still out of its
+        backend until `rise` health checks in a row have passed (up to ~2 s), and a request then got HAProxy's 503."""
+        servers = {(backend_of(self, s), s.name) for s in (*self.model_services, *self.gateways)}
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while any((states := server_states(self.admin_socket)).get(server) != "UP" for server in servers):
+            assert time.monotonic() < deadline, f"HAProxy never put every server in service: {states}"
+            time.sleep(0.2)
+
     def leave(self, server: Replica) -> None:
         """Take `server` out of its backend, as Kubernetes takes a terminating pod out of its Service's endpoints
         while the pod's preStop runs: no new request reaches it; those it has go on."""
@@ -147,9 +157,21 @@ class Topology:
         self._set_state(server, "ready")
 
     def _set_state(self, server: Replica, state: str) -> None:
-        backend = "gateways" if server in self.gateways else "model_services"
-        answer = haproxy_command(self.admin_socket, f"set server {backend}_servers/{server.name} state {state}")
+        backend = backend_of(self, server)
+        answer = haproxy_command(self.admin_socket, f"set server {backend}/{server.name} state {state}")
         assert answer.strip() == "", answer
+
+
+def backend_of(topology: Topology, server: Replica) -> str:
+    return "gateways_servers" if server in topology.gateways else "model_services_servers"
+
+
+def server_states(admin_socket: Path) -> dict[tuple[str, str], str]:
+    """(backend, server) -> HAProxy's status of it (`UP`, `DOWN`, `MAINT`, ...), from its runtime API's `show stat`."""
+    rows = list(csv.DictReader(haproxy_command(admin_socket, "show stat").removeprefix("# ").splitlines()))
+    return {
+        (row["pxname"], row["svname"]): row["status"] for row in rows if row["svname"] not in ("FRONTEND", "BACKEND")
+    }
 
 
 @contextlib.contextmanager
@@ -174,7 +196,9 @@ def split_topology(
                     server.start()
                 for server in group:
                     server.wait_ready()
-            yield Topology(f"http://127.0.0.1:{front['gateways']}", models, gateways, admin_socket)
+            topology = Topology(f"http://127.0.0.1:{front['gateways']}", models, gateways, admin_socket)
+            topology.wait_in_service()
+            yield topology
         finally:
             for server in (*models, *gateways):
                 if server.process is not None and server.process.poll() is None:
