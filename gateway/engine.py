@@ -172,9 +172,10 @@ class Engine:
         payloads = await self.rows.payloads(items, param, where)
         keys = self.cache.keys(info.served_model_name, context, input_items(items, payloads))
 
-        async def compute(at: list[int]) -> Computed:
+        async def compute(at: list[int]) -> Computed:  # `at`: the items the cache missed, by their request index
             picked = [items[i] for i in at], [payloads[i] for i in at]
-            return await self._run(info, await self.rows.processed(info, *picked, prompt))
+            wheres = [where(i) if where is not None else f"{param}[{i}]" for i in at]
+            return await self._run(info, await self.rows.processed(info, *picked, prompt, wheres, param))
 
         return await self.cache.answer(info.served_model_name, keys, len(items), compute)
 

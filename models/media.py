@@ -54,26 +54,27 @@ def decode_image(data: bytes, limits: MediaLimits, where: str, param: str = "inp
     return image.convert("RGB")
 
 
-def decode_audio(data: bytes, sampling_rate: int, limits: MediaLimits, where: str) -> np.ndarray:
-    """Mono float32 samples at `sampling_rate` (downmixed, then resampled with librosa's default)."""
+def decode_audio(data: bytes, sampling_rate: int, limits: MediaLimits, where: str, param: str = "input") -> np.ndarray:
+    """Mono float32 samples at `sampling_rate` (downmixed, then resampled with librosa's default); an error names
+    the item `where`, for the request field `param`."""
     import soundfile
 
-    _check_size(data, limits, where)
+    _check_size(data, limits, where, param)
     try:
         with soundfile.SoundFile(io.BytesIO(data)) as audio:
             seconds = audio.frames / audio.samplerate if audio.samplerate else 0.0
             if seconds > limits.max_audio_seconds:
                 raise InvalidRequest(
-                    f"{where} lasts {seconds:.1f} s; at most {limits.max_audio_seconds:g} s are allowed", param="input"
+                    f"{where} lasts {seconds:.1f} s; at most {limits.max_audio_seconds:g} s are allowed", param=param
                 )
             samples = audio.read(dtype="float32", always_2d=True)
             source_rate = audio.samplerate
     except InvalidRequest:
         raise
     except (soundfile.LibsndfileError, RuntimeError, TypeError, ValueError) as exc:
-        raise InvalidRequest(f"{where} is not readable audio (wav, flac, ogg, mp3): {exc}", param="input") from None
+        raise InvalidRequest(f"{where} is not readable audio (wav, flac, ogg, mp3): {exc}", param=param) from None
     if samples.shape[0] == 0:
-        raise InvalidRequest(f"{where} holds no audio samples", param="input")
+        raise InvalidRequest(f"{where} holds no audio samples", param=param)
     mono = samples.mean(axis=1)
     if source_rate != sampling_rate:
         import librosa

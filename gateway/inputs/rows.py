@@ -189,20 +189,27 @@ class Rows:
         return processor.prompt(query.prompt_name, query.instruction, query.input_type)
 
     async def processed(
-        self, info: ModelInfo, items: Sequence[InputItem], payloads: Sequence[Payload], prompt: str = ""
+        self,
+        info: ModelInfo,
+        items: Sequence[InputItem],
+        payloads: Sequence[Payload],
+        prompt: str = "",
+        wheres: Sequence[str] | None = None,
+        param: str = "input",
     ) -> list[ModelInput]:
         """The items' `payloads` decoded and through the model's processor, off the event loop: a model that
         takes mixed inputs gets every part of each (under `prompt`), the others the one part each of theirs has
-        (validation)."""
+        (validation). An item that cannot be decoded is named by `wheres` (its place in the body) and `param`."""
         work = [
             tuple((part.modality, value) for part, value in zip(item.all_parts, payload))
             for item, payload in zip(items, payloads)
         ]
         processor = self.preprocessors.processor(info)
+        model = info.served_model_name
         if isinstance(processor, VisionLanguageProcessor):
-            return await asyncio.to_thread(processor.encode, info.served_model_name, work, self.limits, prompt)
+            return await asyncio.to_thread(processor.encode, model, work, self.limits, prompt, wheres, param)
         singles = [parts[0] for parts in work]
-        return await asyncio.to_thread(processor.encode, info.served_model_name, singles, self.limits)
+        return await asyncio.to_thread(processor.encode, model, singles, self.limits, wheres, param)
 
     async def media_pairs(
         self, info: ModelInfo, query: RankQuery, documents: Sequence[InputItem], payloads: Sequence[Payload]

@@ -6,7 +6,7 @@ keeps its own length; the model service pads and stacks rows into batches (`mode
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -55,9 +55,17 @@ class MediaProcessor:
     def _processor(self) -> Any:
         return self._per_thread.get()
 
-    def encode(self, model: str, items: list[tuple[Modality, str | bytes]], limits: MediaLimits) -> list[ModelInput]:
-        """Rows for a request's items, in order: texts, and image or audio bytes (decoded here)."""
-        decoded = decode_items(items, self.sampling_rate, limits)
+    def encode(
+        self,
+        model: str,
+        items: list[tuple[Modality, str | bytes]],
+        limits: MediaLimits,
+        wheres: Sequence[str] | None = None,
+        param: str = "input",
+    ) -> list[ModelInput]:
+        """Rows for a request's items, in order: texts, and image or audio bytes (decoded here; an item that cannot
+        be is named by its place in the request, `wheres`, and its field `param`)."""
+        decoded = decode_items(items, self.sampling_rate, limits, wheres, param)
         rows: dict[int, ModelInput] = {}
         for modality in {modality for modality, _ in decoded}:
             indices = [i for i, (m, _) in enumerate(decoded) if m == modality]
@@ -154,18 +162,23 @@ def _length(arrays: dict[str, np.ndarray]) -> int:
 
 
 def decode_items(
-    items: list[tuple[Modality, str | bytes]], sampling_rate: int | None, limits: MediaLimits
+    items: list[tuple[Modality, str | bytes]],
+    sampling_rate: int | None,
+    limits: MediaLimits,
+    wheres: Sequence[str] | None = None,
+    param: str = "input",
 ) -> list[tuple[Modality, Any]]:
-    """Texts stay; image and audio bytes become PIL images and mono waveforms (each error names its item)."""
+    """Texts stay; image and audio bytes become PIL images and mono waveforms (each error names its item: by
+    `wheres`, else `input[index]`)."""
     decoded: list[tuple[Modality, Any]] = []
     for index, (modality, value) in enumerate(items):
-        where = f"input[{index}]"
+        where = wheres[index] if wheres is not None else f"input[{index}]"
         if modality == "image":
             assert isinstance(value, bytes), "images come as bytes"
-            decoded.append((modality, decode_image(value, limits, where)))
+            decoded.append((modality, decode_image(value, limits, where, param)))
         elif modality == "audio":
             assert isinstance(value, bytes), "audio comes as bytes"
-            decoded.append((modality, decode_audio(value, sampling_rate or 0, limits, where)))
+            decoded.append((modality, decode_audio(value, sampling_rate or 0, limits, where, param)))
         else:
             decoded.append((modality, value))
     return decoded

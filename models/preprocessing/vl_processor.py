@@ -73,12 +73,21 @@ class VisionLanguageProcessor:
         a text model's (`TextSettings.request_prompt`)."""
         return self._settings.request_prompt(name, instruction, input_type)
 
-    def encode(self, model: str, items: Sequence[Parts], limits: MediaLimits, prompt: str = "") -> list[ModelInput]:
+    def encode(
+        self,
+        model: str,
+        items: Sequence[Parts],
+        limits: MediaLimits,
+        prompt: str = "",
+        wheres: Sequence[str] | None = None,
+        param: str = "input",
+    ) -> list[ModelInput]:
         """One row per input, in order, under `prompt` (`prompt`); an unreadable image or an input past the window
-        is a 400 naming it."""
-        wheres = [f"input[{index}]" for index in range(len(items))]
+        is a 400 naming it by its place in the request (`wheres`, else `input[index]`) and its field `param`."""
+        places = wheres if wheres is not None else [f"input[{index}]" for index in range(len(items))]
         return [
-            self.row(model, self._decoded(parts, limits, where), where, prompt) for parts, where in zip(items, wheres)
+            self.row(model, self._decoded(parts, limits, where, param), where, prompt, param)
+            for parts, where in zip(items, places)
         ]
 
     def pair_rows(
@@ -113,11 +122,13 @@ class VisionLanguageProcessor:
             ]
         return [self.row(model, [("text", "warm-up")], "warm-up"), self.row(model, [("image", image)], "warm-up")]
 
-    def row(self, model: str, parts: Sequence[tuple[Modality, Any]], where: str, prompt: str = "") -> ModelInput:
+    def row(
+        self, model: str, parts: Sequence[tuple[Modality, Any]], where: str, prompt: str = "", param: str = "input"
+    ) -> ModelInput:
         """One input's row: its parts (texts, PIL images) in one user turn after the prompt's system message, if
         any; image placeholders expanded."""
         system = [_message("system", [("text", prompt)])] if prompt else []
-        return self._framed(model, [*system, _message("user", parts)], parts, where, "input")
+        return self._framed(model, [*system, _message("user", parts)], parts, where, param)
 
     def pair_row(
         self,

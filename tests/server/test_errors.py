@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import httpx
 import pytest
 
 from testkit.media import IMAGES, data_uri
@@ -129,6 +130,7 @@ def test_a_typed_item_with_an_unknown_key_is_told_the_key(client):
 
 
 BAD_BASE64 = "data:image/png;base64,@@@@"
+NOT_AN_IMAGE = "data:image/png;base64,aGVsbG8gdGhlcmU="  # "hello there": valid base64, no image
 IMAGE = data_uri(*IMAGES["png"])
 # A media input that cannot be loaded, named by the field its family sent it in (`param` where the shape has one).
 UNLOADABLE_MEDIA = [
@@ -154,9 +156,21 @@ UNLOADABLE_MEDIA = [
 ]
 
 
+def media_error(response: httpx.Response, param: str | None) -> dict:
+    """The error's message and param, in its route's shape (Voyage's has no param)."""
+    assert response.status_code == 400, response.text
+    return response.json()["error"] if param is not None else {"message": response.json()["detail"], "param": None}
+
+
 @pytest.mark.parametrize("path, body, param, where", UNLOADABLE_MEDIA)
 def test_a_media_input_that_cannot_be_loaded_is_named_by_its_familys_field(client, path, body, param, where):
-    response = client.post(path, json={"model": TINY_CLIP, **body})
-    assert response.status_code == 400, response.text
-    error = response.json()["error"] if param is not None else {"message": response.json()["detail"], "param": None}
+    error = media_error(client.post(path, json={"model": TINY_CLIP, **body}), param)
     assert error["message"].startswith(f"{where} holds invalid base64") and error["param"] == param, error
+
+
+@pytest.mark.parametrize("path, body, param, where", UNLOADABLE_MEDIA)
+def test_bytes_that_are_no_image_are_named_by_their_familys_field(client, path, body, param, where):
+    """Loaded, then refused by the image decoder (in the model's processor): named as the loading errors are."""
+    not_an_image = json.loads(json.dumps(body).replace(BAD_BASE64, NOT_AN_IMAGE))
+    error = media_error(client.post(path, json={"model": TINY_CLIP, **not_an_image}), param)
+    assert error["message"].startswith(f"{where} is not a readable image") and error["param"] == param, error
