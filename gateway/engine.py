@@ -163,19 +163,19 @@ class Engine:
         info: ModelInfo,
         items: Sequence[InputItem],
         context: dict[str, Any],
-        prompt: str = "",
-        param: str = "input",
-        where: Callable[[int], str] | None = None,
+        prompt: str,
+        param: str,
+        where: Callable[[int], str],
     ) -> Answered:
         """Images and audio are keyed by their files' bytes: fetched (or decoded) first, processed if missed. One
-        that cannot be loaded is named by `where` and `param` (`Rows.payloads`)."""
+        that cannot be loaded or decoded is named by its place `where` and its field `param`."""
         payloads = await self.rows.payloads(items, param, where)
         keys = self.cache.keys(info.served_model_name, context, input_items(items, payloads))
 
         async def compute(at: list[int]) -> Computed:  # `at`: the items the cache missed, by their request index
             picked = [items[i] for i in at], [payloads[i] for i in at]
-            wheres = [where(i) if where is not None else f"{param}[{i}]" for i in at]
-            return await self._run(info, await self.rows.processed(info, *picked, prompt, wheres, param))
+            places = [where(i) for i in at]
+            return await self._run(info, await self.rows.processed(info, *picked, prompt, places, param))
 
         return await self.cache.answer(info.served_model_name, keys, len(items), compute)
 
@@ -250,7 +250,7 @@ class Engine:
         def where(index: int) -> str:  # the query, then each document
             return f"{query.documents_param}[{index - 1}]" if index else "query"
 
-        answered = await self._media_outputs(info, items, IMAGE_RANK_CONTEXT, param=query.documents_param, where=where)
+        answered = await self._media_outputs(info, items, IMAGE_RANK_CONTEXT, "", query.documents_param, where)
         return answered, similarities(answered.outputs[0], answered.outputs[1:], info.multi_vector), None
 
     async def _rank_by_multimodal_pairs(self, info: ModelInfo, query: RankQuery) -> Scored:
