@@ -55,6 +55,12 @@ FLAGS = (
     ),
     Flag(("--batch-size",), "BATCH_SIZE", "most inputs in one forward pass", repeats=True),
     Flag(("--max-batch-tokens",), "MAX_BATCH_TOKENS", "most padded tokens in one forward pass", repeats=True),
+    Flag(
+        ("--pass-budget-ms",),
+        "PASS_BUDGET_MS",
+        "longest call to the model while live queries wait, in ms (default: 30 on CPU, 10 on a GPU)",
+        repeats=True,
+    ),
     Flag(("--max-seq-length",), "MAX_SEQ_LENGTH", "truncate inputs to this many tokens", repeats=True),
     Flag(
         ("--pooling-method",),

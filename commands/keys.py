@@ -53,6 +53,12 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         help="whether its requests may send keep_alive, which sets how long a model stays loaded for every tenant "
         "(default: no; refused with a 403)",
     )
+    add.add_argument(
+        "--interactive",
+        action=argparse.BooleanOptionalAction,
+        help="whether all its requests are served as live queries, ahead of indexing work, whatever their size "
+        "(default: no; only its small requests are)",
+    )
 
 
 def add_key(args: argparse.Namespace) -> int:
@@ -81,7 +87,7 @@ def _read(path: Path) -> list[dict[str, Any]]:
 def _add(entries: list[dict[str, Any]], args: argparse.Namespace, digest: str) -> None:
     settings = {
         name: getattr(args, name)
-        for name in (*LIMIT_FLAGS, "weight", "may_set_keep_alive")
+        for name in (*LIMIT_FLAGS, "weight", "may_set_keep_alive", "interactive")
         if getattr(args, name) is not None
     }
     if args.models:

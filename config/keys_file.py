@@ -49,6 +49,13 @@ class Tenant(BaseModel):
             "tenant, so it is refused (403) unless allowed here."
         ),
     )
+    interactive: bool = Field(
+        False,
+        description=(
+            "Whether all its requests are live queries, whatever their size: they leave ahead of indexing work "
+            "(gateway/queue/priority.py). Unset, only its small requests are."
+        ),
+    )
 
     @field_validator("key_sha256", mode="before")
     @classmethod

@@ -118,6 +118,16 @@ class ModelConfig(BaseModel):
             "activations fit a quarter of its free memory, from 4096 to 65536."
         ),
     )
+    pass_budget_ms: float | None = Field(
+        None,
+        gt=0,
+        le=60000,
+        description=(
+            "How long a call to this model may take while live queries wait (milliseconds): indexing work is cut to "
+            "it then, so a query waits for one such call at most. Unset (or `auto`): 30 on CPU, 10 on a GPU. Reported "
+            "in `/v1/models`."
+        ),
+    )
     max_seq_length: int | None = Field(
         None,
         ge=1,
@@ -272,7 +282,7 @@ class ModelConfig(BaseModel):
             raise ValueError(f"device '{value}' must be auto, cpu, cuda, cuda:N or mps")
         return value
 
-    @field_validator("batch_size", "max_batch_tokens", mode="before")
+    @field_validator("batch_size", "max_batch_tokens", "pass_budget_ms", mode="before")
     @classmethod
     def _auto_is_none(cls, value: Any) -> Any:
         return None if value in ("", "auto") else value

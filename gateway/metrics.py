@@ -78,6 +78,14 @@ QUEUED_BY_CLASS = bentoml.metrics.Gauge(
     labelnames=["model_service", "job_class"],
     multiprocess_mode="livesum",
 )
+# Buckets around the live-query promise: a query waits one pass time budget at most (30 ms on CPU, 10 on a GPU).
+QUEUE_WAIT = bentoml.metrics.Histogram(
+    name="embento_queue_wait_seconds",
+    documentation="How long a request waited in the gateway before its first rows left for a model service, by "
+    "class: live (queries), indexing (other online requests), batch (bulk-job lines); gateway/queue/priority.py",
+    labelnames=["model_service", "job_class"],
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, float("inf")),
+)
 REJECTED = bentoml.metrics.Counter(
     name="embento_rejected_requests",
     documentation="Requests refused before reaching a model service",
@@ -159,6 +167,8 @@ def start_series(model_services: list[str], max_queued_items: int, max_queued_to
         for reason in ("deadline", "disconnect"):
             ABANDONED.labels(model_service=name, reason=reason)
         QUEUED_BY_CLASS.labels(model_service=name, job_class="batch")
+        for job_class in ("live", "indexing", "batch"):
+            QUEUE_WAIT.labels(model_service=name, job_class=job_class)
         RESENT_CALLS.labels(model_service=name)
 
 

@@ -54,6 +54,7 @@ class ModelInfo:
     # The pass limits in force (configured, or sized for the device); set by the model service after loading.
     batch_size: int = 0
     max_batch_tokens: int = 0
+    pass_budget_ms: float = 0.0  # the call time budget beside live queries (`models.batching.pass_budget_ms`)
     # Its task adapters (`models.adapters`), what a request's `task` picks; [] for a model without.
     tasks: list[str] = field(default_factory=list)
 

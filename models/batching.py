@@ -52,6 +52,40 @@ ATTENTION_SPAN = 512  # positions whose attention scores a token holds at once (
 TOKENS_PER_ROW = 64  # what a pass's row count allows for: short sentences to paragraphs
 
 
+# How long a call to a model service may take while live queries wait (gateway/queue/coalesce.py): what a query
+# waits for at most, beside the call of its own. On this 2-core CPU MiniLM loses nothing to passes of ~30 ms (passes
+# of 200-1,000 tokens run at the same tokens/s, longer ones slower; bench/live_beside_indexing.py --pass-sizes); on a
+# GPU a pass of a few milliseconds already holds thousands of tokens.
+DEFAULT_PASS_BUDGET_MS = {"cpu": 30.0, "gpu": 10.0}
+
+
+def pass_budget_ms(configured: float | None, device: str) -> float:
+    """The configured pass time budget, or the device's default."""
+    return configured or DEFAULT_PASS_BUDGET_MS["cpu" if device == "cpu" else "gpu"]
+
+
+@dataclass(frozen=True)
+class PassCost:
+    """What a call of rows costs a model service, in seconds: `call_s` whatever it holds, plus `token_s` per padded
+    token (its longest row's length x its rows), as measured at warm-up (`fitted`)."""
+
+    call_s: float
+    token_s: float
+
+    def seconds(self, lengths: Sequence[int]) -> float:
+        return self.call_s + self.token_s * max(lengths, default=0) * len(lengths)
+
+    @classmethod
+    def fitted(cls, small: tuple[int, float], large: tuple[int, float]) -> PassCost | None:
+        """The line through two calls' (padded tokens, seconds); None when they do not make one (the larger
+        call no slower: a machine too noisy to tell)."""
+        (small_tokens, small_s), (large_tokens, large_s) = small, large
+        if large_tokens <= small_tokens or large_s <= small_s:
+            return None
+        token_s = (large_s - small_s) / (large_tokens - small_tokens)
+        return cls(max(0.0, small_s - token_s * small_tokens), token_s)
+
+
 def default_batch_size(on_gpu: bool) -> int:
     """The largest pass size a model gets when none is configured."""
     return GPU_MAX_LIMITS.batch_size if on_gpu else CPU_LIMITS.batch_size

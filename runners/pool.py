@@ -32,6 +32,7 @@ from models.batching import (
     BatchLimits,
     activation_bytes_per_token,
     batch_limits,
+    pass_budget_ms,
     pass_overhead_tokens,
     plan_batches,
     run_isolated,
@@ -306,7 +307,8 @@ def _load_one(load: Loader, cfg: ModelConfig) -> TokenModel:
     folder = resolve_model(cfg.model_id, cfg.revision)
     adopt_carried_export(cfg, folder)
     model = load(folder, cfg)
-    model.info = replace(model.info, **asdict(pass_limits(cfg, folder, model.info)))
+    budget = pass_budget_ms(cfg.pass_budget_ms, model.info.device)
+    model.info = replace(model.info, **asdict(pass_limits(cfg, folder, model.info)), pass_budget_ms=budget)
     logger.info("model '%s' is warm: %s", cfg.served_model_name, model.info)
     return model
 

@@ -61,7 +61,10 @@ async def answering(call: Callable[[], Awaitable[T | Response]], level: int = 0,
     trace = RequestTrace(recorded=recorded)
     token = TRACE.set(trace)
     tenant = TENANT.get()
-    priority = PRIORITY.set(replace(PRIORITY.get(), level=level, tenant=tenant.name, weight=tenant.weight))
+    asked = replace(
+        PRIORITY.get(), level=level, tenant=tenant.name, weight=tenant.weight, interactive=tenant.interactive
+    )
+    priority = PRIORITY.set(asked)
     try:
         answer = await call()
         trace.finish(200)

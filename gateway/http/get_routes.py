@@ -104,6 +104,7 @@ def _model_limits(model: ModelConfig, registry: ModelRegistry) -> dict[str, Any]
             "device": None,
             "batch_size": model.batch_size,
             "max_batch_tokens": model.max_batch_tokens,
+            "pass_budget_ms": model.pass_budget_ms,
         }
     return {
         "id": info.served_model_name,
@@ -111,6 +112,7 @@ def _model_limits(model: ModelConfig, registry: ModelRegistry) -> dict[str, Any]
         "device": info.device,
         "batch_size": info.batch_size,
         "max_batch_tokens": info.max_batch_tokens,
+        "pass_budget_ms": info.pass_budget_ms or None,
     }
 
 

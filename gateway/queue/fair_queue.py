@@ -67,23 +67,27 @@ class FairQueue(Generic[Q]):
         heapq.heappush(queue.waiting.setdefault(item.tenant, []), (item.level, item.arrival, item))
         self._size += 1
 
-    def head(self) -> Q | None:
-        """The next to leave, or None."""
-        if not self._classes:
-            return None
-        queue = self._classes[min(self._classes)]
-        return queue.waiting[queue.next_tenant()][0][2]
+    def classes(self) -> list[int]:
+        """The classes with work waiting, first to leave first."""
+        return sorted(self._classes)
 
-    def pop(self, charge: bool = True) -> Q:
-        """The head, out of the queue; its tokens counted against its tenant's share unless `charge` is false (a
-        request abandoned before it left costs nothing)."""
-        job_class = min(self._classes)
+    def head(self, job_class: int | None = None) -> Q | None:
+        """The next of `job_class` to leave (of the first class waiting if None), or None."""
+        queue = self._classes.get(min(self._classes) if job_class is None and self._classes else job_class)
+        return None if queue is None else queue.waiting[queue.next_tenant()][0][2]
+
+    def pop(self, job_class: int | None = None, charged: int | None = None) -> Q:
+        """The head (of `job_class`), out of the queue; `charged` tokens (all of the item's if None) counted
+        against its tenant's share: 0 for a request abandoned before it left, a piece's for a request that leaves
+        in pieces (it is pushed back with the rest)."""
+        job_class = min(self._classes) if job_class is None else job_class
         queue = self._classes[job_class]
         tenant = queue.next_tenant()
         item = heapq.heappop(queue.waiting[tenant])[2]
-        if charge:
+        cost = item.cost if charged is None else charged
+        if cost:
             start = queue.start(tenant)
-            queue.finish[tenant] = start + max(item.cost, 1) / item.weight
+            queue.finish[tenant] = start + max(cost, 1) / item.weight
             queue.virtual_time = start
         if not queue.waiting[tenant]:
             del queue.waiting[tenant]

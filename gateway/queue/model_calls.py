@@ -28,6 +28,7 @@ from config import errors
 from config.settings import EmbentoConfig
 from gateway.metrics import (
     ABANDONED,
+    QUEUE_WAIT,
     QUEUED_BY_CLASS,
     REQUESTS_PER_CALL,
     RESENT_CALLS,
@@ -37,18 +38,20 @@ from gateway.metrics import (
 from gateway.queue.admission import Admission
 from gateway.queue.coalesce import BatchSlot, Coalescer
 from gateway.queue.deadline import until_done
-from gateway.queue.priority import PRIORITY, Priority
+from gateway.queue.priority import JOB_CLASSES, PRIORITY, Priority
 from gateway.queue.resend import CallTimes, first_answer
 from gateway.shared_memory import SharedCounters
 from gateway.validation import check_request_tokens
 from models.base import NOT_LOADED, Kind, ModelInfo, Row
-from models.batching import BatchLimits, pass_overhead_tokens, plan_batches
+from models.batching import BatchLimits, PassCost, pass_budget_ms, pass_overhead_tokens, plan_batches
 from models.kinds import spec
 from shared_metrics import DROPPED_INPUTS
 
 logger = logging.getLogger(__name__)
 CANCEL_TIMEOUT_S = 5
 GPU_CALLS_IN_FLIGHT = 2
+COST_TRIES = 2  # calls of each size timed at warm-up; the fastest counts (the others met a busy host)
+CPU_COST_TOKENS = 1024  # the larger timed call on a CPU: a tenth of a second for MiniLM
 
 
 class ModelCalls:
@@ -71,6 +74,8 @@ class ModelCalls:
         }
         start_series(list(self.apis), config.max_queued_items, config.max_queued_tokens)
         self.pass_limits: dict[str, BatchLimits] = {}  # per served model, from its service at warm-up (`learn`)
+        self.pass_costs: dict[str, PassCost] = {}  # per served model, timed at warm-up (`learn_cost`)
+        self.budgets_s: dict[str, float] = {}  # per served model: how long a call may take beside live work
         self.coalescers = {
             name: Coalescer(
                 functools.partial(self._call_service, name),
@@ -78,6 +83,8 @@ class ModelCalls:
                 _count_dropped,
                 one_pass=self._fits_one_pass,
                 batch_slot=BatchSlot(counters, name) if counters else None,
+                within_budget=self._within_budget,
+                waited=functools.partial(_count_wait, name),
             )
             for name in self.apis
         }
@@ -93,7 +100,7 @@ class ModelCalls:
             row.request_id = request_id
         trace = current_trace()
         trace.sending(len(rows), tokens)
-        service, priority = info.spec.model_service, PRIORITY.get()
+        service, priority = info.spec.model_service, PRIORITY.get().of_request(len(rows), tokens)
         parts = request_parts(rows, info)
         try:
             with self._queued(service, priority, len(rows), tokens):
@@ -153,13 +160,62 @@ class ModelCalls:
         return checked(await self.coalescers[info.spec.model_service].run(rows))
 
     def learn(self, info: ModelInfo) -> None:
-        """A loaded model's facts: on a GPU its service gets more calls in flight (see gateway/queue/coalesce.py), and
-        its pass limits bound the service's bulk-job calls."""
-        service = info.spec.model_service
+        """A loaded model's facts: on a GPU its service gets more calls in flight (see gateway/queue/coalesce.py), its
+        pass limits bound the service's bulk-job calls, and its pass time budget the calls beside live work."""
+        service, name = info.spec.model_service, info.served_model_name
         if info.device != "cpu":
             self.coalescers[service].max_calls = GPU_CALLS_IN_FLIGHT
         if info.pass_limits is not None:
-            self.pass_limits[info.served_model_name] = info.pass_limits
+            self.pass_limits[name] = info.pass_limits
+        self.budgets_s[name] = (info.pass_budget_ms or pass_budget_ms(None, info.device)) / 1000
+
+    async def learn_cost(self, info: ModelInfo, short: Row, long: Row) -> PassCost | None:
+        """The model's `PassCost`, from a call of the `short` row alone and one of a pass of `long` rows (its pass
+        limits' tokens, at most `CPU_COST_TOKENS` on a CPU), each timed `COST_TRIES` times (at warm-up, before the
+        model serves). None when the two do not tell (a host too busy): its calls are then not cut to the budget."""
+        tokens = info.pass_limits.max_batch_tokens if info.pass_limits else CPU_COST_TOKENS
+        if info.device == "cpu":
+            tokens = min(tokens, CPU_COST_TOKENS)
+        many = max(2, tokens // max(long.length, 1))
+        small, large = [
+            min([await self._timed(info, rows) for _ in range(COST_TRIES)]) for rows in ([short], [long] * many)
+        ]
+        cost = PassCost.fitted((short.length, small), (long.length * many, large))
+        if cost is None:
+            logger.warning(
+                "model '%s': a call of %d rows took no longer than one (%.1f ms); its calls are not cut to the pass "
+                "time budget beside live queries",
+                info.served_model_name,
+                many,
+                large * 1000,
+            )
+            return None
+        self.pass_costs[info.served_model_name] = cost
+        logger.info(
+            "model '%s': a call takes %.1f ms + %.3f ms per padded token; beside live queries, calls of %.0f ms "
+            "at most",
+            info.served_model_name,
+            cost.call_s * 1000,
+            cost.token_s * 1000,
+            self.budgets_s[info.served_model_name] * 1000,
+        )
+        return cost
+
+    async def _timed(self, info: ModelInfo, rows: list[Row]) -> float:
+        started = time.perf_counter()
+        await self.send(info, rows)
+        return time.perf_counter() - started
+
+    def _within_budget(self, rows: list[Row]) -> bool:
+        """Whether a call of `rows` takes at most its models' pass time budget, by their costs (unknown: yes)."""
+        by_model: dict[str, list[int]] = {}
+        for row in rows:
+            by_model.setdefault(row.model, []).append(row.length)
+        known = [name for name in by_model if name in self.pass_costs]
+        if not known:
+            return True
+        seconds = sum(self.pass_costs[name].seconds(by_model[name]) for name in known)
+        return seconds <= min(self.budgets_s[name] for name in known)
 
     def _fits_one_pass(self, rows: list[Row]) -> bool:
         """Whether `rows` make at most one pass of each of their models (by its limits, learned at warm-up; before,
@@ -251,6 +307,10 @@ def checked(outputs: list[np.ndarray]) -> list[np.ndarray]:
             f"the model failed on input(s) {failed[:10]} (an error, or NaN/inf output); see the server log"
         )
     return outputs
+
+
+def _count_wait(service: str, job_class: int, seconds: float) -> None:
+    QUEUE_WAIT.labels(model_service=service, job_class=JOB_CLASSES[job_class]).observe(seconds)
 
 
 def _count_dropped(rows: list[Row]) -> None:

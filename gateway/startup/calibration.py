@@ -21,6 +21,8 @@ from models.quantization import CALIBRATION_TEXTS, Quantizer, read_configured_ra
 
 logger = logging.getLogger(__name__)
 CALIBRATION_CHUNK = 16  # rows per call: the same batches at every start, so the same vectors
+# A query, and a document long enough to fill most models' inputs (truncated to the model's length).
+COST_TEXTS = (CALIBRATION_TEXTS[0], " ".join(CALIBRATION_TEXTS[:60]))
 
 
 async def warm_up(
@@ -40,9 +42,23 @@ async def warm_up(
         raise errors.InferenceError(
             f"it answered outputs of shape {sorted(set(wrong))}; the model reports {info.dimension} features"
         )
+    await _learn_cost(info, calls, preprocessors, limits)
     if info.spec.quantizable and not info.multi_vector:
         return await _quantizer(info, calls, preprocessors, config, limits)
     return None
+
+
+async def _learn_cost(info: ModelInfo, calls: ModelCalls, preprocessors: Preprocessors, limits: MediaLimits) -> None:
+    """Time the model on a query-sized text and on document-sized ones (`ModelCalls.learn_cost`): what cuts its calls
+    beside live queries. A model that cannot take them as texts keeps its calls uncut; it serves all the same."""
+    name, preprocessor = info.served_model_name, preprocessors.of(info)
+    try:
+        short, long = (preprocessor.calibration_rows(name, [text], limits)[0] for text in COST_TEXTS)
+        await calls.learn_cost(info, short, long)
+    except Exception as exc:  # whatever the cause, timing is no reason to refuse a model that answered its warm-up
+        logger.warning(
+            "model '%s': its pass cost could not be timed (%s); its calls are not cut", name, type(exc).__name__
+        )
 
 
 def warmup_rows(info: ModelInfo, preprocessors: Preprocessors) -> list[Any]:

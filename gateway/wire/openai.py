@@ -287,6 +287,11 @@ class ModelCard(BaseModel):
         ),
     )
     labels: list[str] | None = None
+    pass_budget_ms: float | None = Field(
+        None,
+        description="How long one call to it may take while live queries wait: indexing work is cut to it "
+        "(its `pass_budget_ms`, configured or its device's).",
+    )
     quantization: dict | None = Field(
         None,
         description="The int8/uint8 coding: its scheme (symmetric or "
@@ -356,5 +361,6 @@ def _model_card(info: ModelInfo, registry: ModelRegistry, created: int, alias: s
         score_modes=list(info.spec.score_modes),
         tasks=named_tasks(info.tasks),
         labels=info.labels if "classify" in info.spec.capabilities else None,  # what a classifier answers
+        pass_budget_ms=info.pass_budget_ms or None,
         quantization=quantizer.report(info.dimension, info.normalized) if quantizer else None,
     )

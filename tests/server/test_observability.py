@@ -52,6 +52,7 @@ COVERED = {
     "model loads": "embento_model_loads_total",
     "model unloads and evictions": "embento_model_unloads_total",
     "model load seconds": "embento_model_load_seconds_bucket",
+    "queue wait by class": "embento_queue_wait_seconds_bucket",
 }
 
 
@@ -119,6 +120,7 @@ def test_every_series_the_alerts_read_is_exported(exported):
         "EmbentoTenantThrottled",
         "EmbentoModelServiceSilent",
         "EmbentoModelLoadFailed",
+        "EmbentoLiveQueriesWaiting",
     }
     for alert, expression in rules.items():
         assert shared_server_series(metric_names(expression)) - names == set(), alert
@@ -177,6 +179,11 @@ SERIES = {
     'embento_tenant_throttled_total{tenant="acme",limit="tokens"}': ("0+5x20", "0x20"),
     'embento_model_call_resends_total{model_service="TextEmbedder"}': ("0x5 3+3x14", "0x20"),
     'embento_model_loads_total{model="m",outcome="failed"}': ("0x7 1x13", "0x20"),
+    # Live waits: the sick server's under 100 ms one time in ten, the well one's always.
+    **{
+        f'embento_queue_wait_seconds_bucket{{model_service="TextEmbedder",job_class="live",le="{le}"}}': values
+        for le, values in (("0.1", ("0+1x20", "0+10x20")), ("0.25", ("0+10x20",) * 2), ("+Inf", ("0+10x20",) * 2))
+    },
 }
 FIRES = {  # alert -> (minutes in, the labels it fires with besides instance and severity)
     "EmbentoNotReady": (6, {}),
@@ -187,6 +194,7 @@ FIRES = {  # alert -> (minutes in, the labels it fires with besides instance and
     "EmbentoTenantThrottled": (12, {"tenant": "acme", "limit": "tokens"}),
     "EmbentoModelServiceSilent": (10, {"model_service": "TextEmbedder"}),
     "EmbentoModelLoadFailed": (8, {"model": "m"}),
+    "EmbentoLiveQueriesWaiting": (12, {"model_service": "TextEmbedder"}),
 }
 
 
@@ -228,7 +236,7 @@ def test_promtool_accepts_the_rules_and_each_alert_fires_when_it_should(tmp_path
     if shutil.which("promtool") is None:
         pytest.skip("promtool is not installed and Debian's prometheus package could not be installed")
     result = subprocess.run(["promtool", "check", "rules", str(ALERTS)], capture_output=True, text=True, timeout=60)
-    assert result.returncode == 0 and "SUCCESS: 8 rules found" in result.stdout, result.stdout + result.stderr
+    assert result.returncode == 0 and "SUCCESS: 9 rules found" in result.stdout, result.stdout + result.stderr
     unit_test = tmp_path / "alerts_test.yaml"
     unit_test.write_text(yaml.safe_dump(rules_unit_test()))
     result = subprocess.run(["promtool", "test", "rules", str(unit_test)], capture_output=True, text=True, timeout=60)

@@ -167,6 +167,9 @@ class InProcessCalls:
     def learn(self, info) -> None:
         pass
 
+    async def learn_cost(self, info, row) -> None:
+        pass
+
 
 def one_tokenizer(info, tokenizer: TextTokenizer) -> Preprocessors:
     return Preprocessors(by_model={info.served_model_name: tokenizer})

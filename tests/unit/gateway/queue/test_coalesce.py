@@ -295,8 +295,14 @@ def test_batch_rows_leave_one_pass_per_call_when_no_interactive_request_came_lat
     assert calls == [["10", "11", "12", "13"], ["14", "15"]]
 
 
-def test_batch_calls_hold_half_a_pass_while_interactive_requests_keep_coming():
-    assert batch_calls_after_an_interactive_one(4) == [["10", "11"], ["12", "13"], ["14", "15"]]
+def test_batch_calls_hold_the_time_budget_while_online_requests_keep_coming():
+    calls = batch_calls_after_an_interactive_one(4, within_budget=lambda batch: len(batch) <= 2)
+    assert calls == [["10", "11"], ["12", "13"], ["14", "15"]]
+
+
+def test_batch_calls_hold_a_whole_pass_once_online_requests_stopped():
+    calls = batch_calls_after_an_interactive_one(4, interactive_recent_s=0.0, within_budget=lambda batch: False)
+    assert calls == [["10", "11", "12", "13"], ["14", "15"]]
 
 
 def test_one_batch_call_at_a_time_so_an_interactive_request_waits_for_one_pass_at_most():

@@ -134,7 +134,7 @@ def test_a_request_popped_uncharged_costs_its_tenant_nothing():
     charged.pop()
     assert charged.head().name == "b0"
     uncharged = queue_of(Item("a", name="a0"), Item("a", name="a1"), Item("b", name="b0"))
-    assert uncharged.pop(charge=False).name == "a0"  # its caller gave up before it left
+    assert uncharged.pop(charged=0).name == "a0"  # its caller gave up before it left
     assert uncharged.head().name == "a1"  # a is still at the start: arrival decides
 
 
