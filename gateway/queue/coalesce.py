@@ -267,9 +267,9 @@ class Coalescer:
 
     async def _wait_for_returning(self, answered: list[Piece]) -> None:
         """If requests of the answered class wait, and that class leaves next in a call not cut to the time budget,
-        give those just answered up to `RETURN_WAIT_S` to come back and join them. While tenants share, only those of a tenant with nothing waiting
-        (its next request would otherwise miss the next call and wait for all of it): a flooding tenant's rows are
-        there already."""
+        give those just answered up to `RETURN_WAIT_S` to come back and join them. While tenants share, only those of
+        a tenant with nothing waiting (its next request would otherwise miss the next call and wait for all of it): a
+        flooding tenant's rows are there already."""
         waiting, job_class = self._waiting_rows(), answered[0].waiting.job_class
         if not waiting or self._class_order()[:1] != [job_class] or self._budgeted(job_class):
             return  # the next call is another class's, or cut to the budget: nobody need join it
