@@ -55,6 +55,8 @@ class ModelInfo:
     batch_size: int = 0
     max_batch_tokens: int = 0
     pass_budget_ms: float = 0.0  # the call time budget beside live queries (`models.batching.pass_budget_ms`)
+    # Its service runs live queries' calls beside its batches, on a thread of their own (`runners.pool.ModelPool`).
+    live_lane: bool = False
     # Its task adapters (`models.adapters`), what a request's `task` picks; [] for a model without.
     tasks: list[str] = field(default_factory=list)
 

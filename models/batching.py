@@ -53,9 +53,9 @@ TOKENS_PER_ROW = 64  # what a pass's row count allows for: short sentences to pa
 
 
 # How long a call to a model service may take while live queries wait (gateway/queue/coalesce.py): what a query
-# waits for at most, beside the call of its own. On this 2-core CPU MiniLM loses nothing to passes of ~30 ms (passes
-# of 200-1,000 tokens run at the same tokens/s, longer ones slower; bench/live_beside_indexing.py --pass-sizes); on a
-# GPU a pass of a few milliseconds already holds thousands of tokens.
+# waits for at most, beside the call of its own, where it cannot run beside the batch (a GPU, CTranslate2). On this
+# 2-core CPU MiniLM runs passes of 200-1,000 tokens at the same tokens/s and longer ones slower
+# (bench/live_beside_indexing.py --pass-sizes); on a GPU a pass of a few milliseconds holds thousands of tokens.
 DEFAULT_PASS_BUDGET_MS = {"cpu": 30.0, "gpu": 10.0}
 
 

@@ -121,6 +121,11 @@ class KindSpec:
     takes_tasks: bool = False
 
     @property
+    def live_api(self) -> str:
+        """That service's API for live queries' calls, run beside its batches (runners/model_services.py)."""
+        return f"{self.service_api}_live"
+
+    @property
     def takes_media(self) -> bool:
         """Whether its inputs may be images or audio: fetched, keyed in the cache by their bytes, and processed
         by the checkpoint's processor rather than tokenized."""

@@ -67,13 +67,25 @@ def model_service(name: str, api: str, row: type, description: str) -> Any:
     run.__annotations__ = {"rows": Annotated[GenericAlias(list, (row,)), *AS_IS], "return": list[np.ndarray]}
     run.__doc__ = "Rows in, one array per row out (an empty array where the model failed on that row)."
 
+    async def run_live(self: PooledService, rows: list) -> list[np.ndarray]:
+        return await self.pool.run(rows, live=True)
+
+    live_api = f"{api}_live"  # `KindSpec.live_api`
+    run_live.__name__, run_live.__qualname__ = live_api, f"{name}.{live_api}"
+    run_live.__annotations__ = run.__annotations__
+    run_live.__doc__ = (
+        "A live query's rows, run at once beside the batch in progress (not batched by BentoML: the gateway "
+        "coalesces them); as the batchable API otherwise."
+    )
+
     def __init__(self: PooledService) -> None:
         self.pool = pool_for(name)
         keep_resident(self.pool, name)  # its thread loads, unloads and evicts as the server's wanted set says
 
     batchable = bentoml.api(batchable=True, max_batch_size=dispatch_max_rows(), max_latency_ms=DISPATCH_MAX_LATENCY_MS)
     # `type` rather than a class statement: BentoML lists a service's APIs by attribute name, here `api`.
-    service = type(name, (PooledService,), {"__init__": __init__, "__doc__": description, api: batchable(run)})
+    apis = {api: batchable(run), live_api: bentoml.api(run_live)}
+    service = type(name, (PooledService,), {"__init__": __init__, "__doc__": description, **apis})
     pinned = carry_exports(models_of_service(name))(pin_store_models(models_of_service(name))(service))
     return bentoml.service(name=name, **model_service_config(name))(pinned)
 

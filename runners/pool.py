@@ -102,6 +102,11 @@ class ModelPool:
         # Batches big enough run as one pass per core (see models/inference/lanes.py); the rest on the torch thread.
         sharing = any(shares_cores(model.info) for model in self.models.values())
         self._lanes = Lanes(threads if threads and sharing else 1)
+        # Live queries' calls run here, beside the batch in progress (`run(live=True)`): one intra-op thread, as a
+        # lane's, so the cores are shared three ways for the few milliseconds a query takes, never oversubscribed.
+        self._live_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="live")
+        self._live_thread.submit(set_cpu_threads, 1).result()
+        self._batches = 0  # calls in flight on the torch thread
         # Request id -> when it was abandoned. Written on the event loop, read on the torch thread: single
         # dict operations are atomic, and only the event loop iterates it.
         self._abandoned: dict[str, float] = {}
@@ -164,19 +169,26 @@ class ModelPool:
         """When the model was last used (loaded, or a call with its rows answered), as a rank: later is larger."""
         return self._last_use.get(name, 0)
 
-    async def run(self, rows: list[Row]) -> list[np.ndarray]:
+    async def run(self, rows: list[Row], live: bool = False) -> list[np.ndarray]:
+        """One output per row. `live`: a live query's call, on its own thread beside the batch in progress, so that
+        it waits for no pass of another call (for models whose passes share the cores, `ModelInfo.live_lane`); it
+        takes the lanes only while no batch runs."""
         self._running += 1
         names = {row.model for row in rows}
         self._busy.update(names)
+        lanes = not live or not self._batches
+        self._batches += not live
         try:
-            return await asyncio.get_running_loop().run_in_executor(self._torch_thread, self._run_rows, rows)
+            thread = self._live_thread if live else self._torch_thread
+            return await asyncio.get_running_loop().run_in_executor(thread, self._run_rows, rows, lanes)
         finally:
             self._running -= 1
+            self._batches -= not live
             self._busy.subtract(names)
             self._last_use.update((name, next(self._uses)) for name in names)
             self._last_done = time.monotonic()
 
-    def _run_rows(self, rows: list[Row]) -> list[np.ndarray]:
+    def _run_rows(self, rows: list[Row], lanes: bool = True) -> list[np.ndarray]:
         results: list[np.ndarray] = [FAILED] * len(rows)
         # By model, and by task adapter within one (`TokenizedText.task`): rows of different adapters never share
         # a pass, so each task's rows make whole passes of their own.
@@ -184,14 +196,16 @@ class ModelPool:
         for index, row in enumerate(rows):
             by_model[row.model, getattr(row, "task", None)].append(index)
         for (name, _), indices in by_model.items():
-            outputs = self._run_model(name, [rows[i] for i in indices])
+            outputs = self._run_model(name, [rows[i] for i in indices], lanes)
             for index, output in zip(indices, outputs):
                 results[index] = _answer(output)
-        self._heap.after_work()
+        if lanes:  # on one thread at a time: the torch thread, or the live one while it has the lanes
+            self._heap.after_work()
         return results
 
-    def _run_model(self, name: str, rows: list[Row]) -> list[np.ndarray | Exception]:
-        """One model's rows: passes cut by count and token budget, each bisected if it fails."""
+    def _run_model(self, name: str, rows: list[Row], lanes: bool = True) -> list[np.ndarray | Exception]:
+        """One model's rows: passes cut by count and token budget, each bisected if it fails; across the cores'
+        lanes if `lanes` and the model shares them, else on the calling thread."""
         model = self.models.get(name)
         if model is None:  # unloaded as they travelled, or never configured: the gateway says which
             logger.warning("rows for model '%s', which this worker does not hold, reached the model service", name)
@@ -202,7 +216,7 @@ class ModelPool:
         def run_part(part: list[int]) -> None:
             self._run_passes(name, model, rows, [live[i] for i in part], outputs)
 
-        if shares_cores(model.info):
+        if lanes and shares_cores(model.info):
             self._lanes.run(run_part, [rows[i].length for i in live])
         else:
             run_part(list(range(len(live))))
@@ -308,7 +322,8 @@ def _load_one(load: Loader, cfg: ModelConfig) -> TokenModel:
     adopt_carried_export(cfg, folder)
     model = load(folder, cfg)
     budget = pass_budget_ms(cfg.pass_budget_ms, model.info.device)
-    model.info = replace(model.info, **asdict(pass_limits(cfg, folder, model.info)), pass_budget_ms=budget)
+    limits = asdict(pass_limits(cfg, folder, model.info))
+    model.info = replace(model.info, **limits, pass_budget_ms=budget, live_lane=shares_cores(model.info))
     logger.info("model '%s' is warm: %s", cfg.served_model_name, model.info)
     return model
 

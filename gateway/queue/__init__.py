@@ -11,7 +11,10 @@ Who cuts rows, in the order a request meets them:
 
 1. A request into parts: `model_calls.request_parts`. A request that does not fit one pass goes in one part per
    pass, each queued on its own so other requests get in between. By `plan_batches` and the model's `BatchLimits`.
-2. Parts into calls: `coalesce.Coalescer._take`. Waiting requests, in priority and fair-share order (`priority.py`,
+2. Parts into calls: `coalesce.Coalescer._take`. Live queries (`priority.py`) for a model service with a live lane
+   (`ModelInfo.live_lane`: on a CPU) wait in a coalescer of their own and leave at once for its live API, run beside
+   the batch in progress; elsewhere they leave first, and indexing and bulk-job calls are cut to the model's
+   `pass_budget_ms` while they keep coming. Waiting requests, in priority and fair-share order (`priority.py`,
    `fair_queue.py`), leave as one call to the model service: at most `dispatch_rows` rows; a bulk-job call, or a
    call while several tenants wait, at most one pass (`BatchLimits.fits`).
 3. Calls into a service batch: BentoML's adaptive batching (`runners/model_services.py`, `max_batch_size` =

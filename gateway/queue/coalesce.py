@@ -32,9 +32,9 @@ indexing waits: indexing always progresses. While live work keeps coming (one wi
 indexing call holds at most the model's pass time budget (`within_budget`: `pass_budget_ms` by the cost model learned
 at warm-up, gateway/queue/model_calls.py), a request larger than that leaving in pieces, one call after another: a
 query arriving behind them waits for one budget at most, never for a corpus. On a GPU, where two calls may be in flight,
-indexing then holds one of them, so a query's call leaves at once. On this 2-core CPU, MiniLM's throughput is flat from
-passes of ~200 tokens (20 ms) to ~1,000, and falls past that (256-token chunks: 9.2k tokens/s one at a time, 7.0k in
-passes of 32, 6.6k in passes of 64; bench/live_beside_indexing.py --pass-sizes), so a budget costs indexing little.
+indexing then holds one of them, so a query's call leaves at once. (On a CPU, live queries wait in a coalescer of
+their own and run beside the batch in progress: gateway/queue/model_calls.py. Cut to 30 ms, a flood of 10-sentence
+requests lost 40 % of its throughput there to the calls' fixed cost, bench/live_beside_indexing.py.)
 
 Bulk-job (batch class) rows leave only when no online request waits, at most one call of them at a time per model
 service, whichever gateway worker sends it (`BatchSlot`), and at most one pass in it (`one_pass`); while online

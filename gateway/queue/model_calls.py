@@ -1,9 +1,10 @@
 """The model services as the engine sees them: rows in, one output per row back, or a clear error.
 
 Each model service (`KindSpec.model_service`) gets its admission (the queue bounds), its coalescer (concurrent
-requests leave as one call) and its client, the Gateway's BentoML dependency. A request abandoned at its
-deadline or by its client is cancelled on the service; a call left unanswered past its time is sent again
-(gateway/queue/resend.py).
+requests leave as one call) and its client, the Gateway's BentoML dependency; and a second coalescer for live queries,
+sent to its live API (`KindSpec.live_api`) once its models all run them beside its batches (`ModelInfo.live_lane`).
+A request abandoned at its deadline or by its client is cancelled on the service; a call left unanswered past its time
+is sent again (gateway/queue/resend.py).
 
 Bulk-job lines (the batch class, gateway/queue/priority.py) wait for idle capacity instead: no queue bound refuses
 them and no deadline cuts them (their job's window does), and they never take an interactive request's room.
@@ -69,6 +70,7 @@ class ModelCalls:
         self.clients = clients
         self.dispatch_rows = dispatch_rows
         self.apis = {spec(kind).model_service: spec(kind).service_api for kind in kinds}  # the batchable API
+        self.live_apis = {spec(kind).model_service: spec(kind).live_api for kind in kinds}
         self.admission = {
             name: Admission(name, config.max_queued_items, config.max_queued_tokens, counters) for name in self.apis
         }
@@ -88,6 +90,18 @@ class ModelCalls:
             )
             for name in self.apis
         }
+        # Live queries' calls to a service whose models all run them beside its batches (`ModelInfo.live_lane`):
+        # coalesced apart, sent at once whatever the batchable API has in flight.
+        self.live_coalescers = {
+            name: Coalescer(
+                functools.partial(self._call_service, name, live=True),
+                dispatch_rows,
+                _count_dropped,
+                waited=functools.partial(_count_wait, name),
+            )
+            for name in self.apis
+        }
+        self.live_lanes: dict[str, dict[str, bool]] = {name: {} for name in self.apis}  # per service, per model
         self.call_times = {name: CallTimes() for name in self.apis}  # when a call is overdue
         self._cancelling: set[asyncio.Task] = set()
 
@@ -105,7 +119,9 @@ class ModelCalls:
         try:
             with self._queued(service, priority, len(rows), tokens):
                 answered = await until_done(
-                    self._in_parts(service, [[rows[i] for i in part] for part in parts], priority),
+                    self._in_parts(
+                        self._coalescer(service, priority), [[rows[i] for i in part] for part in parts], priority
+                    ),
                     None if priority.batch else self.config.request_timeout_s,
                 )
         except (errors.RequestTimeout, errors.ClientGone) as exc:
@@ -129,11 +145,17 @@ class ModelCalls:
         finally:
             gauge.dec(items)
 
-    async def _in_parts(self, service: str, parts: list[list[Row]], priority: Priority) -> list[np.ndarray]:
+    def _coalescer(self, service: str, priority: Priority) -> Coalescer:
+        """Where a request waits: a live query for a service with a live lane apart, else with the others."""
+        lanes = self.live_lanes[service]
+        live_lane = priority.live and bool(lanes) and all(lanes.values())
+        return self.live_coalescers[service] if live_lane else self.coalescers[service]
+
+    @staticmethod
+    async def _in_parts(coalescer: Coalescer, parts: list[list[Row]], priority: Priority) -> list[np.ndarray]:
         """A request's rows in pass-sized parts, each queued once the one before it is under way (as many at
         once as the service takes calls): other requests' rows join the queue between a long request's parts
         instead of waiting behind all of it."""
-        coalescer = self.coalescers[service]
         if len(parts) == 1:
             return await coalescer.run(parts[0], priority=priority)
         in_flight = asyncio.Semaphore(coalescer.max_calls)
@@ -167,6 +189,7 @@ class ModelCalls:
             self.coalescers[service].max_calls = GPU_CALLS_IN_FLIGHT
         if info.pass_limits is not None:
             self.pass_limits[name] = info.pass_limits
+        self.live_lanes[service][name] = info.live_lane
         self.budgets_s[name] = (info.pass_budget_ms or pass_budget_ms(None, info.device)) / 1000
 
     async def learn_cost(self, info: ModelInfo, short: Row, long: Row) -> PassCost | None:
@@ -244,8 +267,9 @@ class ModelCalls:
         self._cancelling.add(task)  # the loop keeps only weak references to tasks
         task.add_done_callback(self._cancelling.discard)
 
-    async def _call_service(self, service: str, rows: list[Any]) -> list[np.ndarray]:
-        """One call to a model service's batchable API (the coalescer's `send`); its failures as our errors.
+    async def _call_service(self, service: str, rows: list[Any], live: bool = False) -> list[np.ndarray]:
+        """One call to a model service's batchable API, or its live API (the coalescers' `send`); its failures as our
+        errors.
         Sent again when overdue (gateway/queue/resend.py): a replica that stopped answering is routed around."""
         REQUESTS_PER_CALL.labels(model_service=service).observe(len({row.request_id for row in rows}))
         tokens, times = sum(row.length for row in rows), self.call_times[service]
@@ -256,7 +280,8 @@ class ModelCalls:
 
         try:
             overdue_s = times.overdue_after(tokens, self.config.model_call_resend_s)
-            return await first_answer(functools.partial(self._attempt, service, rows, tokens), overdue_s, resent)
+            attempt = functools.partial(self._attempt, service, rows, tokens, live)
+            return await first_answer(attempt, overdue_s, resent)
         except bentoml.exceptions.BentoMLException as exc:
             if exc.error_code.value in (429, 503):
                 raise errors.Overloaded("the model service is overloaded; retry later") from exc
@@ -264,10 +289,10 @@ class ModelCalls:
         except aiohttp.ClientError as exc:
             raise errors.NotReady(f"the model service is unavailable ({type(exc).__name__}); retry shortly") from exc
 
-    async def _attempt(self, service: str, rows: list[Any], tokens: int) -> list[np.ndarray]:
+    async def _attempt(self, service: str, rows: list[Any], tokens: int, live: bool) -> list[np.ndarray]:
         """One attempt at a call, timed for `CallTimes`. Sent again at once when the connection broke: the model
         service may have closed a kept-alive connection as it was reused (bentoml #4971), or restarted."""
-        call = getattr(self.clients[service].to_async, self.apis[service])
+        call = getattr(self.clients[service].to_async, (self.live_apis if live else self.apis)[service])
         started = time.perf_counter()
         try:
             outputs = await call(rows)

@@ -7,9 +7,11 @@ Three classes, in this order:
 - `indexing`: every other online request (documents, chunks, a corpus sent online).
 - `batch`: the lines of bulk jobs (gateway/jobs/), which leave only when no online row waits.
 
-Live work takes the next call ahead of indexing, and while it keeps coming an indexing or batch call holds at most the
-model's pass time budget (`pass_budget_ms`), so a query waits for one short pass at most; indexing is never starved:
-it gets every other call while both wait (gateway/queue/coalesce.py). Within a class, tenants share by `weight`
+On a model service with a live lane (a CPU), live work leaves at once for the service's live API, run beside the batch
+in progress (gateway/queue/model_calls.py, runners/pool.py). Elsewhere it takes the next call ahead of indexing, and
+while it keeps coming an indexing or batch call holds at most the model's pass time budget (`pass_budget_ms`), so a
+query waits for one short call at most; indexing is never starved: it gets every other call while both wait
+(gateway/queue/coalesce.py). Within a class, tenants share by `weight`
 (gateway/queue/fair_queue.py), and among a tenant's requests a lower `level` goes first: the `priority` field of an
 online request (vLLM's: an integer, lower first, default 0).
 """

@@ -26,8 +26,10 @@ def test_every_kind_names_the_model_service_and_the_api_that_run_it():
     assert {spec.model_service for spec in KIND_SPECS.values()} == set(MODEL_SERVICES)
     assert all(service.name == name for name, service in MODEL_SERVICES.items())
     assert {
-        kind: spec.service_api in MODEL_SERVICES[spec.model_service].apis for kind, spec in KIND_SPECS.items()
+        kind: {spec.service_api, spec.live_api} <= set(MODEL_SERVICES[spec.model_service].apis)
+        for kind, spec in KIND_SPECS.items()
     } == dict.fromkeys(KIND_SPECS, True)
+    assert all(not MODEL_SERVICES[spec.model_service].apis[spec.live_api].batchable for spec in KIND_SPECS.values())
 
 
 def test_model_services_share_the_cores_unless_told_otherwise(monkeypatch):

@@ -72,3 +72,27 @@ def test_a_load_that_fails_raises_and_leaves_the_pool_as_it_was(pool, tmp_path, 
         pool.load(config(tmp_path / "missing", "broken"))
     assert set(pool.models) == {"first"} and pool.failed == {}
     assert all(output.shape == (384,) for output in asyncio.run(pool.run(rows(minilm_path, "first"))))
+
+
+def test_a_live_call_is_answered_while_a_batch_call_still_runs(minilm_path):
+    """The torch thread is held mid-batch (no timing): a live query's call, on its own thread, is answered all the
+    same, with the vectors the model gives it alone; the batch is answered once released."""
+    import threading
+
+    pool = ModelPool(load_model, [config(minilm_path, "first")], threads=2)
+    assert pool.models["first"].info.live_lane  # torch on a CPU: passes share the cores
+    release = threading.Event()
+    pool._torch_thread.submit(release.wait)
+    loop = asyncio.new_event_loop()
+    try:
+        batch = loop.create_task(pool.run(rows(minilm_path, "first")))
+        loop.run_until_complete(asyncio.sleep(0))
+        query = rows(minilm_path, "first")[:1]
+        live = loop.run_until_complete(asyncio.wait_for(pool.run(query, live=True), 60))
+        assert not batch.done()
+        assert_same_vectors(live[0], pool.models["first"].forward(query)[0])
+        release.set()
+        assert len(loop.run_until_complete(batch)) == len(SENTENCES)
+    finally:
+        release.set()
+        loop.close()

@@ -336,3 +336,46 @@ def test_the_same_inputs_give_the_same_vectors_in_budget_sized_pieces_or_in_one_
     whole = asyncio.run(embedded(None))
     assert calls == [1, 40]
     assert_same_vectors(np.stack(pieces), np.stack(whole))
+
+
+class TwoApiService:
+    """A text model service's batchable and live APIs, recording which each call went to."""
+
+    def __init__(self) -> None:
+        self.to_async = self
+        self.calls: list[tuple[str, int]] = []
+
+    async def embed(self, batch: list[TokenizedText]) -> list[np.ndarray]:
+        self.calls.append(("embed", len(batch)))
+        return [np.ones(4, dtype=np.float32)] * len(batch)
+
+    async def embed_live(self, batch: list[TokenizedText]) -> list[np.ndarray]:
+        self.calls.append(("embed_live", len(batch)))
+        return [np.ones(4, dtype=np.float32)] * len(batch)
+
+
+def test_live_queries_go_to_the_live_api_once_the_services_models_all_have_a_live_lane():
+    from dataclasses import replace
+
+    from config.settings import EmbentoConfig, ModelConfig
+    from gateway.queue.model_calls import ModelCalls
+    from tests.unit.gateway.fake_engine import EMBEDDER, INFOS
+
+    async def scenario() -> list[tuple[str, int]]:
+        service = TwoApiService()
+        calls = ModelCalls(
+            EmbentoConfig(models=[ModelConfig(model_id=EMBEDDER)]), ["embed"], {"TextEmbedder": service}, 64
+        )
+        info = INFOS[EMBEDDER]
+
+        def text(count: int) -> list[TokenizedText]:
+            return [TokenizedText(model=EMBEDDER, input_ids=[101, 7, 102]) for _ in range(count)]
+
+        calls.learn(replace(info, live_lane=False))
+        await calls.run(info, text(1))  # no lane: a query takes the batchable API, first in its queue
+        calls.learn(replace(info, live_lane=True))
+        await calls.run(info, text(1))  # a query
+        await calls.run(info, text(8))  # indexing
+        return service.calls
+
+    assert asyncio.run(scenario()) == [("embed", 1), ("embed_live", 1), ("embed", 8)]
