@@ -73,7 +73,9 @@ class FairQueue(Generic[Q]):
 
     def head(self, job_class: int | None = None) -> Q | None:
         """The next of `job_class` to leave (of the first class waiting if None), or None."""
-        queue = self._classes.get(min(self._classes) if job_class is None and self._classes else job_class)
+        if job_class is None:
+            job_class = min(self._classes, default=-1)
+        queue = self._classes.get(job_class)
         return None if queue is None else queue.waiting[queue.next_tenant()][0][2]
 
     def pop(self, job_class: int | None = None, charged: int | None = None) -> Q:
