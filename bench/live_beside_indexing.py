@@ -4,6 +4,7 @@ and does the indexing keep its throughput while the queries run.
     python bench/live_beside_indexing.py [--model minilm|bert-base|simulated] [--speed large|small] [--seconds 15]
         [--tenants] [--checkout DIR] [--doc-words 30000] [--env NAME=VALUE ...]
     python bench/live_beside_indexing.py --pass-sizes [--model minilm|bert-base|simulated]
+    python bench/live_beside_indexing.py --peaks [--checkout DIR] [--seconds 15]
 
 One production-mode server (bench/server.py) with its jobs in a temporary BentoML home, serving one model:
 `minilm` (all-MiniLM-L6-v2, the packaged one), `bert-base` (bench/base_checkpoint.py's BERT-base shape) or
@@ -40,6 +41,9 @@ and ms a pass against pass size, 1..64 short sentences and 1..64 chunks of CHUNK
 service runs a pass (runners/pool.py: the model loaded on one thread with the service's CPU threads, a pass split
 across the cores by models/inference/lanes.py).
 
+`--peaks`: only the peak throughput with no probe, bench/run_all.py's 32 in flight x 1 sentence and 8 x 10, after a
+warm-up each (the issue's target: >= 0.97 x the parent commit's, served with `--checkout`).
+
 A long document on a CPU takes seconds (MiniLM) to a minute (BERT-base): past `request_timeout_s` (120 s) it is a
 504, counted as such; raise it with `--env EMBENTO_REQUEST_TIMEOUT_S=600` and give `--seconds` room for BERT-base.
 On a 2-core machine this script's clients share the cores with the server: each window prints the cores other
@@ -71,7 +75,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.load import LoadWatch, corpus  # noqa: E402
+from bench.load import SCENARIOS, LoadWatch, corpus, embeddings_body, run_scenario  # noqa: E402
 from bench.server import ROOT, free_port, start_server, stop_server  # noqa: E402
 
 MINILM = "sentence-transformers/all-MiniLM-L6-v2"
@@ -592,11 +596,25 @@ def summary(
     )
 
 
+async def peaks(server: Server, seconds: float) -> None:
+    """The peak throughput with no probe (bench/run_all.py's 32 x 1 and 8 x 10 scenarios), which the scheduling must
+    not cost: each after a warm-up of WARM_S, closed loop, anonymous."""
+    body = embeddings_body(server.model)
+    for scenario in (SCENARIOS[0], SCENARIOS[1]):
+        await run_scenario(f"{server.url}/v1/embeddings", body, scenario, WARM_S, 10**6)
+        result = await run_scenario(f"{server.url}/v1/embeddings", body, scenario, seconds, 10**6)
+        rate = result.sentences / result.elapsed_s
+        print(f"   peak {scenario.name}: {rate:7.1f} sentences/s, {result.errors} errors", flush=True)
+
+
 async def measure(server: Server, args: argparse.Namespace, p99_ms: float) -> None:
     timeout = aiohttp.ClientTimeout(total=None, sock_connect=30)
-    connector = aiohttp.TCPConnector(limit=0)
-    async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
+    async with aiohttp.ClientSession(timeout=timeout) as session:
         await describe_server(session, server)
+    if args.peaks:
+        await peaks(server, args.seconds)
+        return
+    async with aiohttp.ClientSession(timeout=timeout, connector=aiohttp.TCPConnector(limit=0)) as session:
         work = await prepare(session, server, args.doc_words)
         idle = await idle_phase(session, server, work, args.seconds)
         long = await long_phase(session, server, work)
@@ -796,6 +814,7 @@ def main() -> None:
     parser.add_argument("--doc-words", type=int, default=30_000, help="words of a long document")
     parser.add_argument("--env", action="append", default=[], help="NAME=VALUE for the server")
     parser.add_argument("--pass-sizes", action="store_true", help="in process: throughput against pass size")
+    parser.add_argument("--peaks", action="store_true", help="only the peak throughput: 32 x 1 and 8 x 10, no probe")
     args = parser.parse_args()
     started = time.perf_counter()
     if args.pass_sizes:
