@@ -2,7 +2,7 @@
 
 Each model service (`KindSpec.model_service`) gets its admission (the queue bounds), its coalescer (concurrent
 requests leave as one call) and its client, the Gateway's BentoML dependency; and a second coalescer for live queries,
-sent to its live API (`KindSpec.live_api`) once its models all run them beside its batches (`ModelInfo.live_lane`).
+sent to its live API (`KindSpec.live_api`) for the models it runs beside its batches (`ModelInfo.live_lane`).
 A request abandoned at its deadline or by its client is cancelled on the service; a call left unanswered past its time
 is sent again (gateway/queue/resend.py).
 
@@ -101,7 +101,6 @@ class ModelCalls:
             )
             for name in self.apis
         }
-        self.live_lanes: dict[str, dict[str, bool]] = {name: {} for name in self.apis}  # per service, per model
         self.call_times = {name: CallTimes() for name in self.apis}  # when a call is overdue
         self._cancelling: set[asyncio.Task] = set()
 
@@ -120,7 +119,7 @@ class ModelCalls:
             with self._queued(service, priority, len(rows), tokens):
                 answered = await until_done(
                     self._in_parts(
-                        self._coalescer(service, priority), [[rows[i] for i in part] for part in parts], priority
+                        self._coalescer(info, priority), [[rows[i] for i in part] for part in parts], priority
                     ),
                     None if priority.batch else self.config.request_timeout_s,
                 )
@@ -145,11 +144,11 @@ class ModelCalls:
         finally:
             gauge.dec(items)
 
-    def _coalescer(self, service: str, priority: Priority) -> Coalescer:
-        """Where a request waits: a live query for a service with a live lane apart, else with the others."""
-        lanes = self.live_lanes[service]
-        live_lane = priority.live and bool(lanes) and all(lanes.values())
-        return self.live_coalescers[service] if live_lane else self.coalescers[service]
+    def _coalescer(self, info: ModelInfo, priority: Priority) -> Coalescer:
+        """Where a request waits: a live query for a model its service runs beside its batches apart, else with the
+        others."""
+        service = info.spec.model_service
+        return self.live_coalescers[service] if priority.live and info.live_lane else self.coalescers[service]
 
     @staticmethod
     async def _in_parts(coalescer: Coalescer, parts: list[list[Row]], priority: Priority) -> list[np.ndarray]:
@@ -189,7 +188,6 @@ class ModelCalls:
             self.coalescers[service].max_calls = GPU_CALLS_IN_FLIGHT
         if info.pass_limits is not None:
             self.pass_limits[name] = info.pass_limits
-        self.live_lanes[service][name] = info.live_lane
         self.budgets_s[name] = (info.pass_budget_ms or pass_budget_ms(None, info.device)) / 1000
 
     async def learn_cost(self, info: ModelInfo, short: Row, long: Row) -> PassCost | None:

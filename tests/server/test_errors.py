@@ -94,6 +94,7 @@ def test_server_healthy_after_everything(client):
 def test_info_lists_the_limits_in_force(client):
     from config.settings import EmbentoConfig
     from gateway.http.get_routes import LIMIT_FIELDS
+    from models.batching import pass_budget_ms
     from tests.conftest import MAX_AUDIO_SECONDS, TINY_MEAN
 
     info = client.get("/info").json()
@@ -101,8 +102,10 @@ def test_info_lists_the_limits_in_force(client):
     assert info["limits"] == {name: getattr(expected, name) for name in LIMIT_FIELDS}
     models = {m["id"]: m for m in info["models"]}
     minilm = models[MINILM]
-    assert set(minilm) == {"id", "kind", "device", "batch_size", "max_batch_tokens"} and minilm["kind"] == "embed"
+    assert set(minilm) == {"id", "kind", "device", "batch_size", "max_batch_tokens", "pass_budget_ms"}
+    assert minilm["kind"] == "embed"
     assert (minilm["batch_size"], minilm["max_batch_tokens"]) == device_limits(minilm)  # unconfigured
+    assert minilm["pass_budget_ms"] == pass_budget_ms(None, minilm["device"])  # the device's: 30 on CPU, 10 on a GPU
     assert models[TINY_MEAN]["kind"] == "embed" and len(models) == 17
 
 

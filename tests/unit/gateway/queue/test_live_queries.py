@@ -354,7 +354,7 @@ class TwoApiService:
         return [np.ones(4, dtype=np.float32)] * len(batch)
 
 
-def test_live_queries_go_to_the_live_api_once_the_services_models_all_have_a_live_lane():
+def test_live_queries_go_to_the_live_api_for_a_model_with_a_live_lane():
     from dataclasses import replace
 
     from config.settings import EmbentoConfig, ModelConfig
@@ -371,11 +371,10 @@ def test_live_queries_go_to_the_live_api_once_the_services_models_all_have_a_liv
         def text(count: int) -> list[TokenizedText]:
             return [TokenizedText(model=EMBEDDER, input_ids=[101, 7, 102]) for _ in range(count)]
 
-        calls.learn(replace(info, live_lane=False))
-        await calls.run(info, text(1))  # no lane: a query takes the batchable API, first in its queue
-        calls.learn(replace(info, live_lane=True))
-        await calls.run(info, text(1))  # a query
-        await calls.run(info, text(8))  # indexing
+        await calls.run(replace(info, live_lane=False), text(1))  # no lane: a query takes the batchable API
+        laned = replace(info, live_lane=True)
+        await calls.run(laned, text(1))  # a query
+        await calls.run(laned, text(8))  # indexing
         return service.calls
 
     assert asyncio.run(scenario()) == [("embed", 1), ("embed_live", 1), ("embed", 8)]
