@@ -73,7 +73,12 @@ class PassCost:
     token_s: float
 
     def seconds(self, lengths: Sequence[int]) -> float:
-        return self.call_s + self.token_s * max(lengths, default=0) * len(lengths)
+        return self.call_s + self.work_seconds(lengths)
+
+    def work_seconds(self, lengths: Sequence[int]) -> float:
+        """What the rows add to a call's fixed cost: what a pass time budget bounds (any call, a query's own too,
+        pays the fixed cost)."""
+        return self.token_s * max(lengths, default=0) * len(lengths)
 
     @classmethod
     def fitted(cls, small: tuple[int, float], large: tuple[int, float]) -> PassCost | None:

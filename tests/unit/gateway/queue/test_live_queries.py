@@ -272,10 +272,10 @@ def test_the_model_calls_budget_is_the_cost_model_against_the_models_pass_budget
     from models.batching import PassCost
 
     model_calls.pass_costs["m"] = PassCost(call_s=0.002, token_s=0.0001)  # 2 ms + 0.1 ms per padded token
-    model_calls.budgets_s["m"] = 0.030
-    assert model_calls._within_budget(budget_rows([10] * 28))  # 2 + 28 ms
-    assert not model_calls._within_budget(budget_rows([10] * 29))
-    assert not model_calls._within_budget(budget_rows([10, 290]))  # 2 rows padded to 290: 2 + 58 ms
+    model_calls.budgets_s["m"] = 0.030  # bounds the rows' 0.1 ms each: any call, a query's too, pays the 2 ms
+    assert model_calls._within_budget(budget_rows([10] * 30))  # 30 ms of work
+    assert not model_calls._within_budget(budget_rows([10] * 31))
+    assert not model_calls._within_budget(budget_rows([10, 290]))  # 2 rows padded to 290: 58 ms
     assert not model_calls._within_budget(budget_rows([1000]))  # over it alone: the coalescer sends it alone anyway
     del model_calls.pass_costs["m"]
     assert model_calls._within_budget(budget_rows([10] * 1000))  # no cost known: no cut
