@@ -76,6 +76,9 @@ def test_model_id_from_environment_replaces_the_file_models(tmp_path):
         ({"EMBENTO_DEVICE": "gpu"}, "device"),
         ({"EMBENTO_DTYPE": "int4"}, "dtype"),
         ({"EMBENTO_BATCH_SIZE": "0"}, "batch_size"),
+        ({"EMBENTO_PASS_BUDGET_MS": "0"}, "pass_budget_ms"),
+        ({"EMBENTO_PASS_BUDGET_MS": "soon"}, "pass_budget_ms"),
+        ({"EMBENTO_PASS_BUDGET_MS": "60001"}, "pass_budget_ms"),
         ({"EMBENTO_POOLING": "median"}, "pooling"),
         ({"EMBENTO_KIND": "summarize"}, "kind"),
         ({"EMBENTO_MODEL_ID": "a/x;b/x"}, "unique"),
@@ -158,3 +161,12 @@ def test_the_cache_from_yaml_and_environment_without_its_password_in_a_bento(tmp
     assert load_config({}, cwd=tmp_path / "missing").cache.redis() is None
     with pytest.raises(ConfigError, match="redis_timeout_ms"):
         load_config({"EMBENTO_CACHE_REDIS_TIMEOUT_MS": "0"}, cwd=tmp_path)
+
+
+def test_the_pass_budget_is_per_model_and_auto_is_the_devices():
+    from models.batching import pass_budget_ms
+
+    config = load_config({"EMBENTO_MODEL_ID": "a/x;b/y", "EMBENTO_PASS_BUDGET_MS": "25;auto"}, cwd=Path("/nonexistent"))
+    assert [model.pass_budget_ms for model in config.models] == [25.0, None]
+    assert [pass_budget_ms(model.pass_budget_ms, "cpu") for model in config.models] == [25.0, 30.0]
+    assert pass_budget_ms(None, "cuda:0") == 10.0
