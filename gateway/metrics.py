@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 
 import bentoml
 
+from gateway.queue.priority import JOB_CLASSES
+
 NO_MODEL = "none"  # a request refused before a served model was chosen
 # Seconds; a request's stages range from a cached tokenization to minutes of queue under overload.
 LATENCY_BUCKETS = (
@@ -167,7 +169,7 @@ def start_series(model_services: list[str], max_queued_items: int, max_queued_to
         for reason in ("deadline", "disconnect"):
             ABANDONED.labels(model_service=name, reason=reason)
         QUEUED_BY_CLASS.labels(model_service=name, job_class="batch")
-        for job_class in ("live", "indexing", "batch"):
+        for job_class in JOB_CLASSES:
             QUEUE_WAIT.labels(model_service=name, job_class=job_class)
         RESENT_CALLS.labels(model_service=name)
 

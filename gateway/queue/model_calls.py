@@ -90,8 +90,8 @@ class ModelCalls:
             )
             for name in self.apis
         }
-        # Live queries' calls to a service whose models all run them beside its batches (`ModelInfo.live_lane`):
-        # coalesced apart, sent at once whatever the batchable API has in flight.
+        # Live queries for the models a service runs beside its batches (`ModelInfo.live_lane`): coalesced apart, sent
+        # at once whatever the batchable API has in flight.
         self.live_coalescers = {
             name: Coalescer(
                 functools.partial(self._call_service, name, live=True),
@@ -213,8 +213,8 @@ class ModelCalls:
             return None
         self.pass_costs[info.served_model_name] = cost
         logger.info(
-            "model '%s': a call takes %.1f ms + %.3f ms per padded token; beside live queries, calls of %.0f ms "
-            "at most",
+            "model '%s': a call takes %.1f ms + %.3f ms per padded token; beside live queries, a call carries %.0f "
+            "ms of work at most",
             info.served_model_name,
             cost.call_s * 1000,
             cost.token_s * 1000,

@@ -42,7 +42,8 @@ async def warm_up(
         raise errors.InferenceError(
             f"it answered outputs of shape {sorted(set(wrong))}; the model reports {info.dimension} features"
         )
-    await _learn_cost(info, calls, preprocessors, limits)
+    if not info.live_lane:  # a model with a live lane runs queries beside its calls: no call of it is cut
+        await _learn_cost(info, calls, preprocessors, limits)
     if info.spec.quantizable and not info.multi_vector:
         return await _quantizer(info, calls, preprocessors, config, limits)
     return None

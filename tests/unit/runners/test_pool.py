@@ -86,7 +86,8 @@ def test_a_live_call_is_answered_while_a_batch_call_still_runs(minilm_path):
     loop = asyncio.new_event_loop()
     try:
         batch = loop.create_task(pool.run(rows(minilm_path, "first")))
-        loop.run_until_complete(asyncio.sleep(0))
+        while not pool.busy("first"):  # until the batch call is in flight, held on the torch thread
+            loop.run_until_complete(asyncio.sleep(0))
         query = rows(minilm_path, "first")[:1]
         live = loop.run_until_complete(asyncio.wait_for(pool.run(query, live=True), 60))
         assert not batch.done()

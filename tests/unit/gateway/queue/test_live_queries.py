@@ -35,6 +35,18 @@ def three_rows_a_call(service: SteppedModelService, clock: StoppedClock, **optio
     return Coalescer(service.send, max_rows=64, clock=clock, within_budget=lambda batch: len(batch) <= 3, **options)
 
 
+async def document_behind_a_query(
+    service: SteppedModelService, clock: StoppedClock, **options
+) -> tuple[Coalescer, asyncio.Task, asyncio.Task]:
+    """`three_rows_a_call`, a query ("9") in its first call, and an 8-row document ("2") waiting behind it."""
+    coalescer = three_rows_a_call(service, clock, **options)
+    query = asyncio.create_task(coalescer.run(rows("9", 1), priority=LIVE))
+    await until(lambda: len(service.calls) == 1)
+    document = asyncio.create_task(coalescer.run(rows("2", 8), priority=INDEXING))
+    await settle()
+    return coalescer, query, document
+
+
 @pytest.mark.parametrize(
     "priority, count, tokens, expected",
     [
@@ -76,11 +88,7 @@ def test_a_live_query_leaves_ahead_of_waiting_indexing_requests():
 def test_while_queries_keep_coming_an_indexing_request_leaves_in_pieces_within_the_budget():
     async def scenario() -> None:
         service, clock = SteppedModelService(), StoppedClock()
-        coalescer = three_rows_a_call(service, clock)
-        query = asyncio.create_task(coalescer.run(rows("9", 1), priority=LIVE))
-        await until(lambda: len(service.calls) == 1)
-        document = asyncio.create_task(coalescer.run(rows("2", 8), priority=INDEXING))
-        await settle()
+        coalescer, query, document = await document_behind_a_query(service, clock)
         await return_call(service, clock, 0)
         assert service.calls[1] == ["2"] * 3  # its first piece: three rows
         later = asyncio.create_task(coalescer.run(rows("8", 1), priority=LIVE))
@@ -97,11 +105,7 @@ def test_while_queries_keep_coming_an_indexing_request_leaves_in_pieces_within_t
 def test_without_recent_queries_an_indexing_request_leaves_whole():
     async def scenario() -> None:
         service, clock = SteppedModelService(), StoppedClock()
-        coalescer = three_rows_a_call(service, clock)
-        query = asyncio.create_task(coalescer.run(rows("9", 1), priority=LIVE))
-        await until(lambda: len(service.calls) == 1)
-        document = asyncio.create_task(coalescer.run(rows("2", 8), priority=INDEXING))
-        await settle()
+        coalescer, query, document = await document_behind_a_query(service, clock)
         clock.advance(coalesce.INTERACTIVE_RECENT_S)  # the last query was a second ago
         await run_out(service, clock, [query, document])
         assert service.calls == [["9"], ["2"] * 8]
@@ -109,39 +113,24 @@ def test_without_recent_queries_an_indexing_request_leaves_whole():
     asyncio.run(scenario())
 
 
-def test_indexing_always_progresses_however_many_queries_come():
-    """Queries that never stop (a new one arrives during every call) take every other call: indexing the others."""
-
-    async def scenario() -> None:
-        service, clock = SteppedModelService(), StoppedClock()
-        coalescer = three_rows_a_call(service, clock)
-        tasks = [asyncio.create_task(coalescer.run(rows("1", 1), priority=LIVE))]
-        await until(lambda: len(service.calls) == 1)
-        tasks.append(asyncio.create_task(coalescer.run(rows("2", 9), priority=INDEXING)))
-        for call in range(6):
-            tasks.append(asyncio.create_task(coalescer.run(rows(str(10 + call), 1), priority=LIVE)))
-            await settle()
-            await return_call(service, clock, call)
-        await run_out(service, clock, tasks)
-        assert service.calls[:7] == [["1"], ["2"] * 3, ["10", "11"], ["2"] * 3, ["12", "13"], ["2"] * 3, ["14", "15"]]
-        assert all(task.done() for task in tasks)
-
-    asyncio.run(scenario())
-
-
-def test_a_tenant_sending_only_queries_cannot_starve_another_tenants_indexing():
-    """Tenant a's queries never stop (one arrives during every call); tenant b's corpus still gets every other call."""
+@pytest.mark.parametrize(
+    "query_priority, corpus_priority",
+    [(LIVE, INDEXING), (Priority("live", tenant="a"), Priority("indexing", tenant="b"))],
+    ids=["one tenant", "a tenant sending only queries beside another's corpus"],
+)
+def test_indexing_always_progresses_however_many_queries_come(query_priority, corpus_priority):
+    """Queries that never stop (a new one arrives during every call) take every other call: the corpus the others."""
 
     async def scenario() -> None:
         service, clock = SteppedModelService(), StoppedClock()
         coalescer = three_rows_a_call(service, clock)
 
         def query(n: int) -> asyncio.Task:
-            return asyncio.create_task(coalescer.run(rows(str(n), 1), priority=Priority("live", tenant="a")))
+            return asyncio.create_task(coalescer.run(rows(str(n), 1), priority=query_priority))
 
         tasks = [query(10)]
         await until(lambda: len(service.calls) == 1)
-        tasks.append(asyncio.create_task(coalescer.run(rows("2", 9), priority=Priority("indexing", tenant="b"))))
+        tasks.append(asyncio.create_task(coalescer.run(rows("2", 9), priority=corpus_priority)))
         for call in range(5):
             tasks.append(query(11 + call))
             await settle()
@@ -149,6 +138,7 @@ def test_a_tenant_sending_only_queries_cannot_starve_another_tenants_indexing():
         assert service.calls[1::2] == [["2"] * 3] * 3  # every other call
         assert service.calls[2::2] == [["11", "12"], ["13", "14"]]
         await run_out(service, clock, tasks)
+        assert all(task.done() for task in tasks)
 
     asyncio.run(scenario())
 
@@ -200,11 +190,9 @@ def test_a_request_abandoned_between_its_pieces_sends_no_more_of_them():
     async def scenario() -> None:
         service, clock = SteppedModelService(), StoppedClock()
         dropped: list[str] = []
-        coalescer = three_rows_a_call(service, clock, dropped=lambda gone: dropped.extend(r.request_id for r in gone))
-        query = asyncio.create_task(coalescer.run(rows("9", 1), priority=LIVE))
-        await until(lambda: len(service.calls) == 1)
-        document = asyncio.create_task(coalescer.run(rows("2", 8), priority=INDEXING))
-        await settle()
+        _, query, document = await document_behind_a_query(
+            service, clock, dropped=lambda gone: dropped.extend(r.request_id for r in gone)
+        )
         await return_call(service, clock, 0)
         assert service.calls[1] == ["2"] * 3
         document.cancel()  # its deadline passed
