@@ -75,7 +75,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.load import SCENARIOS, LoadWatch, corpus, embeddings_body, run_scenario  # noqa: E402
+from bench.load import SCENARIOS, LoadWatch, corpus, embeddings_body, run_scenario, summed_metrics  # noqa: E402
 from bench.server import ROOT, free_port, start_server, stop_server  # noqa: E402
 
 MINILM = "sentence-transformers/all-MiniLM-L6-v2"
@@ -236,13 +236,7 @@ async def get_json(session: aiohttp.ClientSession, url: str, headers: dict[str, 
 async def metric_sums(session: aiohttp.ClientSession, server: Server, *names: str) -> dict[str, float]:
     """Each metric summed over its labels (models, services, processes)."""
     async with session.get(f"{server.url}/metrics", headers=server.probe_headers) as response:
-        text = await response.text()
-    found = dict.fromkeys(names, 0.0)
-    for line in text.splitlines():
-        name = line.split("{", 1)[0].split(" ", 1)[0]
-        if name in found:
-            found[name] += float(line.split()[-1])
-    return found
+        return summed_metrics(await response.text(), names)
 
 
 async def batch_counts(session: aiohttp.ClientSession, server: Server, batch_id: str | None) -> tuple[str, int, int]:

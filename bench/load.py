@@ -14,7 +14,7 @@ import ipaddress
 import random
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from urllib.parse import urlparse
 
@@ -61,6 +61,16 @@ class Result:
             return float("nan")
         ordered = sorted(self.latencies_ms)
         return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def summed_metrics(text: str, names: Iterable[str]) -> dict[str, float]:
+    """Each of `names` in a /metrics page, summed over its labels (models, services, processes)."""
+    found = dict.fromkeys(names, 0.0)
+    for line in text.splitlines():
+        name = line.split("{", 1)[0].split(" ", 1)[0]
+        if name in found:
+            found[name] += float(line.split()[-1])
+    return found
 
 
 def require_loopback(url: str) -> None:

@@ -49,7 +49,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.load import LoadWatch, corpus  # noqa: E402
+from bench.load import LoadWatch, corpus, summed_metrics  # noqa: E402
 from bench.server import free_port, start_server, stop_server  # noqa: E402
 from config.keys_file import new_secret  # noqa: E402
 
@@ -178,13 +178,7 @@ METRICS = (
 def server_counts(url: str, headers: dict[str, str]) -> dict[str, float]:
     """METRICS so far, summed over models and services: the forward passes' seconds, count and inputs
     (bench/batch_jobs.py's way), and the requests that left in the model-service calls (gateway/queue/coalesce.py)."""
-    text = httpx.get(f"{url}/metrics", headers=headers, timeout=30).text
-    found = dict.fromkeys(METRICS, 0.0)
-    for line in text.splitlines():
-        name = line.split("{", 1)[0].split(" ", 1)[0]
-        if name in found:
-            found[name] += float(line.split()[-1])
-    return found
+    return summed_metrics(httpx.get(f"{url}/metrics", headers=headers, timeout=30).text, METRICS)
 
 
 def phase(
