@@ -39,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.echo_services import ANSWER_AS_RESPONSE, MOUNTED, PATH  # noqa: E402
 from bench.load import corpus as short_sentences  # noqa: E402
 from bench.server import ROOT, closed_loop, free_port, start_server, stop_server, wait_until_ready  # noqa: E402
-from bench.simulated_device import SPEEDS  # noqa: E402
+from bench.simulated_device import device_env  # noqa: E402
 
 MINILM = "sentence-transformers/all-MiniLM-L6-v2"
 CLIENTS = 32
@@ -79,8 +79,10 @@ def start_embento(port: int, simulated: bool, cwd: Path = ROOT) -> subprocess.Po
     costs little CPU: the gateway is then the bound, and its figures steadier."""
     if not simulated:
         return start_server(port, cwd=cwd, EMBENTO_MODEL_ID=MINILM)
-    settings = {"SIM_DEVICE": ",".join(map(str, SPEEDS["small"])), "SIM_STATS": f"/tmp/embento-floor-{port}"}
-    settings |= {"EMBENTO_DEVICE": "cuda", "EMBENTO_MAX_CONCURRENT_REQUESTS": "4096"}
+    settings = device_env("small", Path(f"/tmp/embento-floor-{port}")) | {
+        "EMBENTO_DEVICE": "cuda",
+        "EMBENTO_MAX_CONCURRENT_REQUESTS": "4096",
+    }
     return start_server(port, target="bench.simulated_service:Gateway", cwd=cwd, EMBENTO_MODEL_ID=MINILM, **settings)
 
 

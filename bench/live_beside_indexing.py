@@ -1,66 +1,36 @@
 """Live queries beside indexing (issue 63): does a single-sentence query keep its latency while the server indexes,
-and does the indexing keep its throughput while the queries run.
+and does the indexing keep its throughput meanwhile. The figures are docs/operations.md's "Serving queries beside
+indexing".
 
-    python bench/live_beside_indexing.py [--model minilm|bert-base|simulated] [--speed large|small] [--seconds 15]
-        [--tenants] [--checkout DIR] [--doc-words 30000] [--env NAME=VALUE ...]
-    python bench/live_beside_indexing.py --pass-sizes [--model minilm|bert-base|simulated]
+    python bench/live_beside_indexing.py [--model minilm|bert-base|simulated] [--seconds 15] [--checkout DIR]
+        [--doc-words 30000] [--env NAME=VALUE ...]
     python bench/live_beside_indexing.py --peaks [--checkout DIR] [--seconds 15]
+    python bench/live_beside_indexing.py --pass-sizes [--model minilm|bert-base|simulated]
 
-One production-mode server (bench/server.py) with its jobs in a temporary BentoML home, serving one model:
-`minilm` (all-MiniLM-L6-v2, the packaged one), `bert-base` (bench/base_checkpoint.py's BERT-base shape) or
-`simulated` (bench/simulated_device.py's GPU-speed device, `--speed`, served through the real gateway as
-bench.simulated_service:Gateway). `--checkout DIR` serves another checkout of the bundle (its parent commit in a
-`git worktree`, for the "before" figures; for `simulated`, copy bench/simulated_*.py there first); the load always
-comes from this file. `--tenants`: a keys file with tenants A and B (weight 1 each); the probe sends with A's key,
-every background with B's. Without it every request is anonymous.
+One production-mode server serving `minilm` (all-MiniLM-L6-v2), `bert-base` (bench/base_checkpoint.py) or
+`simulated` (bench/simulated_device.py's "large" device behind the real gateway). `--checkout DIR` serves another
+checkout (the parent commit, for "before"; for `simulated`, copy bench/simulated_*.py there first).
 
-The probe: one single-sentence POST /v1/embeddings every PROBE_EVERY_S (an open loop: sent whether or not the last
-was answered). The backgrounds, each saturating:
-- B1 flood: FLOOD_CLIENTS closed-loop clients x FLOOD_SENTENCES short sentences a request (bench/load.py's
-  corpus, 8-20 words): sentences/s answered;
-- B2 long documents: LONG_CLIENTS closed-loop clients, each sending one `--doc-words`-word document a request
-  with `long_input: "mean"`: tokens/s the model ran (/metrics `embento_model_tokens_total`, read every
-  TOKEN_POLL_S and taken between the first and the last pass that ended in the window: it moves once a pass, and a
-  pass takes seconds on a CPU), less the other clients' tokens (their answers' `usage`); documents/s (those over one
-  document's tokens), and the mean latency they imply (LONG_CLIENTS / documents/s: each client always has one
-  document in flight; a document takes longer than a window on a CPU, so those answered in it are few);
-- B3 a bulk job: BULK_LINES lines of LINE_SENTENCES sentences through /v1/files and /v1/batches: lines done a
-  second from the batch's `request_counts` over the window (x LINE_SENTENCES = sentences/s); cancelled after;
-- B4 all three at once (the bulk job started first: it runs only in idle capacity).
+The probe sends one sentence every PROBE_EVERY_S (an open loop) beside each saturating background: B1 a flood of
+FLOOD_CLIENTS closed-loop clients x FLOOD_SENTENCES sentences (sentences/s); B2 LONG_CLIENTS clients of one
+`--doc-words` document each, `long_input: "mean"` (tokens/s the model ran, from /metrics, less the other clients'
+tokens); B3 a bulk job of BULK_LINES lines (lines/s from its `request_counts`); B4 all three. Phases, `--seconds`
+each: the probe alone; LONG_TRIES long documents in a row without and with the probe; then per background a window
+alone and one with the probe, after WARM_S. Targets are marked met or NOT met (no assertion on timing); each window
+prints the cores other processes used (bench/load.py's LoadWatch).
 
-Phases, `--seconds` each: the probe on the idle server; a long request alone (one client, LONG_TRIES documents in a
-row, without the probe and then with it: each document's latency); then per background, kept running throughout:
-WARM_S unrecorded, a window alone, a window with the probe. Between backgrounds the clients hang up, the batch is
-cancelled and the server drains. Every non-200 answer is counted per window and printed.
-
-Targets (issue 63), per background: probe p50 <= 2 x idle p50; probe p99 <= idle p99 + 100 ms on a CPU (+ 10 ms on
-the simulated device); background throughput with the probe >= 0.85 x alone; a long request's latency with the
-probe <= 1.2 x without. Printed too: the model's card fields about passes (any key holding "pass" or "budget"), its
-batch size and token budget (/info), the machine and the commit served. `--pass-sizes` (no server): rows/s, tokens/s
-and ms a pass against pass size, 1..64 short sentences and 1..64 chunks of CHUNK_TOKENS tokens, run as the model
-service runs a pass (runners/pool.py: the model loaded on one thread with the service's CPU threads, a pass split
-across the cores by models/inference/lanes.py).
-
-`--peaks`: only the peak throughput with no probe, bench/run_all.py's 32 in flight x 1 sentence and 8 x 10, after a
-warm-up each (the issue's target: >= 0.97 x the parent commit's, served with `--checkout`).
-
-A long document on a CPU takes seconds (MiniLM) to a minute (BERT-base): past `request_timeout_s` (120 s) it is a
-504, counted as such; raise it with `--env EMBENTO_REQUEST_TIMEOUT_S=600` and give `--seconds` room for BERT-base.
-On a 2-core machine this script's clients share the cores with the server: each window prints the cores other
-processes used meanwhile (bench/load.py's LoadWatch). The default run (MiniLM, 15 s windows) takes about 3 minutes
-on 2 cores, `--seconds 5` (a smoke run) about 1.5. No assertion on timing: figures printed, targets marked met or NOT
-met.
+`--peaks`: bench/run_all.py's 32 x 1 and 8 x 10 with no probe. `--pass-sizes` (no server): rows/s and tokens/s
+against pass size, run as the model service runs a pass (one thread, split across the cores by lanes).
+A long document past `request_timeout_s` is a 504: for BERT-base pass `--env EMBENTO_REQUEST_TIMEOUT_S=600`.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import hashlib
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -75,8 +45,19 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.load import SCENARIOS, LoadWatch, corpus, embeddings_body, run_scenario, summed_metrics  # noqa: E402
+from bench.load import (  # noqa: E402
+    SCENARIOS,
+    LoadWatch,
+    corpus,
+    embeddings_body,
+    git_commit,
+    machine,
+    percentile,
+    run_scenario,
+    summed_metrics,
+)
 from bench.server import ROOT, free_port, start_server, stop_server  # noqa: E402
+from testkit.batches import FINISHED, jsonl, request_line  # noqa: E402
 
 MINILM = "sentence-transformers/all-MiniLM-L6-v2"
 PROBE_EVERY_S = 0.2
@@ -91,7 +72,6 @@ CHUNK_TOKENS = 256
 TARGET_P50_RATIO, TARGET_THROUGHPUT_RATIO, TARGET_LONG_RATIO = 2.0, 0.85, 1.2
 TARGET_P99_MS = {"cpu": 100.0, "simulated": 10.0}
 BACKGROUNDS = {"B1": ("flood",), "B2": ("long",), "B3": ("bulk",), "B4": ("bulk", "flood", "long")}
-TERMINAL = ("completed", "failed", "cancelled", "expired")
 
 
 @dataclass
@@ -109,13 +89,9 @@ class Answer:
 
 @dataclass
 class Server:
-    """A served model and how to reach it."""
-
     url: str
     model: str  # the served name clients send
     pid: int
-    probe_headers: dict[str, str]
-    load_headers: dict[str, str]  # the backgrounds' (tenant B's with --tenants)
 
 
 @dataclass
@@ -124,26 +100,6 @@ class Snapshot:
     tokens: float  # embento_model_tokens_total, all models
     lines: int  # the bulk job's lines done (completed + failed)
     failed_lines: int
-
-
-def token_rate(samples: list[tuple[float, float]]) -> float:
-    """Tokens/s from (time, tokens run) readings. The counter moves once a pass, and a pass of long windows takes
-    seconds on a CPU: the rate is read between the first and the last reading at which it moved, not over the
-    window's ends (else one pass more or less is a large share of a window)."""
-    moved = [samples[0]] + [now for before, now in zip(samples, samples[1:]) if now[1] != before[1]]
-    if len(moved) >= 3:
-        (t0, n0), (t1, n1) = moved[1], moved[-1]
-        return (n1 - n0) / (t1 - t0)
-    (t0, n0), (t1, n1) = samples[0], samples[-1]
-    return (n1 - n0) / (t1 - t0)
-
-
-async def read_tokens(session: aiohttp.ClientSession, server: Server, into: list[tuple[float, float]]) -> None:
-    """(time, tokens run) every TOKEN_POLL_S into `into`, until cancelled."""
-    while True:
-        await asyncio.sleep(TOKEN_POLL_S)
-        found = await metric_sums(session, server, "embento_model_tokens_total")
-        into.append((time.perf_counter(), found["embento_model_tokens_total"]))
 
 
 @dataclass
@@ -183,14 +139,14 @@ class Workload:
     document_tokens: float = float("nan")  # tokens of one long document (from the long-alone phase)
 
 
-# ---------------------------------------------------------------- requests
+# ---------------------------------------------------------------- requests and server state
 
 
-async def post(session: aiohttp.ClientSession, url: str, body: dict, headers: dict[str, str]) -> Answer:
+async def post(session: aiohttp.ClientSession, url: str, body: dict) -> Answer:
     """One POST /v1/embeddings: when it was sent and answered, its status and tokens; never raises."""
     sent = time.perf_counter()
     try:
-        async with session.post(f"{url}/v1/embeddings", json=body, headers=headers) as response:
+        async with session.post(f"{url}/v1/embeddings", json=body) as response:
             text = await response.text()
             status = response.status
     except (TimeoutError, aiohttp.ClientError) as exc:
@@ -206,7 +162,7 @@ async def probe(session: aiohttp.ClientSession, server: Server, texts: list[str]
     tasks, started = [], time.perf_counter()
     while not stop.is_set():
         body = {"model": server.model, "input": texts[len(tasks) % len(texts)]}
-        tasks.append(asyncio.create_task(post(session, server.url, body, server.probe_headers)))
+        tasks.append(asyncio.create_task(post(session, server.url, body)))
         wake = started + len(tasks) * PROBE_EVERY_S
         try:
             await asyncio.wait_for(stop.wait(), max(0.0, wake - time.perf_counter()))
@@ -221,29 +177,39 @@ async def closed_loop(
     """Sends `body_at(0)`, `body_at(1)`, ... one after the other until cancelled."""
     at = 0
     while True:
-        into.append(await post(session, server.url, body_at(at), server.load_headers))
+        into.append(await post(session, server.url, body_at(at)))
         at += 1
-
-
-# ---------------------------------------------------------------- server state
-
-
-async def get_json(session: aiohttp.ClientSession, url: str, headers: dict[str, str]) -> Any:
-    async with session.get(url, headers=headers) as response:
-        return await response.json()
 
 
 async def metric_sums(session: aiohttp.ClientSession, server: Server, *names: str) -> dict[str, float]:
     """Each metric summed over its labels (models, services, processes)."""
-    async with session.get(f"{server.url}/metrics", headers=server.probe_headers) as response:
+    async with session.get(f"{server.url}/metrics") as response:
         return summed_metrics(await response.text(), names)
+
+
+async def read_tokens(session: aiohttp.ClientSession, server: Server, into: list[tuple[float, float]]) -> None:
+    """(time, tokens run) every TOKEN_POLL_S into `into`, until cancelled."""
+    while True:
+        await asyncio.sleep(TOKEN_POLL_S)
+        found = await metric_sums(session, server, "embento_model_tokens_total")
+        into.append((time.perf_counter(), found["embento_model_tokens_total"]))
+
+
+def token_rate(samples: list[tuple[float, float]]) -> float:
+    """Tokens/s from (time, tokens run) readings. The counter moves once a pass, and a pass of long windows takes
+    seconds on a CPU: the rate is read between the first and the last reading at which it moved, not over the
+    window's ends (else one pass more or less is a large share of a window)."""
+    moved = [samples[0]] + [now for before, now in zip(samples, samples[1:]) if now[1] != before[1]]
+    (t0, n0), (t1, n1) = (moved[1], moved[-1]) if len(moved) >= 3 else (samples[0], samples[-1])
+    return (n1 - n0) / (t1 - t0)
 
 
 async def batch_counts(session: aiohttp.ClientSession, server: Server, batch_id: str | None) -> tuple[str, int, int]:
     """(status, lines done, lines failed) of a bulk job; ("", 0, 0) without one."""
     if batch_id is None:
         return "", 0, 0
-    state = await get_json(session, f"{server.url}/v1/batches/{batch_id}", server.load_headers)
+    async with session.get(f"{server.url}/v1/batches/{batch_id}") as response:
+        state = await response.json()
     counts = state["request_counts"]
     return state["status"], counts["completed"] + counts["failed"], counts["failed"]
 
@@ -269,20 +235,12 @@ async def drain(session: aiohttp.ClientSession, server: Server) -> None:
 # ---------------------------------------------------------------- bulk jobs
 
 
-def bulk_lines(model: str) -> list[dict]:
-    texts = corpus(BULK_LINES * LINE_SENTENCES, 8, 20, seed=7)
-    return [{"model": model, "input": texts[i * LINE_SENTENCES : (i + 1) * LINE_SENTENCES]} for i in range(BULK_LINES)]
-
-
 async def upload(session: aiohttp.ClientSession, server: Server, bodies: list[dict]) -> str:
-    content = "\n".join(
-        json.dumps({"custom_id": f"line-{i}", "method": "POST", "url": "/v1/embeddings", "body": body})
-        for i, body in enumerate(bodies)
-    ).encode()
     form = aiohttp.FormData()
     form.add_field("purpose", "batch")
-    form.add_field("file", content, filename="in.jsonl", content_type="application/jsonl")
-    async with session.post(f"{server.url}/v1/files", data=form, headers=server.load_headers) as response:
+    lines = [request_line(f"line-{i}", body) for i, body in enumerate(bodies)]
+    form.add_field("file", jsonl(lines), filename="in.jsonl", content_type="application/jsonl")
+    async with session.post(f"{server.url}/v1/files", data=form) as response:
         assert response.status == 200, await response.text()
         return (await response.json())["id"]
 
@@ -290,13 +248,13 @@ async def upload(session: aiohttp.ClientSession, server: Server, bodies: list[di
 async def start_batch(session: aiohttp.ClientSession, server: Server, file_id: str) -> str:
     """A batch of the uploaded file, once it has lines done (or 120 s on)."""
     body = {"input_file_id": file_id, "endpoint": "/v1/embeddings", "completion_window": "24h"}
-    async with session.post(f"{server.url}/v1/batches", json=body, headers=server.load_headers) as response:
+    async with session.post(f"{server.url}/v1/batches", json=body) as response:
         assert response.status == 200, await response.text()
         batch_id = (await response.json())["id"]
     deadline = time.perf_counter() + 120
     while time.perf_counter() < deadline:
         status, done, _ = await batch_counts(session, server, batch_id)
-        if status in TERMINAL or (status == "in_progress" and done):
+        if status in FINISHED or (status == "in_progress" and done):
             break
         await asyncio.sleep(0.2)
     return batch_id
@@ -305,12 +263,11 @@ async def start_batch(session: aiohttp.ClientSession, server: Server, file_id: s
 async def cancel_batch(session: aiohttp.ClientSession, server: Server, batch_id: str) -> None:
     """Cancels it and waits until it has stopped (its lines under way finish). A JSON body: aiohttp would send a
     bodiless POST as application/octet-stream, a 415."""
-    url = f"{server.url}/v1/batches/{batch_id}/cancel"
-    async with session.post(url, json={}, headers=server.load_headers) as response:
+    async with session.post(f"{server.url}/v1/batches/{batch_id}/cancel", json={}) as response:
         if response.status != 200:
             raise RuntimeError(f"cancelling {batch_id}: {response.status} {await response.text()}")
     deadline = time.perf_counter() + DRAIN_TIMEOUT_S
-    while (status := (await batch_counts(session, server, batch_id))[0]) not in TERMINAL:
+    while (status := (await batch_counts(session, server, batch_id))[0]) not in FINISHED:
         if time.perf_counter() > deadline:
             raise RuntimeError(f"{batch_id} still {status} {DRAIN_TIMEOUT_S:g} s after it was cancelled")
         await asyncio.sleep(0.5)
@@ -324,23 +281,15 @@ def document(words: int, seed: int) -> str:
     found: list[str] = []
     for sentence in corpus(words // 8 + 1, 8, 20, seed=seed):
         found.extend(sentence.split())
-        if len(found) >= words:
-            break
     return " ".join(found[:words])
 
 
 def flood_body(server: Server, texts: list[str], client: int) -> Callable[[int], dict]:
-    stride = FLOOD_CLIENTS * FLOOD_SENTENCES
-
     def body_at(at: int) -> dict:
-        start = (client * FLOOD_SENTENCES + at * stride) % len(texts)
+        start = (client + at * FLOOD_CLIENTS) * FLOOD_SENTENCES
         return {"model": server.model, "input": [texts[(start + i) % len(texts)] for i in range(FLOOD_SENTENCES)]}
 
     return body_at
-
-
-def long_body(server: Server, text: str) -> Callable[[int], dict]:
-    return lambda at: {"model": server.model, "input": [text], "long_input": "mean"}
 
 
 async def start_background(
@@ -349,14 +298,14 @@ async def start_background(
     running = Running(parts)
     if "bulk" in parts:  # first: it runs only in idle capacity
         running.batch_id = await start_batch(session, server, work.bulk_file_id)
+    loops: list[tuple[Callable[[int], dict], list[Answer]]] = []
     if "flood" in parts:
-        for client in range(FLOOD_CLIENTS):
-            body_at = flood_body(server, work.flood_texts, client)
-            running.tasks.append(asyncio.create_task(closed_loop(session, server, body_at, running.flood)))
+        loops += [(flood_body(server, work.flood_texts, client), running.flood) for client in range(FLOOD_CLIENTS)]
     if "long" in parts:
-        for client in range(LONG_CLIENTS):
-            body_at = long_body(server, work.documents[client])
-            running.tasks.append(asyncio.create_task(closed_loop(session, server, body_at, running.long)))
+        for text in work.documents[:LONG_CLIENTS]:
+            body = {"model": server.model, "input": [text], "long_input": "mean"}
+            loops.append((lambda _, body=body: body, running.long))
+    running.tasks = [asyncio.create_task(closed_loop(session, server, body_at, into)) for body_at, into in loops]
     await asyncio.sleep(WARM_S)
     return running
 
@@ -407,20 +356,21 @@ async def window(
 # ---------------------------------------------------------------- figures
 
 
-def ok(answers: list[Answer]) -> list[Answer]:
-    return [a for a in answers if a.status == 200]
+def ok_ms(answers: list[Answer]) -> list[float]:
+    return [a.ms for a in answers if a.status == 200]
 
 
 def p50(answers: list[Answer]) -> float:
-    found = [a.ms for a in ok(answers)]
-    return statistics.median(found) if found else float("nan")
+    return percentile(ok_ms(answers), 50)
 
 
 def p99(answers: list[Answer]) -> float:
-    found = [a.ms for a in ok(answers)]
-    if len(found) < 2:
-        return found[0] if found else float("nan")
-    return statistics.quantiles(found, n=100, method="inclusive")[98]
+    return percentile(ok_ms(answers), 99)
+
+
+def mean_ms(answers: list[Answer]) -> float:
+    found = ok_ms(answers)
+    return statistics.mean(found) if found else float("nan")
 
 
 def failures(label: str, answers: list[Answer]) -> str:
@@ -434,11 +384,11 @@ def failures(label: str, answers: list[Answer]) -> str:
 def rates(found: Window, work: Workload) -> dict[str, float]:
     """Each background's throughput in the window: flood sentences/s, long tokens/s and documents/s, bulk
     sentences/s. The long documents' tokens are the model's less every other client's."""
-    flood_sentences = len(ok(found.flood)) * FLOOD_SENTENCES
-    others = sum(a.tokens for a in ok(found.probe) + ok(found.flood)) + found.lines * work.line_tokens
+    answered = [a for a in found.probe + found.flood if a.status == 200]
+    others = sum(a.tokens for a in answered) + found.lines * work.line_tokens
     long_tokens = max(0.0, found.token_rate - others / found.seconds)
     return {
-        "flood": flood_sentences / found.seconds,
+        "flood": len(ok_ms(found.flood)) * FLOOD_SENTENCES / found.seconds,
         "long": long_tokens,
         "documents": long_tokens / work.document_tokens,
         "bulk": found.lines * LINE_SENTENCES / found.seconds,
@@ -453,27 +403,17 @@ def describe(label: str, found: Window, work: Workload, parts: tuple[str, ...]) 
     if "flood" in parts:
         text += f" flood {rate['flood']:7.1f} sentences/s;"
     if "long" in parts:
+        # Each client always has one document in flight, so the mean latency is clients / documents/s.
         text += (
-            f" long {rate['long']:7.0f} tokens/s = {rate['documents']:.3f} documents/s, so a mean latency of "
-            f"{LONG_CLIENTS / rate['documents']:.1f} s ({LONG_CLIENTS} clients / documents/s); "
-            + (
-                f"measured {mean_ms(found.long) / 1000:.1f} s over the {len(ok(found.long))} answered in the window;"
-                if ok(found.long)
-                else "none answered in the window;"
-            )
+            f" long {rate['long']:7.0f} tokens/s = {rate['documents']:.3f} documents/s, a mean latency of "
+            f"{LONG_CLIENTS / rate['documents']:.1f} s; measured {mean_ms(found.long) / 1000:.1f} s over the "
+            f"{len(ok_ms(found.long))} answered in the window;"
         )
     if "bulk" in parts:
         text += f" bulk {found.lines / found.seconds:6.1f} lines/s = {rate['bulk']:7.1f} sentences/s;"
     text += f" other processes {found.other_cores:.2f} cores"
     text += failures("probe", found.probe) + failures("flood", found.flood) + failures("long", found.long)
-    if found.failed_lines:
-        text += f"; bulk: {found.failed_lines} lines failed"
-    return text
-
-
-def mean_ms(answers: list[Answer]) -> float:
-    found = [a.ms for a in ok(answers)]
-    return statistics.mean(found) if found else float("nan")
+    return text + (f"; bulk: {found.failed_lines} lines failed" if found.failed_lines else "")
 
 
 def verdict(met: bool) -> str:
@@ -487,33 +427,20 @@ def ratio(numerator: float, denominator: float) -> float:
 # ---------------------------------------------------------------- phases
 
 
-async def idle_phase(session: aiohttp.ClientSession, server: Server, work: Workload, seconds: float) -> Window:
-    found = await window(session, server, work, Running(), seconds, with_probe=True)
-    print(describe("idle", found, work, ()), flush=True)
-    return found
-
-
-async def long_alone(
-    session: aiohttp.ClientSession, server: Server, work: Workload, with_probe: bool
-) -> tuple[list[Answer], list[Answer]]:
-    """LONG_TRIES long documents one after the other: their answers, and the probe's meanwhile."""
-    stop = asyncio.Event()
-    probing = asyncio.create_task(probe(session, server, work.probe_texts, stop)) if with_probe else None
-    documents = []
-    for index in range(LONG_TRIES):
-        body = {"model": server.model, "input": [work.documents[index]], "long_input": "mean"}
-        documents.append(await post(session, server.url, body, server.load_headers))
-    stop.set()
-    return documents, (await probing if probing is not None else [])
-
-
 async def long_phase(session: aiohttp.ClientSession, server: Server, work: Workload) -> tuple[float, float]:
     """A long request's mean latency (ms) without and with the probe; learns the document's tokens."""
     print(f"long request alone ({LONG_TRIES} documents in a row, without the probe, then with it):", flush=True)
     figures = []
     for with_probe in (False, True):
-        documents, probed = await long_alone(session, server, work, with_probe)
-        answered = ok(documents)
+        stop = asyncio.Event()
+        probing = asyncio.create_task(probe(session, server, work.probe_texts, stop)) if with_probe else None
+        documents = []
+        for text in work.documents[:LONG_TRIES]:
+            body = {"model": server.model, "input": [text], "long_input": "mean"}
+            documents.append(await post(session, server.url, body))
+        stop.set()
+        probed = await probing if probing is not None else []
+        answered = [a for a in documents if a.status == 200]
         if answered:
             work.document_tokens = statistics.mean(a.tokens for a in answered)
         figures.append(mean_ms(documents))
@@ -543,9 +470,11 @@ async def background_phase(
 
 async def prepare(session: aiohttp.ClientSession, server: Server, doc_words: int) -> Workload:
     """The bodies, the bulk file uploaded once, a bulk line's tokens; the server warmed."""
-    bodies = bulk_lines(server.model)
+    texts = corpus(BULK_LINES * LINE_SENTENCES, 8, 20, seed=7)
+    step = LINE_SENTENCES
+    bodies = [{"model": server.model, "input": texts[i : i + step]} for i in range(0, len(texts), step)]
     file_id = await upload(session, server, bodies)
-    sample = await asyncio.gather(*(post(session, server.url, body, server.load_headers) for body in bodies[:32]))
+    sample = await asyncio.gather(*(post(session, server.url, body) for body in bodies[:32]))
     assert all(a.status == 200 for a in sample), [a.problem for a in sample if a.status != 200]
     work = Workload(
         corpus(2000, 8, 20, seed=99),
@@ -555,7 +484,7 @@ async def prepare(session: aiohttp.ClientSession, server: Server, doc_words: int
         statistics.mean(a.tokens for a in sample),
     )
     warm = {"model": server.model, "input": [work.documents[0][:5000]], "long_input": "mean"}
-    await post(session, server.url, warm, server.load_headers)
+    await post(session, server.url, warm)
     return work
 
 
@@ -592,93 +521,44 @@ def summary(
 
 async def peaks(server: Server, seconds: float) -> None:
     """The peak throughput with no probe (bench/run_all.py's 32 x 1 and 8 x 10 scenarios), which the scheduling must
-    not cost: each after a warm-up of WARM_S, closed loop, anonymous."""
+    not cost: each after a warm-up of WARM_S, closed loop."""
     body = embeddings_body(server.model)
-    for scenario in (SCENARIOS[0], SCENARIOS[1]):
+    for scenario in SCENARIOS[:2]:
         await run_scenario(f"{server.url}/v1/embeddings", body, scenario, WARM_S, 10**6)
         result = await run_scenario(f"{server.url}/v1/embeddings", body, scenario, seconds, 10**6)
         rate = result.sentences / result.elapsed_s
         print(f"   peak {scenario.name}: {rate:7.1f} sentences/s, {result.errors} errors", flush=True)
 
 
+async def describe_server(session: aiohttp.ClientSession, server: Server) -> None:
+    """What decides the passes: the card's backend and pass budget, /info's batch limits."""
+    async with session.get(f"{server.url}/v1/models") as response:
+        card = next(c for c in (await response.json())["data"] if c["id"] == server.model)
+    async with session.get(f"{server.url}/info") as response:
+        info = next((m for m in (await response.json()).get("models", []) if m.get("id") == server.model), {})
+    print(
+        f"model {server.model}: backend {card.get('backend')}, pass_budget_ms {card.get('pass_budget_ms')}, device "
+        f"{info.get('device')}, batch_size {info.get('batch_size')}, max_batch_tokens {info.get('max_batch_tokens')}",
+        flush=True,
+    )
+
+
 async def measure(server: Server, args: argparse.Namespace, p99_ms: float) -> None:
     timeout = aiohttp.ClientTimeout(total=None, sock_connect=30)
-    async with aiohttp.ClientSession(timeout=timeout) as session:
-        await describe_server(session, server)
-    if args.peaks:
-        await peaks(server, args.seconds)
-        return
     async with aiohttp.ClientSession(timeout=timeout, connector=aiohttp.TCPConnector(limit=0)) as session:
+        await describe_server(session, server)
+        if args.peaks:
+            await peaks(server, args.seconds)
+            return
         work = await prepare(session, server, args.doc_words)
-        idle = await idle_phase(session, server, work, args.seconds)
+        idle = await window(session, server, work, Running(), args.seconds, with_probe=True)
+        print(describe("idle", idle, work, ()), flush=True)
         long = await long_phase(session, server, work)
         found = {name: await background_phase(session, server, work, name, args.seconds) for name in BACKGROUNDS}
     summary(idle, found, long, work, p99_ms)
 
 
 # ---------------------------------------------------------------- the server
-
-
-def scheduling_fields(card: Any, prefix: str = "") -> dict[str, Any]:
-    """The card's keys (at any depth) that hold "pass" or "budget"."""
-    found: dict[str, Any] = {}
-    if isinstance(card, dict):
-        for key, value in card.items():
-            if any(word in key.lower() for word in ("pass", "budget")):
-                found[prefix + key] = value
-            else:
-                found |= scheduling_fields(value, f"{prefix}{key}.")
-    return found
-
-
-async def describe_server(session: aiohttp.ClientSession, server: Server) -> None:
-    cards = await get_json(session, f"{server.url}/v1/models", server.probe_headers)
-    card = next(c for c in cards["data"] if c["id"] == server.model)
-    info = await get_json(session, f"{server.url}/info", server.probe_headers)
-    model = next((m for m in info.get("models", []) if m.get("id") == server.model), {})
-    passes = scheduling_fields(card) | scheduling_fields(model, "/info ") or "none (no key holds 'pass' or 'budget')"
-    print(
-        f"model {server.model}: backend {card.get('backend')}, device {model.get('device')}, batch_size "
-        f"{model.get('batch_size')}, max_batch_tokens {model.get('max_batch_tokens')}; pass fields: {passes}",
-        flush=True,
-    )
-
-
-def machine() -> str:
-    cpu = next(
-        (
-            line.split(":", 1)[1].strip()
-            for line in Path("/proc/cpuinfo").read_text().splitlines()
-            if "model name" in line
-        ),
-        "unknown CPU",
-    )
-    return f"{cpu}, {os.cpu_count()} cores ({len(os.sched_getaffinity(0))} usable)"
-
-
-def commit(checkout: Path) -> str:
-    """The checkout's short HEAD, and whether tracked files differ from it."""
-
-    def git(*command: str) -> str:
-        return subprocess.run(["git", "-C", str(checkout), *command], capture_output=True, text=True).stdout.strip()
-
-    dirty = " with uncommitted changes" if git("status", "--porcelain", "--untracked-files=no") else ""
-    return (git("rev-parse", "--short", "HEAD") or "unknown (not a git checkout)") + dirty
-
-
-def write_keys(folder: Path) -> dict[str, str]:
-    """A keys file holding the tenants A and B (weight 1, no limits); their secrets."""
-    from config.keys_file import new_secret
-
-    secrets = {"A": new_secret(), "B": new_secret()}
-    entries = [
-        {"name": name, "key_sha256": hashlib.sha256(secret.encode()).hexdigest(), "weight": 1}
-        for name, secret in secrets.items()
-    ]
-    path = folder / "keys.yaml"
-    path.write_text(yaml.safe_dump({"keys": entries}))
-    path.chmod(0o600)
-    return secrets
 
 
 def served_model(name: str) -> tuple[str, str]:
@@ -693,16 +573,13 @@ def served_model(name: str) -> tuple[str, str]:
 def server_settings(args: argparse.Namespace, folder: Path, model_id: str, served: str) -> dict[str, str]:
     """The environment of the server: its configuration file, home, and the simulated device's settings."""
     entry: dict[str, Any] = {"model_id": model_id, "served_model_name": served}
-    config: dict[str, Any] = {"models": [entry]}
-    if args.tenants:
-        config["auth"] = {"keys_file": str(folder / "keys.yaml")}
     settings = dict(setting.split("=", 1) for setting in args.env)
     if args.model == "simulated":
-        from bench.simulated_device import SPEEDS
+        from bench.simulated_device import device_env
 
         entry["device"] = "cuda"
-        settings |= {"SIM_DEVICE": ",".join(map(str, SPEEDS[args.speed])), "SIM_STATS": str(folder / "sim-stats")}
-    (folder / "embento.yaml").write_text(yaml.safe_dump(config))
+        settings |= device_env("large", folder / "sim-stats")
+    (folder / "embento.yaml").write_text(yaml.safe_dump({"models": [entry]}))
     return {"EMBENTO_CONFIG": str(folder / "embento.yaml"), "BENTOML_HOME": str(folder / "home"), **settings}
 
 
@@ -713,18 +590,14 @@ def serve(args: argparse.Namespace) -> None:
         raise SystemExit(f"{checkout} has no bench/simulated_service.py: copy bench/simulated_*.py there first")
     model_id, served = served_model(args.model)
     p99_ms = TARGET_P99_MS["simulated" if args.model == "simulated" else "cpu"]
-    print(f"machine: {machine()}; commit served: {commit(checkout)} ({checkout}); load from {ROOT}", flush=True)
+    print(f"machine: {machine()}; commit served: {git_commit(checkout)} ({checkout}); load from {ROOT}", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
-        folder = Path(tmp)
-        secrets = write_keys(folder) if args.tenants else {}
-        port = free_port()
-        started = time.perf_counter()
-        process = start_server(port, target=target, cwd=checkout, **server_settings(args, folder, model_id, served))
+        port, started = free_port(), time.perf_counter()
+        settings = server_settings(args, Path(tmp), model_id, served)
+        process = start_server(port, target=target, cwd=checkout, **settings)
         try:
             print(f"server ready in {time.perf_counter() - started:.1f} s", flush=True)
-            a, b = ({"Authorization": f"Bearer {secrets[t]}"} for t in "AB") if secrets else ({}, {})
-            server = Server(f"http://127.0.0.1:{port}", served, process.pid, a, b)
-            asyncio.run(measure(server, args, p99_ms))
+            asyncio.run(measure(Server(f"http://127.0.0.1:{port}", served, process.pid), args, p99_ms))
         finally:
             stop_server(process)
 
@@ -732,7 +605,7 @@ def serve(args: argparse.Namespace) -> None:
 # ---------------------------------------------------------------- --pass-sizes
 
 
-def load_in_process(name: str, speed: str, folder: Path) -> tuple[Any, Any]:
+def load_in_process(name: str, folder: Path) -> tuple[Any, Any]:
     """(tokenizer, model), loaded as a model service loads them."""
     from config.settings import ModelConfig
     from models.inference.auto_backend import load_model
@@ -744,9 +617,9 @@ def load_in_process(name: str, speed: str, folder: Path) -> tuple[Any, Any]:
     cfg = ModelConfig(model_id=model_id, served_model_name=served)
     if name != "simulated":
         return TextTokenizer(checkpoint, cfg), load_model(checkpoint, cfg)
-    from bench.simulated_device import SPEEDS, SimulatedEncoder
+    from bench.simulated_device import SimulatedEncoder, device_env
 
-    os.environ |= {"SIM_DEVICE": ",".join(map(str, SPEEDS[speed])), "SIM_STATS": str(folder / "sim-stats")}
+    os.environ |= device_env("large", folder / "sim-stats")
     return TextTokenizer(checkpoint, cfg), SimulatedEncoder(checkpoint, cfg)
 
 
@@ -769,11 +642,11 @@ def pass_sizes(args: argparse.Namespace) -> None:
     threads = cpu_threads()
     torch_thread.submit(set_cpu_threads, threads).result()
     with tempfile.TemporaryDirectory() as tmp:
-        tokenizer, model = torch_thread.submit(load_in_process, args.model, args.speed, Path(tmp)).result()
+        tokenizer, model = torch_thread.submit(load_in_process, args.model, Path(tmp)).result()
         lanes = Lanes(threads if shares_cores(model.info) else 1)
         print(
             f"{args.model}: backend {model.info.backend}, device {model.info.device}, {lanes.count} lane(s); machine: "
-            f"{machine()}; commit {commit(ROOT)}",
+            f"{machine()}; commit {git_commit(ROOT)}",
             flush=True,
         )
 
@@ -801,9 +674,7 @@ def pass_sizes(args: argparse.Namespace) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", choices=("minilm", "bert-base", "simulated"), default="minilm")
-    parser.add_argument("--speed", choices=("large", "small"), default="large", help="the simulated device's")
     parser.add_argument("--seconds", type=float, default=15.0, help="recorded seconds per window")
-    parser.add_argument("--tenants", action="store_true", help="tenants A (the probe) and B (the backgrounds)")
     parser.add_argument("--checkout", default=str(ROOT), help="the checkout served (default: this one)")
     parser.add_argument("--doc-words", type=int, default=30_000, help="words of a long document")
     parser.add_argument("--env", action="append", default=[], help="NAME=VALUE for the server")

@@ -11,11 +11,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 import ipaddress
+import os
+import platform
 import random
 import socket
+import statistics
+import subprocess
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 from urllib.parse import urlparse
 
 import aiohttp
@@ -71,6 +76,34 @@ def summed_metrics(text: str, names: Iterable[str]) -> dict[str, float]:
         if name in found:
             found[name] += float(line.split()[-1])
     return found
+
+
+def percentile(values: list[float], p: int) -> float:
+    """The p-th percentile (inclusive: the 50th is the median); nan without values."""
+    if len(values) < 2:
+        return values[0] if values else float("nan")
+    return statistics.quantiles(values, n=100, method="inclusive")[p - 1]
+
+
+def cpu_name() -> str:
+    found = (
+        line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines() if "model name" in line
+    )
+    return next(found, platform.processor() or platform.machine())
+
+
+def machine() -> str:
+    return f"{cpu_name()}, {os.cpu_count()} cores ({len(os.sched_getaffinity(0))} usable)"
+
+
+def git_commit(checkout: Path) -> str:
+    """The checkout's short HEAD, and whether tracked files differ from it."""
+
+    def git(*command: str) -> str:
+        return subprocess.run(["git", "-C", str(checkout), *command], capture_output=True, text=True).stdout.strip()
+
+    dirty = " with uncommitted changes" if git("status", "--porcelain", "--untracked-files=no") else ""
+    return (git("rev-parse", "--short", "HEAD") or "unknown (not a git checkout)") + dirty
 
 
 def require_loopback(url: str) -> None:

@@ -77,7 +77,6 @@ import asyncio
 import contextlib
 import json
 import os
-import platform
 import shutil
 import signal
 import statistics
@@ -191,7 +190,7 @@ class Run:
 
 
 def auto_backend_exists() -> bool:
-    from config.settings import Backend
+    from config.model_settings import Backend
 
     return "auto" in get_args(Backend)
 
@@ -464,14 +463,7 @@ def targets(runs: dict[str, list[Run]], reference: str) -> list[str]:
 
 
 def header(args: argparse.Namespace, started: str, load_avg: str) -> list[str]:
-    cpu = next(
-        (
-            line.split(":", 1)[1].strip()
-            for line in Path("/proc/cpuinfo").read_text().splitlines()
-            if line.startswith("model name")
-        ),
-        platform.processor(),
-    )
+    cpu = load.cpu_name()
     return [
         "## Embento against its peers",
         "",

@@ -334,14 +334,7 @@ def group_section(result: GroupResult) -> tuple[list[str], list[list[str]]]:
 def write_report(results: list[GroupResult], duration: float, runs: int, threads: int) -> None:
     import torch
 
-    cpu = next(
-        (
-            line.split(":", 1)[1].strip()
-            for line in Path("/proc/cpuinfo").read_text().splitlines()
-            if line.startswith("model name")
-        ),
-        platform.processor(),
-    )
+    cpu = load.cpu_name()
     sections, summary = [], []
     for result in results:
         lines, targets = group_section(result)

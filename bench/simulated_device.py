@@ -42,6 +42,13 @@ SPEEDS = {  # launch ms (host, GIL held), fixed ms per pass (device), us per pad
     "large": (3.0, 2.0, 25.0),
     "small": (1.0, 0.3, 2.5),
 }
+
+
+def device_env(speed: str, stats: Path) -> dict[str, str]:
+    """The model service's settings for a simulated device of `speed`, writing its busy time to `stats`."""
+    return {"SIM_DEVICE": ",".join(map(str, SPEEDS[speed])), "SIM_STATS": str(stats)}
+
+
 STATS = struct.Struct("dqqq")  # device-busy seconds, passes, rows, padded tokens
 DIMENSION = 384
 SIMULATED_MEMORY_BYTES = 80 * 2**30  # free after loading, as on an H100
@@ -164,9 +171,7 @@ def main() -> None:
             stats = Path(f"/tmp/embento-sim-{os.getpid()}-{speed}-{workers}")
             stats.unlink(missing_ok=True)
             port = free_port()
-            settings = {
-                "SIM_DEVICE": ",".join(map(str, SPEEDS[speed])),
-                "SIM_STATS": str(stats),
+            settings = device_env(speed, stats) | {
                 "EMBENTO_MODEL_ID": MODEL,
                 "EMBENTO_DEVICE": "cuda",
                 "EMBENTO_GATEWAY_WORKERS": str(workers),
