@@ -31,11 +31,11 @@ from bento.store import bento_config_env, check_served_bento, pin_store_models
 from config.model_set import server_model_set
 from config.served import served_config
 from config.server_files import remove_server_files
+from gateway.answering import answered
 from gateway.cache.tiers import EmbeddingCache
 from gateway.catalog import Catalog
 from gateway.engine import Engine
 from gateway.http import edge
-from gateway.http.answer import answered
 from gateway.inputs.preprocessors import load_preprocessors
 from gateway.jobs.store import open_store
 from gateway.jobs.worker import JobWorker

@@ -22,7 +22,7 @@ from starlette.routing import Route
 from config import errors
 from config.settings import EmbentoConfig
 from gateway.catalog import Catalog
-from gateway.http.errors import error_response
+from gateway.error_responses import error_response
 from gateway.model_admin import ModelAdmin
 from gateway.tenants.gate import ADMIN_PREFIX, bearer_token
 from gateway.tenants.keys import Keys, caller_id

@@ -16,8 +16,7 @@ from config.settings import EmbentoConfig
 from gateway.cache.policy import CacheControl
 from gateway.catalog import Catalog
 from gateway.http.admin import admin_routes, with_admin_routes
-from gateway.http.answer import ERROR_SHAPES, TEI_BODIES
-from gateway.http.errors import ErrorBodies
+from gateway.http.errors import ERROR_SHAPES, TEI_BODIES, ErrorBodies
 from gateway.http.get_routes import ReadinessReport, get_routes
 from gateway.http.guard import IN_FLIGHT, RequestGuard
 from gateway.http.openapi import OpenApiDocument, with_embento_info

@@ -1,85 +1,41 @@
-"""Errors on the wire: the one mapping from the error hierarchy to HTTP, in the shape of the route's client.
+"""Every error response in its path's shape: `ErrorBodies`, the outermost error middleware, and the table of
+which path answers in which shape.
 
-OpenAI's `{"error": {"message", "type", "param", "code"}}` on the OpenAI, Cohere and infinity routes; TEI's
-`{"error": "...", "error_type": "Validation"}` on TEI's routes; Voyage's `{"detail": "..."}` on Voyage's (its SDK
-reads `detail`); the status is the same in each. Every
-failure leaves in one of them: ours, BentoML's (validation, overload, timeout) and Starlette's (404, 405).
+The error shape is a property of the path, declared once here: TEI's client libraries read TEI's
+`{"error", "error_type"}` on TEI's paths (and on `/rerank` when the body is TEI's), Voyage's SDK `{"detail"}` on
+Voyage's, every other client OpenAI's. The routes answer in OpenAI's (`gateway/answering.py`, with the bodies and
+statuses of `gateway/error_responses.py`); `ErrorBodies` rewrites it on the paths below, as it does the
+framework's own errors (BentoML's validation, overload and timeout, Starlette's 404 and 405), so every failure
+leaves in its route's shape.
 """
 
 from __future__ import annotations
 
 import codecs
 import json
-import logging
 from collections.abc import Callable, Mapping
-from typing import Any, Literal
+from typing import Any
 
-from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from config import errors
+from gateway.error_responses import (
+    EMPTY_BODY_MESSAGE,
+    INTERNAL_ERROR_MESSAGE,
+    RETRY_AFTER_S,
+    RETRY_STATUSES,
+    ErrorShape,
+    describe_validation,
+    error_body,
+)
+from gateway.wire import shared_rerank, tei, voyage
 
-logger = logging.getLogger(__name__)
-ErrorShape = Literal["openai", "tei", "voyage"]
-
-# (status, code) per error class; the most specific class wins (checked in MRO order).
-STATUS: dict[type[errors.EmbentoError], tuple[int, str | None]] = {
-    errors.UnsupportedMediaType: (415, "unsupported_media_type"),
-    errors.InvalidRequest: (400, None),
-    errors.RequestTooLarge: (413, "request_too_large"),
-    errors.UnknownModel: (404, "model_not_found"),
-    errors.RouteNotFound: (404, "not_found"),
-    errors.NotFound: (404, None),
-    errors.Unauthorized: (401, "invalid_api_key"),
-    errors.Forbidden: (403, "forbidden"),
-    errors.Conflict: (409, "conflict"),
-    errors.Overloaded: (429, "overloaded"),
-    errors.RateLimited: (429, "rate_limit_exceeded"),
-    errors.NotReady: (503, "model_not_ready"),
-    errors.ModelUnavailable: (503, "model_unavailable"),
-    errors.RequestTimeout: (504, "timeout"),
-    errors.ClientGone: (499, "client_closed_request"),  # nginx's status; only logs and metrics see it
-    errors.EmbentoError: (500, "internal_error"),
+# Every other path: "openai".
+ERROR_SHAPES: dict[str, ErrorShape] = {
+    **{path: "tei" for path in tei.TEI_PATHS},
+    **{path: "voyage" for path in voyage.VOYAGE_PATHS},
 }
-
-
-# Overloaded (429) and not ready (503) are worth retrying; clients that honour Retry-After wait this long.
-RETRY_AFTER_S = "1"
-RETRY_STATUSES = (429, 503)
-INTERNAL_ERROR_MESSAGE = "internal server error; see the server log"  # a bug's 500: its details stay in the log
-# BentoML reads an empty body as `{}`, which would be refused for its first missing field.
-EMPTY_BODY_MESSAGE = "the request body is empty; send a JSON object with the route's fields"
-
-
-def error_type(status: int) -> str:
-    if status == 429:
-        return "rate_limit_error"
-    return "server_error" if status >= 500 else "invalid_request_error"
-
-
-def tei_error_type(status: int) -> str:
-    """TEI's `error_type` for a status (TEI writes them capitalized)."""
-    return {401: "Unauthorized", 429: "Overloaded", 503: "Unhealthy"}.get(
-        status, "Backend" if status >= 500 else "Validation"
-    )
-
-
-def error_body(
-    status: int, message: str, param: str | None = None, code: str | None = None, shape: ErrorShape = "openai"
-) -> dict[str, Any]:
-    if shape == "tei":
-        return {"error": message, "error_type": tei_error_type(status)}
-    if shape == "voyage":
-        return {"detail": message}
-    return {"error": {"message": message, "type": error_type(status), "param": param, "code": code}}
-
-
-def error_response(exc: errors.EmbentoError, shape: ErrorShape = "openai") -> JSONResponse:
-    status, code = next(STATUS[cls] for cls in type(exc).__mro__ if cls in STATUS)
-    if status >= 500:
-        logger.error("%s: %s", type(exc).__name__, exc.message)
-    headers = {"Retry-After": RETRY_AFTER_S} if status in RETRY_STATUSES else None
-    return JSONResponse(error_body(status, exc.message, exc.param, code, shape), status_code=status, headers=headers)
+# Paths both families share: TEI's shape when the JSON body is TEI's by the rule.
+TEI_BODIES: Mapping[str, Callable[[Mapping[str, Any]], bool]] = {"/rerank": shared_rerank.is_tei_rerank}
 
 
 def _shape_of(body: bytes) -> tuple[ErrorShape | None, str | None]:
@@ -106,32 +62,6 @@ def _json_is(body: bytes, rule: Callable[[Mapping[str, Any]], bool]) -> bool:
     except ValueError:
         return False
     return isinstance(parsed, dict) and rule(parsed)
-
-
-def describe_validation(first: Mapping[str, Any], body_head: bytes = b"") -> tuple[str, str | None]:
-    """A body's first validation error (pydantic's `errors()` entry) as a message, and the offending field;
-    `body_head`: the body's first bytes, which tell a byte order mark."""
-    location = [str(part) for part in first.get("loc", ()) if part not in ("body", "root")]
-    message = str(first.get("msg", "invalid request")).removeprefix("Value error, ")
-    if first.get("type") == "json_invalid":
-        return _invalid_json(message.removeprefix("Invalid JSON: "), body_head), None
-    return (f"{'.'.join(location)}: {message}" if location else message), (location[0] if location else None)
-
-
-def _invalid_json(reason: str, body_head: bytes) -> str:
-    """What is wrong with a body that is not JSON, from the parser's reason (a problem and where: never the body's
-    text) in words that name the usual causes."""
-    if body_head.startswith(codecs.BOM_UTF8):
-        return "the request body starts with a UTF-8 byte order mark (EF BB BF); send the JSON without it"
-    where = reason[reason.index(" at line ") + 1 :] if " at line " in reason else "in the body"
-    if "surrogate" in reason or "end of hex escape" in reason:  # the parser's words for half of a \u pair
-        return (
-            f"the request body is not valid JSON: a \\u escape {where} is a lone surrogate (\\ud800-\\udfff "
-            "come in pairs, a high one then a low one, to write one character)"
-        )
-    if "invalid unicode code point" in reason:
-        return f"the request body is not valid UTF-8 ({where}); send the JSON encoded as UTF-8"
-    return f"the request body is not valid JSON: {reason}"
 
 
 def _describe_framework_error(status: int, body: bytes, body_head: bytes = b"") -> tuple[str, str | None]:

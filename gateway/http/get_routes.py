@@ -15,7 +15,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from config import errors
 from config.settings import EmbentoConfig, ModelConfig
 from gateway.catalog import Catalog
-from gateway.http.errors import error_response
+from gateway.error_responses import error_response
 from gateway.startup.lifecycle import Lifecycle
 from gateway.startup.warmup import ModelRegistry
 from gateway.tenants.keys import TENANT

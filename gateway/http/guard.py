@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from config import errors
-from gateway.http.errors import error_response
+from gateway.error_responses import error_response
 from gateway.metrics import REJECTED
 from gateway.shared_memory import SharedCounters
 

@@ -15,8 +15,8 @@ from pydantic import BaseModel, ValidationError
 from starlette.responses import Response
 
 from config import errors
-from gateway.http.answer import answered
-from gateway.http.errors import INTERNAL_ERROR_MESSAGE, RETRY_STATUSES, STATUS, describe_validation, error_body
+from gateway.answering import answered
+from gateway.error_responses import INTERNAL_ERROR_MESSAGE, RETRY_STATUSES, STATUS, describe_validation, error_body
 from gateway.queue.priority import BATCH, PRIORITY
 from gateway.wire import cohere, openai
 from gateway.wire.common import RerankRequest

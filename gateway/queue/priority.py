@@ -58,7 +58,7 @@ class Priority:
 
 ONLINE = Priority()  # an online request before its size is known
 BATCH = Priority("batch")
-# The priority of the work being answered: set per request by `gateway.http.answer.answered`, per line by the job
+# The priority of the work being answered: set per request by `gateway.answering.answered`, per line by the job
 # worker.
 PRIORITY: ContextVar[Priority] = ContextVar("embento_priority", default=ONLINE)
 

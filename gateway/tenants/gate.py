@@ -21,7 +21,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from config import errors
 from config.keys_file import Tenant
-from gateway.http.errors import error_response
+from gateway.error_responses import error_response
 from gateway.metrics import ACCOUNT, Account
 from gateway.tenants.keys import ADMIN, OPEN, TENANT, Keyring, Keys
 from gateway.tenants.ledger import UNCOUNTED, Ledger, Reading, Standing

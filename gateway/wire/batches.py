@@ -16,8 +16,8 @@ from starlette.routing import Route
 
 from config import errors
 from config.settings import JobSettings
-from gateway.http.answer import answering
-from gateway.http.errors import describe_validation
+from gateway.answering import answering
+from gateway.error_responses import describe_validation
 from gateway.jobs.answers import ENDPOINTS
 from gateway.jobs.records import BatchRecord, FileRecord
 from gateway.jobs.store import BATCH_WINDOW_S, JobStore
@@ -215,7 +215,7 @@ def job_routes(store: JobStore, settings: JobSettings, created: Callable[[], Non
 
 
 def _answering(handler: Handler) -> Handler:
-    """The handler through the routes' one way to answer (`gateway.http.answer.answering`): its refusals in
+    """The handler through the routes' one way to answer (`gateway.answering.answering`): its refusals in
     OpenAI's shape. Not in the request metrics, which count model requests."""
 
     async def answer(request: Request) -> Response:

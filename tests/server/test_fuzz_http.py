@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis.errors import Unsatisfiable
 from schemathesis import GenerationMode
 
-from gateway.http.answer import ERROR_SHAPES
+from gateway.http.errors import ERROR_SHAPES
 from gateway.wire.shared_rerank import is_tei_rerank
 from tests.asserts import assert_openai_error, assert_tei_error, assert_voyage_error
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from gateway.http.answer import ERROR_SHAPES
+from gateway.http.errors import ERROR_SHAPES
 from tests.asserts import assert_openai_error, assert_tei_error, assert_voyage_error
 from tests.conftest import MINILM, running_server
 

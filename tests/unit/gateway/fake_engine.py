@@ -12,8 +12,8 @@ import numpy as np
 from pydantic import BaseModel, ValidationError
 from starlette.responses import Response
 
+from gateway.answering import answered
 from gateway.engine import Engine
-from gateway.http.answer import answered
 from models.base import ModelInfo, TokenizedText
 
 EMBEDDER, RERANKER, CLASSIFIER, CLIP, SPLADE, COLPALI = "minilm", "reranker", "classifier", "clip", "splade", "colpali"

@@ -15,13 +15,13 @@ from starlette.responses import JSONResponse
 
 from config.keys_file import Tenant
 from config.settings import ModelConfig
+from gateway.answering import answered
 from gateway.cache.contexts import embed_context, input_items
 from gateway.cache.keys import CacheKeys, model_identity, weights_identity
 from gateway.cache.memory import MemoryTier, entry_bytes
 from gateway.cache.policy import REQUEST_POLICY, policy_of
 from gateway.cache.values import HEADER, Entry, decode, encode
 from gateway.engine import Engine
-from gateway.http.answer import answered
 from gateway.queries import EmbedQuery, InputItem, LongInput
 from gateway.tenants.keys import TENANT
 from gateway.wire import infinity, openai

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from starlette.responses import Response
 
-from gateway.http.answer import answered
+from gateway.answering import answered
 from gateway.queries import InputItem, mixed_input
 from gateway.wire import openai, voyage
 from models.base import Truncation

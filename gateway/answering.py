@@ -1,40 +1,29 @@
-"""Every POST route's answer: the adapter's, or its error as a response; either way traced in the metrics.
-
-The error shape is a property of the path, declared once here: TEI's client libraries read TEI's
-`{"error", "error_type"}` on TEI's paths (and on `/rerank` when the body is TEI's), Voyage's SDK `{"detail"}` on
-Voyage's, every other client OpenAI's.
-`answered` writes OpenAI's; `ErrorBodies` (the outermost error middleware) rewrites it on the paths below, as it
-does the framework's own errors, so both leave in the same shape.
+"""Every route's one way to answer: the adapter's answer, or its error as a response (`gateway/error_responses.py`,
+in OpenAI's shape; `ErrorBodies` in gateway/http/errors.py gives it the path's), at the caller's priority with
+the tenant's share, traced in the metrics. Below `wire/`, `jobs/` and `http/`: the model routes
+(service.py), a bulk job's lines (gateway/jobs/answers.py) and the file and batch routes
+(gateway/http/job_routes.py) all answer through it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from typing import TYPE_CHECKING, TypeVar, cast
 
 from starlette.responses import Response
 
 from config import errors
-from gateway.http.errors import ErrorShape, error_response
+from gateway.error_responses import error_response
 from gateway.metrics import TRACE, RequestTrace
 from gateway.queue.priority import PRIORITY
 from gateway.tenants.keys import TENANT
-from gateway.wire import shared_rerank, tei, voyage
 
 if TYPE_CHECKING:
     from gateway.engine import Engine
 
 B = TypeVar("B")
 T = TypeVar("T")
-
-# Every other path: "openai".
-ERROR_SHAPES: dict[str, ErrorShape] = {
-    **{path: "tei" for path in tei.TEI_PATHS},
-    **{path: "voyage" for path in voyage.VOYAGE_PATHS},
-}
-# Paths both families share: TEI's shape when the JSON body is TEI's by the rule.
-TEI_BODIES: Mapping[str, Callable[[Mapping[str, Any]], bool]] = {"/rerank": shared_rerank.is_tei_rerank}
 
 
 async def answered(adapter: Callable[[Engine, B], Awaitable[T | Response]], engine: Engine, body: B) -> T:
