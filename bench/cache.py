@@ -1,49 +1,26 @@
-"""The embedding cache (issue 36) on all-MiniLM-L6-v2, in one run on a 2-core CPU: what it buys when inputs
-repeat, what it costs when they do not, how fast a hit answers, what Redis dying or stalling does to the
-requests, and whether the memory tier's byte budget is the memory it takes.
+"""The embedding cache (issue 36) on all-MiniLM-L6-v2, in one run on a 2-core CPU: docs/operations.md's
+"Embedding cache" figures (what it buys when inputs repeat, what it costs when they do not, how fast a hit
+answers, Redis dying or stalling under load, and whether the memory tier's byte budget is the memory it takes).
 
     python bench/cache.py [--rounds 3] [--seconds 5] [--skip-faults] [--memory-only]
 
-Inputs are short sentences (testkit/sentences.py's `short_sentences`, 6-20 words, about 8-25 tokens): a pool of
-POOL of them is embedded once by the cached servers before anything is measured (the "repeats"); every other
-input is a sentence this run never sent before (`Fresh`), so that a miss is a real miss in memory and in Redis.
-One real `redis-server` on loopback (testkit/redis_server.py) serves every cached server; the servers are
-production-mode `bentoml serve` (bench/server.py) side by side, idle but for the one under load.
+Inputs are short sentences (testkit/sentences.py): a pool of POOL embedded by the cached servers before anything
+is measured (the repeats), every other input one this run never sent (`Fresh`), so that a miss is a real miss.
+One `redis-server` on loopback serves three production-mode servers started side by side: cache off, cache on
+(64 MiB memory + Redis) and Redis alone (memory 0).
 
-1. Throughput, inputs/s: CLIENTS closed-loop clients x PER_REQUEST inputs per request for `--seconds`, against a
-   server with the cache off and one with it on (memory tier, 64 MiB, and Redis), at 0 % repeats (every input
-   new: the cost of missing, looked up in both tiers and then stored in both), 50 % (half of each request from
-   the pool, half new) and 100 %. Each server runs once unrecorded first; then `--rounds` rounds, each running
-   every workload on both servers, which server goes first alternating. Medians (and ranges), the on/off ratio
-   against the issue's targets (>= 0.97, >= 1.7, >= 5), the share of tokens the cached server answered from the
-   cache (`usage.prompt_tokens_details.cached_tokens`), and the most cores that processes other than this
-   script, the server under load and Redis used during a run (the idle servers included): a run during which
-   they used more than 0.15 is redone (twice at most), as it was shared with something else.
-2. Latency of single-input requests at 100 % repeats, one client at a time over a kept-alive connection
-   (LATENCY_REQUESTS over the pool): the cache off (computed), from the memory tier, and from Redis alone (a
-   third server with `EMBENTO_CACHE_MEMORY_BYTES=0`); p50 against the targets (<= 3 ms memory, <= 5 ms Redis)
-   and p99, and the servers' own lookup time per request from /metrics. The client's own share (httpx, about
-   0.5 ms a request here) is included.
-3. Faults (unless `--skip-faults`), on the Redis-only server, where Redis is the only tier (with a memory tier,
-   repeats would be answered from memory and hide what Redis does): FAULT_CLIENTS clients x FAULT_PER_REQUEST
-   inputs, half from a pool of FAULT_POOL, half new. First the same load on the cache-off server (its
-   throughput, p50 and p99: the baseline). Then Redis is SIGKILLed mid-load and restarted on the same port,
-   empty: a per-second timeline, the failed requests (target 0), the throughput while it is down against the
-   baseline, and whether hits resume (cached tokens in answers, Redis hits in /metrics). Then `DEBUG SLEEP
-   STALL_S` (Redis stalls with its sockets open): p99 of the requests sent during the stall against the
-   baseline's p99 + the 20 ms lookup timeout. Per phase, from /metrics: Redis hits, errors (failed or timed-out
-   calls), and the answered lookups that took over 10 ms. Every answer's pool vectors are compared with the
-   cache-off server's, so that a reply read on a wrong connection after a timeout would show as a wrong vector.
-4. Memory, in process (no server; `--memory-only` runs this alone, about a minute): MEMORY_ENTRIES puts of
-   distinct 32-byte keys (counter hashes) with the stored form of a 384-float32 vector (`values.encode`) into a
-   `MemoryTier` of MEMORY_BUDGET, least recently used out as it fills. Each measure in a fresh process: the
-   tier's own `held_bytes`, and the memory the process took for it: tracemalloc's count of Python's objects
-   (after filling minus before), RSS growth, and RSS growth after `malloc_trim(0)` (glibc keeps what the
-   evicted entries freed). Each as a ratio of the budget (target within 5 %) and as the bytes each entry costs
-   beyond `sys.getsizeof` of its key and value: what `ENTRY_OVERHEAD_BYTES` (gateway/cache/memory.py) stands for.
+1. Throughput: CLIENTS x PER_REQUEST inputs per request at 0 %, 50 % and 100 % repeats, `--rounds` rounds
+   alternating which server goes first; a run during which other processes used over OTHER_LIMIT cores is redone.
+2. Latency of single-input requests at 100 % repeats, one client: computed, from memory, from Redis alone.
+3. Faults (unless `--skip-faults`), on the Redis-alone server, half repeats: Redis SIGKILLed mid-load and
+   restarted empty (failed requests, throughput while down, when hits resume), then `DEBUG SLEEP STALL_S`
+   (the p99 of the requests sent meanwhile against the cache-off p99 + the lookup timeout). Every answer's
+   pool vectors are compared with the cache-off server's: a reply read on a wrong connection would show.
+4. Memory (`--memory-only` runs it alone, about a minute): MEMORY_ENTRIES puts into a `MemoryTier` of
+   MEMORY_BUDGET, measured in fresh processes by tracemalloc and by RSS (with and without `malloc_trim(0)`), each
+   against the budget and as the bytes an entry costs beyond `sys.getsizeof` (`ENTRY_OVERHEAD_BYTES`).
 
-No assertion on timing: figures printed, targets marked met or NOT met. On a quiet 2-core machine about 4 minutes
-(3 rounds), of which a minute is part 4; its figures do not depend on the machine's load, the others do.
+No assertion on timing: figures printed, targets marked met or NOT met. About 4 minutes on 2 cores.
 """
 
 from __future__ import annotations
@@ -55,7 +32,6 @@ import gc
 import hashlib
 import json
 import os
-import re
 import statistics
 import subprocess
 import sys
@@ -75,7 +51,7 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.load import LoadWatch  # noqa: E402
+from bench.load import LoadWatch, percentile, summed_metrics  # noqa: E402
 from bench.server import free_port, start_server, stop_server  # noqa: E402
 from gateway.cache.memory import ENTRY_OVERHEAD_BYTES, MemoryTier  # noqa: E402
 from gateway.cache.values import Entry, encode  # noqa: E402
@@ -93,7 +69,6 @@ REDOS = 2
 LATENCY_REQUESTS, LATENCY_WARM_UP = 300, 30
 LATENCY_TARGETS_MS = {"memory": 3.0, "redis": 5.0}
 REDIS_TIMEOUT_MS = 20
-SLOW_LOOKUP_S = 0.01  # a bucket bound of embento_cache_lookup_seconds
 FAULT_CLIENTS, FAULT_PER_REQUEST, FAULT_POOL = 32, 8, 128
 BASELINE_S, UP_S, DOWN_S, RESTARTED_S = 6.0, 4.0, 5.0, 6.0
 STALL_S, BEFORE_STALL_S, AFTER_STALL_S = 10, 2.0, 3.0
@@ -186,13 +161,8 @@ def cached_env(redis: RedisServer, memory_bytes: int | None = None) -> dict[str,
 
 
 def metric(text: str, name: str, **labels: str) -> float:
-    """The sum of `name`'s samples in a Prometheus exposition whose labels include `labels`."""
-    total = 0.0
-    for match in re.finditer(rf"^{name}(?:{{(.*?)}})? (\S+)$", text, re.MULTILINE):
-        found = dict(re.findall(r'(\w+)="([^"]*)"', match.group(1) or ""))
-        if all(found.get(key) == value for key, value in labels.items()):
-            total += float(match.group(2))
-    return total
+    """The sum of `name`'s samples in a /metrics page whose labels include `labels`."""
+    return summed_metrics(text, [name], labels)[name]
 
 
 def scrape(server: Server) -> str:
@@ -314,10 +284,6 @@ def rate(done: list[Done]) -> float:
 def cached_share(done: list[Done]) -> float:
     tokens = sum(d.tokens for d in done if d.error is None)
     return sum(d.cached or 0 for d in done if d.error is None) / tokens if tokens else 0.0
-
-
-def percentile(values: list[float], p: int) -> float:
-    return statistics.quantiles(values, n=100, method="inclusive")[p - 1] if len(values) > 1 else values[0]
 
 
 # ---------------------------------------------------------------------------------------------------- 1. throughput
@@ -504,38 +470,16 @@ def summary(done: list[Done], seconds: float) -> str:
     )
 
 
-def timeline(fault: Fault) -> None:
-    """Per second of the load: inputs answered, failed requests, the share of tokens cached, p99."""
-    events = {round(at - fault.started, 1): name for name, at in fault.marks.items() if name not in ("start", "end")}
-    print(f"  {'s':>4s} {'inputs/s':>9s} {'failed':>7s} {'cached':>7s} {'p99 ms':>7s}")
-    second = 0
-    while fault.started + second < fault.marks["end"]:
-        in_second = between(fault.done, fault.started + second, fault.started + second + 1)
-        lat = [d.seconds for d in in_second if d.error is None]
-        marks = [f"<- {name} at {at:.1f} s" for at, name in sorted(events.items()) if second <= at < second + 1]
-        print(
-            f"  {second:4d} {sum(d.inputs for d in in_second if d.error is None):9d} "
-            f"{sum(d.error is not None for d in in_second):7d} {cached_share(in_second):7.1%} "
-            f"{1000 * percentile(lat, 99) if lat else float('nan'):7.0f} {' '.join(marks)}"
-        )
-        second += 1
-
-
 def grew(fault: Fault, start: str, end: str, name: str, **labels: str) -> float:
     return metric(fault.scrapes[end], name, **labels) - metric(fault.scrapes[start], name, **labels)
 
 
 def redis_counts(fault: Fault, start: str, end: str) -> str:
-    """From /metrics: Redis hits and errors, and the answered lookups that took over SLOW_LOOKUP_S (a lookup
-    past the timeout is an error, and Redis is skipped for a second after it)."""
+    """From /metrics: Redis hits and errors (a lookup past the timeout is an error; Redis is skipped for a second
+    after it)."""
     hits = grew(fault, start, end, "embento_cache_hits_total", model=MODEL, tier="redis")
     errors = grew(fault, start, end, "embento_cache_errors_total", model=MODEL, tier="redis")
-    lookups = grew(fault, start, end, "embento_cache_lookup_seconds_count", tier="redis")
-    quick = grew(fault, start, end, "embento_cache_lookup_seconds_bucket", tier="redis", le=str(SLOW_LOOKUP_S))
-    return (
-        f"Redis hits {hits:.0f}, errors {errors:.0f}, answered lookups over {1000 * SLOW_LOOKUP_S:.0f} ms "
-        f"{lookups - quick:.0f} of {lookups:.0f}"
-    )
+    return f"Redis hits {hits:.0f}, errors {errors:.0f}"
 
 
 def failures(done: list[Done]) -> str:
@@ -557,7 +501,6 @@ def kill_and_restart(
             [(UP_S, "killed", redis.kill), (DOWN_S, "restarted", redis.start), (RESTARTED_S, "stopping", lambda: None)],
         )
     )
-    timeline(fault)
     marks = fault.marks
     phases = (("up", "start", "killed"), ("down", "killed", "restarted"), ("restarted", "restarted", "end"))
     for name, start, end in phases:
@@ -599,7 +542,6 @@ def stall(
             ],
         )
     )
-    timeline(fault)
     marks = fault.marks
     during = [d for d in fault.done if marks["stalled"] <= d.started < marks["stalled"] + STALL_S]
     p99 = 1000 * percentile([d.seconds for d in during if d.error is None], 99)

@@ -14,6 +14,7 @@ import ipaddress
 import os
 import platform
 import random
+import re
 import socket
 import statistics
 import subprocess
@@ -68,12 +69,13 @@ class Result:
         return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def summed_metrics(text: str, names: Iterable[str]) -> dict[str, float]:
-    """Each of `names` in a /metrics page, summed over its labels (models, services, processes)."""
+def summed_metrics(text: str, names: Iterable[str], labels: dict[str, str] | None = None) -> dict[str, float]:
+    """Each of `names` in a /metrics page, summed over its samples (models, services, processes); with `labels`,
+    over those whose labels include them."""
     found = dict.fromkeys(names, 0.0)
     for line in text.splitlines():
         name = line.split("{", 1)[0].split(" ", 1)[0]
-        if name in found:
+        if name in found and (not labels or labels.items() <= dict(re.findall(r'(\w+)="([^"]*)"', line)).items()):
             found[name] += float(line.split()[-1])
     return found
 
