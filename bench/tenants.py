@@ -1,34 +1,17 @@
-"""Tenants' fair share (issue 38) on all-MiniLM-L6-v2, in one run: does a tenant that floods a model service
-leave a light tenant its latency, and does the flood still get the server's throughput.
+"""Tenants' fair share (issue 38) on all-MiniLM-L6-v2: does a tenant that floods a model service leave a light
+tenant its latency, and does the flood keep the server's throughput. The figures are docs/tenants.md's "Figures".
 
     python bench/tenants.py [--seconds 20] [--warm 2] [--flood 100] [--light 2]
 
-Two tenants in a keys file (`auth.keys_file`, mode 600): A and B, weight 1 each, no limits. Both send closed
-loops of single-sentence POST /v1/embeddings (bench/load.py's corpus, 8-20 words; the embedding cache is off, as
-by default, so a repeated sentence is computed again), each client with its tenant's `Authorization: Bearer
-<key>`: A `--flood` clients, B `--light`. Each phase runs its clients `--warm` seconds unrecorded, then `--seconds`
-recorded: a request counts when it was sent and answered within those seconds; inputs/s are those answers over
-`--seconds`.
+Tenants A (`--flood` clients) and B (`--light` clients) send closed loops of single sentences, each with its key.
+Two production-mode servers in turn: a fair queue (a keys file: A and B, weight 1 each) and a single queue (no
+keys: one tenant, arrival order). Per server: one pass (the median time of a request of the batch size in force
+on the idle server), then B alone, A alone and A + B, each `--warm` seconds unrecorded and `--seconds` recorded
+(a request counts when sent and answered within them). Printed per phase, for reference, from /metrics: the mean
+forward pass and its inputs and the requests per model-service call; and the cores other processes used.
 
-1. Fair queue: a production-mode server (bench/server.py) with the keys file, so that waiting requests leave across
-   tenants by weighted fair share of tokens (gateway/queue/fair_queue.py).
-   - one pass: the batch size in force (GET /info, `models[0].batch_size`), and the median time of PASS_TRIES
-     requests of that many sentences on the idle server: a pass at the batch size, plus the gateway's own part.
-   - B alone: B's clients on the idle server: p50, p99.
-   - A alone: A's clients: the server's saturated throughput, inputs/s.
-   - A + B: both at once: B's p50 and p99, A's inputs/s.
-   Per phase, from /metrics, for reference: the mean forward pass and its inputs (on CPU a big batch runs as one
-   pass per core, models/inference/lanes.py), and the requests per model-service call (gateway/queue/coalesce.py).
-2. Single queue: a second server, without a keys file (no key asked for; every request is the tenant `default`'s,
-   one queue in arrival order): the same phases with the same clients (their keys are ignored).
-
-Targets (the fair queue's; the single queue's figures beside them, against the same rules):
-- B's p50 beside A <= 2 x B's p50 alone + one pass (the idle request of the batch size).
-- A's inputs/s beside B >= 0.9 x A's alone (the server's saturated throughput).
-On a 2-core machine this script's clients share the cores with the server: each phase prints the cores that
-other processes used meanwhile (bench/load.py's LoadWatch).
-
-No assertion on timing: figures printed, targets marked met or NOT met.
+Targets: B's p50 beside A <= 2 x B's p50 alone + one pass; A's inputs/s beside B >= 0.9 x A's alone. No
+assertion on timing: figures printed, targets marked met or NOT met.
 """
 
 from __future__ import annotations
@@ -49,7 +32,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.load import LoadWatch, corpus, summed_metrics  # noqa: E402
+from bench.load import LoadWatch, corpus, percentile, summed_metrics  # noqa: E402
 from bench.server import free_port, start_server, stop_server  # noqa: E402
 from config.keys_file import new_secret  # noqa: E402
 
@@ -68,13 +51,11 @@ class Tally:
 
     @property
     def p50(self) -> float:
-        return statistics.median(self.latencies_ms) if self.latencies_ms else float("nan")
+        return percentile(self.latencies_ms, 50)
 
     @property
     def p99(self) -> float:
-        if len(self.latencies_ms) < 2:
-            return self.p50
-        return statistics.quantiles(self.latencies_ms, n=100, method="inclusive")[98]
+        return percentile(self.latencies_ms, 99)
 
 
 @dataclass
@@ -104,17 +85,12 @@ class Server:
 def write_keys(folder: Path) -> tuple[Path, dict[str, str]]:
     """A keys file holding the tenants A and B (weight 1, no limits), and their secrets."""
     secrets = {"A": new_secret(), "B": new_secret()}
+    keys = [
+        {"name": name, "key_sha256": hashlib.sha256(secret.encode()).hexdigest(), "weight": 1}
+        for name, secret in secrets.items()
+    ]
     path = folder / "keys.yaml"
-    path.write_text(
-        yaml.safe_dump(
-            {
-                "keys": [
-                    {"name": name, "key_sha256": hashlib.sha256(secret.encode()).hexdigest(), "weight": 1}
-                    for name, secret in secrets.items()
-                ]
-            }
-        )
-    )
+    path.write_text(yaml.safe_dump({"keys": keys}))
     path.chmod(0o600)
     return path, secrets
 
