@@ -1,24 +1,15 @@
-"""Bulk jobs (issue 37) on all-MiniLM-L6-v2, in one run: does a batch use only idle capacity, does it use all of
-it, and what does its durable state cost.
+"""Bulk jobs (issue 37) on all-MiniLM-L6-v2: does a batch use only idle capacity, does it use all of it, and what
+does its durable state cost. The figures are docs/bulk-jobs.md's "Figures".
 
-    python bench/batch_jobs.py [--lines 2000] [--big-lines 50000] [--seconds 20]
+    python bench/batch_jobs.py [--lines 2000] [--big-lines 50000] [--seconds 20] [--env NAME=VALUE ...]
 
-One production-mode server (bench/server.py) with jobs on SQLite in its BentoML home. Lines are LINE_INPUTS short
-sentences each (bench/load.py's corpus, 8-20 words), the same bodies sent online and in batches.
-
-1. Online ceiling: the lines sent as online requests by closed-loop clients, IN_FLIGHT_LEVELS each for
-   `--seconds`: the best inputs/s.
-2. A batch alone: `--lines` lines through /v1/files and /v1/batches, from upload to `completed`, and from 10 % to
-   90 % of its lines done (past its fixed costs): inputs/s against the online best (target >= 0.9).
-3. Interactive latency: an open loop of single-sentence requests (INTERACTIVE_RATE a second) for `--seconds`,
-   alone, then while a `--big-lines` batch runs (the batch is cancelled after): p99 alone and with the batch,
-   against the target p99_alone x 1.5 + one pass (the batch's mean forward pass, from /metrics), and the lines
-   the batch got done meanwhile.
-4. SQLite state writes, in process: the job store's claim and store of chunks of `jobs.chunk_lines` lines (its
-   default)
-   whose outputs are the size this server answered for a line, per line, as a share of the time a line took in
-   part 2 (target <= 5 %).
-
+One production-mode server, jobs on SQLite in its BentoML home; lines of LINE_INPUTS short sentences, the same
+bodies online and in batches.
+1. Online ceiling: the lines sent online by IN_FLIGHT_LEVELS closed-loop clients for `--seconds`: the best inputs/s.
+2. A batch of `--lines` alone, from upload to `completed` and from 10 % to 90 % done: against the online best.
+3. Single sentences in an open loop (INTERACTIVE_RATE a second), alone and beside a `--big-lines` batch: p99
+   against p99 alone x 1.5 + one pass (the batch's mean forward pass, from /metrics).
+4. In process: the job store's claims and stores on SQLite per line, as a share of a batch line's time in part 2.
 No assertion on timing: figures printed, targets marked met or NOT met.
 """
 
@@ -26,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import random
 import statistics
 import sys
@@ -39,8 +29,9 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.load import LoadWatch, corpus  # noqa: E402
-from bench.server import free_port, start_server, stop_server  # noqa: E402
+from bench.load import LoadWatch, corpus, summed_metrics  # noqa: E402
+from bench.server import closed_loop, free_port, start_server, stop_server  # noqa: E402
+from testkit.batches import jsonl, request_line  # noqa: E402
 
 MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 LINE_INPUTS = 4
@@ -54,10 +45,7 @@ def line_bodies(count: int, seed: int) -> list[dict]:
 
 
 def batch_file(bodies: list[dict]) -> bytes:
-    return "\n".join(
-        json.dumps({"custom_id": f"line-{i}", "method": "POST", "url": "/v1/embeddings", "body": body})
-        for i, body in enumerate(bodies)
-    ).encode()
+    return jsonl([request_line(f"line-{i}", body) for i, body in enumerate(bodies)])
 
 
 def submit(url: str, bodies: list[dict]) -> str:
@@ -76,32 +64,21 @@ def batch_state(url: str, batch_id: str) -> dict:
     return httpx.get(f"{url}/v1/batches/{batch_id}", timeout=30).json()
 
 
-async def online_rate(url: str, bodies: list[dict], in_flight: int, seconds: float) -> float:
-    """Inputs a second from `in_flight` closed-loop clients sending the line bodies."""
-    done = 0
-    deadline = time.perf_counter() + seconds
+def online_rate(url: str, bodies: list[dict], in_flight: int, seconds: float) -> float:
+    """Inputs a second from `in_flight` closed-loop clients sending the lines' inputs, a line a request."""
+    texts = [text for body in bodies for text in body["input"]]
 
-    async def client(session: aiohttp.ClientSession, start: int) -> None:
-        nonlocal done
-        at = start
-        while time.perf_counter() < deadline:
-            async with session.post(f"{url}/v1/embeddings", json=bodies[at % len(bodies)]) as response:
-                assert response.status == 200, await response.text()
-                await response.read()
-            done += LINE_INPUTS
-            at += in_flight
+    def line(batch: list[str]) -> tuple[str, dict]:
+        return "/v1/embeddings", {"model": MODEL, "input": batch}
 
-    async with aiohttp.ClientSession() as session:
-        started = time.perf_counter()
-        await asyncio.gather(*(client(session, i) for i in range(in_flight)))
-        return done / (time.perf_counter() - started)
+    return asyncio.run(closed_loop(url, line, texts, seconds, in_flight, LINE_INPUTS))[0]
 
 
 def online_ceiling(url: str, bodies: list[dict], seconds: float) -> float:
     print("1. online ceiling (inputs/s by clients in flight):", flush=True)
     rates = {}
     for in_flight in IN_FLIGHT_LEVELS:
-        rates[in_flight] = asyncio.run(online_rate(url, bodies, in_flight, seconds))
+        rates[in_flight] = online_rate(url, bodies, in_flight, seconds)
         print(f"   {in_flight:>3} in flight: {rates[in_flight]:7.1f}", flush=True)
     return max(rates.values())
 
@@ -159,14 +136,9 @@ def p99(values: list[float]) -> float:
 
 def forward_seconds(url: str) -> tuple[float, float]:
     """(sum, count) of the model services' forward passes so far."""
-    text = httpx.get(f"{url}/metrics", timeout=30).text
-    total = count = 0.0
-    for line in text.splitlines():
-        if line.startswith("embento_model_forward_seconds_sum"):
-            total += float(line.split()[-1])
-        elif line.startswith("embento_model_forward_seconds_count"):
-            count += float(line.split()[-1])
-    return total, count
+    names = ("embento_model_forward_seconds_sum", "embento_model_forward_seconds_count")
+    found = summed_metrics(httpx.get(f"{url}/metrics", timeout=30).text, names)
+    return found[names[0]], found[names[1]]
 
 
 def interactive(url: str, big_lines: int, seconds: float) -> None:
@@ -228,7 +200,6 @@ def main() -> None:
     parser.add_argument("--lines", type=int, default=2000)
     parser.add_argument("--big-lines", type=int, default=50_000)
     parser.add_argument("--seconds", type=float, default=20.0)
-    parser.add_argument("--interactive-only", action="store_true", help="part 3 alone")
     parser.add_argument(
         "--env", action="append", default=[], help="NAME=VALUE for the server, e.g. EMBENTO_JOBS_LINES_IN_FLIGHT=8"
     )
@@ -241,15 +212,13 @@ def main() -> None:
         try:
             bodies = line_bodies(args.lines, seed=1)
             output_bytes = len(httpx.post(f"{url}/v1/embeddings", json=bodies[0], timeout=60).content) + 120
-            asyncio.run(online_rate(url, bodies, 8, 3))  # warm
-            if not args.interactive_only:
-                best = online_ceiling(url, bodies, args.seconds)
-                seconds_per_line = batch_alone(url, bodies, best, process.pid)
+            online_rate(url, bodies, 8, 3)  # warm
+            best = online_ceiling(url, bodies, args.seconds)
+            seconds_per_line = batch_alone(url, bodies, best, process.pid)
             interactive(url, args.big_lines, args.seconds)
         finally:
             stop_server(process)
-    if not args.interactive_only:
-        state_writes(seconds_per_line, output_bytes)
+    state_writes(seconds_per_line, output_bytes)
 
 
 if __name__ == "__main__":
