@@ -109,26 +109,9 @@ def profiled(server: Server, folder: Path | None, label: str) -> Iterator[None]:
     if folder is None:
         yield
         return
-    pid = str(server.http_processes()[0].pid)
-    spies = [
-        subprocess.Popen(
-            [
-                "py-spy",
-                "record",
-                "--pid",
-                pid,
-                "--rate",
-                "250",
-                "--gil",
-                "--nonblocking",
-                "--format",
-                fmt,
-                "--output",
-                out,
-            ]
-        )
-        for fmt, out in (("flamegraph", f"{folder}/{label}.svg"), ("speedscope", f"{folder}/{label}.json"))
-    ]
+    record = f"py-spy record --pid {server.http_processes()[0].pid} --rate 250 --gil --nonblocking".split()
+    outputs = (("flamegraph", f"{folder}/{label}.svg"), ("speedscope", f"{folder}/{label}.json"))
+    spies = [subprocess.Popen([*record, "--format", fmt, "--output", out]) for fmt, out in outputs]
     try:
         yield
     finally:

@@ -159,7 +159,6 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=8.0)
     parser.add_argument("--speeds", default="large,small")
     parser.add_argument("--workers", default="1", help="gateway workers to try, e.g. 1,2")
-    parser.add_argument("--label", default="", help="printed with each line (e.g. before / after)")
     args = parser.parse_args()
     corpus = make_sentences(4096, seed=3)
     print(
@@ -184,7 +183,7 @@ def main() -> None:
                         f"http://127.0.0.1:{port}", server.pid, stats, clients, per_request, args.seconds, corpus
                     )
                     print(
-                        f"{args.label} {speed} | {workers} | {clients} x {per_request} | {r['sent_s']:.0f} | "
+                        f"{speed} | {workers} | {clients} x {per_request} | {r['sent_s']:.0f} | "
                         f"{100 * r['busy']:.0f} % | {r['rows_per_pass']:.0f} | {r['gateway_cpu_ms_per_request']:.2f}"
                         f" | {r['sent_s_per_gateway_core']:.0f}",
                         flush=True,
