@@ -136,7 +136,6 @@ class Workload:
     documents: list[str]
     bulk_file_id: str
     line_tokens: float  # tokens of one bulk line (measured on a sample)
-    document_tokens: float = float("nan")  # tokens of one long document (from the long-alone phase)
 
 
 # ---------------------------------------------------------------- requests and server state
@@ -382,15 +381,13 @@ def failures(label: str, answers: list[Answer]) -> str:
 
 
 def rates(found: Window, work: Workload) -> dict[str, float]:
-    """Each background's throughput in the window: flood sentences/s, long tokens/s and documents/s, bulk
-    sentences/s. The long documents' tokens are the model's less every other client's."""
+    """Each background's throughput in the window: flood sentences/s, long tokens/s, bulk sentences/s. The long
+    documents' tokens are the model's less every other client's."""
     answered = [a for a in found.probe + found.flood if a.status == 200]
     others = sum(a.tokens for a in answered) + found.lines * work.line_tokens
-    long_tokens = max(0.0, found.token_rate - others / found.seconds)
     return {
         "flood": len(ok_ms(found.flood)) * FLOOD_SENTENCES / found.seconds,
-        "long": long_tokens,
-        "documents": long_tokens / work.document_tokens,
+        "long": max(0.0, found.token_rate - others / found.seconds),
         "bulk": found.lines * LINE_SENTENCES / found.seconds,
     }
 
@@ -403,12 +400,7 @@ def describe(label: str, found: Window, work: Workload, parts: tuple[str, ...]) 
     if "flood" in parts:
         text += f" flood {rate['flood']:7.1f} sentences/s;"
     if "long" in parts:
-        # Each client always has one document in flight, so the mean latency is clients / documents/s.
-        text += (
-            f" long {rate['long']:7.0f} tokens/s = {rate['documents']:.3f} documents/s, a mean latency of "
-            f"{LONG_CLIENTS / rate['documents']:.1f} s; measured {mean_ms(found.long) / 1000:.1f} s over the "
-            f"{len(ok_ms(found.long))} answered in the window;"
-        )
+        text += f" long {rate['long']:7.0f} tokens/s ({len(ok_ms(found.long))} documents answered in the window);"
     if "bulk" in parts:
         text += f" bulk {found.lines / found.seconds:6.1f} lines/s = {rate['bulk']:7.1f} sentences/s;"
     text += f" other processes {found.other_cores:.2f} cores"
@@ -428,7 +420,7 @@ def ratio(numerator: float, denominator: float) -> float:
 
 
 async def long_phase(session: aiohttp.ClientSession, server: Server, work: Workload) -> tuple[float, float]:
-    """A long request's mean latency (ms) without and with the probe; learns the document's tokens."""
+    """A long request's mean latency (ms) without and with the probe."""
     print(f"long request alone ({LONG_TRIES} documents in a row, without the probe, then with it):", flush=True)
     figures = []
     for with_probe in (False, True):
@@ -440,11 +432,10 @@ async def long_phase(session: aiohttp.ClientSession, server: Server, work: Workl
             documents.append(await post(session, server.url, body))
         stop.set()
         probed = await probing if probing is not None else []
-        answered = [a for a in documents if a.status == 200]
-        if answered:
-            work.document_tokens = statistics.mean(a.tokens for a in answered)
         figures.append(mean_ms(documents))
-        text = f"   {'with probe' if with_probe else 'alone':<14} {', '.join(f'{a.ms:.0f}' for a in answered)} ms"
+        text = (
+            f"   {'with probe' if with_probe else 'alone':<14} {', '.join(f'{ms:.0f}' for ms in ok_ms(documents))} ms"
+        )
         if probed:
             text += f"; probe p50 {p50(probed):.1f} ms, p99 {p99(probed):.1f} ms ({len(probed)} sent)"
         print(text + failures("long", documents) + failures("probe", probed), flush=True)
