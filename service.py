@@ -28,9 +28,7 @@ from bento.placement import gateway_workers, served_workers
 from bento.process_memory import report_process_memory
 from bento.server_logging import configure_server_logging
 from bento.store import bento_config_env, check_served_bento, pin_store_models
-from config.model_set import server_model_set
 from config.served import served_config
-from config.server_files import remove_server_files
 from gateway.answering import answered
 from gateway.cache.tiers import EmbeddingCache
 from gateway.catalog import Catalog
@@ -48,6 +46,8 @@ from models.kinds import model_kind, spec
 from runners import MODEL_SERVICES
 from runners.loading import load_models
 from runners.service_config import dispatch_max_rows
+from server_state.model_set import server_model_set
+from server_state.server_files import remove_server_files
 
 CONFIG = served_config()  # store models (`bentoml://…`) resolved to their folders
 patch_serving(CONFIG.tracing)

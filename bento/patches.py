@@ -25,7 +25,7 @@ from typing import Any
 
 from bentoml._internal.marshal.dispatcher import Optimizer
 
-from config.server_files import RELOAD_MARK, gateway_workers_alive
+from server_state.server_files import RELOAD_MARK, gateway_workers_alive
 
 
 def make_work_conserving() -> None:
@@ -76,7 +76,7 @@ def reload_keys_on_hangup() -> None:
     (gateway/tenants/keys.py), instead of circus's graceful restart of every worker."""
     from circus.sighandler import SysHandler
 
-    from config.server_files import arbiter_file
+    from server_state.server_files import arbiter_file
 
     def touch_reload_mark(self: SysHandler) -> None:
         arbiter_file(RELOAD_MARK).write_text(str(time.time_ns()))
@@ -132,7 +132,7 @@ def drain_before_shutdown(idle_seconds: Callable[[], float]) -> None:
     """For a model service's process. Circus stops every service of the server together, and uvicorn stops
     listening at once; but the gateway, draining its own in-flight requests, still has some to send (the
     coalescer holds them while a call runs). So a model service keeps serving while a gateway worker of its
-    server runs (`config.server_files.gateway_workers_alive`); started alone, until it has been idle for
+    server runs (`server_state.server_files.gateway_workers_alive`); started alone, until it has been idle for
     `DRAIN_QUIET_S`. Idle time alone was not enough: on a loaded host a draining gateway once took longer than
     that between two calls, and its last request got a 503. At most `DRAIN_MAX_S`, then it shuts down as
     uvicorn does."""

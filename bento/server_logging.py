@@ -32,7 +32,7 @@ from config.errors import EmbentoError
 
 WITHHELD = "(message withheld: it may quote a request; log.request_content: true shows it)"
 # The bundle's packages: their INFO lines (models loaded and unloaded, admin calls, warm-up) are operators' news.
-EMBENTO_LOGGERS = ("gateway", "runners", "models", "bento", "config")
+EMBENTO_LOGGERS = ("gateway", "runners", "models", "bento", "config", "server_state")
 _ORIGINAL_FACTORY = logging.getLogRecordFactory()
 
 

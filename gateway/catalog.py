@@ -1,5 +1,6 @@
-"""The models a server may serve, as every gateway worker sees them at run time: what is wanted (config/model_set.py,
-shared by the server's processes) and what the model-service workers hold (their status files).
+"""The models a server may serve, as every gateway worker sees them at run time: what is wanted
+(server_state/model_set.py, shared by the server's processes) and what the model-service workers hold (their
+status files).
 
 Each gateway worker follows the status files: a model every worker of its service holds is warmed up here (the
 start's calibration) and only then served (`ModelRegistry.infos`); one unloaded or failed leaves the registry. A
@@ -24,13 +25,22 @@ from dataclasses import dataclass
 
 from config import errors
 from config.durations import duration_text
-from config.model_set import PINS_FILE, WARM_FILE, ModelSet, ModelStatus, SharedModelSet, State, Wanted, pinned_names
 from config.settings import EmbentoConfig
 from gateway.shared_memory import SharedCounters
 from gateway.startup.warmup import TRANSIENT, ModelRegistry, describe
 from gateway.tenants.keys import OPEN, TENANT, caller_id
 from models.base import ModelInfo
 from models.kinds import spec
+from server_state.model_set import (
+    PINS_FILE,
+    WARM_FILE,
+    ModelSet,
+    ModelStatus,
+    SharedModelSet,
+    State,
+    Wanted,
+    pinned_names,
+)
 
 logger = logging.getLogger(__name__)
 REQUEST_PINS: ContextVar[list[str] | None] = ContextVar("embento_request_pins", default=None)

@@ -1,5 +1,5 @@
 """The admin API's operations on the run-time model set (gateway/http/admin.py routes onto them): the report, load,
-unload and aliases, each a change of the server's wanted set (config/model_set.py) and a wait until the model
+unload and aliases, each a change of the server's wanted set (server_state/model_set.py) and a wait until the model
 services and this gateway worker have met it (gateway/catalog.py).
 
 Each change done is one INFO line, asked by `admin` (the admin key alone opens these routes; a refused call is
@@ -13,8 +13,8 @@ from typing import Any
 
 from config import errors
 from config.durations import duration_text
-from config.model_set import ModelSet
 from gateway.catalog import Catalog
+from server_state.model_set import ModelSet
 
 logger = logging.getLogger(__name__)  # each change made, in the server log: the admin routes have no access log
 ADMIN = "admin"  # who asks, in the wanted set and the log lines: the admin key's holder

@@ -25,8 +25,8 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 from bentoml._internal.context import server_context
 
-from config.server_files import server_file
-from config.shared_table import SLOTS, SharedTable
+from server_state.server_files import server_file
+from server_state.shared_table import SLOTS, SharedTable
 
 
 class SharedCounters:

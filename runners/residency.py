@@ -1,12 +1,12 @@
-"""Which models one model-service worker holds: the wanted set (config/model_set.py) brought about in its pool.
+"""Which models one model-service worker holds: the wanted set (server_state/model_set.py) brought about in its pool.
 
 Each step: models no longer wanted are unloaded; a model idle past its `keep_alive` is evicted (and marked unwanted,
 so that the next request for it loads it again); a wanted model not held is loaded, after evicting the least
 recently used idle models its budget needs (`max_loaded_models`, `max_loaded_bytes`). A model with requests in flight
-(pinned by a gateway from when the request named it to its answer: config/model_set.py's `Pins`, or running here) is
-never unloaded: when nothing idle can make room the load is refused with the figures. What the worker then holds is
-written to its status file, for the gateway workers. Idle time is read on an injected clock from when the pool's
-last use of the model was seen (`ModelPool.last_use`), so the policy is tested without waiting.
+(pinned by a gateway from when the request named it to its answer: server_state/model_set.py's `Pins`, or running
+here) is never unloaded: when nothing idle can make room the load is refused with the figures. What the worker then
+holds is written to its status file, for the gateway workers. Idle time is read on an injected clock from when the
+pool's last use of the model was seen (`ModelPool.last_use`), so the policy is tested without waiting.
 
 Each load, unload and eviction is one INFO line naming the worker, the reason (asked; idle past which `keep_alive`;
 the budget, for which model) and who asked, as the wanted set records them (`Wanted.asked_by`, `keep_alive_by`).
@@ -26,13 +26,13 @@ from bentoml._internal.context import server_context
 
 from config.durations import duration_text
 from config.errors import EmbentoError
-from config.model_set import ModelSet, ModelStatus, Pins, SharedModelSet, server_model_set
 from config.served import served_config
 from config.settings import ModelConfig
 from models.base import ModelInfo
 from models.resolve import resolve_model
 from runners.pool import ModelPool
 from runners.service_config import models_of_service, placed
+from server_state.model_set import ModelSet, ModelStatus, Pins, SharedModelSet, server_model_set
 
 logger = logging.getLogger(__name__)
 STEP_EVERY_S = 0.1  # how soon a worker sees a change of the wanted set

@@ -25,11 +25,11 @@ from typing import Any
 import aiohttp
 
 from config import errors
-from config.server_files import mark_gateway_worker
 from gateway.metrics import READY
 from gateway.shared_memory import SharedCounters
 from gateway.startup.warmup import ModelRegistry, Warmup
 from models.base import ModelInfo
+from server_state.server_files import mark_gateway_worker
 
 WARMUP_RETRY_S = 1.0
 READINESS_TIMEOUT_S = 1

@@ -20,7 +20,7 @@ from typing import TypeVar
 
 from config.errors import ConfigError
 from config.keys_file import DEFAULT_TENANT, Tenant, digest, read_keys_file
-from config.server_files import RELOAD_MARK, server_file
+from server_state.server_files import RELOAD_MARK, server_file
 
 logger = logging.getLogger(__name__)
 CHECK_EVERY_S = 1.0  # how often the keys file is looked at for a change

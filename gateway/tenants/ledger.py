@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from typing import Literal, Protocol
 
 from config.keys_file import Tenant
-from config.shared_table import SharedTable
 from gateway.shared_memory import SharedCounters
+from server_state.shared_table import SharedTable
 
 Refusal = Literal["requests", "tokens", "concurrency"]
 CONCURRENCY_RETRY_S = 1.0  # a request waiting for a slot has no schedule to read; retry in a second

@@ -27,7 +27,7 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
         "bento",
         "commands",
         "config.served",
-        "config.server_files",
+        "server_state",
         "shared_metrics",
         "bentoml",
         "_bentoml_impl",
@@ -35,13 +35,26 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     ),
     "runners": ("gateway", "commands"),
     "bento": ("gateway", "runners", "commands"),
-    "config": ("gateway", "runners", "bento", "commands", "models"),
+    "config": ("gateway", "runners", "bento", "commands", "models", "server_state"),
+    # The state a running server's processes share (its files): below the gateway, the model services and bento/,
+    # which reach it without reaching each other; above config/ alone.
+    "server_state": ("gateway", "runners", "bento", "commands", "models", "config.served", "shared_metrics"),
     # The CLI builds (bento/), serves through a `bentoml serve` subprocess and stores models: it reads config/,
     # models/ (the kind registry, errors) and bento/, never the servers' code.
     "commands": ("gateway", "runners", "embento.cli"),
     # The installed package (client and entry point) is not the bundle: it reaches the bundle's `commands` only
     # by `importlib.import_module` once it has found the bundle (test_embento_reaches_the_bundle_by_commands_only).
-    "embento": ("gateway", "runners", "bento", "commands", "config", "models", "shared_metrics", "service"),
+    "embento": (
+        "gateway",
+        "runners",
+        "bento",
+        "commands",
+        "config",
+        "models",
+        "server_state",
+        "shared_metrics",
+        "service",
+    ),
 }
 # Every module of the bundle and the installed package; none imports the composition root, service.py (tests and
 # bench/, which run or inspect it, may).

@@ -46,6 +46,7 @@ PROJECT_FILES = (
     "runners",
     "bento",
     "config",
+    "server_state",
     "shared_metrics.py",
     "models",
     "bentofile.yaml",

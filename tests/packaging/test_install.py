@@ -96,7 +96,7 @@ def test_a_fresh_install_adds_only_embento_and_the_command_finds_the_bundle(tmp_
     def run(*command: str) -> subprocess.CompletedProcess:
         return subprocess.run(command, cwd=elsewhere, env=env, capture_output=True, text=True, timeout=120)
 
-    for name in ("models", "runners", "bento", "config", "commands", "gateway", "service"):
+    for name in ("models", "runners", "bento", "config", "server_state", "commands", "gateway", "service"):
         assert "ModuleNotFoundError" in run(str(python), "-c", f"import {name}").stderr, name
     client = run(str(python), "-c", "from embento import Client; print(Client.__module__)")
     assert client.returncode == 0 and client.stdout.strip() == "embento.client", client.stderr

@@ -108,7 +108,7 @@ def _admit_and_hold(worker_index: int, items: int, started, release, result) -> 
 
 
 def test_a_queue_bound_refuses_past_its_total_whichever_worker_counts(tmp_path):
-    from config.server_files import _process_key, _server_folder
+    from server_state.server_files import _process_key, _server_folder
 
     context = multiprocessing.get_context("spawn")
     release, result = context.Event(), context.Queue()
@@ -141,8 +141,8 @@ def test_workers_agree_on_the_first_calibration_offered(monkeypatch):
     import numpy as np
     from bentoml._internal.context import server_context
 
-    from config.server_files import _process_key, _server_folder
     from gateway.shared_memory import agreed
+    from server_state.server_files import _process_key, _server_folder
 
     monkeypatch.setattr(server_context, "worker_index", 1)
     first, second = np.full((3, 4), 0.25, np.float32), np.full((3, 4), 0.2500001, np.float32)

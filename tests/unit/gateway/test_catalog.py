@@ -7,13 +7,13 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from config.model_set import ModelSet, ModelStatus, SharedModelSet
 from config.settings import EmbentoConfig, ModelConfig
 from gateway.catalog import Catalog, server_state
 from gateway.shared_memory import SharedCounters
 from gateway.startup.lifecycle import WARM_WORKERS, Lifecycle
 from gateway.startup.warmup import ModelRegistry
 from models.base import ModelInfo
+from server_state.model_set import ModelSet, ModelStatus, SharedModelSet
 from tests.unit.gateway.fake_engine import INFOS
 
 INFO = next(iter(INFOS.values())).to_dict()

@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from config.model_set import ModelStatus, Pins, SharedModelSet
 from config.settings import EmbentoConfig, ModelConfig
 from models.base import TokenizedText
 from models.inference.auto_backend import load_model
 from models.preprocessing.text_tokenizer import TextTokenizer
 from runners.pool import ModelPool
 from runners.residency import Budget, Held, Residency, room_for
+from server_state.model_set import ModelStatus, Pins, SharedModelSet
 from testkit.sentences import make_sentences
 
 SENTENCES = make_sentences(3)

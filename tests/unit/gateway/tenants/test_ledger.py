@@ -9,11 +9,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from config import shared_table
 from config.keys_file import Tenant
 from gateway import shared_memory as shared
 from gateway.tenants import ledger as ledger_module
 from gateway.tenants.ledger import CONCURRENCY_RETRY_S, Reading, SharedMemoryLedger, Standing, reading, refusal
+from server_state import shared_table
 
 
 class Clock:

@@ -1,8 +1,5 @@
 """A table of integers every process of one server maps: the gateway workers' shared counts
-(gateway/shared_memory.py), which the model services read too (the models pinned by requests: config/model_set.py).
-
-In config/, beside server_files.py, so that the gateway and the model services both reach it.
-"""
+(gateway/shared_memory.py), which the model services read too (the models pinned by requests: model_set.py)."""
 
 from __future__ import annotations
 
@@ -14,7 +11,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from config.server_files import server_file
+from server_state.server_files import server_file
 
 SLOTS = 256  # rows: worker indices are small integers, 1-based
 

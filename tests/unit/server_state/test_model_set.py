@@ -1,4 +1,4 @@
-"""The wanted model set every process of a server shares (config/model_set.py), and durations as written."""
+"""The wanted model set every process of a server shares (server_state/model_set.py), and durations as written."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import pytest
 
 from config.durations import seconds_or_forever
 from config.errors import ConfigError
-from config.model_set import ModelSet, ModelStatus, SharedModelSet
 from config.settings import EmbentoConfig, ModelConfig, load_config
+from server_state.model_set import ModelSet, ModelStatus, SharedModelSet
 
 
 @pytest.mark.parametrize(

@@ -1,6 +1,4 @@
-"""Files every process of one server shares: its gateway workers (gateway/shared_memory.py) and its model services.
-
-In config/, so that the gateway and the model services both reach them without importing each other."""
+"""Files every process of one server shares: its gateway workers (gateway/shared_memory.py) and its model services."""
 
 from __future__ import annotations
 

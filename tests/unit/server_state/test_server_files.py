@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from config import server_files
+from server_state import server_files
 
 
 @pytest.fixture

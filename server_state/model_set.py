@@ -2,10 +2,8 @@
 
 The gateway workers (the admin API, a lazy model's first request, a request's `keep_alive`) write the wanted set;
 every model-service worker reads it and loads, unloads or evicts to match (runners/residency.py), then writes what
-it holds to its own status file, which every gateway worker reads (gateway/catalog.py). A file rather than a call:
+it holds to its own status file, which every gateway worker reads (gateway/served/). A file rather than a call:
 a call reaches one worker of a service, and a server may run several of each.
-
-In config/, beside server_files.py, so that the gateway and the model services both reach it.
 """
 
 from __future__ import annotations
@@ -19,9 +17,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from config.server_files import server_file
 from config.settings import EmbentoConfig
-from config.shared_table import SLOTS, SharedTable
+from server_state.server_files import server_file
+from server_state.shared_table import SLOTS, SharedTable
 
 State = Literal["loaded", "loading", "unloaded", "failed"]
 SET_FILE = "model-set.json"
