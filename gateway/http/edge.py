@@ -19,6 +19,7 @@ from gateway.http.admin import admin_routes, with_admin_routes
 from gateway.http.errors import ERROR_SHAPES, TEI_BODIES, ErrorBodies
 from gateway.http.get_routes import ReadinessReport, get_routes
 from gateway.http.guard import IN_FLIGHT, RequestGuard
+from gateway.http.job_routes import job_routes
 from gateway.http.openapi import OpenApiDocument, with_embento_info
 from gateway.inputs.fetch import UrlFetcher, UrlPolicy
 from gateway.jobs.store import JobStore
@@ -32,7 +33,7 @@ from gateway.tenants.keys import Keys
 from gateway.tenants.ledger import Ledger, SharedMemoryLedger
 from gateway.tenants.redis_ledger import RedisLedger
 from gateway.tenants.usage import AccessLog
-from gateway.wire.batches import FILES_PATH, job_routes, upload_limit
+from gateway.wire.batches import FILES_PATH, upload_limit
 from models.base import Kind
 from models.kinds import gateway_needs_torch
 
