@@ -1,18 +1,12 @@
-"""The gateway's CPU per request against the framework's floors, in one run.
+"""The gateway's CPU per request against the framework's floors, in one run; the method and figures are
+docs/architecture.md's "The gateway against the framework's floor".
 
-    python bench/gateway_floor.py [--seconds 6] [--runs 3] [--profile-dir DIR]
+    python bench/gateway_floor.py [--seconds 6] [--runs 3] [--simulated] [--compare CHECKOUT] [--profile-dir DIR]
 
-Three servers are up at once, each on loopback: Embento serving all-MiniLM-L6-v2 on the CPU (its default
-backend), a BentoML 1.4 echo service and a bare Starlette + uvicorn echo (bench/echo_services.py); the echo
-service is measured again on its two other routes (its API writing its own Response, as Embento's do, and a
-route of the ASGI app it mounts), each in a run of its own. 32 clients
-send OpenAI embeddings bodies of 1 and of 32 sentences; each server's HTTP process is measured from /proc (its
-user + system CPU over the run, divided by the requests answered). Embento's model service is not counted:
-the figure is what the gateway adds per request. Runs interleave the servers, so drift hits each alike;
-figures are the median of `--runs`.
-
-With `--profile-dir`, py-spy (`pip install py-spy`) records the gateway during each Embento run as a flame
-graph (SVG) and a top-functions table (speedscope JSON), for docs/architecture.md.
+Embento, a BentoML echo service (also on its two other routes) and a bare Starlette echo (bench/echo_services.py)
+up at once; 32 clients send bodies of 1 and 32 sentences; each server's HTTP process's CPU from /proc over the
+requests answered (Embento's model service not counted). Runs interleave the servers; medians of `--runs`.
+`--profile-dir`: py-spy (`pip install py-spy`) records the gateway during each Embento run (SVG and speedscope).
 """
 
 from __future__ import annotations

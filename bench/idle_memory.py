@@ -1,11 +1,10 @@
-"""Idle memory and warm start of a server serving all-MiniLM-L6-v2 (`backend: auto`, its ONNX export and parity
-verdict made beforehand, as a Bento's build or an earlier start leaves them): seconds from `bentoml serve` to
-/readyz answering 200, then the whole process tree's RSS and each service's, after one request and
-`IDLE_SETTLE_S`. With `--before DIR`, another checkout of the bundle (say `git archive main | tar -x -C DIR`, with
-this .venv linked into it) is measured the same way, the two alternating `--starts` times, and the ratios
-printed (issue 51: a torch-free text model service, tree RSS <= 0.75x, warm start <= 0.8x).
+"""Idle memory and warm start of a server of all-MiniLM-L6-v2 (`backend: auto`, its ONNX export and verdict made
+beforehand, as a Bento's build leaves them): seconds to /readyz, then the tree's and each service's RSS after one
+request and IDLE_SETTLE_S. `--before DIR` measures another checkout too (`git archive COMMIT | tar -x -C DIR`,
+this .venv linked into it), alternating `--starts` times, and prints the ratios. Figures: docs/architecture.md's
+"Warm start and idle memory".
 
-    python bench/idle_memory.py [--before DIR]
+    python bench/idle_memory.py [--before DIR] [--starts 3]
 """
 
 from __future__ import annotations

@@ -1,18 +1,13 @@
-"""Memory that comes back: a model service's RSS before a model is loaded, once it is loaded and has run, and
-after it is dropped (`ModelPool.load` and `ModelPool.unload`, runners/pool.py), for all-MiniLM-L6-v2 and a
-BERT-base shape (bench/base_checkpoint.py); on CUDA, torch's allocated and reserved device memory too.
+"""Memory that comes back: a model service's RSS before a load, loaded and run, and after the unload
+(`ModelPool.load` and `unload`, runners/pool.py), for all-MiniLM-L6-v2 and the BERT-base shape
+(bench/base_checkpoint.py); on CUDA, torch's allocated and reserved memory too. Figures: docs/architecture.md.
 
     python bench/model_memory.py [--backend torch] [--device cpu] [--cycles 3] [--server]
 
-One process per model and backend, as a model service is. Cycle 0 loads and drops the model once first: it
-imports the backend's libraries and grows the allocator's pools, which stay whatever is loaded later (they are
-the service's, not the model's). Each cycle after it: RSS before the load; loaded, after 64 sentences in
-passes of 32; and after the unload. "kept" is after minus before: what the model left behind; it should not
-grow from cycle to cycle.
-
-With `--server`, the same cycles through a running server and its admin API (issue 53): a `bentoml serve` with
-both models `load: lazy`, each cycle `POST /admin/models/<name>/load`, 64 sentences through `/v1/embeddings`,
-`POST /admin/models/<name>/unload`, and the TextEmbedder process's RSS read at each step.
+One process per model, as a model service is. Cycle 0 loads and drops the model once first: it imports the
+backend's libraries, which stay whatever is loaded later. "kept" (after minus before) should not grow from cycle
+to cycle. `--server`: the same cycles through a server's admin API (both models `load: lazy`), the TextEmbedder
+process's RSS read at each step.
 """
 
 from __future__ import annotations

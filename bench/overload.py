@@ -1,14 +1,12 @@
-"""Overload: 200 connections in a closed loop against a server with a small admission budget.
+"""Overload: 200 connections in a closed loop against a server with a small admission budget. Figures:
+docs/operations.md's "Limits and overload".
 
     python bench/overload.py [--seconds 10] [--connections 200] [--concurrency 8] [--queue 16]
 
-Drives the server with wrk (Debian package `wrk`: a C load generator, so the client costs little of the
-two cores it shares with the server) first on `/livez`, the cheapest answer BentoML gives (the ceiling),
-then with embedding requests that are mostly refused (429). Prints latency percentiles and rates for both,
-the statuses, and the server's RSS before and after. Then the cost of one refusal on its own: while a few
-clients keep the model queue full with long inputs, one client sends requests one at a time and times the
-429s (under 200 connections, latency is mostly waiting behind the other connections: Little's law).
-Loopback only.
+wrk (Debian's `wrk`: a C load generator, so the client costs little of the shared cores) on `/livez` (the
+ceiling), then on embeddings requests mostly refused (429): latency, rates, statuses, the server's RSS before and
+after. Then one refusal's own cost: while a client holds the model queue full, another sends requests one at a
+time and times the 429s (under 200 connections latency is mostly waiting behind the others: Little's law).
 """
 
 from __future__ import annotations

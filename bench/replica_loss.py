@@ -1,31 +1,17 @@
-"""Replicas lost under load: what clients see when a gateway or a model-service replica dies or is rolled.
+"""Replicas lost under load: what clients see when a gateway or a model-service replica dies or is rolled. The
+setup, the four events and the figures are docs/operations.md's "Replicas lost under load".
 
-    python bench/replica_loss.py [--clients 32] [--settle 20]
+    python bench/replica_loss.py [--clients 32] [--settle 20] [--rate 60] [--batch-lines 4000]
 
-The split topology as on Kubernetes, on loopback (`testkit/replicas.py`): two TextEmbedder model services
-(all-MiniLM-L6-v2) behind one HAProxy backend, two gateways (`--depends TextEmbedder=<that backend>`) behind
-another, each backend health-checked on /readyz, as a Service's endpoints follow readiness. HAProxy is
-Debian's (installed when missing).
-`--clients` OpenAI SDK clients (default retries: 2, on connection errors, 429 and 5xx) send one sentence each,
-back to back, through the gateways' HAProxy. Then, `--settle` seconds apart, as an orchestrator would:
-
-1. SIGKILL one gateway replica (every process of it), and start it again;
-2. SIGKILL one model-service replica, and start it again;
-3. SIGSTOP one model-service replica (a hung process, a lost node: it answers nothing, its connections stay
-   open) for `--settle` seconds; then it is killed and started again, as its failed liveness probe has the
-   kubelet do. The gateways send its overdue calls again (`model_call_resend_s`, its default here);
-4. a rolling update: one gateway and one model service taken out of their backends (as Kubernetes removes a
-   terminating pod from its Service's endpoints), then SIGTERM, and started again.
-
-Printed per phase: requests sent, answered, failed as the SDK raised them, attempts past the first (the SDK's
-retries: after a dropped connection or an error answer), answers that were not a 200, and latency p50 / p99.
-The replacements start while the load runs, as a Deployment's would.
-
-The gateways share a real Redis and PostgreSQL (testkit/shared_state.py), as on Kubernetes. A bulk job of
-`--batch-lines` lines starts before the load and runs through every event (its lines yield to the load); a
-limited tenant (`--rate` requests a minute) spends its key back to back from the load's start to its end.
-Printed after the table: the job's status, whether its output holds every line once, the results stored; the
-tenant's requests let through against what one bucket shared by the replicas allows.
+The split topology on loopback (testkit/replicas.py: two TextEmbedders and two gateways, each pair behind an
+HAProxy backend health-checked on /readyz; HAProxy is Debian's, installed when missing), the gateways sharing a
+Redis and a PostgreSQL (testkit/shared_state.py). `--clients` OpenAI SDK clients send one sentence each, back to
+back, a bulk job of `--batch-lines` lines runs throughout, and a tenant limited to `--rate` requests a minute spends
+its key; then, `--settle` seconds apart: a gateway SIGKILLed, a model service SIGKILLed, a model service SIGSTOPped
+(killed `--settle` s later, as its liveness probe has the kubelet do), and a rolling update (out of the backends,
+then SIGTERM), each replacement started while the load runs. Printed per phase: requests sent, answered, failed
+as the SDK raised them, its retries, answers not 200, p50 / p99; then the job's status and whether its output
+holds every line once, and the limited tenant's requests let through against one shared bucket.
 """
 
 from __future__ import annotations

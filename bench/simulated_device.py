@@ -1,22 +1,15 @@
-"""How busy does Embento keep a GPU? A simulated device, served through the real gateway and model service.
+"""How busy does Embento keep a GPU? A simulated device served through the real gateway and model service; the
+method and figures are docs/architecture.md's "The simulated GPU".
 
     python bench/simulated_device.py [--seconds 8] [--speeds large,small] [--workers 1,2]
 
-The text embedder's model is replaced by `SimulatedEncoder`: its host side collates the rows (numpy, as
-the real padding does) and then holds the GIL for `launch_ms`, as Python launching a transformer's kernels
-does; its device is one thread that sleeps (GIL released) `fixed_ms` plus `per_token_us` per padded token,
-one pass after another, as a CUDA stream runs them. `launch` queues the pass and returns; `wait` blocks
-until the device has run it (what `models/inference/transfer.py` does on a real GPU). The model service writes its
-device's busy seconds to a file, and the benchmark reports busy / wall time for closed-loop clients.
-
-Speeds are set against this host, whose whole work per short sentence (load generator, gateway, model
-service on 2 cores) is ~0.2 ms at 32 sentences per request: what matters is device time against host time.
-- large (bge-large on a GPU, relative to its host): launch 3 ms, device 2 ms + 25 us per padded token, ~0.4
-  ms per sentence: the device is the bound, so it can be kept busy, if the host's work overlaps it.
-- small (MiniLM on a GPU): launch 1 ms, device 0.3 ms + 2.5 us per token, ~0.04 ms per sentence: host work
-  dominates; the bound is the gateway's CPU, reported as sentences/s per gateway core.
-
-Run it in a checkout of an earlier commit (copy bench/simulated_*.py there) for the "before" figures.
+`SimulatedEncoder` replaces the text embedder's model: its host side collates the rows and holds the GIL for
+`launch_ms` (Python launching kernels); its device, one thread, sleeps `fixed_ms` plus `per_token_us` per padded
+token with the GIL released, pass after pass, as a CUDA stream runs them. The model service writes the device's
+busy seconds to a file; reported: sent/s, busy / wall time, rows per pass and the gateway's CPU per request.
+SPEEDS are set against this host: "large" (bge-large-like) keeps the device the bound, "small" (MiniLM-like)
+leaves the gateway's CPU the bound. For "before" figures, run it in an earlier checkout (copy bench/simulated_*.py
+there).
 """
 
 from __future__ import annotations

@@ -1,13 +1,12 @@
-"""Soak: minutes of mixed load (text embeddings, rerank, image embeddings) on one server, watching errors
-and memory.
+"""Soak: minutes of mixed load (text embeddings, rerank, image embeddings) on one server, watching errors and
+memory. Figures: docs/architecture.md's "Soak".
 
     python bench/soak.py [--minutes 10] [--text 6] [--rerank 3] [--image 2] [--cpu-threads N]
 
-Models: the packaged all-MiniLM-L6-v2, a reranker of ms-marco-MiniLM-L-6-v2's shape (bench/rerank.py) and
-a tiny random CLIP (the test suite's). Each client loops: send, check the answer, send again. The server's
-RSS (every process) is sampled every 15 s; growth is measured from the end of the first minute, when
-allocator caches and batch shapes have settled, to the end. Prints requests and errors per kind, the RSS
-series, and whether the answer to a fixed request changed. Loopback only.
+The packaged all-MiniLM-L6-v2, a reranker of ms-marco-MiniLM-L-6-v2's shape (bench/rerank.py) and a tiny CLIP;
+each client sends, checks the answer, sends again. RSS is sampled every SAMPLE_EVERY_S; growth is read from
+SETTLE_S on (allocator caches and batch shapes settled) to the end. Printed: requests and errors per kind, the RSS
+series, and whether a fixed request's answer changed.
 """
 
 from __future__ import annotations

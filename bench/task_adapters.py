@@ -1,13 +1,8 @@
 """What choosing the task adapter per request costs: all-MiniLM-L6-v2 with jina-embeddings-v5-text's four task
-adapters (peft LoRA, rank 4 on attention query and value, drawn by testkit/adapters.py), served by one server,
-under a single-task load (every request `retrieval`) and a mixed-task load (requests cycle through the four
-tasks), and the same checkpoint without adapters beside them: sentences per second, in alternating rounds of
-the same run, as ratios.
+adapters (drawn by testkit/adapters.py) under a single-task and a mixed-task load, and the checkpoint without
+adapters beside them, in alternating rounds of one run. Figures: docs/models.md ("What a mixed load costs").
 
     python bench/task_adapters.py [--seconds 8] [--rounds 3]
-
-Rows of different tasks never share a forward pass (models/inference/task_adapters.py): a mixed load cuts each
-model-service batch into one pass per task, so the ratio is what that costs.
 """
 
 from __future__ import annotations

@@ -1,10 +1,6 @@
-"""Images per second of a tiny Qwen3-VL-Embedding through the server against in process, in one run (a ratio).
-
-The checkpoint is the test suite's (testkit/vl_checkpoints.py), built in the Qwen3-VL reference venv (`make
-vl-reference-venv`: its builder needs torchvision); serving runs in .venv without it. Images are 256 x 256 PNGs
-of noise (64 visual tokens each in the tiny model). In process: decode, frame and process each request's images,
-then one forward pass per request (`VisionLanguageEncoder`), one request loop per core. Through the server: `in_flight`
-clients sending `per_request` images each, the next as soon as one is answered.
+"""Images per second of a tiny Qwen3-VL-Embedding through the server against in process (one request loop per
+core), in one run. Figures: docs/models.md. The checkpoint is the test suite's (testkit/vl_checkpoints.py), built
+in the Qwen3-VL reference venv (`make vl-reference-venv`); images are 256 x 256 PNGs of noise.
 
     .venv/bin/python bench/vl_images.py [--seconds 20]
 """
