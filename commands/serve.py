@@ -17,6 +17,7 @@ from typing import Any
 from commands.flags import DEFAULT_HOST, DEFAULT_PORT, FLAGS, LOG_LEVELS, PROJECT_ROOT, dest
 from config.errors import ConfigError, EmbentoError
 from config.invalid_settings import InvalidSettings
+from config.model_settings import store_tag
 from config.settings import (
     CONFIG_FILE_NAME,
     ENV_PREFIX,
@@ -24,7 +25,6 @@ from config.settings import (
     ModelConfig,
     env_names,
     load_config,
-    store_tag,
 )
 
 

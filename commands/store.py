@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from config.errors import EmbentoError
-from config.settings import STORE_PREFIX
+from config.model_settings import STORE_PREFIX
 
 
 def import_model(args: argparse.Namespace) -> int:

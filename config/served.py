@@ -9,7 +9,8 @@ from pathlib import Path
 import bentoml
 
 from config.errors import ConfigError, ModelLoadError
-from config.settings import STORE_PREFIX, EmbentoConfig, bento_info, get_config, store_tag
+from config.model_settings import STORE_PREFIX, store_tag
+from config.settings import EmbentoConfig, bento_info, get_config
 
 
 @cache

@@ -44,7 +44,7 @@ TARGET = ROOT / "docs" / "configuration.md"
 INTRO = f"""# Configuration
 
 Written by `make docs` (`python docs/make_configuration.py`) from the configuration object in
-`config/settings.py` and the flags in `commands/flags.py`; do not edit by hand.
+`config/settings.py` (a model's: `config/model_settings.py`) and the flags in `commands/flags.py`; do not edit by hand.
 
 One validated object, read in one place. Sources, lowest priority first:
 

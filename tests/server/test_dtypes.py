@@ -15,7 +15,7 @@ import httpx
 import numpy as np
 import pytest
 
-from config.settings import BACKEND_DTYPES
+from config.model_settings import BACKEND_DTYPES
 from models.inference.backends import CPU_ONLY, GPU_ONLY
 from models.kinds import KIND_SPECS
 from testkit.media import audio_bytes, data_uri, image_bytes

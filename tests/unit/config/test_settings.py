@@ -8,7 +8,8 @@ import pytest
 import yaml
 
 from config.errors import ConfigError
-from config.settings import DEFAULT_MODEL_ID, carried, carried_text, load_config, split_list
+from config.model_settings import DEFAULT_MODEL_ID
+from config.settings import carried, carried_text, load_config, split_list
 
 
 def write(tmp_path: Path, data: dict) -> Path:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from typing import get_args
 
-from config.settings import ModelConfig, ModelKind
+from config.model_settings import ModelConfig, ModelKind
 from models.base import ModelInfo
 from models.inference.auto_backend import load_model
 from models.kinds import KIND_SPECS, Kind, model_scorer, spec
