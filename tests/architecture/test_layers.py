@@ -1,9 +1,10 @@
 """Dependencies point one way: service.py -> gateway/ and runners/ -> models/, with config/ under all of
 them and bento/ (packaging and operations) beside runners/; commands/ (the CLI) beside the servers, and the
 installed `embento` package outside the bundle. No module imports itself through others (no circles), and the
-gateway never reaches `models/inference/` (the code that runs models), even through another module. Read from
-the source with `ast`, so a lazy import inside a function, or `importlib.import_module("name")`, counts as much as
-one at the top of a file."""
+gateway never reaches `models/inference/` (the code that runs models), even through another module. Inside the
+gateway too: gateway/wire/ imports neither gateway/http/ nor gateway/jobs/, and nothing in gateway/ outside
+gateway/http/ imports it. Read from the source with `ast`, so a lazy import inside a function, or
+`importlib.import_module("name")`, counts as much as one at the top of a file."""
 
 from __future__ import annotations
 
@@ -66,6 +67,15 @@ NOT_SHIPPED = ("tests", "testkit", "bench")
 # holds what they share). infinity's embedding answers ARE OpenAI's shape: that import is the one allowed.
 FAMILIES = ("openai", "infinity", "cohere", "tei")
 SHARED_FAMILY_MODULES = {"infinity": ("openai",)}
+# One direction through the gateway. gateway/http/ (routes, middleware, the edge's wiring) is its top: no module of
+# gateway/ outside it imports it (service.py, the composition root, does). wire/ (one adapter per client family)
+# is below jobs/, whose batch lines its adapters answer. What they all answer with sits under them:
+# gateway/answering.py (the answering path) and gateway/error_responses.py (statuses, error bodies, retry headers).
+GATEWAY_TOP = "gateway/http"
+GATEWAY_DIRECTION: dict[str, tuple[str, ...]] = {
+    "gateway/wire": ("gateway.http", "gateway.jobs"),
+    "gateway": ("gateway.http",),  # gateway/http/ itself apart
+}
 
 
 def imported_modules(path: Path) -> set[str]:
@@ -135,6 +145,22 @@ def test_a_client_familys_adapter_imports_no_other_familys(family):
         if other != family and other not in SHARED_FAMILY_MODULES.get(family, ())
     )
     assert breaches(f"gateway/wire/{family}.py", others) == []
+
+
+def upward_imports(root: Path, place: str) -> list[str]:
+    """The imports in `place` (a folder under `root`) that GATEWAY_DIRECTION forbids it; gateway/http/ apart."""
+    return [
+        f"{path.relative_to(root).as_posix()} imports {module}"
+        for path in sorted((root / place).rglob("*.py"))
+        if not path.is_relative_to(root / GATEWAY_TOP)
+        for module in sorted(imported_modules(path))
+        if names(module, GATEWAY_DIRECTION[place])
+    ]
+
+
+@pytest.mark.parametrize("place", GATEWAY_DIRECTION)
+def test_one_direction_through_the_gateway(place):
+    assert upward_imports(ROOT, place) == []
 
 
 def import_module_calls(path: Path) -> list[tuple[str, bool]]:
@@ -301,6 +327,38 @@ def test_the_guard_sees_an_import_inside_a_function(tmp_path):
     module = tmp_path / "lazy.py"
     module.write_text("def f():\n    from runners.pool import ModelPool\n")
     assert names("runners.pool", ("runners",)) and "runners.pool" in imported_modules(module)
+
+
+def test_the_guard_sees_a_wire_adapter_import_the_routes_or_the_jobs(tmp_path):
+    root = plant(
+        tmp_path,
+        {
+            "gateway/wire/batches.py": "import gateway.jobs.store\n",
+            "gateway/wire/tei.py": "def route():\n    from gateway import http\n",
+            "gateway/wire/openai.py": "from gateway.answering import answered\n",  # below wire/: allowed
+        },
+    )
+    assert upward_imports(root, "gateway/wire") == [
+        "gateway/wire/batches.py imports gateway.jobs.store",
+        "gateway/wire/tei.py imports gateway.http",
+    ]
+
+
+def test_the_guard_sees_the_gateway_import_its_http_edge_from_below(tmp_path):
+    root = plant(
+        tmp_path,
+        {
+            "gateway/tenants/gate.py": "from gateway.http.errors import error_response\n",
+            "gateway/jobs/answers.py": "from gateway.wire import openai\ndef answer():\n    import gateway.http.job\n",
+            "gateway/http/edge.py": "import gateway.http.errors\nimport gateway.jobs.store\n",  # the top: allowed
+            "service.py": "import gateway.http.edge\n",  # the composition root, outside gateway/: allowed
+        },
+    )
+    assert upward_imports(root, "gateway") == [
+        "gateway/jobs/answers.py imports gateway.http.job",
+        "gateway/tenants/gate.py imports gateway.http.errors",
+        "gateway/tenants/gate.py imports gateway.http.errors.error_response",
+    ]
 
 
 def test_the_registry_points_the_gateway_at_preparation_and_the_model_services_at_inference():
