@@ -58,9 +58,9 @@ from gateway.validation import (
     check_decode,
     check_embed,
     check_rank,
+    check_request_tokens,
     check_response_size,
     check_tokenize,
-    with_task,
 )
 from models.base import ModelInfo, Representation, Row
 from models.kinds import KindSpec, RankBy, spec
@@ -127,8 +127,7 @@ class Engine:
             return (await self.embed_in_context(ContextQuery(query, (len(query.items),)))).embeddings
         info = await self.require_model(query.model, query.capability)
         quantizer = self.registry.quantizers.get(info.served_model_name)
-        check_embed(query, info, self.config, quantizer, self.registry.infos)
-        query = with_task(query, info)
+        query = check_embed(query, info, self.config, quantizer, self.registry.infos)
         if info.spec.takes_media:
             prompt = self.rows.media_prompt(info, query)
             context = embed_context(query, prompt)
@@ -154,6 +153,7 @@ class Engine:
     async def _embed_texts(self, info: ModelInfo, query: EmbedQuery) -> Computed:
         plan = await self.rows.embed(info, query)
         check_response_size(query, info, plan.tokens, self.config.max_response_bytes)
+        check_request_tokens(plan.rows, self.config.max_request_tokens)
         outputs = plan.join(await self.calls.run(info, plan.rows))
         assert plan.output_tokens is not None, "every embedding plan but late chunking's owns its rows"
         return Computed(outputs, plan.output_tokens)
@@ -181,6 +181,7 @@ class Engine:
 
     async def _run(self, info: ModelInfo, rows: Sequence[Row]) -> Computed:
         """Rows with one output each through the model, with each one's tokens."""
+        check_request_tokens(rows, self.config.max_request_tokens)
         return Computed(await self.calls.run(info, rows), [row.length for row in rows])
 
     def _text_keys(self, info: ModelInfo, query: EmbedQuery) -> list[bytes] | None:
@@ -200,11 +201,10 @@ class Engine:
         self.catalog.check_keep_alive(query.embed.keep_alive_s)
         info = await self.require_model(query.embed.model, query.embed.capability)
         quantizer = self.registry.quantizers.get(info.served_model_name)
-        check_embed(query.embed, info, self.config, quantizer, self.registry.infos)
-        check_context(query, info)
-        query = replace(query, embed=with_task(query.embed, info))
+        query = check_context(query, info, self.config, quantizer, self.registry.infos)
         documents = await self.rows.in_context(info, query)
         plan = Plan.joined(documents)
+        check_request_tokens(plan.rows, self.config.max_request_tokens)
         outputs = plan.join(await self.calls.run(info, plan.rows))
         counts = [
             size if document.texts is None else len(document.texts)

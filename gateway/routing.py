@@ -1,11 +1,13 @@
-"""Which served model answers a request: by name, by capability, by the modalities it takes."""
+"""Which served model answers a request: by name, else by capability. What refuses a request's model (not served,
+not able to, not taking its modalities) is `gateway.validation.models`."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
 from config import errors
-from models.base import Kind, Modality, ModelInfo
+from gateway.validation.models import check_capable, check_named
+from models.base import Kind, ModelInfo
 from models.kinds import spec
 
 
@@ -21,8 +23,7 @@ def default_model(
     doing = doing or f"can {capability}"
     capable = [name for name, kind in kinds.items() if capability is None or capability in spec(kind).capabilities]
     capable.sort(key=lambda name: spec(kinds[name]).capabilities[0] != capability)
-    if not capable:
-        raise errors.InvalidRequest(f"no model served here {doing}", param="model")
+    check_capable(capable, f"no model served here {doing}")
     for name in capable:
         if servable(name):
             return name
@@ -40,26 +41,7 @@ def choose_model(infos: Mapping[str, ModelInfo], requested: str | None, capabili
     capable = [name for name, info in infos.items() if capability is None or capability in info.capabilities]
     capable.sort(key=lambda name: infos[name].capabilities[0] != capability)
     if requested is None:
-        if not capable:
-            raise errors.InvalidRequest(f"no served model can {capability}", param="model")
+        check_capable(capable, f"no served model can {capability}")
         requested = capable[0]
-    if requested not in infos:
-        raise errors.UnknownModel(
-            f"model '{requested}' is not served here; served models: {list(infos)}", param="model"
-        )
-    if requested not in capable:
-        raise errors.InvalidRequest(
-            f"model '{requested}' cannot {capability}; models that can: {capable or 'none'}", param="model"
-        )
+    check_named(infos, requested, capability, capable)
     return infos[requested]
-
-
-def check_modalities(infos: Mapping[str, ModelInfo], info: ModelInfo, modalities: set[Modality]) -> None:
-    missing = sorted(modalities - set(info.modalities))
-    if missing:
-        able = [name for name, other in infos.items() if set(missing) <= set(other.modalities)]
-        raise errors.InvalidRequest(
-            f"model '{info.served_model_name}' takes {info.modalities}, not {missing}; models that do: "
-            f"{able or 'none'}",
-            param="model",
-        )

@@ -1,7 +1,9 @@
 """Image and audio bytes -> what a processor takes, with the limits a public endpoint needs.
 
 Decoding happens in the gateway, per item, so a corrupt or hostile file fails its own request with a
-400 before anything reaches a model service.
+400 before anything reaches a model service. Those checks stay here, not in `gateway.validation` (whose docstring
+lists this module): an image's pixels or a clip's duration and samples are known only once decoded, and `models/`
+imports no gateway module.
 """
 
 from __future__ import annotations

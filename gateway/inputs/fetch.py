@@ -4,6 +4,9 @@ Off unless `allow_url_inputs`. Every address a URL resolves to, and every redire
 (not private, loopback, link-local, metadata, reserved, multicast) unless `allow_private_urls` is set or
 it lies in `url_allow_networks`. The check runs on the resolved address that is then connected to, so a
 name cannot pass the check and connect elsewhere. Bodies are streamed and cut at the size cap.
+
+Its request checks stay here, not in `gateway.validation` (whose docstring lists this module): a URL's scheme,
+addresses, redirects, status and size are known only while it is fetched.
 """
 
 from __future__ import annotations

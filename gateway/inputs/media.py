@@ -1,4 +1,7 @@
-"""Media items of a request (data URIs or URLs) -> bytes, and bytes -> processor-ready decoded media."""
+"""Media items of a request (data URIs or URLs) -> bytes, and bytes -> processor-ready decoded media.
+
+Its request checks stay here, not in `gateway.validation` (whose docstring lists this module): a data URI's
+form, base64 and size are known only as it is decoded."""
 
 from __future__ import annotations
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from config.errors import InvalidRequest
 from config.settings import EmbentoConfig, ModelConfig
+from gateway.validation.models import text_model
 from models.base import Kind, ModelInfo, Preprocessor
 from models.kinds import preprocessor_class
 from models.preprocessing.media_processor import MediaProcessor
@@ -30,10 +30,7 @@ class Preprocessors:
 
     def tokenizer(self, info: ModelInfo) -> TextTokenizer:
         """The model's tokenizer: for the routes and rows that take text only (tokenize, token ids, pairs)."""
-        preparation = self.by_model.get(info.served_model_name)
-        if not isinstance(preparation, TextTokenizer):
-            raise InvalidRequest(f"model '{info.served_model_name}' is not a text model", param="model")
-        return preparation
+        return text_model(info, self.by_model.get(info.served_model_name))
 
     def processor(self, info: ModelInfo) -> MediaProcessor | VisionLanguageProcessor:
         """The model's media processor: for a model whose kind `takes_media`."""

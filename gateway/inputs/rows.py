@@ -1,5 +1,7 @@
 """Validated queries into model rows: texts through the model's tokenizer, images and audio fetched or decoded
-and then through its processor. Large inputs are prepared off the event loop."""
+and then through its processor. Large inputs are prepared off the event loop. It refuses nothing itself: an input
+that fetching, decoding or a tokenizer refused is named here by its place in the body and its wire field
+(`named_inputs`, `payloads`); `gateway.validation`'s docstring lists the modules that refuse it."""
 
 from __future__ import annotations
 

@@ -42,7 +42,6 @@ from gateway.queue.deadline import until_done
 from gateway.queue.priority import JOB_CLASSES, PRIORITY, Priority
 from gateway.queue.resend import CallTimes, first_answer
 from gateway.shared_memory import SharedCounters
-from gateway.validation import check_request_tokens
 from models.base import NOT_LOADED, Kind, ModelInfo, Row
 from models.batching import BatchLimits, PassCost, pass_budget_ms, pass_overhead_tokens, plan_batches
 from models.kinds import spec
@@ -105,9 +104,9 @@ class ModelCalls:
         self._cancelling: set[asyncio.Task] = set()
 
     async def run(self, info: ModelInfo, rows: Sequence[Row]) -> list[np.ndarray]:
-        """A request's rows through its model's service, admitted and under its deadline."""
+        """A request's rows through its model's service, admitted and under its deadline (their tokens within
+        `max_request_tokens`: the engine checks them before, `gateway.validation.check_request_tokens`)."""
         tokens = sum(row.length for row in rows)
-        check_request_tokens(tokens, self.config.max_request_tokens)
         request_id = uuid.uuid4().hex
         for row in rows:
             row.request_id = request_id

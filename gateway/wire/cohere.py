@@ -19,10 +19,10 @@ from pydantic import (
 )
 from starlette.responses import Response
 
-from config.errors import InvalidRequest
 from gateway.queries import EmbedQuery, InputItem, InputType, OutputType, mixed_input
 from gateway.queue.priority import Prioritized
 from gateway.results import Embeddings, Ranking
+from gateway.validation.bodies import check_alone, check_has_parts, check_not_empty, check_one_given
 from gateway.wire.common import ModeScores, RerankRequest, Usage, json_answer, rank_query, response_id
 from models.base import Representation, Truncation
 from models.kinds import Output
@@ -64,11 +64,7 @@ class CohereEmbedRequest(Prioritized):
 
     def items(self) -> tuple[InputItem, ...]:
         given = [name for name in ("texts", "images") if getattr(self, name) is not None]
-        if len(given) != 1:
-            raise InvalidRequest(
-                f"give exactly one of {self._inputs_fields()}; got {given or 'none'}",
-                param=given[1] if len(given) > 1 else "texts",
-            )
+        check_one_given(given, self._inputs_fields(), "texts")
         if self.images is not None:
             return tuple(InputItem("image", image) for image in self.images)
         return tuple(InputItem("text", text) for text in self.texts or [])
@@ -126,16 +122,14 @@ class CohereV2EmbedRequest(CohereEmbedRequest):
     def items(self) -> tuple[InputItem, ...]:
         if self.inputs is None:
             return super().items()
-        if self.texts is not None or self.images is not None:
-            raise InvalidRequest("give exactly one of texts, images or inputs", param="inputs")
+        check_alone(self.texts is not None or self.images is not None, "texts, images or inputs", "inputs")
         return tuple(_content_item(index, item) for index, item in enumerate(self.inputs))
 
 
 def _content_item(index: int, item: CohereInput) -> InputItem:
     """One input of all its parts, in order: several make a mixed input, which the validation refuses for a
     model that embeds one text or one image per input."""
-    if not item.content:
-        raise InvalidRequest(f"inputs[{index}] has no content parts", param="inputs")
+    check_has_parts(item.content, index, "inputs")
     return mixed_input(tuple(_content_part(part) for part in item.content))
 
 
@@ -170,8 +164,7 @@ def embed_v2_query(body: CohereV2EmbedRequest) -> EmbedQuery:
 
 
 def _output_types(body: CohereEmbedRequest) -> tuple[OutputType, ...]:
-    if body.embedding_types is not None and not body.embedding_types:
-        raise InvalidRequest("embedding_types must not be empty", param="embedding_types")
+    check_not_empty(body.embedding_types, "embedding_types")
     return tuple(dict.fromkeys(body.embedding_types or ["float"]))
 
 

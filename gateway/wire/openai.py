@@ -25,6 +25,7 @@ from gateway.queries import EmbedQuery, InputType, LongInput, OutputType
 from gateway.results import Embeddings
 from gateway.startup.warmup import ModelRegistry
 from gateway.tenants.keys import allowed
+from gateway.validation.bodies import check_long_input_fields
 from gateway.wire.common import (
     SHORT_INPUT_TYPES,
     EmbeddingInput,
@@ -129,16 +130,7 @@ class EmbeddingRequest(TruncationControls, KeepAlive):
 
 
 def embed_query(body: EmbeddingRequest) -> EmbedQuery:
-    if body.late_chunking and (body.long_input is not None or body.truncate is False):
-        raise errors.InvalidRequest(
-            "late_chunking embeds the whole document, in slices past the model's window; "
-            "long_input and truncate do not apply to it",
-            param="long_input" if body.long_input is not None else "truncate",
-        )
-    if body.truncate is False and body.long_input not in (None, "error"):
-        raise errors.InvalidRequest(
-            f"truncate: false refuses long input; long_input '{body.long_input}' contradicts it", param="long_input"
-        )
+    check_long_input_fields(body.late_chunking, body.long_input, body.truncate)
     return EmbedQuery(
         items=input_items(body.input, body.modality),
         model=body.model,

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from pydantic import BaseModel, Field, StrictBool, StrictStr
 from starlette.responses import JSONResponse
 
-from config.errors import InvalidRequest
+from gateway.validation.bodies import check_rerank_fields
 from gateway.wire import infinity, tei
 from gateway.wire.common import Document, RerankRequest
 
@@ -42,10 +42,7 @@ async def rerank(engine: Engine, body: RerankBody) -> infinity.InfinityRerankRes
     """TEI's adapter answers a TEI body, infinity's every other; neither texts nor documents, or both, is a 400."""
     if is_tei_rerank(vars(body)):
         return await tei.rerank(engine, family_body(tei.TeiRerankRequest, body))
-    if body.texts is not None:
-        raise InvalidRequest("give documents (infinity, Cohere) or texts (TEI), not both", param="texts")
-    if body.documents is None:
-        raise InvalidRequest("documents is required", param="documents")
+    check_rerank_fields(vars(body))
     return await infinity.rerank(engine, family_body(RerankRequest, body))
 
 

@@ -10,13 +10,13 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
 from starlette.responses import JSONResponse, Response
 
-from config.errors import InvalidRequest
 from gateway.queries import ClassifyQuery, DecodeQuery, EmbedQuery, InputItem, RankQuery, TokenizeQuery
 from gateway.queue.priority import Prioritized
 from gateway.results import Classified, Embeddings, Ranking, Tokens
+from gateway.validation.bodies import check_not_empty, parsed_body, sequence_texts
 from gateway.wire.common import (
     EmbeddingInput,
     RankControls,
@@ -175,10 +175,7 @@ def predict_query(body: TeiPredictRequest, activation: Activation | None = None)
     given = raw if body.is_batch() else [[raw] if isinstance(raw, str) else raw] if raw else []
     sequences: list[list[str]] = []
     for index, sequence in enumerate(given):
-        texts = [text for text in sequence if isinstance(text, str) and text]
-        if not 1 <= len(sequence) <= 2 or len(texts) < len(sequence):
-            raise InvalidRequest(f"inputs[{index}] must be one non-empty text or a pair of them", param="inputs")
-        sequences.append(texts)
+        sequences.append(sequence_texts(sequence, index))
     pairs = tuple(s[1] if len(s) == 2 else None for s in sequences)
     return ClassifyQuery(
         texts=tuple(s[0] for s in sequences),
@@ -226,8 +223,7 @@ class TeiSimilarityRequest(Prioritized):
 
 def similarity_query(body: TeiSimilarityRequest) -> EmbedQuery:
     parameters = body.parameters or SimilarityParameters()
-    if not body.inputs.sentences:
-        raise InvalidRequest("inputs.sentences must not be empty", param="inputs")
+    check_not_empty(body.inputs.sentences, "inputs.sentences", "inputs")
     texts = (body.inputs.source_sentence, *body.inputs.sentences)
     return EmbedQuery(
         items=tuple(InputItem("text", text) for text in texts),
@@ -398,11 +394,4 @@ async def root(engine: Engine, body: TeiRootRequest) -> Any:
 
 def parsed(model: type[M], body: dict[str, Any]) -> M:
     """A route's body out of the root body; its validation errors as a 400 naming the field."""
-    try:
-        return model.model_validate(body)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(part) for part in first["loc"])
-        raise InvalidRequest(
-            f"{where}: {first['msg']}" if where else first["msg"], param=str(first["loc"][0]) if first["loc"] else None
-        ) from None
+    return parsed_body(model, body)

@@ -14,11 +14,11 @@ from typing import TYPE_CHECKING, Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
 from starlette.responses import Response
 
-from config.errors import InvalidRequest
 from gateway.queries import AutoChunking, ContextQuery, EmbedQuery, InputItem, mixed_input
 from gateway.queue.priority import Prioritized
 from gateway.results import ContextEmbeddings, Embeddings
 from gateway.validation import check_one_text_each
+from gateway.validation.bodies import check_chunking_fields
 from gateway.wire.common import SHORT_INPUT_TYPES, json_answer
 from models.base import Truncation
 from models.postprocess import to_base64
@@ -119,11 +119,10 @@ def _documents(body: ContextualizedRequest) -> list[list[str]]:
 def context_query(body: ContextualizedRequest) -> ContextQuery:
     documents = _documents(body)
     items = tuple(InputItem("text", chunk) for document in documents for chunk in document)
+    check_chunking_fields(body.enable_auto_chunking, body.chunk_size, body.chunk_overlap)
     chunking = None
     if body.enable_auto_chunking:
         chunking = AutoChunking(body.chunk_size, body.chunk_overlap or 0)
-    elif body.chunk_size is not None or body.chunk_overlap is not None:
-        raise InvalidRequest("chunk_size and chunk_overlap apply with enable_auto_chunking", param="chunk_size")
     return ContextQuery(_embed_query(body, items), tuple(len(document) for document in documents), chunking)
 
 

@@ -5,6 +5,9 @@ sentence-transformers writes a pair as a `query` and a `document` message (and a
 `system` message before them), renders it, tokenizes it, cuts it at the limit and puts the template's
 closing tokens back, since the score is read at the last position. The same is done here, so token ids
 match its own; the query and the template are never cut.
+
+Its request checks stay here, not in `gateway.validation` (whose docstring lists this module): whether the
+template has a place for an instruction, and a prompt's tokens, are known only once the template is rendered.
 """
 
 from __future__ import annotations

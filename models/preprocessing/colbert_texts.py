@@ -4,6 +4,9 @@ PyLate tokenizes a text to its length less one, puts its prefix token (`[Q] `, `
 token, and pads a query to `query_length` with the mask token (query expansion): each of those positions gets a
 vector too, attended to or not as `attend_to_expansion_tokens` says. A document's tokens in `skiplist_words`
 (punctuation by default) get none.
+
+Its request checks stay here, not in `gateway.validation` (whose docstring lists this module): a query's or document's
+tokens past its length with truncation off are known only once it is tokenized.
 """
 
 from __future__ import annotations

@@ -1,5 +1,8 @@
 """Text pairs for a cross-encoder (a BERT-like reranker or pair classifier): both texts in one sequence,
-cut as sentence-transformers' CrossEncoder cuts them."""
+cut as sentence-transformers' CrossEncoder cuts them.
+
+Its request checks stay here, not in `gateway.validation` (whose docstring lists this module): the query's room
+beside a document, and a pair's tokens with truncation off, are known only once tokenized."""
 
 from __future__ import annotations
 

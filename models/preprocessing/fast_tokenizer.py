@@ -1,5 +1,8 @@
 """A checkpoint's fast tokenizer as the text encode paths share it: one copy per thread, the checkpoint's
-lower-casing, and the model's token limit."""
+lower-casing, and the model's token limit.
+
+Its request checks stay here, not in `gateway.validation` (whose docstring lists this module): a text's tokens
+past the limit with truncation off are known only once it is tokenized (`refuse_long`)."""
 
 from __future__ import annotations
 

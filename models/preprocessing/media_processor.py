@@ -2,6 +2,9 @@
 
 The checkpoint's own `AutoProcessor` does the work. Runs in the gateway, one item at a time so each row
 keeps its own length; the model service pads and stacks rows into batches (`models.inference.padding.collate`).
+
+Its request checks stay here, not in `gateway.validation` (whose docstring lists this module): the modalities the
+checkpoint's processor takes (a guard behind `check_modalities`, which refuses first).
 """
 
 from __future__ import annotations

@@ -1,5 +1,8 @@
 """Texts and token ids, one sequence each: the input of embedders and classifiers, and TEI's /tokenize and
-/decode."""
+/decode.
+
+Its request checks stay here, not in `gateway.validation` (whose docstring lists this module): whether the
+checkpoint takes token ids (`allow_token_ids`), and its vocabulary, are the tokenizer's to know."""
 
 from __future__ import annotations
 

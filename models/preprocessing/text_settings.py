@@ -1,4 +1,8 @@
-"""How a text checkpoint wants its input prepared, read from its sentence-transformers files."""
+"""How a text checkpoint wants its input prepared, read from its sentence-transformers files.
+
+Its request checks stay here, not in `gateway.validation` (whose docstring lists this module): the prompts a
+`prompt_name`, an `input_type` or a task picks among (and an instruction meets) are the checkpoint's files'
+(`TextSettings.request_prompt`)."""
 
 from __future__ import annotations
 

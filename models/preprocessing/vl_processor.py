@@ -10,6 +10,9 @@ PIL image processor (`backend="pil"`) gives the patches and their grids, and eac
 grid's token count (patches / merge size²), as `Qwen3VLProcessor.replace_image_token` expands it. Videos are not
 taken on this path. A reranker's pair is written as sentence-transformers' CrossEncoder writes one: an instruction
 as the system message, then a `query` and a `document` message, which the checkpoint's template frames.
+
+Its request checks stay here, not in `gateway.validation` (whose docstring lists this module): an input's tokens
+with its images and framing are known only once its images are decoded and its template rendered.
 """
 
 from __future__ import annotations

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from config import errors
-from gateway.routing import check_modalities, choose_model, default_model
+from gateway.routing import choose_model, default_model
+from gateway.validation.models import check_modalities
 from models.base import ModelInfo
 
 

@@ -1,45 +1,22 @@
-"""Every check of a request, in one place: one per operation, run by the engine on the query and the chosen model
-before any work is done; and at the end, the few that need token counts, called where those are known (a long
-input's planning, the call to the model service). The adapters only translate: a body they cannot turn into a
-query (fields that contradict each other) is all they refuse.
-
-Every error names the wire field it is about (`param`): the query carries those names, so an adapter's own
-field names (`input`, `inputs`, `texts`, `embedding_types`) reach the client.
-"""
+"""The entry points of embed (`check_embed`) and of late chunking (`check_context`): the output the query asks for
+and the model can give, its inputs, its task, and the controls that apply to some kinds of model only."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import cast
 
 from config.errors import InvalidRequest
 from config.settings import EmbentoConfig
-from gateway.queries import (
-    AutoChunking,
-    ClassifyQuery,
-    ContextQuery,
-    DecodeQuery,
-    EmbedQuery,
-    InputType,
-    LongInput,
-    RankQuery,
-    TokenizeQuery,
-)
-from gateway.representations import score_mode
-from gateway.routing import check_modalities
+from gateway.queries import ContextQuery, EmbedQuery, InputType, LongInput
+from gateway.validation.models import check_modalities
+from gateway.validation.texts import EMPTY_INPUT, check_length, check_lengths, check_texts
 from models.adapters import named_tasks, served_task, task_for_input_type
 from models.base import ModelInfo
 from models.kinds import Output
 from models.quantization import PRECISIONS, Quantizer
 
-# A JSON float as Python writes a float32's value (up to 17 significant digits, sign, point, exponent) and a
-# separator; base64 spends 16/3 bytes on one.
-JSON_FLOAT_BYTES = 22
-BASE64_FLOAT_BYTES = 16 / 3
-EMPTY_ITEM = "{where} is empty"
-EMPTY_INPUT = EMPTY_ITEM + "; every input needs at least one character or token"
-Where = Callable[[int], str]  # an input's place in the body, by its index: `input[3]`, `inputs.sentences[0]`
 # Where a model of each output shape is answered, for the error of a route that has no room for it.
 ROUTES_FOR_SHAPE: dict[Output, str] = {
     "dense": "/v1/embeddings",
@@ -48,51 +25,34 @@ ROUTES_FOR_SHAPE: dict[Output, str] = {
 }
 
 
-def check_texts(
-    texts: Sequence[str | Sequence[int]],
-    param: str,
-    max_items: int,
-    max_chars: int | None,
-    empty_item: str | None = EMPTY_ITEM,
-    where: Where | None = None,
-) -> None:
-    """A list of inputs: some, at most `max_items`, none empty (unless `empty_item` is None), and no text over
-    `max_chars` characters (token-id lists pass; None: no length bound). `where` names an input's place in the
-    body (`param[i]` unless given)."""
-    if not texts:
-        raise InvalidRequest(f"{param} must not be empty", param=param)
-    if len(texts) > max_items:
-        raise InvalidRequest(f"{param} holds {len(texts)} items; at most {max_items} are allowed", param=param)
-    empty = next((i for i, text in enumerate(texts) if len(text) == 0), None)
-    if empty_item is not None and empty is not None:
-        raise InvalidRequest(empty_item.format(where=_places(param, where)(empty)), param=param)
-    if max_chars is not None:
-        check_lengths(texts, param, max_chars, where)
-
-
-def check_lengths(
-    texts: Sequence[str | Sequence[int] | None], param: str, max_chars: int, where: Where | None = None
-) -> None:
-    """No text over `max_chars` characters; other entries (token ids, None) pass."""
-    long = ((i, len(text)) for i, text in enumerate(texts) if isinstance(text, str) and len(text) > max_chars)
-    if (found := next(long, None)) is not None:
-        too_long, length = found
-        raise InvalidRequest(
-            f"{_places(param, where)(too_long)} has {length} characters; at most {max_chars} are allowed", param=param
-        )
-
-
-def _places(param: str, where: Where | None) -> Where:
-    return where or (lambda index: f"{param}[{index}]")
-
-
-def check_length(text: str | None, param: str, max_chars: int) -> None:
-    if text is not None and len(text) > max_chars:
-        raise InvalidRequest(f"{param} has {len(text)} characters; at most {max_chars} are allowed", param=param)
-
-
-# Embed
 def check_embed(
+    query: EmbedQuery,
+    info: ModelInfo,
+    limits: EmbentoConfig,
+    quantizer: Quantizer | None,
+    served: Mapping[str, ModelInfo],
+) -> EmbedQuery:
+    """Embed's entry point, before any work: the query (`_check_query`), then its task (`with_task`); the query
+    with the task adapter its rows run through."""
+    _check_query(query, info, limits, quantizer, served)
+    return with_task(query, info)
+
+
+def check_context(
+    query: ContextQuery,
+    info: ModelInfo,
+    limits: EmbentoConfig,
+    quantizer: Quantizer | None,
+    served: Mapping[str, ModelInfo],
+) -> ContextQuery:
+    """Late chunking's entry point (`Engine.embed_in_context`), before any work: the query as embed's, its
+    documents (`_check_documents`), then its task; the query with the task adapter its rows run through."""
+    _check_query(query.embed, info, limits, quantizer, served)
+    _check_documents(query, info)
+    return replace(query, embed=with_task(query.embed, info))
+
+
+def _check_query(
     query: EmbedQuery,
     info: ModelInfo,
     limits: EmbentoConfig,
@@ -199,7 +159,7 @@ def _check_long_input(query: EmbedQuery, info: ModelInfo) -> None:
         raise InvalidRequest(f"{asked} takes text, not token ids", param=query.items_param)
 
 
-def check_context(query: ContextQuery, info: ModelInfo) -> None:
+def _check_documents(query: ContextQuery, info: ModelInfo) -> None:
     """Documents of chunks, or with auto-chunking one text each. That the overlap is less than the chunk size
     is checked where the size is known (`LongTexts.auto_chunked`: it defaults to the model's window)."""
     _check_long_input(replace(query.embed, long_input=LongInput.LATE_CHUNKING), info)
@@ -292,27 +252,6 @@ def _check_representations(query: EmbedQuery, info: ModelInfo) -> None:
         )
 
 
-def check_response_size(query: EmbedQuery, info: ModelInfo, tokens: int, max_bytes: int) -> None:
-    """Refuses, before any work, an answer whose vectors would pass `max_response_bytes`: one vector per token
-    (multi-vector output) adds up fast. Counted as the JSON (or base64) the vectors become, one per input for
-    dense output and one per token (of `tokens`, the inputs') for multi-vector output."""
-    asked = query.representations or info.spec.representations[:1]
-    per_float = BASE64_FLOAT_BYTES if "base64" in query.output_types else JSON_FLOAT_BYTES
-    floats = 0
-    if "dense" in asked:
-        floats += len(query.items) * (query.dimensions or info.dimension)
-    if "colbert" in asked:
-        floats += tokens * info.dimension
-    size = int(floats * per_float)
-    if size > max_bytes:
-        raise InvalidRequest(
-            f"the answer would hold about {size / 1e6:.0f} MB of vectors, over max_response_bytes "
-            f"({max_bytes / 1e6:.0f} MB); send fewer or shorter inputs per request"
-            f"{', or ask for base64' if per_float == JSON_FLOAT_BYTES else ''}",
-            param=query.items_param,
-        )
-
-
 def _check_text_controls(query: EmbedQuery, info: ModelInfo) -> None:
     """The fields that apply to some kinds of model only."""
     name, spec = info.served_model_name, info.spec
@@ -339,110 +278,3 @@ def _check_text_controls(query: EmbedQuery, info: ModelInfo) -> None:
         raise InvalidRequest(
             f"instruction applies to text embedders; model '{name}' is a {info.kind} model", param="instruction"
         )
-
-
-# Rank, classify, tokenize, decode
-def check_rank(query: RankQuery, info: ModelInfo, limits: EmbentoConfig) -> None:
-    """A query and documents: texts bounded by `max_item_chars`, or for media models images (bounded by
-    `max_item_bytes` once fetched), at most `max_media_items` of them."""
-    if not query.query:
-        raise InvalidRequest("query must not be empty", param="query")
-    check_length(query.query, "query", limits.max_item_chars)
-    check_length(query.instruction, "instruction", limits.max_item_chars)
-    media = info.spec.takes_media
-    if query.image_documents and not media:
-        raise InvalidRequest(
-            f"{query.documents_param}[{query.image_documents[0]}] is an image; model '{info.served_model_name}' is a "
-            f"{info.kind} model and ranks text documents",
-            param=query.documents_param,
-        )
-    max_documents = limits.max_media_items if media else limits.max_client_batch_size
-    check_texts(query.documents, query.documents_param, max_documents, None, empty_item=None)
-    if query.top_n is not None and query.top_n < 1:
-        raise InvalidRequest(f"top_n must be at least 1, got {query.top_n}", param="top_n")
-    if not media:
-        check_lengths(query.documents, query.documents_param, limits.max_item_chars)
-    if not info.spec.scores_pairs and query.instruction is not None:
-        raise InvalidRequest(f"model '{info.served_model_name}' takes no instruction", param="instruction")
-    _check_score_mode(query, info)
-
-
-def _check_score_mode(query: RankQuery, info: ModelInfo) -> None:
-    """`score_mode` and `weights` for models with several representations (BGE-M3)."""
-    modes, name = list(info.spec.score_modes), info.served_model_name
-    if query.score_mode is not None and not modes:
-        raise InvalidRequest(
-            f"model '{name}' ranks one way; score_mode applies to models with several "
-            "representations (BGE-M3: hybrid, dense, sparse, colbert)",
-            param="score_mode",
-        )
-    if query.score_mode is not None and query.score_mode not in modes:
-        raise InvalidRequest(
-            f"model '{name}' has no score_mode '{query.score_mode}'; it accepts {modes}", param="score_mode"
-        )
-    if query.weights is None:
-        return
-    if score_mode(query, info) != "hybrid":
-        raise InvalidRequest(
-            "weights apply to score_mode 'hybrid' of models with several representations", param="weights"
-        )
-    count = len(info.spec.representations)
-    if len(query.weights) != count or min(query.weights) < 0 or sum(query.weights) <= 0:
-        raise InvalidRequest(
-            f"weights must be {count} numbers, one per representation "
-            f"{list(info.spec.representations)}, none negative and not all zero; got "
-            f"{list(query.weights)}",
-            param="weights",
-        )
-
-
-def check_classify(query: ClassifyQuery, limits: EmbentoConfig) -> None:
-    check_texts(query.texts, query.texts_param, limits.max_client_batch_size, limits.max_item_chars)
-    if query.pairs is not None:
-        check_lengths(query.pairs, query.texts_param, limits.max_item_chars)
-
-
-def check_tokenize(query: TokenizeQuery, limits: EmbentoConfig) -> None:
-    check_texts(query.texts, query.texts_param, limits.max_client_batch_size, limits.max_item_chars)
-
-
-def check_decode(query: DecodeQuery, limits: EmbentoConfig) -> None:
-    check_texts(query.ids, "ids", limits.max_client_batch_size, None, empty_item=None)
-
-
-# After tokenizing: the checks that need token counts, called where those are known (the rows' planning, the call).
-def check_request_tokens(tokens: int, most: int) -> None:
-    """The whole request's tokens: no one field is at fault, so none is named (every family's inputs differ)."""
-    if tokens > most:
-        raise InvalidRequest(f"the request holds {tokens} tokens after truncation; at most {most} are allowed")
-
-
-def check_embed_length(where: str, tokens: int, what: str, most: int, param: str) -> None:
-    """A long input or late-chunked document within `max_embed_len`."""
-    if tokens > most:
-        raise InvalidRequest(f"{where}: the {what} is {tokens} tokens; max_embed_len is {most}", param=param)
-
-
-def check_window_room(where: str, window: int, width: int, overlap: int, param: str) -> None:
-    """`long_input: mean`: a window holds more text tokens than windows share."""
-    if width <= overlap:
-        raise InvalidRequest(
-            f"{where}: a window of {window} tokens holds {max(width, 0)} after special tokens "
-            f"and the prompt, not more than chunk_overlap ({overlap})",
-            param=param,
-        )
-
-
-def check_chunk_overlap(chunking: AutoChunking, size: int) -> None:
-    """Auto-chunking's overlap below the chunk size (the model's window when none is given)."""
-    if chunking.overlap >= size:
-        raise InvalidRequest(
-            f"{chunking.overlap_param} ({chunking.overlap}) must be less than the chunk size ({size})",
-            param=chunking.overlap_param,
-        )
-
-
-def check_chunks_have_tokens(where: str, empty: list[int], param: str) -> None:
-    """Late chunking: every chunk holds a token (the indices of those that hold none, ascending)."""
-    if empty:
-        raise InvalidRequest(f"{where}: chunk {empty[0]} has no tokens (only whitespace?)", param=param)
