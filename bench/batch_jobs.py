@@ -168,7 +168,7 @@ def interactive(url: str, big_lines: int, seconds: float) -> None:
 def state_writes(seconds_per_line: float, output_bytes: int) -> None:
     """The job store's own cost per line on SQLite, in this process."""
     from config.settings import JobSettings
-    from gateway.jobs.leases import Leases
+    from gateway.jobs.leases import ChunkLeases, StepLeases
     from gateway.jobs.lines import parse_batch_file
     from gateway.jobs.store import JobStore
 
@@ -178,13 +178,13 @@ def state_writes(seconds_per_line: float, output_bytes: int) -> None:
         store = JobStore(settings, Path(folder))
         upload = store.add_file("in.jsonl", "batch", batch_file(line_bodies(lines, seed=3)))
         batch_id = store.create_batch("/v1/embeddings", upload["id"], "24h", None)["id"]
-        Leases(store).claim_step("bench")
-        parsed, problems = parse_batch_file(Leases(store).upload_bytes(upload["id"]), "/v1/embeddings", lines)
-        Leases(store).validated(batch_id, "bench", parsed, problems)
+        StepLeases(store).claim_step("bench")
+        parsed, problems = parse_batch_file(StepLeases(store).upload_bytes(upload["id"]), "/v1/embeddings", lines)
+        StepLeases(store).validated(batch_id, "bench", parsed, problems)
         output = "x" * output_bytes
         started = time.perf_counter()
-        while (chunk := Leases(store).claim_chunk("bench")) is not None:
-            Leases(store).store_chunk(chunk, "bench", [(line.number, True, output) for line in chunk.lines])
+        while (chunk := ChunkLeases(store).claim_chunk("bench")) is not None:
+            ChunkLeases(store).store_chunk(chunk, "bench", [(line.number, True, output) for line in chunk.lines])
         per_line = (time.perf_counter() - started) / lines
     share = per_line / seconds_per_line
     print(

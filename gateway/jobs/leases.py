@@ -1,7 +1,8 @@
-"""The job worker's side of the store: work claimed under leases. A batch's step (validate, finalize, cancel,
-expire) or a chunk of its lines belongs to one worker until its lease runs out, and a chunk's results are stored only
-by the worker that still holds it, so a chunk whose worker died is run again by another and each line is answered
-once (gateway/jobs/store.py has the transactions' rules). The methods block: callers run them in a thread.
+"""The job worker's side of the store: work claimed under leases (`StepLeases`, `ChunkLeases`). A batch's step
+(validate, finalize, cancel, expire) or a chunk of its lines belongs to one worker until its lease runs out, and a
+chunk's results are stored only by the worker that still holds it, so a chunk whose worker died is run again by
+another and each line is answered once (gateway/jobs/store.py has the transactions' rules). The methods block:
+callers run them in a thread.
 """
 
 from __future__ import annotations
@@ -18,8 +19,9 @@ from gateway.jobs.records import Chunk, Step
 from gateway.jobs.store import JobStore, new_id
 
 
-class Leases:
-    """Claims, renewals and results of the job workers, on `store`'s database."""
+class StepLeases:
+    """A batch's steps under leases (validate, finalize, cancel, expire), and the worker's housekeeping, on
+    `store`'s database."""
 
     def __init__(self, store: JobStore) -> None:
         self.store = store
@@ -178,6 +180,30 @@ class Leases:
             conn.execute(delete(schema.lines).where(schema.lines.c.batch_id == batch_id))
             conn.execute(delete(schema.chunks).where(schema.chunks.c.batch_id == batch_id))
 
+    def expire_files(self) -> int:
+        """Files past their retention, deleted; how many."""
+        self.store.create_schema()
+        with self.store.engine.begin() as conn:
+            expired = conn.execute(
+                select(schema.files.c.id).where(schema.files.c.expires_at <= self.store.now())
+            ).scalars()
+            return self.store.delete_files(conn, list(expired))
+
+    def counts(self) -> dict[str, int]:
+        """Batches by status (the metrics' gauge)."""
+        self.store.create_schema()
+        with self.store.reader.connect() as conn:
+            rows = conn.execute(select(schema.batches.c.status, func.count()).group_by(schema.batches.c.status))
+            return {status: count for status, count in rows}
+
+
+class ChunkLeases:
+    """Chunks of a batch's lines under leases: claimed, renewed while they run, and their results stored by the
+    worker that still holds them, on `store`'s database."""
+
+    def __init__(self, store: JobStore) -> None:
+        self.store = store
+
     def claim_chunk(self, owner: str) -> Chunk | None:
         """The next chunk of a batch in progress that nobody holds, leased to `owner`."""
         self.store.create_schema()
@@ -275,19 +301,3 @@ class Leases:
         except IntegrityError:  # stored already by a worker that held it before: answered once
             return False
         return True
-
-    def expire_files(self) -> int:
-        """Files past their retention, deleted; how many."""
-        self.store.create_schema()
-        with self.store.engine.begin() as conn:
-            expired = conn.execute(
-                select(schema.files.c.id).where(schema.files.c.expires_at <= self.store.now())
-            ).scalars()
-            return self.store.delete_files(conn, list(expired))
-
-    def counts(self) -> dict[str, int]:
-        """Batches by status (the metrics' gauge)."""
-        self.store.create_schema()
-        with self.store.reader.connect() as conn:
-            rows = conn.execute(select(schema.batches.c.status, func.count()).group_by(schema.batches.c.status))
-            return {status: count for status, count in rows}

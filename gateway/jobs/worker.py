@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from config.settings import JobSettings
 from gateway.jobs.answers import ENDPOINTS, LineAnswer, answer_line, output_line
-from gateway.jobs.leases import Leases
+from gateway.jobs.leases import ChunkLeases, StepLeases
 from gateway.jobs.lines import BatchLine, parse_batch_file, problem
 from gateway.jobs.metrics import BATCHES, LINES
 from gateway.jobs.records import Chunk
@@ -53,7 +53,8 @@ class JobWorker:
         poll (other processes and replicas notice within `IDLE_POLL_S`). A batch's lines run as its tenant
         (`keys`)."""
         self.store = store
-        self.leases = Leases(store)
+        self.steps = StepLeases(store)
+        self.chunks = ChunkLeases(store)
         self.keys = keys
         self.new_work = new_work
         self.settings = settings
@@ -93,28 +94,28 @@ class JobWorker:
     async def _step(self) -> bool:
         """Housekeeping when due, then one batch's due step: validation, finalization, cancellation or expiry."""
         await self._housekeeping()
-        step = await asyncio.to_thread(self.leases.claim_step, self.owner)
+        step = await asyncio.to_thread(self.steps.claim_step, self.owner)
         if step is None:
             return False
         batch_id, status = step["id"], step["status"]
         if status in ("validating", "in_progress") and step["expires_at"] <= self.store.clock():
-            await asyncio.to_thread(self.leases.finish, batch_id, self.owner, status, "expired")
+            await asyncio.to_thread(self.steps.finish, batch_id, self.owner, status, "expired")
         elif status == "validating":
             await self._validate(batch_id)
         elif status == "in_progress":
-            if await asyncio.to_thread(self.leases.finalizing, batch_id, self.owner):
-                await asyncio.to_thread(self.leases.finish, batch_id, self.owner, "finalizing", "completed")
+            if await asyncio.to_thread(self.steps.finalizing, batch_id, self.owner):
+                await asyncio.to_thread(self.steps.finish, batch_id, self.owner, "finalizing", "completed")
         elif status == "finalizing":
-            await asyncio.to_thread(self.leases.finish, batch_id, self.owner, "finalizing", "completed")
+            await asyncio.to_thread(self.steps.finish, batch_id, self.owner, "finalizing", "completed")
         else:
-            await asyncio.to_thread(self.leases.finish, batch_id, self.owner, status, "cancelled")
+            await asyncio.to_thread(self.steps.finish, batch_id, self.owner, status, "cancelled")
         return True
 
     async def _validate(self, batch_id: str) -> None:
         record = await asyncio.to_thread(self.store.batch, batch_id)
         if record is None:
             return
-        content = await asyncio.to_thread(self.leases.upload_bytes, record["input_file_id"])
+        content = await asyncio.to_thread(self.steps.upload_bytes, record["input_file_id"])
         if content is None:
             parsed: list[BatchLine] = []
             problems = [
@@ -129,12 +130,12 @@ class JobWorker:
             parsed, problems = await asyncio.to_thread(
                 parse_batch_file, content, record["endpoint"], self.settings.max_lines
             )
-        await asyncio.to_thread(self.leases.validated, batch_id, self.owner, parsed, problems)
+        await asyncio.to_thread(self.steps.validated, batch_id, self.owner, parsed, problems)
         self.new_work.set()  # its chunks
 
     async def _chunk(self) -> bool:
         """One chunk claimed, its lines answered, and its results stored (unless its lease was lost)."""
-        chunk = await asyncio.to_thread(self.leases.claim_chunk, self.owner)
+        chunk = await asyncio.to_thread(self.chunks.claim_chunk, self.owner)
         if chunk is None:
             return False
         renewing = asyncio.create_task(self._renew(chunk))
@@ -144,7 +145,7 @@ class JobWorker:
         finally:
             TENANT.reset(tenant)
             renewing.cancel()
-        if await asyncio.to_thread(self.leases.store_chunk, chunk, self.owner, outputs):
+        if await asyncio.to_thread(self.chunks.store_chunk, chunk, self.owner, outputs):
             self.new_work.set()  # perhaps the batch's last: to finalize
             succeeded = sum(ok for _, ok, _ in outputs)
             LINES.labels(endpoint=chunk.endpoint, outcome="succeeded").inc(succeeded)
@@ -161,7 +162,7 @@ class JobWorker:
         """The chunk's lease kept while its lines run."""
         while True:
             await asyncio.sleep(self.settings.lease_s / 3)
-            if not await asyncio.to_thread(self.leases.renew, chunk, self.owner):
+            if not await asyncio.to_thread(self.chunks.renew, chunk, self.owner):
                 return
 
     async def _line(self, endpoint: str, line: BatchLine) -> tuple[int, bool, str]:
@@ -184,9 +185,9 @@ class JobWorker:
         if now - self._last_housekeeping < HOUSEKEEPING_EVERY_S:
             return
         self._last_housekeeping = now
-        deleted = await asyncio.to_thread(self.leases.expire_files)
+        deleted = await asyncio.to_thread(self.steps.expire_files)
         if deleted:
             logger.info("deleted %d expired file(s)", deleted)
-        counts: dict[str, Any] = await asyncio.to_thread(self.leases.counts)
+        counts: dict[str, Any] = await asyncio.to_thread(self.steps.counts)
         for status in STATUSES:
             BATCHES.labels(status=status).set(counts.get(status, 0))

@@ -2,12 +2,12 @@
 
 That test puts this folder on the server's PYTHONPATH, which its gateway workers inherit, and names a bulk-job step in
 `CRASH_HOOK_JOB_STEP`. Python imports this module at start-up in every process of the server; when
-gateway/jobs/leases.py is imported, its `Leases` (the job worker's side of the store) is wrapped so that the process
-dies by SIGKILL, as a crashed worker would, at that step:
+gateway/jobs/leases.py is imported, its `StepLeases` and `ChunkLeases` (the job worker's side of the store) are
+wrapped so that the process dies by SIGKILL, as a crashed worker would, at that step:
 
-- `validating`: a batch's lines parsed, before they are stored (`Leases.validated`);
-- `chunk`: a chunk's lines answered, before its results are stored (`Leases.store_chunk`), past the first chunk;
-- `finalizing`: a batch marked finalizing (`Leases.finalizing`), before its output files are made.
+- `validating`: a batch's lines parsed, before they are stored (`StepLeases.validated`);
+- `chunk`: a chunk's lines answered, before its results are stored (`ChunkLeases.store_chunk`), past the first chunk;
+- `finalizing`: a batch marked finalizing (`StepLeases.finalizing`), before its output files are made.
 
 Before dying it writes `crash hook: killing this worker at <step>` to standard error (the server's log).
 """
@@ -31,17 +31,18 @@ def die(step: str) -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
-def wrap(leases_class: type, step: str) -> None:
+def wrap(module, step: str) -> None:
+    steps, chunks = module.StepLeases, module.ChunkLeases
     if step == "validating":
-        original = leases_class.validated
+        original = steps.validated
 
         @functools.wraps(original)
         def validated(self, *args, **kwargs):
             die(step)
 
-        leases_class.validated = validated
+        steps.validated = validated
     elif step == "chunk":
-        original_store = leases_class.store_chunk
+        original_store = chunks.store_chunk
 
         @functools.wraps(original_store)
         def store_chunk(self, chunk, *args, **kwargs):
@@ -49,9 +50,9 @@ def wrap(leases_class: type, step: str) -> None:
                 die(step)
             return original_store(self, chunk, *args, **kwargs)
 
-        leases_class.store_chunk = store_chunk
+        chunks.store_chunk = store_chunk
     else:
-        original_finalizing = leases_class.finalizing
+        original_finalizing = steps.finalizing
 
         @functools.wraps(original_finalizing)
         def finalizing(self, *args, **kwargs):
@@ -59,11 +60,11 @@ def wrap(leases_class: type, step: str) -> None:
                 die(step)
             return False
 
-        leases_class.finalizing = finalizing
+        steps.finalizing = finalizing
 
 
 class WrapLeases(importlib.abc.MetaPathFinder):
-    """Finds gateway.jobs.leases as Python would, and wraps its `Leases` once it has run."""
+    """Finds gateway.jobs.leases as Python would, and wraps its leases once it has run."""
 
     def find_spec(self, name, path, target=None):
         if name != "gateway.jobs.leases":
@@ -75,7 +76,7 @@ class WrapLeases(importlib.abc.MetaPathFinder):
 
         def exec_module(module):
             run(module)
-            wrap(module.Leases, STEP)
+            wrap(module, STEP)
 
         spec.loader.exec_module = exec_module
         return spec

@@ -14,7 +14,7 @@ from config import errors
 from config.keys_file import Tenant
 from config.settings import JobSettings
 from gateway.jobs import schema
-from gateway.jobs.leases import Leases
+from gateway.jobs.leases import ChunkLeases, StepLeases
 from gateway.jobs.lines import parse_batch_file
 from gateway.jobs.store import JobStore
 from gateway.tenants.keys import OPEN
@@ -68,10 +68,10 @@ def validated_batch(store: JobStore, count: int) -> str:
     """A batch of `count` lines, validated: in progress."""
     upload = store.add_file("in.jsonl", "batch", batch_file(count))
     batch_id = store.create_batch("/v1/embeddings", upload["id"], "24h", {"k": "v"})["id"]
-    step = Leases(store).claim_step("validator")
+    step = StepLeases(store).claim_step("validator")
     assert step == {"id": batch_id, "status": "validating", "expires_at": int(store.clock()) + DAY_S}
-    parsed, problems = parse_batch_file(Leases(store).upload_bytes(upload["id"]), "/v1/embeddings", 1000)
-    Leases(store).validated(batch_id, "validator", parsed, problems)
+    parsed, problems = parse_batch_file(StepLeases(store).upload_bytes(upload["id"]), "/v1/embeddings", 1000)
+    StepLeases(store).validated(batch_id, "validator", parsed, problems)
     return batch_id
 
 
@@ -86,23 +86,23 @@ def test_a_batch_runs_chunk_by_chunk_and_its_output_file_holds_each_line_once_in
     store = make_store(database, Clock(), chunk_lines=2)
     batch_id = validated_batch(store, 5)
     assert store.batch(batch_id)["status"] == "in_progress"
-    claimed = [Leases(store).claim_chunk(worker) for worker in ("a", "b", "a")]
+    claimed = [ChunkLeases(store).claim_chunk(worker) for worker in ("a", "b", "a")]
     assert [(chunk.first_line, [line.custom_id for line in chunk.lines]) for chunk in claimed] == [
         (1, ["c0", "c1"]),
         (3, ["c2", "c3"]),
         (5, ["c4"]),
     ]
-    assert Leases(store).claim_chunk("c") is None  # every chunk is held
-    assert Leases(store).claim_step("c") is None  # and none is stored yet: nothing to finalize
+    assert ChunkLeases(store).claim_chunk("c") is None  # every chunk is held
+    assert StepLeases(store).claim_step("c") is None  # and none is stored yet: nothing to finalize
     for chunk, worker in zip(reversed(claimed), ("a", "b", "a")):
-        assert Leases(store).store_chunk(chunk, worker, answers(chunk, 400 if chunk.first_line == 3 else 200))
-    assert Leases(store).claim_step("f") == {
+        assert ChunkLeases(store).store_chunk(chunk, worker, answers(chunk, 400 if chunk.first_line == 3 else 200))
+    assert StepLeases(store).claim_step("f") == {
         "id": batch_id,
         "status": "in_progress",
         "expires_at": store.batch(batch_id)["expires_at"],
     }
-    assert Leases(store).finalizing(batch_id, "f")
-    Leases(store).finish(batch_id, "f", "finalizing", "completed")
+    assert StepLeases(store).finalizing(batch_id, "f")
+    StepLeases(store).finish(batch_id, "f", "finalizing", "completed")
     record = store.batch(batch_id)
     assert (record["status"], record["total"], record["completed"], record["failed"]) == ("completed", 5, 3, 2)
     output = b"".join(store.content(store.file(record["output_file_id"]))).decode().splitlines()
@@ -116,14 +116,15 @@ def test_a_chunk_whose_worker_lost_its_lease_is_run_again_and_stored_once(databa
     clock = Clock()
     store = make_store(database, clock, chunk_lines=10)
     batch_id = validated_batch(store, 3)
-    first = Leases(store).claim_chunk("dead")
-    assert Leases(store).claim_chunk("other") is None
+    first = ChunkLeases(store).claim_chunk("dead")
+    assert ChunkLeases(store).claim_chunk("other") is None
     clock.now += LEASE_S + 1  # its worker died: the lease runs out
-    second = Leases(store).claim_chunk("other")
+    second = ChunkLeases(store).claim_chunk("other")
     assert second is not None and second.first_line == first.first_line
-    assert Leases(store).store_chunk(second, "other", answers(second))
-    assert not Leases(store).store_chunk(first, "dead", answers(first))  # the dead worker's late results are dropped
-    assert not Leases(store).renew(first, "dead")
+    assert ChunkLeases(store).store_chunk(second, "other", answers(second))
+    # the dead worker's late results are dropped
+    assert not ChunkLeases(store).store_chunk(first, "dead", answers(first))
+    assert not ChunkLeases(store).renew(first, "dead")
     assert store.batch(batch_id)["completed"] == 3
 
 
@@ -131,27 +132,27 @@ def test_a_live_worker_keeps_its_chunk_by_renewing_its_lease(database):
     clock = Clock()
     store = make_store(database, clock)
     validated_batch(store, 3)
-    chunk = Leases(store).claim_chunk("live")
+    chunk = ChunkLeases(store).claim_chunk("live")
     clock.now += LEASE_S * 0.6
-    assert Leases(store).renew(chunk, "live")
+    assert ChunkLeases(store).renew(chunk, "live")
     clock.now += LEASE_S * 0.6  # past the first lease, within the renewed one
-    assert Leases(store).claim_chunk("other") is None
-    assert Leases(store).store_chunk(chunk, "live", answers(chunk))
+    assert ChunkLeases(store).claim_chunk("other") is None
+    assert ChunkLeases(store).store_chunk(chunk, "live", answers(chunk))
 
 
 def test_a_cancelled_batch_takes_no_new_chunk_and_keeps_its_partial_output(database):
     clock = Clock()
     store = make_store(database, clock, chunk_lines=1)
     batch_id = validated_batch(store, 3)
-    done, running = Leases(store).claim_chunk("a"), Leases(store).claim_chunk("b")
-    assert Leases(store).store_chunk(done, "a", answers(done))
+    done, running = ChunkLeases(store).claim_chunk("a"), ChunkLeases(store).claim_chunk("b")
+    assert ChunkLeases(store).store_chunk(done, "a", answers(done))
     assert store.cancel(batch_id)["status"] == "cancelling"
-    assert Leases(store).claim_chunk("c") is None  # the third chunk never starts
-    assert Leases(store).claim_step("c") is None  # while a chunk still runs
-    assert Leases(store).store_chunk(running, "b", answers(running))
-    step = Leases(store).claim_step("c")
+    assert ChunkLeases(store).claim_chunk("c") is None  # the third chunk never starts
+    assert StepLeases(store).claim_step("c") is None  # while a chunk still runs
+    assert ChunkLeases(store).store_chunk(running, "b", answers(running))
+    step = StepLeases(store).claim_step("c")
     assert step["status"] == "cancelling"
-    Leases(store).finish(batch_id, "c", "cancelling", "cancelled")
+    StepLeases(store).finish(batch_id, "c", "cancelling", "cancelled")
     record = store.batch(batch_id)
     assert record["status"] == "cancelled" and record["cancelled_at"] is not None
     output = b"".join(store.content(store.file(record["output_file_id"]))).decode().splitlines()
@@ -162,27 +163,27 @@ def test_files_and_batches_expire_by_the_clock(database):
     clock = Clock()
     store = make_store(database, clock, retention_s=7 * DAY_S)
     batch_id = validated_batch(store, 2)  # its input uploaded now
-    chunk = Leases(store).claim_chunk("a")
-    assert Leases(store).store_chunk(chunk, "a", answers(chunk)[:1])
+    chunk = ChunkLeases(store).claim_chunk("a")
+    assert ChunkLeases(store).store_chunk(chunk, "a", answers(chunk)[:1])
     clock.now += DAY_S  # the batch's 24 h window has passed
     assert store.batch(batch_id)["status"] == "in_progress"
-    step = Leases(store).claim_step("w")
+    step = StepLeases(store).claim_step("w")
     assert step["id"] == batch_id and step["expires_at"] <= clock.now
-    assert Leases(store).claim_chunk("w") is None  # no work on an expired batch
-    Leases(store).finish(batch_id, "w", "in_progress", "expired")
+    assert ChunkLeases(store).claim_chunk("w") is None  # no work on an expired batch
+    StepLeases(store).finish(batch_id, "w", "in_progress", "expired")
     record = store.batch(batch_id)
     assert record["status"] == "expired" and record["expired_at"] == int(clock.now)
     assert store.file(record["output_file_id"])["bytes"] > 0  # what was done before it expired
     store.add_file("later.jsonl", "batch", batch_file(1))
-    assert Leases(store).expire_files() == 0
+    assert StepLeases(store).expire_files() == 0
     clock.now += 6 * DAY_S  # the input is 7 days old, the output and the later upload 6
-    assert Leases(store).expire_files() == 1
+    assert StepLeases(store).expire_files() == 1
     assert sorted(r["filename"] for r in store.files(None, None, 10, True)) == [
         f"{batch_id}_output.jsonl",
         "later.jsonl",
     ]
     clock.now += DAY_S
-    assert Leases(store).expire_files() == 2
+    assert StepLeases(store).expire_files() == 2
     assert store.files(None, None, 10, True) == []
     if database[0] is None:
         assert list((database[1] / "files").iterdir()) == []  # their bytes went with them
@@ -255,14 +256,14 @@ def test_files_and_batches_are_seen_and_changed_by_their_tenant_only(database):
 def test_a_batch_runs_as_its_tenant_and_its_output_files_are_its_own(database):
     store = make_store(database, Clock(), chunk_lines=10)
     file_id, batch_id = tenant_batch(store, 3, ACME)
-    assert Leases(store).claim_step("v")["id"] == batch_id
-    parsed, problems = parse_batch_file(Leases(store).upload_bytes(file_id), "/v1/embeddings", 1000)
-    Leases(store).validated(batch_id, "v", parsed, problems)
-    chunk = Leases(store).claim_chunk("w")
+    assert StepLeases(store).claim_step("v")["id"] == batch_id
+    parsed, problems = parse_batch_file(StepLeases(store).upload_bytes(file_id), "/v1/embeddings", 1000)
+    StepLeases(store).validated(batch_id, "v", parsed, problems)
+    chunk = ChunkLeases(store).claim_chunk("w")
     assert chunk.tenant == "acme"
-    assert Leases(store).store_chunk(chunk, "w", answers(chunk))
-    assert Leases(store).claim_step("f")["id"] == batch_id and Leases(store).finalizing(batch_id, "f")
-    Leases(store).finish(batch_id, "f", "finalizing", "completed")
+    assert ChunkLeases(store).store_chunk(chunk, "w", answers(chunk))
+    assert StepLeases(store).claim_step("f")["id"] == batch_id and StepLeases(store).finalizing(batch_id, "f")
+    StepLeases(store).finish(batch_id, "f", "finalizing", "completed")
     output_id = store.batch(batch_id, ACME)["output_file_id"]
     assert store.file(output_id, ACME)["tenant"] == "acme" and store.file(output_id, OPEN) is None
     assert {r["id"] for r in store.files(None, None, 10, True, ACME)} == {file_id, output_id}
@@ -314,8 +315,8 @@ def test_a_tenants_unfinished_batches_are_capped_in_lines(database):
         store.create_batch(
             "/v1/embeddings", store.add_file("one", "batch", batch_file(1), capped)["id"], "24h", None, capped
         )
-    assert Leases(store).claim_step("v")["id"] == first  # the oldest: its validation fails, and it is finished
-    Leases(store).validated(first, "v", None, [{"code": "invalid", "message": "no", "param": None, "line": 1}])
+    assert StepLeases(store).claim_step("v")["id"] == first  # the oldest: its validation fails, and it is finished
+    StepLeases(store).validated(first, "v", None, [{"code": "invalid", "message": "no", "param": None, "line": 1}])
     assert store.batch(first)["status"] == "failed"
     store.create_batch("/v1/embeddings", three["id"], "24h", None, capped)  # 2 + 3
 
