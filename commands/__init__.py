@@ -22,6 +22,8 @@ from commands.store import import_model
 from config.settings import CONFIG_FILE_NAME, ENV_PREFIX
 from embento.overview import COMMANDS, DESCRIPTION
 
+Subcommands = argparse._SubParsersAction  # what `add_subparsers` returns: argparse names it nowhere public
+
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="embento", description=DESCRIPTION)
@@ -34,6 +36,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="print the version and exit",
     )
     commands = parser.add_subparsers(dest="command", required=True)
+    add_serve_parser(commands)
+    add_build_parser(commands)
+    add_containerize_parser(commands)
+    add_models_parser(commands)
+    add_keys_parser(commands)
+    return parser
+
+
+def add_serve_parser(commands: Subcommands) -> None:
     serve = commands.add_parser(
         "serve",
         help=COMMANDS["serve"],
@@ -50,6 +61,8 @@ def build_parser() -> argparse.ArgumentParser:
             kwargs.update(nargs="?", const="true", metavar="BOOL")
         serve.add_argument(*flag.names, **kwargs)
 
+
+def add_build_parser(commands: Subcommands) -> None:
     build = commands.add_parser(
         "build",
         help=COMMANDS["build"],
@@ -76,6 +89,8 @@ def build_parser() -> argparse.ArgumentParser:
             help=f"{flag.help} [env: {ENV_PREFIX}{flag.env}; embento.yaml: image.{dest(flag)}]",
         )
 
+
+def add_containerize_parser(commands: Subcommands) -> None:
     containerize = commands.add_parser(
         "containerize",
         help=COMMANDS["containerize"],
@@ -95,6 +110,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     containerize.add_argument("--image-tag", help="image name (default: embento:<version>-<accel>)")
 
+
+def add_models_parser(commands: Subcommands) -> None:
     models = commands.add_parser("models", help=COMMANDS["models"])
     model_commands = models.add_subparsers(dest="models_command", required=True)
     import_model = model_commands.add_parser(
@@ -103,8 +120,6 @@ def build_parser() -> argparse.ArgumentParser:
     import_model.add_argument("source", help="Hugging Face Hub id or local folder")
     import_model.add_argument("--name", help="store name (default: the id's last part, lower case)")
     import_model.add_argument("--revision", help="Hub revision (branch, tag or commit)")
-    add_keys_parser(commands)
-    return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
