@@ -1,5 +1,5 @@
 """The one error hierarchy, under every package (config/ is the bottom layer) so each raises it;
-`gateway/http/errors.py` maps it to HTTP. Each class names what went wrong."""
+`gateway/error_responses.py` maps it to HTTP. Each class names what went wrong."""
 
 from __future__ import annotations
 

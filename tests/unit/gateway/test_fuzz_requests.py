@@ -92,7 +92,7 @@ def check(parse: Any, body: Any, then: Any) -> None:
     try:
         then(request)
     except EmbentoError:
-        return  # mapped to a 4xx by gateway/http/errors.py
+        return  # mapped to a 4xx by gateway/error_responses.py
 
 
 @FUZZ
