@@ -1,7 +1,7 @@
 """POST /rerank, the one path two client families share: infinity's body (`documents`) and TEI's (`texts`).
 
 Here, and only here, sit the body that takes both families' fields, the one rule that tells them apart (used by
-the route below and, through `gateway.http.answer.TEI_BODIES`, by `ErrorBodies` for the errors the framework raises
+the route below and, through `gateway.http.errors.TEI_BODIES`, by `ErrorBodies` for the errors the framework raises
 before the route runs), and the hand-over to the family's adapter with that family's fields alone."""
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ chunks, embedded in the context of the whole document (late chunking); with `ena
 document, cut by the server, each chunk's `text` returned. `input_type: "query"` embeds one-element lists as plain
 queries. Multimodal embeddings (`POST /v1/multimodalembeddings`, `multimodal_embed`): each input's content parts
 (texts and images, in order) are one input, one vector (`gateway.queries.mixed_input`). Errors leave in Voyage's
-`{"detail": ...}` (`gateway.http.answer.ERROR_SHAPES`)."""
+`{"detail": ...}` (`gateway.http.errors.ERROR_SHAPES`)."""
 
 from __future__ import annotations
 
