@@ -11,7 +11,7 @@ import os
 
 os.environ.setdefault("BENTOML_DO_NOT_TRACK", "True")  # no usage tracking unless a user opts in
 
-from bento.start_failures import report_start_failures  # noqa: E402
+from bento.serving.start_failures import report_start_failures  # noqa: E402
 
 report_start_failures()  # first: the configuration is read while the imports below run, and may fail there
 
@@ -21,13 +21,13 @@ from typing import Any, cast
 import bentoml
 from starlette.applications import Starlette
 
-from bento.container_image import ARGS, IMAGE, bento_envs, image_labels
-from bento.lifecycle import exit_nonzero_after_failed_start, stop_server
-from bento.patches import fix_media_types, patch_serving
-from bento.placement import gateway_workers, served_workers
-from bento.process_memory import report_process_memory
-from bento.server_logging import configure_server_logging
-from bento.store import bento_config_env, check_served_bento, pin_store_models
+from bento.packaging.container_image import ARGS, IMAGE, bento_envs, image_labels
+from bento.packaging.store import bento_config_env, check_served_bento, pin_store_models
+from bento.serving.lifecycle import exit_nonzero_after_failed_start, stop_server
+from bento.serving.patches import fix_media_types, patch_serving
+from bento.serving.placement import gateway_workers, served_workers
+from bento.serving.process_memory import report_process_memory
+from bento.serving.server_logging import configure_server_logging
 from config.served import served_config
 from gateway.answering import answered
 from gateway.cache.tiers import EmbeddingCache

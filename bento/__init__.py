@@ -1,2 +1,2 @@
-"""Packaging and operations: the container image, the model store, containerizing, placement on cores and
-GPUs, BentoML patches, and how the server starts, stops and reports start failures."""
+"""BentoML's side of Embento: `packaging/` makes and reads Bentos and images; `serving/` is how BentoML runs the
+server's processes. Beside runners/, below service.py; never imports gateway/ or runners/."""

@@ -12,7 +12,7 @@ import argparse
 from collections.abc import Sequence
 from pathlib import Path
 
-from bento.containerize import CONTAINER_BACKENDS
+from bento.packaging.containerize import CONTAINER_BACKENDS
 from commands.build import build, containerize, project_version
 from commands.flags import ACCELERATORS, FLAGS, IMAGE_FLAGS, PROJECT_ROOT, dest
 from commands.keys import add_key

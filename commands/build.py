@@ -45,7 +45,7 @@ def bento_build_command(project_dir: Path, accel: str, version: str, settings: I
 
 
 def image_arguments(settings: ImageSettings) -> list[str]:
-    """The settings given, as `--arg`s: recorded in bento.yaml, read by bento/container_image.py."""
+    """The settings given, as `--arg`s: recorded in bento.yaml, read by bento/packaging/container_image.py."""
     return [part for name, text in settings.bento_arguments().items() for part in ("--arg", f"{name}={text}")]
 
 
@@ -102,7 +102,7 @@ def build_context(project_dir: Path, context: Path, config: EmbentoConfig, setti
     """The files bentofile.yaml includes, `config` written as the context's embento.yaml, and the settings'
     CA bundle, checked, as the context's CA_FILE. The configuration is what a Bento carries of it
     (`config.settings.carried`: no API keys, no image settings)."""
-    from bento.container_image import CA_FILE, ca_install_command  # BentoML: only for this command
+    from bento.packaging.container_image import CA_FILE, ca_install_command  # BentoML: only for this command
 
     bentofile = yaml.safe_load((project_dir / "bentofile.yaml").read_text())
     for pattern in [*bentofile.get("include", []), "bentofile.yaml", "pyproject.toml"]:
@@ -125,7 +125,7 @@ def build_context(project_dir: Path, context: Path, config: EmbentoConfig, setti
 def containerize(args: argparse.Namespace) -> int:
     import bentoml  # only for this command
 
-    from bento.containerize import choose_backend, containerize_command
+    from bento.packaging.containerize import choose_backend, containerize_command
 
     version = args.version or project_version(default_project_dir(Path.cwd()))
     env = {**os.environ, "BENTOML_DO_NOT_TRACK": os.environ.get("BENTOML_DO_NOT_TRACK", "True")}

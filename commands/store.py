@@ -10,7 +10,7 @@ from config.model_settings import STORE_PREFIX
 
 
 def import_model(args: argparse.Namespace) -> int:
-    from bento.store import import_checkpoint  # BentoML and transformers: only for this command
+    from bento.packaging.store import import_checkpoint  # BentoML and transformers: only for this command
 
     try:
         model = import_checkpoint(args.source, args.name, args.revision)

@@ -13,7 +13,7 @@ from config.durations import seconds_or_forever
 from config.kind_names import Kind
 
 DEFAULT_MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2"
-# `model_id: bentoml://<name>[:<version>]` names a checkpoint in BentoML's model store (bento/store.py).
+# `model_id: bentoml://<name>[:<version>]` names a checkpoint in BentoML's model store (bento/packaging/store.py).
 STORE_PREFIX = "bentoml://"
 PoolingMethod = Literal["mean", "cls", "lasttoken", "max", "mean_sqrt_len_tokens", "weightedmean"]
 Backend = Literal["auto", "torch", "onnx", "ctranslate2"]

@@ -1,5 +1,5 @@
 """The configuration as served: each store model's `model_id` replaced by its folder in BentoML's model
-store, at the version the Bento being served pinned (bento/store.py imports checkpoints and pins them)."""
+store, at the version the Bento being served pinned (bento/packaging/store.py imports checkpoints and pins them)."""
 
 from __future__ import annotations
 

@@ -33,7 +33,8 @@ from config.model_settings import ModelConfig
 
 CONFIG_FILE_NAME = "embento.yaml"
 ENV_PREFIX = "EMBENTO_"
-# A Bento's configuration, recorded at build time in its `bento.yaml` as one of the gateway's `envs` (bento/store.py).
+# A Bento's configuration, recorded at build time in its `bento.yaml` as one of the gateway's `envs`
+# (bento/packaging/store.py).
 BENTO_CONFIG_ENV = ENV_PREFIX + "BENTO_CONFIG"
 
 
@@ -405,7 +406,7 @@ class EmbentoConfig(BaseModel):
             "cores: 1 each)."
         ),
     )
-    # Chosen in bento/placement.py; the limits hold across workers through gateway/shared_memory.py.
+    # Chosen in bento/serving/placement.py; the limits hold across workers through gateway/shared_memory.py.
     gateway_workers: int | None = Field(
         None,
         ge=1,

@@ -168,7 +168,7 @@ def run_isolated(run: Callable[[list[Item]], Sequence[Result]], items: list[Item
         return list(run(items))
     except Exception as exc:
         # The exception's type only: its message may quote the input. Its traceback at debug level, where the
-        # server's log-record factory withholds the messages (bento/server_logging.py).
+        # server's log-record factory withholds the messages (bento/serving/server_logging.py).
         traced = logger.isEnabledFor(logging.DEBUG)
         if len(items) == 1:
             logger.warning("input failed on its own: %s", type(exc).__name__, exc_info=traced)

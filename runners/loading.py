@@ -6,7 +6,7 @@ import logging
 from collections.abc import Callable
 from typing import TypeVar
 
-from bento.lifecycle import stop_server
+from bento.serving.lifecycle import stop_server
 from config.errors import EmbentoError
 from config.settings import ModelConfig
 

@@ -16,9 +16,9 @@ import bentoml
 import numpy as np
 from pydantic import BeforeValidator, SerializationInfo, SerializerFunctionWrapHandler, WrapSerializer
 
-from bento.exports import carry_exports
-from bento.patches import make_work_conserving
-from bento.store import pin_store_models
+from bento.packaging.exports import carry_exports
+from bento.packaging.store import pin_store_models
+from bento.serving.patches import make_work_conserving
 from models.base import ModelInput, TokenizedText
 from runners.pool import PooledService, pool_for
 from runners.residency import keep_resident

@@ -23,9 +23,9 @@ from pathlib import Path
 import bentoml
 import numpy as np
 
-from bento.exports import adopt_carried_export
-from bento.patches import drain_before_shutdown
-from bento.process_memory import report_process_memory
+from bento.packaging.exports import adopt_carried_export
+from bento.serving.patches import drain_before_shutdown
+from bento.serving.process_memory import report_process_memory
 from config.settings import ModelConfig
 from models.base import NOT_LOADED, ModelInfo, PendingOutputs, Row, TokenModel
 from models.batching import (

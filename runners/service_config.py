@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from bentoml._internal.context import server_context
 
-from bento.placement import (
+from bento.serving.placement import (
     Placement,
     gateway_workers,
     place_service,
@@ -39,7 +39,7 @@ def cpu_threads() -> int:
     """Intra-op threads for one model service. Each service runs its own thread pool; with every pool as
     wide as the machine, a text embedder, a reranker and a CLIP served together on 2 cores answered 1.4,
     1.2 and 21 requests/s under mixed load, against 2.2, 1.9 and 83 with one thread each. Past 4 cores the
-    gateway workers keep one core each (bento/placement.py)."""
+    gateway workers keep one core each (bento/serving/placement.py)."""
     configured = served_config()
     if configured.cpu_threads:
         return configured.cpu_threads
@@ -57,7 +57,7 @@ def model_service_config(service: str) -> dict:
 
 
 def _placement(service: str, models: list[ModelConfig], gpus: int) -> Placement:
-    from bento.container_image import ARGS
+    from bento.packaging.container_image import ARGS
 
     by_service: dict[str, list[ModelConfig]] = {}
     for model in models:

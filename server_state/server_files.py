@@ -25,7 +25,7 @@ def arbiter_file(name: str) -> Path:
 
 
 GATEWAY_MARK = "gateway-"
-RELOAD_MARK = "keys-reload"  # touched by the arbiter on SIGHUP (bento/patches.py): the keys file is read again
+RELOAD_MARK = "keys-reload"  # touched by the arbiter on SIGHUP (bento/serving/patches.py): the keys file is read again
 
 
 def mark_gateway_worker() -> None:

@@ -18,7 +18,7 @@ Who cuts rows, in the order a request meets them:
    `fair_queue.py`), leave as one call to the model service: at most `dispatch_rows` rows; a bulk-job call, or a
    call while several tenants wait, at most one pass (`BatchLimits.fits`).
 3. Calls into a service batch: BentoML's adaptive batching (`runners/model_services.py`, `max_batch_size` =
-   `dispatch_rows`; `bento/patches.py` `make_work_conserving`: no holding while the model is idle).
+   `dispatch_rows`; `bento/serving/patches.py` `make_work_conserving`: no holding while the model is idle).
 4. A batch onto cores (CPU only): `models/inference/lanes.py` `share_out`, one part per core by tokens; small
    batches stay whole.
 5. A part into passes: `runners/pool.py` `ModelPool._run_passes`, by `plan_batches` and the model's `BatchLimits`.

@@ -73,7 +73,8 @@ class Lifecycle:
         """Warm-up in the background, the only one that tries: a probe or request that tried too would wait on
         a model service still starting for the client's whole timeout. They read `registry.done` instead."""
         self.clients = clients
-        mark_gateway_worker()  # the model services serve while it runs, when the server stops (bento/patches.py)
+        # the model services serve while it runs, when the server stops (bento/serving/patches.py)
+        mark_gateway_worker()
         warmup = self.warmup = Warmup(
             self.registry, lambda: self._fetch_infos(failed_here), warm_up, allow_partial, stop_server
         )

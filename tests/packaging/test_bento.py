@@ -489,7 +489,7 @@ def test_store_errors_name_the_way_out(home, tmp_path):
 
 
 def test_store_names_come_from_the_ids_last_part():
-    from bento.store import store_name
+    from bento.packaging.store import store_name
 
     assert store_name("BAAI/bge-small-en-v1.5") == "bge-small-en-v1.5"
     assert store_name("./checkpoints/My Model_v2/") == "my-model_v2"

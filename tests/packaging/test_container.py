@@ -38,7 +38,7 @@ RUN_AS = {
     "arbitrary-uid": ["--user", f"{ARBITRARY_UID}:0"],
     "arbitrary-uid-read-only-root": ["--user", f"{ARBITRARY_UID}:0", "--read-only", "--tmpfs", "/tmp"],
 }
-IMAGE_HOME = "/tmp/embento"  # bento.container_image.WRITABLE_HOME, where everything written at run time goes
+IMAGE_HOME = "/tmp/embento"  # bento.packaging.container_image.WRITABLE_HOME, where everything written at run time goes
 DECODE_AUDIO = """
 import io, sys
 import numpy as np, soundfile

@@ -274,7 +274,7 @@ def test_the_pod_security_check_catches_each_kind_of_violation(manifests, change
 def test_every_container_writes_only_to_an_emptydir_that_holds_the_images_home(manifests):
     """A read-only root: the image's HOME (BentoML's home, the caches, cache_dir) and the temporary folder lie
     under an emptyDir mounted writable."""
-    from bento.container_image import WRITABLE_HOME
+    from bento.packaging.container_image import WRITABLE_HOME
 
     for name, deployment in of_kind(manifests, "Deployment").items():
         pod = deployment["spec"]["template"]["spec"]
@@ -307,7 +307,7 @@ def test_one_deployment_and_service_per_model_service(manifests, needed_services
         gpus = main["resources"].get("limits", {}).get("nvidia.com/gpu")
         assert gpus == (1 if name in model_services else None)
         if name in model_services:  # what the CUDA Bento, built where no GPU is, declares as BentoML `resources`
-            from bento.placement import place_service
+            from bento.serving.placement import place_service
             from config.settings import ModelConfig
 
             assert place_service([ModelConfig()], len(model_services), 0, "cuda").gpus == gpus

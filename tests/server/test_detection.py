@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import yaml
 
-from bento.start_failures import PREFIX
+from bento.serving.start_failures import PREFIX
 from tests.conftest import ROOT, free_port, in_session_cache, running_server, server_env
 from tests.references import TEXTS
 from tests.tolerance import assert_same_vectors

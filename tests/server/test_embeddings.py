@@ -75,7 +75,7 @@ def test_parity_with_sentence_transformers(client, sentences, reference):
 
 def test_a_request_as_large_as_the_client_batch_limit_is_answered(client, sentences, reference):
     """2,048 inputs: the model service's answer lists 2,048 array sizes in one header, past aiohttp's
-    default limit of 8,190 bytes (bento/patches.py)."""
+    default limit of 8,190 bytes (bento/serving/patches.py)."""
     from config.settings import EmbentoConfig
 
     count = EmbentoConfig().max_client_batch_size

@@ -23,8 +23,8 @@ import psutil
 import pytest
 import yaml
 
-from bento.lifecycle import STARTUP_FAILED_STATUS
-from bento.start_failures import PREFIX, START_FAILED
+from bento.serving.lifecycle import STARTUP_FAILED_STATUS
+from bento.serving.start_failures import PREFIX, START_FAILED
 from testkit.checkpoints import build_tiny_bert, copy_bert_tokenizer
 from testkit.sentences import make_sentences
 from tests.conftest import (

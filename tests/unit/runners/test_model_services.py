@@ -6,7 +6,7 @@ import os
 
 from bentoml._internal.marshal.dispatcher import Optimizer
 
-from bento.patches import make_work_conserving
+from bento.serving.patches import make_work_conserving
 
 
 def test_dispatcher_never_holds_requests_for_an_idle_model():

@@ -74,7 +74,7 @@ def _name_the_component_once_known() -> None:
 def _records_without_messages(*args: Any, **kwargs: Any) -> logging.LogRecord:
     """The log-record factory: a record's traceback formatted now, its exceptions' messages withheld. Python's
     `Formatter` writes `exc_text` when it is set instead of formatting `exc_info` again; `exc_info` stays for the
-    filters that read the exception (bento/start_failures.py)."""
+    filters that read the exception (bento/serving/start_failures.py)."""
     record = _ORIGINAL_FACTORY(*args, **kwargs)
     if record.exc_info and record.exc_info[1] is not None:
         record.exc_text = "".join(withheld_traceback(record.exc_info[1])).rstrip("\n")

@@ -1,5 +1,5 @@
 """Tracebacks in the log keep their frames and types but not the messages that may quote a request
-(bento/server_logging.py); BentoML's exception log skips what it answers with a 4xx."""
+(bento/serving/server_logging.py); BentoML's exception log skips what it answers with a 4xx."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 from bentoml.exceptions import BentoMLException
 from pydantic import BaseModel, ValidationError
 
-from bento import server_logging
+from bento.serving import server_logging
 from config import errors
 
 SECRET = "my private medical note"

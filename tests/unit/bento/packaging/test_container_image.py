@@ -14,8 +14,8 @@ import certifi
 import pytest
 import yaml
 
-from bento.container_image import PEM_CERTIFICATE, ca_install_command
-from bento.containerize import choose_backend, containerize_command, local_package_folders, package_mount
+from bento.packaging.container_image import PEM_CERTIFICATE, ca_install_command
+from bento.packaging.containerize import choose_backend, containerize_command, local_package_folders, package_mount
 from commands import build_parser
 from commands.build import default_project_dir, image_arguments, image_settings, project_version
 from commands.flags import ACCELERATORS, PROJECT_ROOT
@@ -128,7 +128,7 @@ def test_image_writes_under_a_home_in_tmp_that_it_does_not_ship(default, accel):
     BentoML's entrypoint sources first move BentoML's home (its template's ENV) under HOME."""
     from bentoml._internal.container.generate import BENTO_HOME
 
-    from bento.container_image import ACTIVATE_SCRIPT, TEMPLATE_BENTOML_HOME, WRITABLE_HOME
+    from bento.packaging.container_image import ACTIVATE_SCRIPT, TEMPLATE_BENTOML_HOME, WRITABLE_HOME
 
     assert TEMPLATE_BENTOML_HOME == BENTO_HOME
     bento = default[accel]
@@ -152,7 +152,7 @@ def test_image_writes_under_a_home_in_tmp_that_it_does_not_ship(default, accel):
 )
 def test_the_activate_line_moves_only_the_templates_bentoml_home(tmp_path, variables, expected):
     """As BentoML's entrypoint runs it: sourced under `set -Eeuo pipefail`."""
-    from bento.container_image import BENTOML_HOME_LINE
+    from bento.packaging.container_image import BENTOML_HOME_LINE
 
     script = tmp_path / "activate"
     script.write_text(BENTOML_HOME_LINE + "\n")

@@ -22,7 +22,7 @@ import attrs
 import bentoml
 from bentoml.models import BentoModel
 
-from bento.store import readable_by_all, store_name
+from bento.packaging.store import readable_by_all, store_name
 from config.settings import ModelConfig
 from models.inference.onnx_export import adopt_export, export_files, export_key, exported_checkpoint, onnx_entry
 from models.kinds import model_kind, spec
@@ -64,7 +64,7 @@ def carried_tag(cfg: ModelConfig) -> str | None:
 
 def _for_gpus() -> bool:
     """A Bento built for CUDA (`--arg accel=cuda`): `auto` serves torch there, so it carries no export."""
-    from bento.container_image import ARGS
+    from bento.packaging.container_image import ARGS
 
     return ARGS.accel == "cuda"
 

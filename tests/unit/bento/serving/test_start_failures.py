@@ -1,4 +1,4 @@
-"""How a failure escaping `bentoml serve`'s own process is printed (bento/start_failures.py); the servers
+"""How a failure escaping `bentoml serve`'s own process is printed (bento/serving/start_failures.py); the servers
 that fail to start are in tests/server/test_faults.py and tests/packaging/test_bento.py."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from bentoml.exceptions import ImportServiceError
 
-from bento.start_failures import PREFIX, _print_start_failure
+from bento.serving.start_failures import PREFIX, _print_start_failure
 from config.errors import ConfigError
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bento.placement import Placement, default_gateway_workers, gateway_workers, place_service, worker_device
+from bento.serving.placement import Placement, default_gateway_workers, gateway_workers, place_service, worker_device
 from config.settings import EmbentoConfig, ModelConfig
 from models.base import ModelInfo, TokenizedText
 from models.batching import CPU_LIMITS, GPU_MAX_LIMITS, BatchLimits, activation_bytes_per_token, batch_limits

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from bentoml._internal.context import server_context
 
-from bento.start_failures import START_FAILED
+from bento.serving.start_failures import START_FAILED
 
 logger = logging.getLogger(__name__)
 STARTUP_FAILED_STATUS = 1
