@@ -31,15 +31,15 @@ from bento.serving.server_logging import configure_server_logging
 from config.served import served_config
 from gateway.answering import answered
 from gateway.cache.tiers import EmbeddingCache
-from gateway.catalog import Catalog
 from gateway.engine import Engine
 from gateway.http import edge
 from gateway.inputs.preprocessors import load_preprocessors
 from gateway.jobs.store import open_store
 from gateway.jobs.worker import JobWorker
 from gateway.queue.model_calls import ModelCalls
+from gateway.served.models import ServedModels
+from gateway.served.warmup import Warming
 from gateway.startup.lifecycle import Lifecycle
-from gateway.startup.warmup import ModelRegistry
 from gateway.wire import cohere, infinity, openai, shared_rerank, tei, voyage
 from gateway.wire.common import RerankRequest
 from models.kinds import model_kind, spec
@@ -56,9 +56,10 @@ KINDS = {m.served_model_name: model_kind(m) for m in CONFIG.models}
 MODEL_SERVICE_NAMES = list(dict.fromkeys(spec(kind).model_service for kind in KINDS.values()))
 COUNTERS = edge.shared_counters(MODEL_SERVICE_NAMES)
 # One per gateway process; the GET and admin routes hold them from import.
-REGISTRY = ModelRegistry(KINDS, frozenset(m.served_model_name for m in CONFIG.models if m.load == "lazy"))
-CATALOG = Catalog(CONFIG, REGISTRY, lambda: served_workers(GATEWAY_NAME))
-LIFECYCLE = Lifecycle(REGISTRY, COUNTERS, lambda: served_workers(GATEWAY_NAME), CATALOG.state_names, CATALOG.servable)
+SERVED = ServedModels(CONFIG, lambda: served_workers(GATEWAY_NAME))  # the models at run time: one owner
+LIFECYCLE = Lifecycle(
+    SERVED.registry, COUNTERS, lambda: served_workers(GATEWAY_NAME), SERVED.states.names, SERVED.requests.servable
+)
 KEYS = edge.tenant_keys(CONFIG)  # the API keys' tenants, for the gate and the job worker
 JOB_STORE = open_store(CONFIG.jobs)  # the Files and Batches routes hold it from import; None with jobs off
 NEW_JOBS = asyncio.Event()  # set by POST /v1/batches, awaited by this process's job worker
@@ -99,15 +100,19 @@ class Gateway:
         preprocessors, self.failed_here = load_preprocessors(CONFIG, KINDS, load_models)
         self.clients = {name: getattr(self, name) for name in MODEL_SERVICE_NAMES}
         calls = ModelCalls(CONFIG, KINDS.values(), self.clients, dispatch_max_rows(), COUNTERS)
-        self.engine = Engine(
-            CONFIG, REGISTRY, calls, preprocessors, edge.url_fetcher(CONFIG), EmbeddingCache(CONFIG.cache), CATALOG
-        )
+        cache = EmbeddingCache(CONFIG.cache)
+        fetcher = edge.url_fetcher(CONFIG)
+        self.engine = Engine(CONFIG, SERVED.registry, calls, preprocessors, fetcher, cache, SERVED.requests)
+        self.warming = Warming(calls, preprocessors, cache, self.engine.limits, SERVED.wanted.settings)
         self.jobs = JOB_STORE and JobWorker(JOB_STORE, CONFIG.jobs, self.engine, LIFECYCLE.is_ready, NEW_JOBS, KEYS)
 
     @bentoml.on_startup
     async def _start_warmup(self) -> None:
-        LIFECYCLE.start(self.clients, self.failed_here, self.engine.warm_up, CONFIG.allow_partial, stop_server)
-        CATALOG.start(self.engine.warm_up, server_model_set(CONFIG))  # models loaded and unloaded at run time
+        LIFECYCLE.start(self.clients)
+        # The start's warm-up, then the models loaded and unloaded at run time.
+        SERVED.start(
+            self.warming, self.clients, self.failed_here, stop_server, server_model_set(CONFIG), LIFECYCLE.is_ready
+        )
         if self.jobs:
             self.jobs.start()  # its work waits until the models serve
 
@@ -235,7 +240,7 @@ edge.install(
     routes,
     config=CONFIG,
     lifecycle=LIFECYCLE,
-    catalog=CATALOG,
+    served=SERVED,
     counters=COUNTERS,
     keys=KEYS,
     job_store=JOB_STORE,

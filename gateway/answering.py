@@ -37,7 +37,7 @@ async def answered(adapter: Callable[[Engine, B], Awaitable[T | Response]], engi
     level = getattr(body, "priority", 0) or 0
 
     async def call() -> T | Response:
-        with engine.catalog.holding():  # the models it names stay loaded until it is answered
+        with engine.served.holding():  # the models it names stay loaded until it is answered
             return await adapter(engine, body)
 
     return await answering(call, level, recorded=not PRIORITY.get().batch)

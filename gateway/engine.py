@@ -6,14 +6,12 @@ adapters (`gateway/wire/`) turn their bodies into queries and the results into t
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
-from config import errors
 from config.settings import EmbentoConfig
 from gateway.cache.contexts import (
     IMAGE_RANK_CONTEXT,
@@ -27,9 +25,7 @@ from gateway.cache.contexts import (
     ranked_context,
     ranked_items,
 )
-from gateway.cache.keys import model_identity
 from gateway.cache.tiers import Answered, Computed, EmbeddingCache
-from gateway.catalog import Catalog
 from gateway.inputs.fetch import UrlFetcher
 from gateway.inputs.long_rows import Plan
 from gateway.inputs.preprocessors import Preprocessors
@@ -48,10 +44,9 @@ from gateway.queries import (
 from gateway.queue.model_calls import ModelCalls
 from gateway.representations import asked_parts, representations_for, score_mode, scores_by_mode
 from gateway.results import Classified, ContextEmbeddings, Embeddings, Ranking, Tokens
-from gateway.routing import choose_model, default_model
-from gateway.startup.calibration import warm_up
-from gateway.startup.warmup import ModelRegistry
-from gateway.tenants.keys import TENANT, allowed
+from gateway.served.models import ServedModels
+from gateway.served.registry import ModelRegistry
+from gateway.served.requests import RequestModels
 from gateway.validation import (
     check_classify,
     check_context,
@@ -63,10 +58,9 @@ from gateway.validation import (
     check_tokenize,
 )
 from models.base import ModelInfo, Representation, Row
-from models.kinds import KindSpec, RankBy, spec
+from models.kinds import KindSpec, RankBy
 from models.media import MediaLimits
 from models.preprocessing.text_tokenizer import TextTokenizer
-from models.resolve import resolve_model
 from models.scores import activate, rank, similarities
 
 # What a way of ranking answers: the computed (or cached) outputs, each document's score, and its scores by every
@@ -85,10 +79,11 @@ class Engine:
         preprocessors: Preprocessors,
         fetcher: UrlFetcher | None,
         cache: EmbeddingCache,
-        catalog: Catalog | None = None,
+        served: RequestModels | None = None,
     ) -> None:
+        """`served`: the served models' request side (without a server's files: the configured set, fixed)."""
         self.config = config
-        self.catalog = catalog or Catalog(config, registry)  # without a server's files: the configured set, fixed
+        self.served = served or ServedModels(config, registry=registry).requests
         self.cache = cache
         self.registry = registry
         self.calls = calls
@@ -103,29 +98,11 @@ class Engine:
             "multimodal-pair-logits": self._rank_by_multimodal_pairs,
         }
 
-    async def require_model(self, requested: str | None, capability: str | None) -> ModelInfo:
-        """The named model (or the one an alias names), or the first that can do `capability` (`default_model`);
-        once warm (a lazy or evicted model is loaded and waited for), and if it did not fail."""
-        registry = self.registry
-        if not registry.done:
-            raise errors.NotReady("models are still loading; retry shortly")
-        asked = requested
-        if asked is None:
-            asked = default_model(allowed(registry.kinds), self.catalog.may_serve, capability)
-        name = await self.catalog.serving(asked)
-        if name in registry.failed and TENANT.get().may_use(name):
-            raise errors.ModelUnavailable(f"model '{name}' failed to load: {registry.failed[name]}", param="model")
-        info = choose_model(allowed(registry.infos), name, capability)
-        trace = current_trace()
-        trace.model = info.served_model_name
-        trace.alias = requested if requested not in (None, name) else None
-        return info
-
     async def embed(self, query: EmbedQuery) -> Embeddings:
-        self.catalog.check_keep_alive(query.keep_alive_s)  # before any work: a 403 runs nothing
+        self.served.check_keep_alive(query.keep_alive_s)  # before any work: a 403 runs nothing
         if query.long_input is LongInput.LATE_CHUNKING:
             return (await self.embed_in_context(ContextQuery(query, (len(query.items),)))).embeddings
-        info = await self.require_model(query.model, query.capability)
+        info = await self.served.model(query.model, query.capability)
         quantizer = self.registry.quantizers.get(info.served_model_name)
         query = check_embed(query, info, self.config, quantizer, self.registry.infos)
         if info.spec.takes_media:
@@ -145,7 +122,7 @@ class Engine:
             check_response_size(query, info, answered.tokens, self.config.max_response_bytes)
         outputs = answered.outputs
         current_trace().usage_tokens = answered.tokens
-        self.catalog.keep_alive(info.served_model_name, query.keep_alive_s)
+        self.served.keep_alive(info.served_model_name, query.keep_alive_s)
         return Embeddings(
             query, info, outputs, answered.tokens, quantizer, asked_parts(query, info, outputs), answered.cached_tokens
         )
@@ -198,8 +175,8 @@ class Engine:
 
     async def embed_in_context(self, query: ContextQuery) -> ContextEmbeddings:
         """Late chunking: each document's chunks embedded in the context of the whole document."""
-        self.catalog.check_keep_alive(query.embed.keep_alive_s)
-        info = await self.require_model(query.embed.model, query.embed.capability)
+        self.served.check_keep_alive(query.embed.keep_alive_s)
+        info = await self.served.model(query.embed.model, query.embed.capability)
         quantizer = self.registry.quantizers.get(info.served_model_name)
         query = check_context(query, info, self.config, quantizer, self.registry.infos)
         documents = await self.rows.in_context(info, query)
@@ -211,20 +188,20 @@ class Engine:
             for document, size in zip(documents, query.document_sizes)
         ]
         current_trace().usage_tokens = plan.tokens
-        self.catalog.keep_alive(info.served_model_name, query.embed.keep_alive_s)
+        self.served.keep_alive(info.served_model_name, query.embed.keep_alive_s)
         return ContextEmbeddings(Embeddings(query.embed, info, outputs, plan.tokens, quantizer), counts, plan.texts)
 
     async def rank(self, query: RankQuery) -> Ranking:
         """Score every (query, document) pair, best first: a cross-encoder's (or causal-LM scorer's) activated
         logits; for a model that ranks by its own outputs, their score mode; for image documents the
         similarity of their embeddings with the query's."""
-        self.catalog.check_keep_alive(query.keep_alive_s)  # before any work: a 403 runs nothing
-        info = await self.require_model(query.model, "rerank")
+        self.served.check_keep_alive(query.keep_alive_s)  # before any work: a 403 runs nothing
+        info = await self.served.model(query.model, "rerank")
         check_rank(query, info, self.config)
         assert info.spec.rank_by is not None, "every kind that reranks declares how (`KindSpec.rank_by`)"
         answered, scores, by_mode = await self._rankers[info.spec.rank_by](info, query)
         current_trace().usage_tokens = answered.tokens
-        self.catalog.keep_alive(info.served_model_name, query.keep_alive_s)
+        self.served.keep_alive(info.served_model_name, query.keep_alive_s)
         return Ranking(
             query,
             info,
@@ -300,7 +277,7 @@ class Engine:
 
     async def classify(self, query: ClassifyQuery) -> Classified:
         """Every label's score per text (or pair), by the query's activation or else the model's own."""
-        info = await self.require_model(query.model, "classify")
+        info = await self.served.model(query.model, "classify")
         check_classify(query, self.config)
 
         async def compute(at: list[int]) -> Computed:
@@ -334,29 +311,12 @@ class Engine:
         return tokenizer.decode([list(ids) for ids in query.ids], query.skip_special_tokens)
 
     async def _tokenizer(self, requested: str | None) -> TextTokenizer:
-        """The tokenizer of the named text model, or without a name of the first one servable (`default_model`)."""
-        if requested is None and self.registry.done:
-            texts = {name: kind for name, kind in allowed(self.registry.kinds).items() if not spec(kind).takes_media}
-            requested = default_model(texts, self.catalog.may_serve, None, "is a text model")
-        return self.preprocessors.tokenizer(await self.require_model(requested, "embed" if requested is None else None))
-
-    async def warm_up(self, info: ModelInfo) -> None:
-        """One real call through every modality the model serves (`Warmup`'s step); keeps its quantizer, and
-        for a model with `cache: true` its identity, the root of its cache keys."""
-        quantizer = await warm_up(info, self.calls, self.preprocessors, self.config, self.limits)
-        if quantizer is not None:
-            self.registry.quantizers[info.served_model_name] = quantizer
-        cfg = self.config.model(info.served_model_name)
-        if cfg is not None and cfg.cache:
-            folder = resolve_model(cfg.model_id, cfg.revision)
-            self.cache.enable(info.served_model_name, await asyncio.to_thread(model_identity, cfg, info, folder))
+        """The tokenizer of the named text model, or without a name of the first one servable."""
+        return self.preprocessors.tokenizer(await self.served.text_model(requested))
 
     def kind_spec(self, requested: str | None) -> KindSpec | None:
-        """The kind of the named model (or the one an alias names), or of the first configured one; None for a name
-        not configured."""
-        kinds = self.registry.kinds
-        kind = kinds.get(self.catalog.wanted().resolve(requested) if requested else next(iter(kinds)))
-        return spec(kind) if kind is not None else None
+        """The kind of the named model, or of the first configured one (`RequestModels.kind_spec`)."""
+        return self.served.kind_spec(requested)
 
 
 def _picked(query: EmbedQuery, at: list[int]) -> EmbedQuery:

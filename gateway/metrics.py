@@ -197,7 +197,7 @@ class RequestTrace:
     started: float = field(default_factory=time.perf_counter)
     recorded: bool = True  # false for a bulk job's lines, which have metrics of their own (gateway/jobs/metrics.py)
     model: str = NO_MODEL
-    alias: str | None = None  # the alias the request named `model` by (gateway/catalog.py)
+    alias: str | None = None  # the alias the request named `model` by (gateway/served/requests.py)
     sent: float | None = None  # rows handed to the model service
     answered: float | None = None  # its outputs back
     usage_tokens: int = 0  # as the answer's `usage` counts them (the cache's hits included)

@@ -1,6 +1,6 @@
 """The admin API: list, load and unload the models a server may serve, and point aliases, behind the admin key.
 
-Each route is one line onto the admin operations (gateway/model_admin.py). The tenant gate lets `/admin/` through
+Each route is one line onto the admin operations (gateway/served/admin.py). The tenant gate lets `/admin/` through
 untouched (gateway/tenants/gate.py); here the admin key alone opens it: no key or a wrong one is a 401, a tenant's
 key a 403, and with no admin key configured every call is a 403. Each refused call (those, and the operations'
 own refusals) is one WARNING line naming who asked: `admin`, a tenant by its name, `no key` or `an unknown key`,
@@ -21,9 +21,8 @@ from starlette.routing import Route
 
 from config import errors
 from config.settings import EmbentoConfig
-from gateway.catalog import Catalog
 from gateway.error_responses import error_response
-from gateway.model_admin import ModelAdmin
+from gateway.served.admin import ModelAdmin
 from gateway.tenants.gate import ADMIN_PREFIX, bearer_token
 from gateway.tenants.keys import Keys, caller_id
 
@@ -32,9 +31,8 @@ ADMIN_TAG = "Admin"
 logger = logging.getLogger(__name__)
 
 
-def admin_routes(config: EmbentoConfig, catalog: Catalog, keys: Keys) -> list[Route]:
-    """The admin routes to mount on the gateway's ASGI app."""
-    admin = ModelAdmin(catalog)
+def admin_routes(config: EmbentoConfig, admin: ModelAdmin, keys: Keys) -> list[Route]:
+    """The admin routes to mount on the gateway's ASGI app, onto the served models' admin operations."""
 
     def guarded(handler: Handler) -> Callable[[Request], Awaitable[Response]]:
         async def answer(request: Request) -> Response:

@@ -14,7 +14,6 @@ from starlette.applications import Starlette
 
 from config.settings import EmbentoConfig
 from gateway.cache.policy import CacheControl
-from gateway.catalog import Catalog
 from gateway.http.admin import admin_routes, with_admin_routes
 from gateway.http.errors import ERROR_SHAPES, TEI_BODIES, ErrorBodies
 from gateway.http.get_routes import ReadinessReport, get_routes
@@ -26,6 +25,7 @@ from gateway.jobs.store import JobStore
 from gateway.queue.admission import admission_counters
 from gateway.queue.coalesce import batch_call_counter
 from gateway.queue.deadline import WatchDisconnect
+from gateway.served.models import ServedModels
 from gateway.shared_memory import SharedCounters
 from gateway.startup.lifecycle import WARM_WORKERS, Lifecycle
 from gateway.tenants.gate import PROBE_PATHS, TenantGate
@@ -44,7 +44,7 @@ def install(
     *,
     config: EmbentoConfig,
     lifecycle: Lifecycle,
-    catalog: Catalog,
+    served: ServedModels,
     counters: SharedCounters,
     keys: Keys,
     job_store: JobStore | None,
@@ -53,8 +53,8 @@ def install(
     """Mount the GET routes, and the Files and Batches routes with jobs on, on `routes` (the Gateway's ASGI app)
     and add the middleware, outermost first. The readiness report is the probe's body itself, so it stands
     outside the error rewriting; every other error below, ours or the framework's, leaves in its route's shape."""
-    routes.router.routes.extend(get_routes(config, lifecycle, catalog))
-    routes.router.routes.extend(admin_routes(config, catalog, keys))
+    routes.router.routes.extend(get_routes(config, lifecycle, served))
+    routes.router.routes.extend(admin_routes(config, served.admin, keys))
     if job_store is not None:
         routes.router.routes.extend(job_routes(job_store, config.jobs, new_jobs.set))
     uploads = {FILES_PATH: upload_limit(config.jobs)} if job_store is not None else {}

@@ -14,10 +14,10 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from config import errors
 from config.settings import EmbentoConfig, ModelConfig
-from gateway.catalog import Catalog
 from gateway.error_responses import error_response
+from gateway.served.models import ServedModels
+from gateway.served.registry import ModelRegistry
 from gateway.startup.lifecycle import Lifecycle
-from gateway.startup.warmup import ModelRegistry
 from gateway.tenants.keys import TENANT
 from gateway.wire.openai import model_list
 from gateway.wire.tei import tei_model_type
@@ -116,18 +116,18 @@ def _model_limits(model: ModelConfig, registry: ModelRegistry) -> dict[str, Any]
     }
 
 
-def get_routes(config: EmbentoConfig, lifecycle: Lifecycle, catalog: Catalog) -> list[Route]:
-    """The GET routes to mount; /info answers from the configuration it is given and the models once loaded."""
-    registry = lifecycle.registry
+def get_routes(config: EmbentoConfig, lifecycle: Lifecycle, served: ServedModels) -> list[Route]:
+    """The GET routes to mount; /info answers from the models' settings and, once loaded, their facts."""
+    registry = served.registry
 
     async def get_models(request: Request) -> Response:
         try:
             # A model its service holds but this worker has not warmed up yet is still loading, as seen from here.
             states = {
                 name: "loading" if state == "loaded" and name not in registry.infos else state
-                for name, state in catalog.state_names().items()
+                for name, state in served.states.names().items()
             }
-            answer = model_list(registry, STARTED, states, catalog.wanted().aliases)
+            answer = model_list(registry, STARTED, states, served.wanted.read().aliases)
             return JSONResponse(answer.model_dump())
         except errors.EmbentoError as exc:
             return error_response(exc)
@@ -139,7 +139,7 @@ def get_routes(config: EmbentoConfig, lifecycle: Lifecycle, catalog: Catalog) ->
             return error_response(exc)
 
     async def get_info(request: Request) -> Response:
-        usable = [model for model in config.models if TENANT.get().may_use(model.served_model_name)]
+        usable = [model for model in served.wanted.entries() if TENANT.get().may_use(model.served_model_name)]
         default = usable[0] if usable else ModelConfig(model_id="", served_model_name="")
         return JSONResponse(
             {

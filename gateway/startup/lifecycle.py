@@ -1,5 +1,5 @@
-"""The served models from start to serving: warm-up (which fills `gateway.startup.warmup.ModelRegistry`), then the
-readiness and health the probes report from the registry.
+"""The readiness and health the probes report, from the served models' registry (gateway/served/: its reconciler
+warms the models up at the start and keeps the registry to what the server holds).
 
 One `Lifecycle` per gateway process, made at import: the GET routes and the /readyz middleware are mounted
 then and hold it. The Gateway starts it, since only the Gateway holds the model services' clients.
@@ -10,34 +10,31 @@ whose probe one warm worker answered would send the next request to a worker sti
 all of them are: an orchestrator then routes nothing to a replica before each of its workers can answer, and a
 worker restarted after a crash takes its replica out of the rotation until it is warm again.
 
-What counts as servable is the run-time catalog's one rule (gateway/catalog.py, `servable`): a model loaded, or one
+What counts as servable is the served models' one rule (gateway/served/requests.py, `servable`): a model loaded, or one
 a request may load (lazy, or evicted). A server with none (every model unloaded by the admin API, or failed) is not
 ready, whatever its configuration says.
 """
 
 from __future__ import annotations
 
-import asyncio
 import time
-from collections.abc import Awaitable, Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 import aiohttp
 
 from config import errors
 from gateway.metrics import READY
+from gateway.served.registry import ModelRegistry
 from gateway.shared_memory import SharedCounters
-from gateway.startup.warmup import ModelRegistry, Warmup
-from models.base import ModelInfo
 from server_state.server_files import mark_gateway_worker
 
-WARMUP_RETRY_S = 1.0
 READINESS_TIMEOUT_S = 1
 WARM_WORKERS = "warm_workers"  # the shared counter: each gateway worker adds 1 once its models are warm
 
 
 class Lifecycle:
-    """Warm-up, then readiness and health: ready while every model is warm and its service answers."""
+    """Readiness and health: ready while every model is warm and its service answers."""
 
     def __init__(
         self,
@@ -50,53 +47,22 @@ class Lifecycle:
         """`counters`: the gateway workers' shared counters, with WARM_WORKERS; `workers`: how many gateway workers
         the server runs, each of which must be warm for it to be ready (asked once one is: BentoML resolves its
         configuration in the worker after this is made); `servable`: the models a request may be served by now
-        (the catalog's; by default the warm ones)."""
+        (the served models'; by default the warm ones)."""
         self.registry = registry
-        self._states = states  # each model's state, for /readyz (the run-time catalog's)
+        self._states = states  # each model's state, for /readyz (the served models')
         self._servable = servable or (lambda: registry.infos)
         self.clients: Mapping[str, Any] = {}
-        self.warmup: Warmup | None = None
-        self._task: asyncio.Task | None = None
         self._counters = counters or SharedCounters([WARM_WORKERS])
         self._workers = workers
         self._worker_count = 1
         self._counted_warm = False
 
-    def start(
-        self,
-        clients: Mapping[str, Any],
-        failed_here: dict[str, str],
-        warm_up: Callable[[ModelInfo], Awaitable[None]],
-        allow_partial: bool,
-        stop_server: Callable[[str], None],
-    ) -> None:
-        """Warm-up in the background, the only one that tries: a probe or request that tried too would wait on
-        a model service still starting for the client's whole timeout. They read `registry.done` instead."""
+    def start(self, clients: Mapping[str, Any]) -> None:
+        """In the gateway worker: the model services whose readiness is the server's. Warm-up is the served models'
+        (their reconciler's first pass); a probe reads `registry.done` rather than waiting on it."""
         self.clients = clients
         # the model services serve while it runs, when the server stops (bento/serving/patches.py)
         mark_gateway_worker()
-        warmup = self.warmup = Warmup(
-            self.registry, lambda: self._fetch_infos(failed_here), warm_up, allow_partial, stop_server
-        )
-
-        async def keep_trying() -> None:
-            while not await warmup.attempt() and not warmup.stopped:
-                await asyncio.sleep(WARMUP_RETRY_S)
-            await self.is_ready()  # into the readiness gauge, for servers no probe asks
-
-        self._task = asyncio.create_task(keep_trying())
-
-    async def _fetch_infos(self, failed_here: dict[str, str]) -> tuple[dict[str, ModelInfo], dict[str, str]]:
-        """The models each service serves, and those that failed to load here or there."""
-        reports = [await client.to_async.model_info() for client in self.clients.values()]
-        failed = {name: reason for report in reports for name, reason in report["failed"].items()}
-        failed.update(failed_here)
-        infos = {i["served_model_name"]: ModelInfo(**i) for report in reports for i in report["models"]}
-        configured = [name for name in self.registry.kinds if name not in self.registry.lazy]
-        missing = set(configured) - set(infos) - set(failed)
-        if missing:
-            raise errors.NotReady(f"no model service reported {sorted(missing)}")
-        return {name: infos[name] for name in configured if name not in failed}, failed
 
     async def is_ready(self) -> bool:
         ready = self._every_worker_warm() and await self._silent_service() is None
@@ -120,7 +86,7 @@ class Lifecycle:
         return {
             "ready": ready,
             "models": list(self.registry.infos),
-            "failed": self.registry.failed,
+            "failed": dict(self.registry.failed),
             "states": dict(self._states()),
         }
 

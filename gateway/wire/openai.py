@@ -23,7 +23,7 @@ from starlette.responses import Response
 from config import errors
 from gateway.queries import EmbedQuery, InputType, LongInput, OutputType
 from gateway.results import Embeddings
-from gateway.startup.warmup import ModelRegistry
+from gateway.served.registry import ModelRegistry
 from gateway.tenants.keys import allowed
 from gateway.validation.bodies import check_long_input_fields
 from gateway.wire.common import (

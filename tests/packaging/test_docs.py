@@ -41,11 +41,10 @@ def test_configuration_md_is_generated_from_the_configuration_object():
 
 @pytest.mark.server
 def test_every_route_is_in_api_md(client):
-    from gateway.catalog import Catalog
     from gateway.http.admin import admin_routes
     from gateway.http.get_routes import get_routes
+    from gateway.served.models import ServedModels
     from gateway.startup.lifecycle import Lifecycle
-    from gateway.startup.warmup import ModelRegistry
     from gateway.tenants.keys import Keys
 
     api = (DOCS / "api.md").read_text()
@@ -53,9 +52,11 @@ def test_every_route_is_in_api_md(client):
     openapi = client.get("/docs.json").json()["paths"]
     served = {(method.upper(), path) for path, methods in openapi.items() for method in methods}
     config = load_config({}, cwd=ROOT / "tests")
-    registry = ModelRegistry({config.models[0].served_model_name: "embed"})
-    catalog = Catalog(config, registry)
-    routes = [*get_routes(config, Lifecycle(registry), catalog), *admin_routes(config, catalog, Keys((), None))]
+    models = ServedModels(config)
+    routes = [
+        *get_routes(config, Lifecycle(models.registry), models),
+        *admin_routes(config, models.admin, Keys((), None)),
+    ]
     served |= {(method, _documented(route.path)) for route in routes for method in route.methods if method != "HEAD"}
     assert served - documented == set(), "routes the server has that docs/api.md does not"
 

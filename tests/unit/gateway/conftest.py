@@ -13,7 +13,8 @@ from gateway.cache.tiers import EmbeddingCache
 from gateway.engine import Engine
 from gateway.inputs.preprocessors import Preprocessors
 from gateway.queue.model_calls import ModelCalls
-from gateway.startup.warmup import ModelRegistry
+from gateway.served.registry import ModelRegistry
+from gateway.served.warmup import Warming
 from models.preprocessing.text_tokenizer import TextTokenizer
 from tests.unit.gateway.fake_engine import EMBEDDER, INFOS, TEXT_MODELS, Call, FakeModelService, Serve
 
@@ -35,15 +36,10 @@ def serve(tokenizers: dict[str, TextTokenizer]) -> Serve:
             service = FakeModelService()
             registry = ModelRegistry({name: info.kind for name, info in INFOS.items()}, infos=dict(INFOS), done=True)
             calls = ModelCalls(config, registry.kinds.values(), {"TextEmbedder": service, "Reranker": service}, 64)
-            engine = Engine(
-                config,
-                registry,
-                calls,
-                Preprocessors(by_model=dict(tokenizers)),
-                fetcher=None,
-                cache=EmbeddingCache(config.cache),
-            )
-            await engine.warm_up(INFOS[EMBEDDER])
+            preprocessors, cache = Preprocessors(by_model=dict(tokenizers)), EmbeddingCache(config.cache)
+            engine = Engine(config, registry, calls, preprocessors, fetcher=None, cache=cache)
+            warming = Warming(calls, preprocessors, cache, engine.limits, config.model)
+            registry.served(EMBEDDER, INFOS[EMBEDDER], await warming(INFOS[EMBEDDER]))  # as the reconciler serves it
             service.rows.clear()
             return await call(engine), service
 

@@ -182,15 +182,14 @@ def test_m3_warm_up_runs_every_head_and_refuses_one_of_the_wrong_width(m3, bge_m
     import torch
 
     from config.errors import InferenceError
-    from config.settings import EmbentoConfig
-    from gateway.startup.calibration import warm_up
+    from gateway.served.calibration import warm_up
     from models.media import MediaLimits
 
     tokenizer, model = m3
     limits = MediaLimits(1, 1, 1.0)
-    config = EmbentoConfig(models=[ModelConfig(model_id=str(bge_m3_path), backend="torch", device="cpu")])
+    settings = ModelConfig(model_id=str(bge_m3_path), backend="torch", device="cpu")
     quantizer = asyncio.run(
-        warm_up(model.info, InProcessCalls(model), one_tokenizer(model.info, tokenizer), config, limits)
+        warm_up(model.info, InProcessCalls(model), one_tokenizer(model.info, tokenizer), settings, limits)
     )
     assert quantizer is not None  # its dense vectors are calibrated as any embedder's
     broken = tmp_path / "m3-narrow-colbert"
@@ -198,4 +197,6 @@ def test_m3_warm_up_runs_every_head_and_refuses_one_of_the_wrong_width(m3, bge_m
     torch.save(torch.nn.Linear(model.info.dimension, 8).state_dict(), broken / "colbert_linear.pt")
     narrow = load_model(broken, ModelConfig(model_id=str(broken), backend="torch", device="cpu"))
     with pytest.raises(InferenceError, match=r"\(\d+, 8\)"):
-        asyncio.run(warm_up(narrow.info, InProcessCalls(narrow), one_tokenizer(narrow.info, tokenizer), config, limits))
+        asyncio.run(
+            warm_up(narrow.info, InProcessCalls(narrow), one_tokenizer(narrow.info, tokenizer), settings, limits)
+        )

@@ -70,7 +70,7 @@ def test_api_key_required_on_api_routes():
 
 
 def test_the_admin_key_is_the_admin_caller_on_a_server_without_api_keys():
-    """There, anyone may call: only the admin key may also set a model's `keep_alive` (gateway/catalog.py)."""
+    """There, anyone may call: only the admin key may also set a model's `keep_alive` (gateway/served/requests.py)."""
     open_server = make_client(api_keys=(), admin_key="admin-secret")
     admin = {"Authorization": "Bearer admin-secret"}
     assert open_server.post("/caller", headers=admin).json() == {"tenant": "default", "may_set_keep_alive": True}

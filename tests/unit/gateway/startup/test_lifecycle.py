@@ -6,24 +6,23 @@ from __future__ import annotations
 
 import asyncio
 
+from gateway.served.registry import ModelRegistry
 from gateway.shared_memory import SharedCounters
 from gateway.startup.lifecycle import WARM_WORKERS, Lifecycle
-from gateway.startup.warmup import ModelRegistry
-from tests.unit.gateway.startup.test_warmup import info
+from tests.unit.gateway.served.test_warmup import info
 
 
 def warm_lifecycle(counters: SharedCounters, workers: int) -> Lifecycle:
-    """A worker's lifecycle whose warm-up has finished (its registry filled as `Warmup` fills it)."""
+    """A worker's lifecycle whose warm-up has finished (its registry opened as the reconciler opens it)."""
     lifecycle = Lifecycle(ModelRegistry({"m": "embed"}), counters, lambda: workers)
-    lifecycle.registry.infos = {"m": info("m")}
-    lifecycle.registry.done = True
+    lifecycle.registry.opened({"m": (info("m"), None)}, {})
     return lifecycle
 
 
 def test_one_worker_is_ready_once_warm():
     lifecycle = Lifecycle(ModelRegistry({"m": "embed"}), SharedCounters([WARM_WORKERS]))
     assert not asyncio.run(lifecycle.is_ready())
-    lifecycle.registry.infos, lifecycle.registry.done = {"m": info("m")}, True
+    lifecycle.registry.opened({"m": (info("m"), None)}, {})
     assert asyncio.run(lifecycle.is_ready())
 
 

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from config import errors
-from config.settings import EmbentoConfig
+from config.settings import ModelConfig
 from gateway.inputs.preprocessors import Preprocessors
 from gateway.queue.model_calls import ModelCalls
 from gateway.shared_memory import agreed
@@ -26,7 +26,7 @@ COST_TEXTS = (CALIBRATION_TEXTS[0], " ".join(CALIBRATION_TEXTS[:60]))
 
 
 async def warm_up(
-    info: ModelInfo, calls: ModelCalls, preprocessors: Preprocessors, config: EmbentoConfig, limits: MediaLimits
+    info: ModelInfo, calls: ModelCalls, preprocessors: Preprocessors, settings: ModelConfig, limits: MediaLimits
 ) -> Quantizer | None:
     """Raises if the model fails or answers the wrong shape; returns a dense single-vector model's quantizer."""
     rows = warmup_rows(info, preprocessors)
@@ -45,7 +45,7 @@ async def warm_up(
     if not info.live_lane:  # a model with a live lane runs queries beside its calls: no call of it is cut
         await _learn_cost(info, calls, preprocessors, limits)
     if info.spec.quantizable and not info.multi_vector:
-        return await _quantizer(info, calls, preprocessors, config, limits)
+        return await _quantizer(info, calls, preprocessors, settings, limits)
     return None
 
 
@@ -85,13 +85,11 @@ def _fits(info: ModelInfo, representation: str, array: np.ndarray) -> bool:
 
 
 async def _quantizer(
-    info: ModelInfo, calls: ModelCalls, preprocessors: Preprocessors, config: EmbentoConfig, limits: MediaLimits
+    info: ModelInfo, calls: ModelCalls, preprocessors: Preprocessors, settings: ModelConfig, limits: MediaLimits
 ) -> Quantizer:
     """The model's scheme, with parameters configured, or from the calibration texts embedded in fixed chunks,
     one call at a time."""
     name = info.served_model_name
-    settings = config.model(name)
-    assert settings is not None  # a served model's
     scheme, configured = settings.quantization, settings.quantization_ranges
     if configured:
         return Quantizer(scheme, configured=read_configured_ranges(configured, info.dimension, scheme))

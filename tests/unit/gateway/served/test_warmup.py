@@ -11,7 +11,7 @@ import aiohttp
 import pytest
 
 from config import errors
-from gateway.startup.warmup import ModelRegistry, Warmup
+from gateway.served.warmup import Warmup
 from models.base import ModelInfo
 
 
@@ -54,9 +54,7 @@ class Models:
             raise pending.pop(0)
 
     def warmup(self, allow_partial: bool, clock: Clock | None = None) -> Warmup:
-        return Warmup(
-            ModelRegistry({}), self.fetch_infos, self.warm_up, allow_partial, self.stopped.append, clock or Clock()
-        )
+        return Warmup(self.fetch_infos, self.warm_up, allow_partial, self.stopped.append, clock or Clock())
 
 
 def attempt(warmup: Warmup) -> bool:
@@ -65,8 +63,8 @@ def attempt(warmup: Warmup) -> bool:
 
 def test_every_model_warm():
     warmup = Models({}).warmup(allow_partial=False)
-    assert attempt(warmup) and warmup.registry.done
-    assert list(warmup.registry.infos) == ["a", "b"] and warmup.registry.failed == {"c": "no weights"}
+    assert attempt(warmup) and warmup.done
+    assert list(warmup.served) == ["a", "b"] and warmup.failed == {"c": "no weights"}
 
 
 @pytest.mark.parametrize(
@@ -81,7 +79,7 @@ def test_a_permanent_failure_stops_the_server(failure):
     models = Models({"b": [failure]})
     warmup = models.warmup(allow_partial=False)
     assert not attempt(warmup)
-    assert warmup.stopped and not warmup.registry.done
+    assert warmup.stopped and not warmup.done
     assert len(models.stopped) == 1 and models.stopped[0].startswith("model 'b': its warm-up failed: ")
     assert not attempt(warmup)  # stopping: no further tries
     assert len(models.stopped) == 1
@@ -92,8 +90,8 @@ def test_with_allow_partial_a_permanent_failure_is_reported_and_the_others_serve
     warmup = models.warmup(allow_partial=True)
     with caplog.at_level(logging.WARNING):
         assert attempt(warmup)
-    assert list(warmup.registry.infos) == ["b"] and not models.stopped
-    assert warmup.registry.failed == {"c": "no weights", "a": "its warm-up failed: query is 128 tokens"}
+    assert list(warmup.served) == ["b"] and not models.stopped
+    assert warmup.failed == {"c": "no weights", "a": "its warm-up failed: query is 128 tokens"}
     assert any(
         r.levelno == logging.WARNING and "model 'a'" in r.getMessage() and "128 tokens" in r.getMessage()
         for r in caplog.records
@@ -115,7 +113,7 @@ def test_transient_failures_are_retried_and_warned_about_after_30_s_once_a_minut
 
     assert [warnings_at(t) for t in (0, 10, 31, 50, 92, 95)] == [0, 0, 1, 0, 1, 0]
     assert not models.stopped
-    assert attempt(warmup) and list(warmup.registry.infos) == ["a", "b"]
+    assert attempt(warmup) and list(warmup.served) == ["a", "b"]
 
 
 def test_a_model_service_still_starting_is_transient():
@@ -123,5 +121,5 @@ def test_a_model_service_still_starting_is_transient():
         raise errors.NotReady("no model service reported ['a']")
 
     stopped: list[str] = []
-    warmup = Warmup(ModelRegistry({}), not_up, Models({}).warm_up, False, stopped.append, Clock())
+    warmup = Warmup(not_up, Models({}).warm_up, False, stopped.append, Clock())
     assert not attempt(warmup) and not warmup.stopped and not stopped

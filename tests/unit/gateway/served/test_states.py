@@ -1,6 +1,6 @@
-"""One model's state across the workers of its model service (gateway/catalog.py's `server_state`): loaded only once
-every worker holds it, and a failure, a load or an unload in any worker is the model's. Which models a request may
-be served by (loaded, or loadable on demand), the rule readiness follows, over the real shared files."""
+"""One model's state across the workers of its model service (gateway/served/states.py's `server_state`): loaded
+only once every worker holds it, and a failure, a load or an unload in any worker is the model's. Which models a
+request may be served by (loaded, or loadable on demand), the rule readiness follows, over the real shared files."""
 
 from __future__ import annotations
 
@@ -8,10 +8,11 @@ import asyncio
 from pathlib import Path
 
 from config.settings import EmbentoConfig, ModelConfig
-from gateway.catalog import Catalog, server_state
+from gateway.served.models import ServedModels
+from gateway.served.registry import ModelRegistry
+from gateway.served.states import server_state
 from gateway.shared_memory import SharedCounters
 from gateway.startup.lifecycle import WARM_WORKERS, Lifecycle
-from gateway.startup.warmup import ModelRegistry
 from models.base import ModelInfo
 from server_state.model_set import ModelSet, ModelStatus, SharedModelSet
 from tests.unit.gateway.fake_engine import INFOS
@@ -38,7 +39,7 @@ def test_a_failure_in_any_worker_is_the_models_with_its_reason():
 
 
 class Served:
-    """A catalog over real shared files in a folder, as a gateway worker sees them: `a` eager, `b` lazy, both
+    """The served models over real shared files in a folder, as a gateway worker sees them: `a` eager, `b` lazy, both
     reported unloaded by their model service (nothing loaded), the registry's warm-up done."""
 
     def __init__(self, folder: Path) -> None:
@@ -46,8 +47,10 @@ class Served:
         config = EmbentoConfig(models=[ModelConfig(model_id="a", served_model_name="a"), lazy])
         self.registry = ModelRegistry({"a": "embed", "b": "embed"}, lazy=frozenset({"b"}), done=True)
         self.shared = SharedModelSet(folder, "test-", config)
-        self.catalog = Catalog(config, self.registry)
-        self.lifecycle = Lifecycle(self.registry, SharedCounters([WARM_WORKERS]), servable=self.catalog.servable)
+        self.models = ServedModels(config, registry=self.registry)
+        self.lifecycle = Lifecycle(
+            self.registry, SharedCounters([WARM_WORKERS]), servable=self.models.requests.servable
+        )
         self.report(a=ModelStatus("unloaded", "idle"), b=ModelStatus("unloaded"))
         self.change("a", loaded=False)  # evicted: a request loads it again
 
@@ -62,9 +65,10 @@ class Served:
         self.shared.change(edit)
 
     async def refreshed(self) -> None:
-        """Once the catalog has read the files again (a refresh begun after this call)."""
+        """Once the reconciler has read the files again (a pass begun after this call)."""
+        refreshes = self.models.refreshes
         for _ in range(2):
-            assert await self.catalog.next_refresh(self.catalog.deadline())
+            assert await refreshes.next(refreshes.deadline())
 
 
 async def never_warmed(info: ModelInfo) -> None:
@@ -74,24 +78,23 @@ async def never_warmed(info: ModelInfo) -> None:
 def test_a_model_a_request_may_load_counts_as_servable_and_one_the_admin_unloaded_does_not(tmp_path):
     async def scenario() -> None:
         served = Served(tmp_path)
-        served.catalog.start(never_warmed, served.shared)
+        served.models.start(never_warmed, {}, {}, stop_server=print, shared=served.shared)
         try:
             await served.refreshed()
             # Nothing loaded, the eager model evicted: both may be loaded by a request, so the server is ready.
-            assert served.catalog.servable() == ["a", "b"] and await served.lifecycle.is_ready()
+            assert served.models.requests.servable() == ["a", "b"] and await served.lifecycle.is_ready()
             served.change("a", on_request=False)  # unloaded by the admin API: a 404 until loaded again
-            assert served.catalog.servable() == ["b"] and await served.lifecycle.is_ready()
+            assert served.models.requests.servable() == ["b"] and await served.lifecycle.is_ready()
             served.change("b", on_request=False)
-            assert served.catalog.servable() == [] and not await served.lifecycle.is_ready()
+            assert served.models.requests.servable() == [] and not await served.lifecycle.is_ready()
             served.change("b", on_request=True)
             served.report(a=ModelStatus("unloaded"), b=ModelStatus("failed", "no room", refused=True))
             await served.refreshed()
-            assert served.catalog.servable() == ["b"]  # refused by the budget then: a request tries again
+            assert served.models.requests.servable() == ["b"]  # refused by the budget then: a request tries again
             served.report(a=ModelStatus("unloaded"), b=ModelStatus("failed", "its weights are corrupt"))
             await served.refreshed()
-            assert served.catalog.servable() == [] and not await served.lifecycle.is_ready()
+            assert served.models.requests.servable() == [] and not await served.lifecycle.is_ready()
         finally:
-            assert served.catalog._task is not None
-            served.catalog._task.cancel()
+            served.models.stop()
 
     asyncio.run(scenario())

@@ -1,6 +1,6 @@
 """The admin API's operations on the run-time model set (gateway/http/admin.py routes onto them): the report, load,
 unload and aliases, each a change of the server's wanted set (server_state/model_set.py) and a wait until the model
-services and this gateway worker have met it (gateway/catalog.py).
+services and every gateway worker have met it.
 
 Each change done is one INFO line, asked by `admin` (the admin key alone opens these routes; a refused call is
 gateway/http/admin.py's line); the model services log what they then load or unload (runners/residency.py)."""
@@ -13,7 +13,12 @@ from typing import Any
 
 from config import errors
 from config.durations import duration_text
-from gateway.catalog import Catalog
+from gateway.served.reconciler import Refreshes
+from gateway.served.registry import ModelRegistry
+from gateway.served.requests import RequestModels
+from gateway.served.states import ModelStates
+from gateway.served.wanted import WantedModels
+from gateway.served.warm_flags import WarmFlags
 from server_state.model_set import ModelSet
 
 logger = logging.getLogger(__name__)  # each change made, in the server log: the admin routes have no access log
@@ -21,22 +26,39 @@ ADMIN = "admin"  # who asks, in the wanted set and the log lines: the admin key'
 
 
 class ModelAdmin:
-    """Admin operations on one gateway worker's catalog."""
+    """Admin operations, through the served models' parts: what is wanted (changed here), what the services hold,
+    what this worker serves, and what every worker serves (waited for)."""
 
-    def __init__(self, catalog: Catalog) -> None:
-        self.catalog = catalog
+    def __init__(
+        self,
+        registry: ModelRegistry,
+        wanted: WantedModels,
+        states: ModelStates,
+        requests: RequestModels,
+        flags: WarmFlags,
+        refreshes: Refreshes,
+        budget: dict[str, int | None],
+    ) -> None:
+        """`budget`: what each model-service worker may hold, as configured (reported as it is)."""
+        self._registry = registry
+        self._wanted = wanted
+        self._states = states
+        self._requests = requests
+        self._flags = flags
+        self._refreshes = refreshes
+        self._budget = budget
 
     def report(self) -> dict[str, Any]:
         """Every model the server may serve, with its state, its settings and the figures of its last load."""
-        wanted, states = self.catalog.wanted(), self.catalog.states()
+        wanted, states = self._wanted.read(), self._states.all()
         models = []
-        for cfg in self.catalog.config.models:
-            name, state = cfg.served_model_name, states[cfg.served_model_name]
-            entry = wanted.models.get(name)
+        for name, kind in self._registry.kinds.items():
+            cfg, state, entry = self._wanted.settings(name), states[name], wanted.models.get(name)
+            assert cfg is not None, "every model the registry knows has its entry"
             models.append(
                 {
                     "id": name,
-                    "kind": self.catalog.registry.kinds[name],
+                    "kind": kind,
                     "state": state.state,
                     "reason": state.reason,
                     "load": cfg.load,
@@ -44,14 +66,11 @@ class ModelAdmin:
                     "aliases": sorted(alias for alias, target in wanted.aliases.items() if target == name),
                     "load_seconds": state.load_s,
                     "weight_bytes": state.weight_bytes,
-                    "in_flight": self.catalog.in_flight(name),
+                    "in_flight": self._requests.in_flight(name),
                 }
             )
-        budget = {
-            "max_loaded_models": self.catalog.config.max_loaded_models,
-            "max_loaded_bytes": self.catalog.config.max_loaded_bytes,
-        }
-        return {"models": models, "aliases": wanted.aliases, "budget": budget, "controlled": self.catalog.controlled}
+        controlled = self._states.controlled
+        return {"models": models, "aliases": wanted.aliases, "budget": self._budget, "controlled": controlled}
 
     async def load(self, name: str) -> dict[str, Any]:
         """Load a configured model (the start's path, in each worker of its service) and warm it here; the others
@@ -59,9 +78,9 @@ class ModelAdmin:
         request had set that the load put back to the configured one."""
         self._check_controlled(name)
         reset = self._want_loaded(name)
-        await self._until(lambda: self.catalog.warm_everywhere(name) or self._failed_for_good(name))
-        if not self.catalog.warm_everywhere(name):
-            state = self.catalog.state_of(name)
+        await self._until(lambda: self._flags.everywhere(name) or self._failed_for_good(name))
+        if not self._flags.everywhere(name):
+            state = self._states.of(name)
             raise errors.ModelUnavailable(f"model '{name}' did not load: {state.reason}", param="model")
         entry = self._entry(name)
         logger.info("admin: model '%s' loaded, asked by %s%s", name, ADMIN, _reset_text(reset, entry["keep_alive_s"]))
@@ -70,7 +89,9 @@ class ModelAdmin:
     def _want_loaded(self, name: str) -> dict[str, Any]:
         """Wanted loaded, with its configured `keep_alive`: the admin's load wins over one a request set (a request's
         `keep_alive: 0` would evict it again before it had warmed up). What was reset, by field."""
-        configured = next(m for m in self.catalog.config.models if m.served_model_name == name).keep_alive
+        settings = self._wanted.settings(name)
+        assert settings is not None, "checked by _check_controlled"
+        configured = settings.keep_alive
         reset: dict[str, Any] = {}
 
         def want(models: ModelSet) -> None:
@@ -94,9 +115,7 @@ class ModelAdmin:
             models.models[name].asked_by = ADMIN
 
         self._change(unwant)
-        await self._until(
-            lambda: self.catalog.state_of(name).state in ("unloaded", "failed") and self.catalog.gone_everywhere(name)
-        )
+        await self._until(lambda: self._states.of(name).state in ("unloaded", "failed") and self._flags.nowhere(name))
         logger.info("admin: model '%s' unloaded, asked by %s", name, ADMIN)
         return self._entry(name)
 
@@ -104,12 +123,12 @@ class ModelAdmin:
         """Move (or make) an alias onto a loaded model, once every gateway worker serves it: requests arriving from
         then on resolve to it, those in flight finish on the model they started on."""
         self._check_controlled(name)
-        if alias in self.catalog.registry.kinds:
+        if alias in self._registry.kinds:
             raise errors.InvalidRequest(f"'{alias}' is a model's own name, not an alias", param="alias")
-        if not self.catalog.wanted().models[name].loaded:
+        if not self._wanted.read().models[name].loaded:
             raise errors.Conflict(f"model '{name}' is not loaded; load it first", param="model")
-        await self._until(lambda: self.catalog.warm_everywhere(name) or not self.catalog.wanted().models[name].loaded)
-        if not self.catalog.warm_everywhere(name):
+        await self._until(lambda: self._flags.everywhere(name) or not self._wanted.read().models[name].loaded)
+        if not self._flags.everywhere(name):
             raise errors.Conflict(f"model '{name}' was unloaded before the alias could move", param="model")
 
         before: list[str | None] = []
@@ -124,7 +143,7 @@ class ModelAdmin:
         return {"alias": alias, "model": name}
 
     def remove_alias(self, alias: str) -> dict[str, Any]:
-        if alias not in self.catalog.wanted().aliases:
+        if alias not in self._wanted.read().aliases:
             raise errors.NotFound(f"no alias '{alias}'", param="alias")
         removed: list[str | None] = []
 
@@ -139,13 +158,13 @@ class ModelAdmin:
         return next(model for model in self.report()["models"] if model["id"] == name)
 
     def _check_controlled(self, name: str) -> None:
-        if name not in self.catalog.registry.kinds:
+        if name not in self._registry.kinds:
             raise errors.UnknownModel(
-                f"model '{name}' is not configured here; configured: {list(self.catalog.registry.kinds)}"
+                f"model '{name}' is not configured here; configured: {list(self._registry.kinds)}"
             )
-        if not self.catalog.registry.done:
+        if not self._registry.done:
             raise errors.NotReady("models are still loading; retry shortly")
-        if not self.catalog.controlled:
+        if not self._states.controlled:
             raise errors.Conflict(
                 "the model services run apart from this gateway (a split topology): change the models through "
                 "the deployment's configuration instead (docs/operations.md)"
@@ -153,19 +172,17 @@ class ModelAdmin:
 
     def _failed_for_good(self, name: str) -> bool:
         """Failed, and the model services have given up on it (it is no longer wanted)."""
-        entry = self.catalog.wanted().models.get(name)
-        return self.catalog.state_of(name).state == "failed" and not (entry and entry.loaded)
+        entry = self._wanted.read().models.get(name)
+        return self._states.of(name).state == "failed" and not (entry and entry.loaded)
 
     async def _until(self, done: Callable[[], bool]) -> None:
-        """Wait for the next refreshes until `done`, at most a request's deadline (then a 503)."""
-        deadline = self.catalog.deadline()
+        """Wait for the next passes until `done`, at most a request's deadline (then a 503)."""
+        deadline = self._refreshes.deadline()
         while not done():
-            if not await self.catalog.next_refresh(deadline):
-                raise errors.NotReady("the model services have not finished; see GET /admin/models")
+            await self._refreshes.next_or_503(deadline, "the model services have not finished; see GET /admin/models")
 
     def _change(self, edit: Callable[[ModelSet], None]) -> None:
-        assert self.catalog.shared is not None, "checked by _check_controlled"
-        self.catalog.shared.change(edit)
+        self._wanted.change(edit)  # controlled: checked by _check_controlled
 
 
 def _reset_text(reset: dict[str, Any], configured: float | None) -> str:

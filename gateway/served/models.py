@@ -1,0 +1,76 @@
+"""The served models of one gateway worker, assembled: one owner for the models at run time."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+from config.settings import EmbentoConfig
+from gateway.served.admin import ModelAdmin
+from gateway.served.reconciler import Reconciler, Refreshes
+from gateway.served.registry import ModelRegistry
+from gateway.served.requests import RequestModels
+from gateway.served.states import ModelStates
+from gateway.served.wanted import WantedModels
+from gateway.served.warm_flags import WarmFlags
+from gateway.served.warmup import Warm, Warmup, reported_infos
+from gateway.shared_memory import SharedCounters
+from models.kinds import model_kind
+from server_state.model_set import PINS_FILE, SharedModelSet, pinned_names
+
+
+class ServedModels:
+    """What a gateway worker serves at run time, and its one owner: the registry (`registry`, read by all, written
+    by the reconciler alone), the wanted set (`wanted`), the model services' states (`states`), requests' side
+    (`requests`), the admin operations (`admin`), and the reconciler that `start` runs in the worker."""
+
+    def __init__(
+        self,
+        config: EmbentoConfig,
+        workers: Callable[[], int] = lambda: 1,
+        registry: ModelRegistry | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        """`workers`: how many gateway workers the server runs (asked once one serves); `registry`: one already
+        built (by default the configured models', cold)."""
+        self._config = config
+        lazy = frozenset(m.served_model_name for m in config.models if m.load == "lazy")
+        self.registry = registry or ModelRegistry({m.served_model_name: model_kind(m) for m in config.models}, lazy)
+        names = pinned_names(config)
+        self.wanted = WantedModels(config)
+        self.states = ModelStates(self.registry)
+        self.refreshes = Refreshes(config.request_timeout_s, clock)
+        self._pins = SharedCounters(names, PINS_FILE)
+        self.flags = WarmFlags(names, workers)
+        self.requests = RequestModels(self.registry, self.wanted, self.states, self.refreshes, self._pins)
+        budget = {"max_loaded_models": config.max_loaded_models, "max_loaded_bytes": config.max_loaded_bytes}
+        self.admin = ModelAdmin(
+            self.registry, self.wanted, self.states, self.requests, self.flags, self.refreshes, budget
+        )
+        self._reconciler: Reconciler | None = None
+
+    def start(
+        self,
+        warm: Warm,
+        clients: Mapping[str, Any],
+        failed_here: Mapping[str, str],
+        stop_server: Callable[[str], None],
+        shared: SharedModelSet | None,
+        warm_then: Callable[[], Awaitable[object]] | None = None,
+    ) -> None:
+        """In the gateway worker, once its model services' clients exist: the start's warm-up (`warm` each model the
+        services report, under `allow_partial`'s policy), then `warm_then`, then the status files in `shared` (None
+        outside a server: nothing changes at run time)."""
+        self._pins.open()  # now, in the worker: its rows start at zero
+        self.flags.open()
+        self.wanted.attach(shared)
+        self.states.attach(shared)
+        eager = [name for name in self.registry.kinds if name not in self.registry.lazy]
+        warmup = Warmup(reported_infos(clients, failed_here, eager), warm, self._config.allow_partial, stop_server)
+        self._reconciler = Reconciler(self.registry, self.states, self.flags, self.refreshes, warm)
+        self._reconciler.start(warmup, shared is not None, warm_then)
+
+    def stop(self) -> None:
+        if self._reconciler is not None:
+            self._reconciler.stop()
