@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 import httpx
+import psutil
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -25,9 +26,22 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from load import tree_rss_mb  # noqa: E402
 from run_all import IDLE_SETTLE_S  # noqa: E402
 from server import ROOT, free_port, start_server, stop_server  # noqa: E402
-from soak import rss_by_process  # noqa: E402
 
 MINILM = "sentence-transformers/all-MiniLM-L6-v2"
+SERVICES = ("Embento", "TextEmbedder", "Reranker", "ClipEmbedder")
+
+
+def rss_by_process(pid: int) -> dict[str, float]:
+    """MiB per process of the server's tree, named by the service it runs (the process manager otherwise)."""
+    root = psutil.Process(pid)
+    sizes: dict[str, float] = {}
+    for process in [root, *root.children(recursive=True)]:
+        try:
+            name = next((n for n in SERVICES if n in process.cmdline()), f"pid {process.pid}")
+            sizes[name] = sizes.get(name, 0.0) + process.memory_info().rss / 2**20
+        except psutil.NoSuchProcess:
+            continue
+    return sizes
 
 
 def idle_rss(bundle: Path, config: Path) -> tuple[float, float, dict[str, float]]:

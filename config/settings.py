@@ -175,7 +175,8 @@ class JobSettings(BaseModel):
         ),
     )
     # Each chunk's results are one write; on 2 cores, 64-line chunks (2 MB of MiniLM output) held the gateway long
-    # enough to double an interactive request's p99 beside a batch (bench/batch_jobs.py).
+    # enough to double an interactive request's p99 beside a batch (bench/batch_jobs.py, a one-off since removed:
+    # `git show 6a7ba5e:bench/batch_jobs.py`).
     chunk_lines: int = Field(16, ge=1, description="Lines claimed, run and stored together.")
     lines_in_flight: int = Field(
         16,

@@ -1,5 +1,5 @@
 """Bulk jobs through the OpenAI SDK: batch input lines, a batch submitted, waited for and its output read. For
-tests/server/test_batches.py, the replica-loss runs (tests/server/test_replica_loss.py, bench/replica_loss.py)."""
+tests/server/test_batches.py, the replica-loss test (tests/server/test_replica_loss.py)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""A real `redis-server` (Debian's package, installed when missing) on a loopback port, for the cache's tests and
-bench/cache.py: started, killed and restarted on the same port, or stalled with `DEBUG SLEEP`."""
+"""A real `redis-server` (Debian's package, installed when missing) on a loopback port, for the tests of the Redis
+cache tier and the Redis ledger: started, killed and restarted on the same port, or stalled with `DEBUG SLEEP`."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The split topology as on Kubernetes, on loopback: model-service replicas behind one HAProxy backend, gateway
 replicas (`--depends <Service>=<that backend>`) behind another, both health-checked on /readyz as a Service's
-endpoints follow readiness; and a load of OpenAI SDK clients through it. For bench/replica_loss.py and
-tests/server/test_replica_loss.py. HAProxy is Debian's, installed when missing."""
+endpoints follow readiness; and a load of OpenAI SDK clients through it. For tests/server/test_replica_loss.py.
+HAProxy is Debian's, installed when missing."""
 
 from __future__ import annotations
 
@@ -151,10 +151,6 @@ class Topology:
         """Take `server` out of its backend, as Kubernetes takes a terminating pod out of its Service's endpoints
         while the pod's preStop runs: no new request reaches it; those it has go on."""
         self._set_state(server, "maint")
-
-    def rejoin(self, server: Replica) -> None:
-        """Back in its backend once its replacement listens (health checks decide when it is sent requests)."""
-        self._set_state(server, "ready")
 
     def _set_state(self, server: Replica, state: str) -> None:
         backend = backend_of(self, server)

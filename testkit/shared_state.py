@@ -1,7 +1,7 @@
-"""What a split topology's gateways share on Kubernetes, for the replica-loss runs: a real Redis counting the
-tenants' limits, a real PostgreSQL holding the bulk jobs, and a keys file with two tenants (the load's, unlimited,
-and one limited to `rate` requests a minute), and a sender spending the limited key. For bench/replica_loss.py
-and tests/server/test_replica_loss.py."""
+"""What a split topology's gateways share on Kubernetes, for the replica-loss test (tests/server/test_replica_loss.py):
+a real Redis counting the tenants' limits, a real PostgreSQL holding the bulk jobs, and a keys file with two
+tenants (the load's, unlimited, and one limited to `rate` requests a minute), and a sender spending the limited
+key."""
 
 from __future__ import annotations
 

@@ -8,7 +8,8 @@ from collections import OrderedDict
 
 # What an entry costs besides `getsizeof` of its key and value: the hash table's slot and index and the order
 # list's node, which eviction churn keeps at about 128 bytes (tracemalloc over a million puts, bench/cache.py
-# --memory-only), and the allocators' rounding of the key and value (about 30 more, by RSS after malloc_trim).
+# --memory-only, a one-off since removed: `git show 6a7ba5e:bench/cache.py`), and the allocators' rounding of the
+# key and value (about 30 more, by RSS after malloc_trim).
 ENTRY_OVERHEAD_BYTES = 160
 
 

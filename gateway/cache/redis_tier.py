@@ -41,7 +41,8 @@ class RedisTier:
         self.lookups = redis_client(url, timeout_s)
         self.stores = redis_client(url, STORE_TIMEOUT_S)
         # One script call sets every key with its TTL: a third of the client CPU of a pipeline of SETs, which is
-        # what a request that misses pays for the cache (bench/cache.py, 0 % repeats).
+        # what a request that misses pays for the cache (0 % repeats; bench/cache.py, a one-off since removed:
+        # `git show 6a7ba5e:bench/cache.py`).
         self._set_all = self.stores.register_script(SET_ALL)
         self.ttl_s = ttl_s
         self.timeout_s = timeout_s

@@ -8,8 +8,8 @@ gateways before the load starts (2,000 lines, still running at the update on thi
 the load), completes with every line once; a limited tenant spending its key through it all is let through
 what one shared bucket allows. And a model-service replica that stops answering (SIGSTOP: a hung process, a
 lost node) is routed around: the gateways send its overdue calls again (gateway/queue/resend.py), no request
-fails or is left waiting, and their metrics count the calls sent again. bench/replica_loss.py measures SIGKILL
-too, and the replacements."""
+fails or is left waiting, and their metrics count the calls sent again. SIGKILL and the replacements were measured
+once (docs/operations.md, "Replicas lost under load")."""
 
 from __future__ import annotations
 
