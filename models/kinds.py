@@ -86,8 +86,8 @@ class KindSpec:
     loader: str  # the class that runs it on its model service, "module:Class" (imported there only: torch)
     # The export task when ONNX Runtime runs it (`backends` then holds "onnx"); `backend: auto` tries it.
     onnx_task: str | None = None
-    # The class that runs it on ONNX Runtime in numpy, torch never imported, once the export (and for `auto` its
-    # parity verdict) exists and its checkpoint's modules allow; `loader` runs it otherwise
+    # The class that runs it on ONNX Runtime in numpy on the CPU, torch never imported once the export exists
+    # (for `auto`, once its parity verdict does), where its checkpoint's files allow; `loader` runs it otherwise
     # (`models.inference.auto_backend.load_torch_free`).
     torch_free_loader: str | None = None
     rank_by: RankBy | None = None  # how it ranks, where "rerank" is among its capabilities
@@ -147,6 +147,8 @@ TEXT_TOKENIZER = "models.preprocessing.text_tokenizer:TextTokenizer"
 MEDIA_PROCESSOR = "models.preprocessing.media_processor:MediaProcessor"
 TEXT_ENCODER = "models.inference.text_encoder:TextEncoder"
 ONNX_TEXT_ENCODER = "models.inference.onnx_encoder:OnnxTextEncoder"
+ONNX_TEXT_SCORER = "models.inference.onnx_scorer:OnnxTextScorer"
+ONNX_COLBERT_ENCODER = "models.inference.onnx_colbert:OnnxColbertEncoder"
 SPARSE_ENCODER = "models.inference.sparse_encoder:SparseTextEncoder"
 TEXT_SCORER = "models.inference.text_scorer:TextScorer"
 MEDIA_ENCODER = "models.inference.media_encoder:MediaEncoder"
@@ -196,6 +198,7 @@ KIND_SPECS: dict[Kind, KindSpec] = {
         service_api="score",
         loader=TEXT_SCORER,
         onnx_task="sequence-classification",
+        torch_free_loader=ONNX_TEXT_SCORER,
         rank_by="pair-logits",
         scores_pairs=True,
         scorers=("cross-encoder", "causal-lm"),
@@ -210,6 +213,7 @@ KIND_SPECS: dict[Kind, KindSpec] = {
         service_api="score",
         loader=TEXT_SCORER,
         onnx_task="sequence-classification",
+        torch_free_loader=ONNX_TEXT_SCORER,
         scorers=("cross-encoder",),
     ),
     "clip": KindSpec(
@@ -259,6 +263,7 @@ KIND_SPECS: dict[Kind, KindSpec] = {
         service_api="embed",
         loader=COLBERT_ENCODER,
         onnx_task="feature-extraction",
+        torch_free_loader=ONNX_COLBERT_ENCODER,
         rank_by="score-modes",
         encodes_roles=True,
     ),

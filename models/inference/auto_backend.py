@@ -196,21 +196,23 @@ def load_model(folder: Path, cfg: ModelConfig) -> TokenModel:
 
 
 def load_torch_free(folder: Path, cfg: ModelConfig, kind: Kind) -> TokenModel | None:
-    """The model on ONNX Runtime in its kind's torch-free class (`KindSpec.torch_free_loader`) where that needs
-    no torch: on the CPU, its export made (and for `auto`, its parity verdict recorded and matching), its modules
-    ones that class runs. None otherwise: its torch-backed class loads it, exporting and comparing on a first
-    start, which the next one then skips."""
+    """The model on ONNX Runtime in its kind's torch-free class (`KindSpec.torch_free_loader`) where that runs
+    it: on the CPU; for `auto`, its export made and its parity verdict recorded and matching (taking the verdict
+    needs the torch-backed class, which a first start loads and the next one skips); its modules ones that class
+    runs. With `backend: onnx` a first start exports here, with torch and transformers' model class but without
+    sentence-transformers (`models.inference.onnx_export`). None otherwise: its torch-backed class loads it."""
     from models.inference.onnx_export import EXPORTED, onnx_entry
     from models.inference.sentence_head import TorchNeeded
 
     torch_free = torch_free_class(kind)
     if torch_free is None or cfg.backend not in ("onnx", "auto") or not on_cpu_without_torch(cfg.device):
         return None
-    if not ((onnx_entry(folder, spec(kind).onnx_task or "") / EXPORTED).is_file() or (folder / EXPORTED).is_file()):
-        return None
     reason = "configured"
     if cfg.backend == "auto":
-        verdict = None if onnx_unfit(folder, cfg, kind) else recorded_verdict(folder, kind)
+        exported = (onnx_entry(folder, spec(kind).onnx_task or "") / EXPORTED).is_file() or (
+            folder / EXPORTED
+        ).is_file()
+        verdict = None if not exported or onnx_unfit(folder, cfg, kind) else recorded_verdict(folder, kind)
         if verdict is None or not verdict.matches:
             return None
         reason = verdict.reason

@@ -1,9 +1,10 @@
 """What a model service knows of its host without importing torch: each thread's intra-op thread count, and
 whether a model's device is the CPU.
 
-A model service whose models all run on ONNX Runtime in numpy (`models.inference.onnx_encoder`) never loads
-torch, so the thread count its pool and lanes set is recorded here and handed to torch only once torch is in
-the process: at once if it is already, else when a model that needs it is loaded (`torch_threads`).
+A model service whose models all run on ONNX Runtime in numpy (`KindSpec.torch_free_loader`: `onnx_encoder`,
+`onnx_scorer`, `onnx_colbert`) never loads torch, so the thread count its pool and lanes set is recorded here and
+handed to torch only once torch is in the process: at once if it is already, else when a model that needs it is
+loaded (`torch_threads`).
 """
 
 from __future__ import annotations

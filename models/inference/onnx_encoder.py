@@ -7,29 +7,27 @@ and applied in numpy (`models.inference.sentence_head`). Each row is served as `
 its own `normalize`, its prompt left out of pooling where the pooling says `include_prompt: false`, span sums
 for late chunking.
 
-It serves a model only once the checkpoint's export exists (cached, shipped, or carried by a Bento), and for
-`backend: auto` once the export's parity verdict is recorded: making either needs torch, which the torch-backed
-class loads on the first start, in its process, as before (`models.inference.auto_backend.load_torch_free`).
+For `backend: auto` it serves a model only once the export's parity verdict is recorded: taking it needs the
+torch-backed class, which the first start loads, in its process, as before. For `backend: onnx` it makes the
+export itself when no start has (torch's exporter, without sentence-transformers), or adopts the one a Bento
+carries (`models.inference.auto_backend.load_torch_free`). The rerankers' and classifiers' twin is
+`onnx_scorer`, ColBERT's `onnx_colbert`; what they share is `onnx_text`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
-from config.errors import ModelLoadError, one_line
 from config.settings import ModelConfig
 from models.base import ModelInfo, TokenizedText
 from models.inference.backends import check_device
-from models.inference.host import cpu_threads
+from models.inference.onnx_text import open_session, read_text_settings, tokenizer_files
 from models.inference.padding import padded_ids
 from models.inference.sentence_head import SentenceHead, read_head
-from models.kinds import Kind, spec
-from models.preprocessing.text_settings import read_text_settings
-from models.resolve import read_json
+from models.kinds import Kind
 
 
 class OnnxTextEncoder:
@@ -37,22 +35,12 @@ class OnnxTextEncoder:
     `sentence_head.TorchNeeded` for a checkpoint whose modules it cannot run."""
 
     def __init__(self, folder: Path, cfg: ModelConfig, kind: Kind = "embed") -> None:
-        import onnxruntime
-
-        from models.inference.onnx_runtime import onnx_checkpoint, providers, session_options
-
         check_device(cfg, "cpu")
         self._head: SentenceHead = read_head(folder, cfg)
-        entry, file_name = onnx_checkpoint(folder, spec(kind).onnx_task or "", cfg.dtype == "int8")
-        try:
-            self._session = onnxruntime.InferenceSession(
-                str(entry / file_name), session_options(cpu_threads()), providers=providers("cpu")
-            )
-        except Exception as exc:  # ONNX Runtime refused the graph
-            raise ModelLoadError(f"ONNX Runtime cannot open {entry / file_name}: {one_line(exc)}") from exc
-        self._inputs = [tensor.name for tensor in self._session.get_inputs()]
-        self._pad_id, self._pad_left, model_max_length = _tokenizer_files(folder)
+        self._pad_id, self._pad_left, model_max_length = tokenizer_files(folder)
         settings = read_text_settings(folder, cfg, model_max_length)
+        self._session = open_session(folder, cfg, kind)
+        self._inputs = [tensor.name for tensor in self._session.get_inputs()]
         hidden = self._session.get_outputs()[0].shape[-1]  # the token states' width: fixed by the export
         self.info = ModelInfo.of(
             cfg,
@@ -89,18 +77,3 @@ class OnnxTextEncoder:
         wanted = np.array([self._head.normalized if row.normalize is None else row.normalize for row in rows])
         norms = np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
         return np.where(wanted[:, None], vectors / norms, vectors).astype(np.float32)
-
-
-def _tokenizer_files(folder: Path) -> tuple[int, bool, int | None]:
-    """(pad id, whether it pads on the left, its length limit) as transformers reads them from the tokenizer's
-    files, without loading transformers: its pad token (0 where it has none, as `padding.pad_rows` pads)."""
-    config = read_json(folder / "tokenizer_config.json")
-    pad: Any = config.get("pad_token") or read_json(folder / "special_tokens_map.json").get("pad_token")
-    pad = pad.get("content") if isinstance(pad, dict) else pad
-    pad_id = None
-    if pad is not None and (folder / "tokenizer.json").is_file():
-        from tokenizers import Tokenizer
-
-        pad_id = Tokenizer.from_file(str(folder / "tokenizer.json")).token_to_id(pad)
-    limit = config.get("model_max_length")
-    return pad_id or 0, config.get("padding_side", "right") == "left", limit if isinstance(limit, int) else None

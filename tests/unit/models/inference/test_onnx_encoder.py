@@ -16,7 +16,7 @@ from config.settings import ModelConfig
 from models.base import TokenizedText
 from models.inference.auto_backend import MIN_COSINE, load_torch_free
 from models.inference.onnx_encoder import OnnxTextEncoder
-from models.inference.onnx_export import exported_checkpoint
+from models.inference.onnx_export import EXPORTED, exported_checkpoint, onnx_entry
 from models.inference.sentence_head import TorchNeeded
 from models.inference.text_encoder import TextEncoder
 from models.preprocessing.text_tokenizer import TextTokenizer
@@ -133,15 +133,20 @@ def test_a_module_it_cannot_run_falls_back_to_torch(tiny_layout_path, tmp_path):
     assert load_torch_free(folder, cfg, "embed") is None  # the torch-backed class loads it
 
 
-def test_no_export_yet_means_the_torch_backed_class(tiny_bert_path, tmp_path, monkeypatch):
+def test_no_export_yet_means_the_torch_backed_class_under_auto_and_an_export_here_under_onnx(
+    tiny_bert_path, tmp_path, monkeypatch
+):
+    """`auto` needs the parity verdict, which the torch-backed class takes; `onnx` needs only the export, which
+    the torch-free class makes, without sentence-transformers (test_onnx_export_start.py)."""
     from config import settings
 
     monkeypatch.setenv("EMBENTO_CACHE_DIR", str(tmp_path))  # empty: no export, no verdict
     settings.get_config.cache_clear()
     try:
         cfg = ModelConfig(model_id=str(tiny_bert_path), backend="onnx", device="cpu")
-        assert load_torch_free(tiny_bert_path, cfg, "embed") is None
         assert load_torch_free(tiny_bert_path, cfg.model_copy(update={"backend": "auto"}), "embed") is None
+        assert isinstance(load_torch_free(tiny_bert_path, cfg, "embed"), OnnxTextEncoder)
+        assert (onnx_entry(tiny_bert_path, TASK) / EXPORTED).is_file()
     finally:
         settings.get_config.cache_clear()  # the session's cache again, once the variable is restored
 
