@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Iterator
 
-from pydantic import ValidationError
 from starlette.datastructures import UploadFile
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
@@ -18,12 +17,20 @@ from starlette.routing import Route
 from config import errors
 from config.settings import JobSettings
 from gateway.answering import answering
-from gateway.error_responses import describe_validation
 from gateway.jobs.answers import ENDPOINTS
 from gateway.jobs.objects import batch_object, file_object, listing
 from gateway.jobs.records import BatchRecord, FileRecord
 from gateway.jobs.store import BATCH_WINDOW_S, JobStore
 from gateway.tenants.keys import TENANT
+from gateway.validation.jobs import (
+    batch_body,
+    check_batch_target,
+    check_file_size,
+    check_order,
+    list_limit,
+    refuse_form,
+    upload_parts,
+)
 from gateway.wire.batches import FILES_PATH, BatchCreate
 
 BATCHES_PATH = "/v1/batches"
@@ -57,12 +64,7 @@ class FileRoutes:
     async def upload(self, request: Request) -> Response:
         purpose, upload = await _upload_form(request)
         content = await upload.read()
-        if len(content) > self.settings.max_file_bytes:
-            raise errors.InvalidRequest(
-                f"the file is {len(content)} bytes; at most {self.settings.max_file_bytes} are "
-                "allowed (jobs.max_file_bytes)",
-                param="file",
-            )
+        check_file_size(len(content), self.settings.max_file_bytes)
         record = await asyncio.to_thread(
             self.store.add_file, upload.filename or "upload.jsonl", purpose, content, TENANT.get()
         )
@@ -71,8 +73,7 @@ class FileRoutes:
     async def list_files(self, request: Request) -> Response:
         limit = _limit(request, default=10000, most=10000)
         order = request.query_params.get("order", "desc")
-        if order not in ("asc", "desc"):
-            raise errors.InvalidRequest("order must be 'asc' or 'desc'", param="order")
+        check_order(order)
         records = await asyncio.to_thread(
             self.store.files,
             request.query_params.get("purpose"),
@@ -160,40 +161,19 @@ async def _upload_form(request: Request) -> tuple[str, UploadFile]:
     try:
         form = await request.form()
     except Exception as exc:  # a malformed multipart body
-        raise errors.InvalidRequest(f"the upload is not a valid multipart form: {exc}") from None
-    purpose, upload = form.get("purpose"), form.get("file")
-    if purpose != "batch":
-        raise errors.InvalidRequest(
-            f"purpose '{purpose}' is not served; upload batch input files with purpose 'batch'", param="purpose"
-        )
-    if not isinstance(upload, UploadFile):
-        raise errors.InvalidRequest("the form needs a `file` part holding the file", param="file")
-    return purpose, upload
+        refuse_form(exc)
+    return upload_parts(form.get("purpose"), form.get("file"))
 
 
 def _batch_create(body: bytes) -> BatchCreate:
     """POST /v1/batches's body, read and checked: an endpoint a batch may target, a completion window served."""
-    try:
-        create = BatchCreate.model_validate_json(body)
-    except ValidationError as exc:
-        message, param = describe_validation(exc.errors()[0])
-        raise errors.InvalidRequest(message, param=param) from None
-    if create.endpoint not in ENDPOINTS:
-        raise errors.InvalidRequest(
-            f"endpoint '{create.endpoint}' is not served; one of {sorted(ENDPOINTS)}", param="endpoint"
-        )
-    if create.completion_window not in BATCH_WINDOW_S:
-        raise errors.InvalidRequest(
-            f"completion_window must be one of {sorted(BATCH_WINDOW_S)}", param="completion_window"
-        )
+    create = batch_body(BatchCreate, body)
+    check_batch_target(create.endpoint, create.completion_window, ENDPOINTS, BATCH_WINDOW_S)
     return create
 
 
 def _limit(request: Request, default: int, most: int) -> int:
-    raw = request.query_params.get("limit", str(default))
-    if not raw.isdigit() or not 1 <= int(raw) <= most:
-        raise errors.InvalidRequest(f"limit must be an integer from 1 to {most}", param="limit")
-    return int(raw)
+    return list_limit(request.query_params.get("limit", str(default)), most)
 
 
 def _no_file(file_id: str) -> errors.NotFound:

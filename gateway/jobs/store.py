@@ -8,6 +8,10 @@ LOCKED`); on SQLite every write transaction begins `IMMEDIATE`, one writer at a 
 
 This module is the API's side (files and batches, each its tenant's); `gateway/jobs/leases.py` the job workers'
 (claims under leases and results). The methods block: callers run them in a thread (`asyncio.to_thread`).
+
+Its request checks stay here, not in `gateway.validation` (whose docstring lists this module): the stored bytes and
+queued lines a file or batch would add, and the batch's input file, are read in the transaction that stores it, so
+two requests at once cannot both pass.
 """
 
 from __future__ import annotations

@@ -20,6 +20,9 @@ The map, by concern (module: what it checks; who calls it, when):
 - `texts.py`: a list of inputs (`check_texts`, `check_lengths`), which every entry point uses; the entry points of
   classify, tokenize and decode (`check_classify`, `check_tokenize`, `check_decode`); `Engine.classify`,
   `.tokenize`, `.decode`, before any work.
+- `jobs.py`: the Files and Batches requests: an upload's form and size, POST /v1/batches's body, a list's `limit`
+  and `order`; `gateway/http/job_routes.py`, before the store is touched. A batch's lines are each checked later as
+  their route's request.
 - `tokens.py`: the checks that need token counts, where those are known: `check_response_size` in
   `Engine._embed_texts` (the planned rows) and `Engine.embed` (with cached hits); `check_request_tokens` in `Engine`
   on the rows of each call, before `ModelCalls.run`; a long input's `check_embed_length`, `check_window_room`,
@@ -37,9 +40,11 @@ The checks that stay where they are, each module saying why in its docstring:
   raise `InvalidInput` by position, which `gateway/inputs/rows.py` names by the input's place in the body.
 - `models/quantization.py`: the features a configured int8/uint8 scale covers (`Quantizer.check_features`), called
   by `check_embed`.
-- `gateway/jobs/store.py`: the stored bytes and queued lines a file or batch would add, counted in the transaction
-  that stores it; `gateway/model_admin.py`: an alias against the names served now; `gateway/http/admin.py` and
-  `gateway/wire/batches.py`: the admin and Files/Batches routes' own bodies, which are no operation's query.
+- `gateway/jobs/store.py`: the stored bytes and queued lines a file or batch would add, and whether the input file
+  exists and is a batch's, known only in the transaction that stores the batch; `gateway/served/` (the admin API's
+  operations): an alias against the names served now, a model entry added at run time checked as the configuration
+  checks one and its checkpoint read; `gateway/http/admin.py`: the admin API's own body (`model`), which is no
+  operation's query.
 """
 
 from gateway.validation.embed import check_context, check_embed, check_one_text_each, with_task
