@@ -31,7 +31,7 @@ from config.settings import ModelConfig
 from models.base import ModelInfo
 from models.resolve import resolve_model
 from runners.pool import ModelPool
-from runners.service_config import models_of_service, placed
+from runners.service_config import model_service_of, models_of_service, placed
 from server_state.model_set import ModelSet, ModelStatus, Pins, SharedModelSet, server_model_set
 
 logger = logging.getLogger(__name__)
@@ -123,7 +123,10 @@ class Residency:
         worker: str,
         budget: Budget,
         clock: Callable[[], float] = time.monotonic,
+        accepts: Callable[[ModelConfig], ModelConfig | None] | None = None,
     ) -> None:
+        """`accepts`: a model added at run time as this worker takes it (placed on its device), or None when
+        another model service runs its kind; without it, the configured models alone."""
         self.pool = pool
         self.configs = {cfg.served_model_name: cfg for cfg in configs}
         self.shared = shared
@@ -138,12 +141,11 @@ class Residency:
             self._held(name, model.info, None)
         for name, reason in pool.failed.items():
             self.statuses[name] = ModelStatus("failed", reason)
-        for name in self.configs:  # at zero from the start, so that rates and alerts read from the start
-            for outcome in ("loaded", "failed", "refused"):
-                LOADS.labels(model=name, outcome=outcome)
-            for reason in ("unloaded", "idle", "budget"):
-                UNLOADS.labels(model=name, reason=reason)
-            LOAD_SECONDS.labels(model=name)
+        for name in self.configs:
+            _count_from_zero(name)
+        self._accepts = accepts
+        self._added: set[str] = set()  # the models added at run time this worker has taken on
+        self._not_ours: set[str] = set()  # and those another service runs
         self._reported: list[dict] = []
         self._stop = threading.Event()
 
@@ -161,6 +163,7 @@ class Residency:
     def step(self) -> None:
         """One pass: unload the unwanted, evict the idle past keep_alive, load the wanted."""
         wanted = self.shared.read()
+        self._follow_added(wanted)
         pinned = self._pinned()
         self._note_uses(pinned)
         for name in [n for n in self.pool.models if n in self.configs]:
@@ -176,6 +179,29 @@ class Residency:
             if entry is not None and entry.loaded and name not in self.pool.models:
                 self._load(name, _who(entry.asked_by))
         self._report()
+
+    def _follow_added(self, wanted: ModelSet) -> None:
+        """The models added at run time that this service runs: a new one taken on (and loaded below, as any model
+        wanted loaded), one removed forgotten once this worker no longer holds it."""
+        if self._accepts is None:
+            return
+        for name, added in wanted.added.items():
+            if name not in self.configs and name not in self._not_ours:
+                try:
+                    cfg = self._accepts(added.config())
+                except Exception as exc:  # its kind cannot be told (a checkpoint gone since): once, not every step
+                    logger.error("model '%s' added at run time cannot be taken on: %s", name, exc)
+                    cfg = None
+                if cfg is None:
+                    self._not_ours.add(name)
+                    continue
+                self.configs[name], self.statuses[name] = cfg, ModelStatus("unloaded")
+                self._added.add(name)
+                _count_from_zero(name)
+        for name in [n for n in self._added if n not in wanted.added and n not in self.pool.models]:
+            del self.configs[name], self.statuses[name]
+            self._added.discard(name)
+        self._not_ours &= set(wanted.added)  # a name removed, then added again, may be of another kind
 
     def _pinned(self) -> dict[str, int]:
         """Per held model, the requests in flight for it: pinned by the gateways, or running here."""
@@ -283,9 +309,24 @@ def keep_resident(pool: ModelPool, service: str) -> Residency | None:
         return None
     worker = f"{service}-{server_context.worker_index}"
     budget = Budget(config.max_loaded_models, config.max_loaded_bytes)
-    residency = Residency(pool, placed(models_of_service(service), service), shared, Pins(config), worker, budget)
+
+    def accepts(cfg: ModelConfig) -> ModelConfig | None:
+        return placed([cfg], service)[0] if model_service_of(cfg) == service else None
+
+    residency = Residency(
+        pool, placed(models_of_service(service), service), shared, Pins(config, shared), worker, budget, accepts=accepts
+    )
     residency.start()
     return residency
+
+
+def _count_from_zero(name: str) -> None:
+    """A model's series at zero from when the worker knows it, so that rates and alerts read from the start."""
+    for outcome in ("loaded", "failed", "refused"):
+        LOADS.labels(model=name, outcome=outcome)
+    for reason in ("unloaded", "idle", "budget"):
+        UNLOADS.labels(model=name, reason=reason)
+    LOAD_SECONDS.labels(model=name)
 
 
 def _who(asked_by: str | None) -> str:

@@ -11,13 +11,16 @@ from __future__ import annotations
 import fcntl
 import json
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from config.settings import EmbentoConfig
+import numpy as np
+
+from config.settings import EmbentoConfig, ModelConfig
+from server_state.kept_models import kept_path, read_kept
 from server_state.server_files import server_file
 from server_state.shared_table import SLOTS, SharedTable
 
@@ -41,20 +44,61 @@ class Wanted:
 
 
 @dataclass
+class Added:
+    """A model added at run time: its entry (as `models:` in embento.yaml takes it) and its column in the tables the
+    processes share (pins, warm flags), one of `ADDED_SLOTS` kept after the configured models'."""
+
+    settings: dict[str, Any]
+    slot: int
+
+    def config(self) -> ModelConfig:
+        return ModelConfig.model_validate(self.settings)
+
+
+ADDED_SLOTS = 32  # models that may be added at run time at once: the shared tables' columns are fixed at start
+
+
+@dataclass
 class ModelSet:
-    """The wanted state of every model the server may serve, and the aliases; `version` grows with each change."""
+    """The wanted state of every model the server may serve, the models added at run time, and the aliases;
+    `version` grows with each change."""
 
     version: int = 0
     models: dict[str, Wanted] = field(default_factory=dict)
     aliases: dict[str, str] = field(default_factory=dict)
+    added: dict[str, Added] = field(default_factory=dict)
 
     @classmethod
-    def configured(cls, config: EmbentoConfig) -> ModelSet:
-        """As the configuration starts it: eager models held, lazy ones not, the configured aliases."""
-        return cls(
+    def configured(cls, config: EmbentoConfig, kept: Sequence[ModelConfig] = ()) -> ModelSet:
+        """As the configuration starts it: eager models held, lazy ones not, the configured aliases; and the models
+        added at run time before a restart (`kept`), held."""
+        models = cls(
             models={m.served_model_name: Wanted(m.load == "eager", True, m.keep_alive) for m in config.models},
             aliases={alias: m.served_model_name for m in config.models for alias in m.aliases},
         )
+        for model in kept:
+            models.add(model, "admin (kept across a restart)")
+        return models
+
+    def add(self, model: ModelConfig, by: str) -> None:
+        """A model added at run time, wanted loaded, with its aliases (its name and aliases checked free)."""
+        name = model.served_model_name
+        used = {added.slot for added in self.added.values()}
+        slot = next(slot for slot in range(ADDED_SLOTS) if slot not in used)
+        settings = model.model_dump(mode="json", exclude_unset=True) | {"served_model_name": name}
+        self.added[name] = Added(settings, slot)
+        self.models[name] = Wanted(True, True, model.keep_alive, asked_by=by)
+        self.aliases.update({alias: name for alias in model.aliases})
+
+    def remove(self, name: str) -> None:
+        """A model added at run time, gone with its aliases."""
+        del self.added[name]
+        self.models.pop(name, None)
+        self.aliases = {alias: target for alias, target in self.aliases.items() if target != name}
+
+    def column(self, name: str) -> str:
+        """A model's column in the tables the processes share: its own name, or an added model's slot."""
+        return added_column(self.added[name].slot) if name in self.added else name
 
     def resolve(self, name: str) -> str:
         """The model a name (an alias or a model's own) stands for."""
@@ -67,7 +111,8 @@ class ModelSet:
     def from_json(cls, text: str) -> ModelSet:
         data = json.loads(text)
         models = {name: Wanted(**wanted) for name, wanted in data["models"].items()}
-        return cls(data["version"], models, data["aliases"])
+        added = {name: Added(**entry) for name, entry in data.get("added", {}).items()}
+        return cls(data["version"], models, data["aliases"], added)
 
 
 @dataclass
@@ -86,13 +131,15 @@ class ModelStatus:
 class SharedModelSet:
     """The wanted set and the workers' status files in `folder`: read by anyone, changed under a lock."""
 
-    def __init__(self, folder: Path, prefix: str, config: EmbentoConfig) -> None:
+    def __init__(self, folder: Path, prefix: str, config: EmbentoConfig, kept: Sequence[ModelConfig] = ()) -> None:
+        """`kept`: the models added at run time before a restart (server_state/kept_models.py), wanted at start."""
         self._path = folder / f"{prefix}{SET_FILE}"
         self._lock = folder / f"{prefix}{SET_FILE}.lock"
         self._status_prefix = f"{prefix}{STATUS_PREFIX}"
         self._folder = folder
         self._config = config
-        self._read = ModelSet.configured(config)
+        self._kept = list(kept)
+        self._started = self._read = ModelSet.configured(config, kept)
         self._read_key: tuple[int, int, int] | None = None
 
     def read(self) -> ModelSet:
@@ -102,7 +149,7 @@ class SharedModelSet:
         try:
             found = self._path.stat()
         except FileNotFoundError:
-            return ModelSet.configured(self._config)
+            return self._started
         key = (found.st_ino, found.st_mtime_ns, found.st_size)  # each change is a new file
         if key != self._read_key:
             self._read, self._read_key = self._parse(), key
@@ -112,7 +159,7 @@ class SharedModelSet:
         try:
             return ModelSet.from_json(self._path.read_text())
         except FileNotFoundError:
-            return ModelSet.configured(self._config)
+            return ModelSet.configured(self._config, self._kept)  # a copy: `change` edits it
 
     def change(self, edit: Callable[[ModelSet], None]) -> ModelSet:
         """`edit` applied to the current set under the lock, then written whole (a reader never sees half)."""
@@ -158,8 +205,13 @@ WARM_FILE = "model-warm"  # per gateway worker and model: 1 while the worker ser
 
 
 def pinned_names(config: EmbentoConfig) -> list[str]:
-    """The columns of the pins table: the configured models, in order."""
-    return [m.served_model_name for m in config.models]
+    """The columns of the pins and warm tables: the configured models, in order, then the slots of the models added
+    at run time (`ModelSet.column`)."""
+    return [m.served_model_name for m in config.models] + [added_column(slot) for slot in range(ADDED_SLOTS)]
+
+
+def added_column(slot: int) -> str:
+    return f"added model {slot}"  # never a served name: those are checked against the set's own
 
 
 class Pins:
@@ -167,16 +219,25 @@ class Pins:
     and reads the wanted set under the table's lock, and an eviction checks the pins and marks the model unwanted
     under it too: a request either pins first (and the model stays) or sees it unwanted (and loads it again)."""
 
-    def __init__(self, config: EmbentoConfig) -> None:
+    def __init__(self, config: EmbentoConfig, shared: SharedModelSet | None = None) -> None:
+        """`shared`: the set that names the columns of models added at run time."""
         names = pinned_names(config)
         self._columns = {name: column for column, name in enumerate(names)}
         self._table = SharedTable(PINS_FILE, SLOTS, len(names))
+        self._shared = shared
 
     @contextmanager
     def locked(self) -> Iterator[Callable[[str], int]]:
         """Inside: how many requests pin a model, with no gateway pinning in between."""
         with self._table.locked() as table:
-            yield lambda name: int(table[:, self._columns[name]].sum())
+            yield lambda name: self._pinned(table, name)
+
+    def _pinned(self, table: np.ndarray, name: str) -> int:
+        """A model's pins: by its column, an added model's slot (none for one removed: nothing pins it now)."""
+        column = self._columns.get(name)
+        if column is None and self._shared is not None:
+            column = self._columns.get(self._shared.read().column(name))
+        return 0 if column is None else int(table[:, column].sum())
 
 
 def server_model_set(config: EmbentoConfig) -> SharedModelSet | None:
@@ -184,4 +245,4 @@ def server_model_set(config: EmbentoConfig) -> SharedModelSet | None:
     marker = server_file("")
     if marker is None:
         return None
-    return SharedModelSet(marker.parent, marker.name, config)
+    return SharedModelSet(marker.parent, marker.name, config, read_kept(kept_path(config), config))

@@ -1,11 +1,12 @@
-"""The admin API: list, load and unload the models a server may serve, and point aliases, behind the admin key.
+"""The admin API: list, load and unload the models a server may serve, add and remove models not in its
+configuration, and point aliases, behind the admin key.
 
-Each route is one line onto the admin operations (gateway/served/admin.py). The tenant gate lets `/admin/` through
-untouched (gateway/tenants/gate.py); here the admin key alone opens it: no key or a wrong one is a 401, a tenant's
-key a 403, and with no admin key configured every call is a 403. Each refused call (those, and the operations'
-own refusals) is one WARNING line naming who asked: `admin`, a tenant by its name, `no key` or `an unknown key`,
-never a key. The routes are Starlette's (BentoML's are POST-only and listed as the gateway's), so
-`with_admin_routes` adds them to `/docs.json` under their own tag and security scheme.
+Each route is one line onto the admin operations (gateway/served/admin.py, gateway/served/additions.py). The
+tenant gate lets `/admin/` through untouched (gateway/tenants/gate.py); here the admin key alone opens it: no key or
+a wrong one is a 401, a tenant's key a 403, and with no admin key configured every call is a 403. Each refused call
+(those, and the operations' own refusals) is one WARNING line naming who asked: `admin`, a tenant by its name,
+`no key` or `an unknown key`, never a key. The routes are Starlette's (BentoML's are POST-only and listed as the
+gateway's), so `with_admin_routes` adds them to `/docs.json` under their own tag and security scheme.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from starlette.routing import Route
 from config import errors
 from config.settings import EmbentoConfig
 from gateway.error_responses import error_response
+from gateway.served.additions import Additions
 from gateway.served.admin import ModelAdmin
 from gateway.tenants.gate import ADMIN_PREFIX, bearer_token
 from gateway.tenants.keys import Keys, caller_id
@@ -31,7 +33,7 @@ ADMIN_TAG = "Admin"
 logger = logging.getLogger(__name__)
 
 
-def admin_routes(config: EmbentoConfig, admin: ModelAdmin, keys: Keys) -> list[Route]:
+def admin_routes(config: EmbentoConfig, admin: ModelAdmin, additions: Additions, keys: Keys) -> list[Route]:
     """The admin routes to mount on the gateway's ASGI app, onto the served models' admin operations."""
 
     def guarded(handler: Handler) -> Callable[[Request], Awaitable[Response]]:
@@ -50,6 +52,12 @@ def admin_routes(config: EmbentoConfig, admin: ModelAdmin, keys: Keys) -> list[R
     async def list_models(request: Request) -> dict[str, Any]:
         return admin.report()
 
+    async def add(request: Request) -> dict[str, Any]:
+        return await additions.add(await _json_body(request))
+
+    async def remove(request: Request) -> dict[str, Any]:
+        return await additions.remove(request.path_params["name"])
+
     async def load(request: Request) -> dict[str, Any]:
         return await admin.load(request.path_params["name"])
 
@@ -64,8 +72,10 @@ def admin_routes(config: EmbentoConfig, admin: ModelAdmin, keys: Keys) -> list[R
 
     return [
         Route(f"{ADMIN_PREFIX}models", guarded(list_models), methods=["GET"]),
+        Route(f"{ADMIN_PREFIX}models", guarded(add), methods=["POST"]),
         Route(f"{ADMIN_PREFIX}models/{{name:path}}/load", guarded(load), methods=["POST"]),
         Route(f"{ADMIN_PREFIX}models/{{name:path}}/unload", guarded(unload), methods=["POST"]),
+        Route(f"{ADMIN_PREFIX}models/{{name:path}}", guarded(remove), methods=["DELETE"]),
         Route(f"{ADMIN_PREFIX}aliases/{{alias:path}}", guarded(point_alias), methods=["PUT"]),
         Route(f"{ADMIN_PREFIX}aliases/{{alias:path}}", guarded(remove_alias), methods=["DELETE"]),
     ]
@@ -104,11 +114,15 @@ def _log_refused(request: Request, who: str, status: int, message: str) -> None:
     )
 
 
-async def _model_field(request: Request) -> str:
+async def _json_body(request: Request) -> object:
     try:
-        body = json.loads(await request.body() or b"{}")
+        return json.loads(await request.body() or b"{}")
     except ValueError:
         raise errors.InvalidRequest("the request body is not valid JSON") from None
+
+
+async def _model_field(request: Request) -> str:
+    body = await _json_body(request)
     model = body.get("model") if isinstance(body, dict) else None
     if not isinstance(model, str) or not model:
         raise errors.InvalidRequest('body must be {"model": "<served model name>"}', param="model")
@@ -125,11 +139,25 @@ ANSWERS = {
         for status, meaning in (
             ("401", "No admin key, or a wrong one"),
             ("403", "A tenant's key, or the admin API is off"),
+            ("400", "A body that is not what the route takes (a model entry's field refused, named)"),
             ("404", "No such model or alias"),
-            ("409", "Not possible in this state (an alias onto a model not loaded; a split topology)"),
+            (
+                "409",
+                "Not possible in this state (an alias onto a model not loaded; a name taken; a kind no model service "
+                "of this server runs; a configured model removed; a split topology)",
+            ),
             ("503", "The load failed or was refused (the reason is in the message), or is still under way"),
         )
     },
+}
+
+
+# A model entry, as `models:` in embento.yaml takes it (docs/configuration.md lists every field).
+MODEL_ENTRY = {
+    "type": "object",
+    "required": ["model_id"],
+    "properties": {"model_id": {"type": "string"}, "served_model_name": {"type": "string"}},
+    "additionalProperties": True,
 }
 
 
@@ -148,7 +176,14 @@ def _operation(summary: str, parameters: list[dict], body: bool = False) -> dict
 
 
 ADMIN_PATHS = {
-    f"{ADMIN_PREFIX}models": {"get": _operation("Every model the server may serve, with its state", [])},
+    f"{ADMIN_PREFIX}models": {
+        "get": _operation("Every model the server may serve, with its state", []),
+        "post": {
+            **_operation("Add a model not in the configuration; answers once it is warm", []),
+            "requestBody": {"required": True, "content": {"application/json": {"schema": MODEL_ENTRY}}},
+        },
+    },
+    f"{ADMIN_PREFIX}models/{{name}}": {"delete": _operation("Remove a model added at run time", [NAME])},
     f"{ADMIN_PREFIX}models/{{name}}/load": {"post": _operation("Load a model; answers once it is warm", [NAME])},
     f"{ADMIN_PREFIX}models/{{name}}/unload": {"post": _operation("Unload a model everywhere", [NAME])},
     f"{ADMIN_PREFIX}aliases/{{alias}}": {

@@ -54,7 +54,7 @@ def install(
     and add the middleware, outermost first. The readiness report is the probe's body itself, so it stands
     outside the error rewriting; every other error below, ours or the framework's, leaves in its route's shape."""
     routes.router.routes.extend(get_routes(config, lifecycle, served))
-    routes.router.routes.extend(admin_routes(config, served.admin, keys))
+    routes.router.routes.extend(admin_routes(config, served.admin, served.additions, keys))
     if job_store is not None:
         routes.router.routes.extend(job_routes(job_store, config.jobs, new_jobs.set))
     uploads = {FILES_PATH: upload_limit(config.jobs)} if job_store is not None else {}

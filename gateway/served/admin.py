@@ -54,7 +54,8 @@ class ModelAdmin:
         models = []
         for name, kind in self._registry.kinds.items():
             cfg, state, entry = self._wanted.settings(name), states[name], wanted.models.get(name)
-            assert cfg is not None, "every model the registry knows has its entry"
+            if cfg is None:  # added at run time and removed, this worker not yet past it
+                continue
             models.append(
                 {
                     "id": name,
@@ -78,11 +79,11 @@ class ModelAdmin:
         request had set that the load put back to the configured one."""
         self._check_controlled(name)
         reset = self._want_loaded(name)
-        await self._until(lambda: self._flags.everywhere(name) or self._failed_for_good(name))
+        await self.until(lambda: self._flags.everywhere(name) or self.failed_for_good(name))
         if not self._flags.everywhere(name):
             state = self._states.of(name)
             raise errors.ModelUnavailable(f"model '{name}' did not load: {state.reason}", param="model")
-        entry = self._entry(name)
+        entry = self.entry(name)
         logger.info("admin: model '%s' loaded, asked by %s%s", name, ADMIN, _reset_text(reset, entry["keep_alive_s"]))
         return {**entry, "reset": reset}
 
@@ -115,9 +116,9 @@ class ModelAdmin:
             models.models[name].asked_by = ADMIN
 
         self._change(unwant)
-        await self._until(lambda: self._states.of(name).state in ("unloaded", "failed") and self._flags.nowhere(name))
+        await self.until(lambda: self._states.of(name).state in ("unloaded", "failed") and self._flags.nowhere(name))
         logger.info("admin: model '%s' unloaded, asked by %s", name, ADMIN)
-        return self._entry(name)
+        return self.entry(name)
 
     async def point_alias(self, alias: str, name: str) -> dict[str, Any]:
         """Move (or make) an alias onto a loaded model, once every gateway worker serves it: requests arriving from
@@ -127,7 +128,7 @@ class ModelAdmin:
             raise errors.InvalidRequest(f"'{alias}' is a model's own name, not an alias", param="alias")
         if not self._wanted.read().models[name].loaded:
             raise errors.Conflict(f"model '{name}' is not loaded; load it first", param="model")
-        await self._until(lambda: self._flags.everywhere(name) or not self._wanted.read().models[name].loaded)
+        await self.until(lambda: self._flags.everywhere(name) or not self._wanted.read().models[name].loaded)
         if not self._flags.everywhere(name):
             raise errors.Conflict(f"model '{name}' was unloaded before the alias could move", param="model")
 
@@ -154,7 +155,7 @@ class ModelAdmin:
         logger.info("admin: alias '%s' removed (it named '%s'), asked by %s", alias, removed[0], ADMIN)
         return {"alias": alias, "deleted": True}
 
-    def _entry(self, name: str) -> dict[str, Any]:
+    def entry(self, name: str) -> dict[str, Any]:
         return next(model for model in self.report()["models"] if model["id"] == name)
 
     def _check_controlled(self, name: str) -> None:
@@ -162,6 +163,10 @@ class ModelAdmin:
             raise errors.UnknownModel(
                 f"model '{name}' is not configured here; configured: {list(self._registry.kinds)}"
             )
+        self.check_ready()
+
+    def check_ready(self) -> None:
+        """A 503 while the start's warm-up runs; a 409 where the model services run apart (nothing to change)."""
         if not self._registry.done:
             raise errors.NotReady("models are still loading; retry shortly")
         if not self._states.controlled:
@@ -170,12 +175,12 @@ class ModelAdmin:
                 "the deployment's configuration instead (docs/operations.md)"
             )
 
-    def _failed_for_good(self, name: str) -> bool:
+    def failed_for_good(self, name: str) -> bool:
         """Failed, and the model services have given up on it (it is no longer wanted)."""
         entry = self._wanted.read().models.get(name)
         return self._states.of(name).state == "failed" and not (entry and entry.loaded)
 
-    async def _until(self, done: Callable[[], bool]) -> None:
+    async def until(self, done: Callable[[], bool]) -> None:
         """Wait for the next passes until `done`, at most a request's deadline (then a 503)."""
         deadline = self._refreshes.deadline()
         while not done():

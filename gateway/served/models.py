@@ -7,6 +7,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from config.settings import EmbentoConfig
+from gateway.served.additions import Additions
 from gateway.served.admin import ModelAdmin
 from gateway.served.reconciler import Reconciler, Refreshes
 from gateway.served.registry import ModelRegistry
@@ -14,16 +15,18 @@ from gateway.served.requests import RequestModels
 from gateway.served.states import ModelStates
 from gateway.served.wanted import WantedModels
 from gateway.served.warm_flags import WarmFlags
-from gateway.served.warmup import Warm, Warmup, reported_infos
+from gateway.served.warmup import Warmer, Warmup, reported_infos
 from gateway.shared_memory import SharedCounters
-from models.kinds import model_kind
+from models.kinds import model_kind, spec
+from server_state.kept_models import kept_path, read_kept
 from server_state.model_set import PINS_FILE, SharedModelSet, pinned_names
 
 
 class ServedModels:
     """What a gateway worker serves at run time, and its one owner: the registry (`registry`, read by all, written
     by the reconciler alone), the wanted set (`wanted`), the model services' states (`states`), requests' side
-    (`requests`), the admin operations (`admin`), and the reconciler that `start` runs in the worker."""
+    (`requests`), the admin operations (`admin`, and `additions`: models added at run time), and the reconciler that
+    `start` runs in the worker."""
 
     def __init__(
         self,
@@ -42,33 +45,38 @@ class ServedModels:
         self.states = ModelStates(self.registry)
         self.refreshes = Refreshes(config.request_timeout_s, clock)
         self._pins = SharedCounters(names, PINS_FILE)
-        self.flags = WarmFlags(names, workers)
+        self.flags = WarmFlags(names, workers, self.wanted.column)
         self.requests = RequestModels(self.registry, self.wanted, self.states, self.refreshes, self._pins)
         budget = {"max_loaded_models": config.max_loaded_models, "max_loaded_bytes": config.max_loaded_bytes}
         self.admin = ModelAdmin(
             self.registry, self.wanted, self.states, self.requests, self.flags, self.refreshes, budget
         )
+        kept = kept_path(config)
+        read_kept(kept, config)  # a file that cannot be trusted stops the start here, at import, with its reason
+        services = {spec(kind).model_service for kind in self.registry.kinds.values()}
+        self.additions = Additions(self.admin, self.registry, self.wanted, self.states, self.flags, services, kept)
         self._reconciler: Reconciler | None = None
 
     def start(
         self,
-        warm: Warm,
+        warming: Warmer,
         clients: Mapping[str, Any],
         failed_here: Mapping[str, str],
         stop_server: Callable[[str], None],
         shared: SharedModelSet | None,
         warm_then: Callable[[], Awaitable[object]] | None = None,
     ) -> None:
-        """In the gateway worker, once its model services' clients exist: the start's warm-up (`warm` each model the
-        services report, under `allow_partial`'s policy), then `warm_then`, then the status files in `shared` (None
-        outside a server: nothing changes at run time)."""
+        """In the gateway worker, once its model services' clients exist: the start's warm-up (`warming` each model
+        the services report, under `allow_partial`'s policy), then `warm_then`, then the status files in `shared`
+        (None outside a server: nothing changes at run time), models added at run time prepared by `warming` too."""
         self._pins.open()  # now, in the worker: its rows start at zero
         self.flags.open()
         self.wanted.attach(shared)
         self.states.attach(shared)
         eager = [name for name in self.registry.kinds if name not in self.registry.lazy]
-        warmup = Warmup(reported_infos(clients, failed_here, eager), warm, self._config.allow_partial, stop_server)
-        self._reconciler = Reconciler(self.registry, self.states, self.flags, self.refreshes, warm)
+        warmup = Warmup(reported_infos(clients, failed_here, eager), warming, self._config.allow_partial, stop_server)
+        self.additions.warming = warming
+        self._reconciler = Reconciler(self.registry, self.states, self.flags, self.refreshes, warming, self.wanted)
         self._reconciler.start(warmup, shared is not None, warm_then)
 
     def stop(self) -> None:

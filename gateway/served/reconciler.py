@@ -11,9 +11,12 @@ from collections.abc import Awaitable, Callable
 from config import errors
 from gateway.served.registry import ModelRegistry
 from gateway.served.states import ModelStates, ServerState
+from gateway.served.wanted import WantedModels
 from gateway.served.warm_flags import WarmFlags
-from gateway.served.warmup import TRANSIENT, Warm, Warmup, describe
+from gateway.served.warmup import TRANSIENT, Warmer, Warmup, describe
 from models.base import ModelInfo
+from models.kinds import model_kind
+from server_state.model_set import ModelSet
 
 logger = logging.getLogger(__name__)
 FOLLOW_EVERY_S = 0.1  # how soon a gateway worker sees a model loaded or unloaded
@@ -68,13 +71,21 @@ class Reconciler:
     its warm-up here failed, dropped once its services no longer hold it."""
 
     def __init__(
-        self, registry: ModelRegistry, states: ModelStates, flags: WarmFlags, refreshes: Refreshes, warm: Warm
+        self,
+        registry: ModelRegistry,
+        states: ModelStates,
+        flags: WarmFlags,
+        refreshes: Refreshes,
+        warming: Warmer,
+        wanted: WantedModels,
     ) -> None:
         self._registry = registry
         self._states = states
         self._flags = flags
         self._refreshes = refreshes
-        self._warm = warm
+        self._warming = warming
+        self._wanted = wanted
+        self._unprepared: set[str] = set()  # added models whose preprocessor failed here: logged once
         self._task: asyncio.Task | None = None
 
     def start(self, warmup: Warmup, follow: bool, warm_then: Callable[[], Awaitable[object]] | None = None) -> None:
@@ -111,12 +122,34 @@ class Reconciler:
     async def refresh(self) -> None:
         """One pass: each model's state read from the status files and met here."""
         begun = self._refreshes.begin()
+        await self._follow_added(self._wanted.read())
         for name, state in self._states.read().items():
             if state != self._states.met.get(name) and not await self._apply(name, state):
                 continue  # met again on the next pass
             self._states.met[name] = state
         self._flags.publish(self._registry.infos)
         self._refreshes.done(begun)
+
+    async def _follow_added(self, models: ModelSet) -> None:
+        """The models added at run time, met here: one new counts once its preprocessor is loaded (its warm-up needs
+        it); one removed leaves the registry. A preprocessor that fails is logged once; the model is not served."""
+        for name, added in models.added.items():
+            if name in self._registry.kinds or name in self._unprepared:
+                continue
+            settings = added.config()
+            try:
+                kind = await asyncio.to_thread(model_kind, settings)
+                await asyncio.to_thread(self._warming.prepare, settings, kind)
+            except Exception as exc:  # the checkpoint, not this pass: trying again every pass would only repeat it
+                logger.error("model '%s' added at run time: its preprocessor did not load: %s", name, describe(exc))
+                self._unprepared.add(name)
+                continue
+            self._registry.added(name, kind)
+        for name in [n for n in self._registry.kinds if n not in self._registry.configured and n not in models.added]:
+            self._registry.removed(name)
+            self._states.met.pop(name, None)
+            self._warming.forget(name)
+        self._unprepared &= set(models.added)
 
     async def _apply(self, name: str, state: ServerState) -> bool:
         """The registry brought to a model's new state (a loaded one warmed up here before it is served); False
@@ -133,7 +166,7 @@ class Reconciler:
 
     async def _warmed(self, name: str, info: ModelInfo) -> bool:
         try:
-            quantizer = await self._warm(info)
+            quantizer = await self._warming(info)
         except TRANSIENT:  # unloaded again as it warmed up, or its service busy: the next pass tells
             return False
         except Exception as exc:  # a model that fails its warm-up is not served: the same rule as at start

@@ -27,6 +27,7 @@ class ModelRegistry:
         """`lazy`: configured `load: lazy`, loaded by a request rather than by the start. `infos` and `done`: a
         registry already warm (tests, and the engine without a server)."""
         self.lazy = lazy
+        self.configured = frozenset(kinds)
         self._kinds = dict(kinds)
         self._infos = dict(infos or {})
         self._failed: dict[str, str] = {}
@@ -82,6 +83,17 @@ class ModelRegistry:
         """A model its services no longer hold (unloaded, evicted): not served, and no failure to report."""
         self._dropped(name)
         self._failed.pop(name, None)
+
+    def added(self, name: str, kind: Kind) -> None:
+        """A model added at run time (after the configured ones), its preprocessor loaded here: not served yet."""
+        self._kinds[name] = kind
+
+    def removed(self, name: str) -> None:
+        """A model added at run time, removed: no longer one the server may serve."""
+        assert name not in self.configured, "only a model added at run time is removed"
+        self._dropped(name)
+        self._failed.pop(name, None)
+        self._kinds.pop(name, None)
 
     def _dropped(self, name: str) -> None:
         self._infos.pop(name, None)

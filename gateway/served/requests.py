@@ -25,6 +25,7 @@ from models.base import ModelInfo
 from models.kinds import KindSpec, spec
 from server_state.model_set import Wanted
 
+# The pins' columns a request holds (`ModelSet.column`: a model's name, or an added model's slot).
 REQUEST_PINS: ContextVar[list[str] | None] = ContextVar("embento_request_pins", default=None)
 
 
@@ -85,8 +86,8 @@ class RequestModels:
         again), nor one whose load failed."""
         if not self._states.controlled:  # nothing loads at run time: what is warm is all there is
             return name in self._registry.infos
-        entry = self._wanted.read().models[name]
-        if not (entry.loaded or entry.on_request) or self._states.failed_here(name):
+        entry = self._wanted.read().models.get(name)
+        if entry is None or not (entry.loaded or entry.on_request) or self._states.failed_here(name):
             return False
         state = self._states.of(name)
         return state.state != "failed" or entry.loaded or state.refused
@@ -99,7 +100,7 @@ class RequestModels:
     def in_flight(self, name: str) -> int:
         """The requests (and bulk-job lines) for the model that every gateway worker holds now: pinned from when
         they resolve to it until they are answered, so the count is exact at any moment."""
-        return self._pins.total(name)
+        return self._pins.total(self._wanted.column(name))
 
     async def serving(self, requested: str | None) -> str | None:
         """The model a request names, loaded and warm here when it can be: an alias resolved; a lazy or evicted
@@ -111,8 +112,8 @@ class RequestModels:
         if requested is None or not self._wanted.shared:
             return requested
         name = self._wanted.resolve(requested)
-        if name not in self._registry.kinds or not self._states.controlled:
-            return name
+        if name not in self._registry.kinds or not self._states.controlled or name not in self._wanted.read().models:
+            return name  # no model's (or one added at run time and removed since): `model` answers 404
         entry = self._pinned(name)
         if entry.loaded and name in self._registry.infos:
             return name
@@ -132,7 +133,10 @@ class RequestModels:
             elif name in self._registry.infos and (asked_at is None or self._refreshes.done_from > asked_at):
                 return name
             await self._refreshes.next_or_503(deadline, f"model '{name}' is still loading; retry shortly")
-            entry = self._wanted.read().models[name]
+            found = self._wanted.read().models.get(name)
+            if found is None:  # an added model, removed as the request waited for it
+                raise errors.UnknownModel(f"model '{name}' is not served now: it was removed", param="model")
+            entry = found
 
     @contextmanager
     def holding(self) -> Iterator[None]:
@@ -143,9 +147,9 @@ class RequestModels:
             yield
         finally:
             REQUEST_PINS.reset(token)
-            for name in held:
+            for column in held:
                 with self._pins.locked():
-                    self._pins.add(name, -1)
+                    self._pins.add(column, -1)
 
     def _pinned(self, name: str) -> Wanted:
         """The model's wanted state, read under the pins' lock once this request pins it (in a request's scope):
@@ -154,9 +158,10 @@ class RequestModels:
         if held is None:
             return self._wanted.read().models[name]
         with self._pins.locked():
-            if name not in held:
-                self._pins.add(name, 1)
-                held.append(name)
+            column = self._wanted.column(name)  # by its column: one added at run time has a slot
+            if column not in held:
+                self._pins.add(column, 1)
+                held.append(column)
             return self._wanted.read().models[name]
 
     def check_keep_alive(self, seconds: float | None) -> None:

@@ -39,12 +39,20 @@ class WantedModels:
         return self.read().resolve(name)
 
     def settings(self, name: str) -> ModelConfig | None:
-        """A model's entry in the configuration (None for a name that is not a model's)."""
-        return self._config.model(name)
+        """A model's entry: in the configuration, or added at run time (None for a name that is no model's)."""
+        configured = self._config.model(name)
+        if configured is not None:
+            return configured
+        added = self.read().added.get(name)
+        return added.config() if added is not None else None
 
     def entries(self) -> list[ModelConfig]:
-        """Every model's entry, in configuration order."""
-        return list(self._config.models)
+        """Every model's entry: the configured ones in order, then those added at run time."""
+        return [*self._config.models, *(added.config() for added in self.read().added.values())]
+
+    def column(self, name: str) -> str:
+        """A model's column in the tables the gateway workers share (pins, warm flags)."""
+        return self.read().column(name)
 
     def change(self, edit: Callable[[ModelSet], None]) -> ModelSet:
         """`edit` applied to the server's set under its lock, written whole for every process to read."""
@@ -67,14 +75,15 @@ class WantedModels:
         if self._shared is None or seconds is None:
             return
         keep = None if math.isinf(seconds) else seconds
-        if self.read().models[name].keep_alive_s == keep:
+        entry = self.read().models.get(name)
+        if entry is None or entry.keep_alive_s == keep:  # no longer wanted at all: removed as it was answered
             return
         was: list[float | None] = []
 
         def set_keep_alive(models: ModelSet) -> None:
-            entry = models.models[name]
-            was.append(entry.keep_alive_s)
-            entry.keep_alive_s, entry.keep_alive_by = keep, by
+            changed = models.models[name]
+            was.append(changed.keep_alive_s)
+            changed.keep_alive_s, changed.keep_alive_by = keep, by
 
         self.change(set_keep_alive)
         logger.info(

@@ -12,10 +12,12 @@ class WarmFlags:
     """Per gateway worker and model, 1 while the model is warm in that worker's registry (a table every worker of
     the server maps): the admin API answers once every worker has met its change."""
 
-    def __init__(self, names: Sequence[str], workers: Callable[[], int]) -> None:
-        """`workers`: how many gateway workers the server runs (asked once one serves, as `Lifecycle` does)."""
-        self._warm = SharedCounters(names, WARM_FILE)
+    def __init__(self, columns: Sequence[str], workers: Callable[[], int], column: Callable[[str], str]) -> None:
+        """`workers`: how many gateway workers the server runs (asked once one serves, as `Lifecycle` does);
+        `column`: a model's column (`ModelSet.column`: an added model's is its slot)."""
+        self._warm = SharedCounters(columns, WARM_FILE)
         self._workers = workers
+        self._column = column
         self._published: set[str] = set()
 
     def open(self) -> None:
@@ -24,7 +26,7 @@ class WarmFlags:
 
     def publish(self, warm: Collection[str]) -> None:
         """This worker's warm models now, for the others to count."""
-        now = set(warm)
+        now = {self._column(name) for name in warm}
         with self._warm.locked():
             for name in now ^ self._published:
                 self._warm.add(name, 1 if name in now else -1)
@@ -32,8 +34,8 @@ class WarmFlags:
 
     def everywhere(self, name: str) -> bool:
         """Whether every gateway worker of the server serves the model."""
-        return self._warm.total(name) >= self._workers()
+        return self._warm.total(self._column(name)) >= self._workers()
 
     def nowhere(self, name: str) -> bool:
         """Whether no gateway worker serves the model any more."""
-        return self._warm.total(name) == 0
+        return self._warm.total(self._column(name)) == 0

@@ -15,7 +15,7 @@ import logging
 import math
 import time
 from collections.abc import Awaitable, Callable, Collection, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 import aiohttp
 
@@ -26,7 +26,8 @@ from gateway.cache.tiers import EmbeddingCache
 from gateway.inputs.preprocessors import Preprocessors
 from gateway.queue.model_calls import ModelCalls
 from gateway.served.calibration import warm_up
-from models.base import ModelInfo
+from models.base import Kind, ModelInfo
+from models.kinds import preprocessor_class
 from models.media import MediaLimits
 from models.quantization import Quantizer
 from models.resolve import resolve_model
@@ -46,6 +47,17 @@ TRANSIENT = (
 
 FetchInfos = Callable[[], Awaitable[tuple[dict[str, ModelInfo], dict[str, str]]]]
 Warm = Callable[[ModelInfo], Awaitable[Quantizer | None]]
+
+
+class Warmer(Protocol):
+    """How a model becomes warm in this gateway worker (`Warming`): warmed up (the call), and for a model added at
+    run time its preprocessor loaded first (`prepare`) and dropped once it is removed (`forget`)."""
+
+    async def __call__(self, info: ModelInfo) -> Quantizer | None: ...
+
+    def prepare(self, settings: ModelConfig, kind: Kind) -> None: ...
+
+    def forget(self, name: str) -> None: ...
 
 
 def describe(exc: BaseException) -> str:
@@ -80,6 +92,18 @@ class Warming:
             folder = resolve_model(cfg.model_id, cfg.revision)
             self._cache.enable(info.served_model_name, await asyncio.to_thread(model_identity, cfg, info, folder))
         return quantizer
+
+    def prepare(self, settings: ModelConfig, kind: Kind) -> None:
+        """The preprocessor of a model added at run time (`KindSpec.preprocessor`, as the start loads the configured
+        ones'), before it can be warmed up; blocking (reads the checkpoint's files): call it off the event loop."""
+        name = settings.served_model_name
+        if name not in self._preprocessors.by_model:
+            folder = resolve_model(settings.model_id, settings.revision)
+            self._preprocessors.by_model[name] = preprocessor_class(kind)(folder, settings, kind)
+
+    def forget(self, name: str) -> None:
+        """A model added at run time, removed: its preprocessor goes."""
+        self._preprocessors.by_model.pop(name, None)
 
 
 def reported_infos(clients: Mapping[str, Any], failed_here: Mapping[str, str], eager: Collection[str]) -> FetchInfos:

@@ -55,7 +55,7 @@ def test_every_route_is_in_api_md(client):
     models = ServedModels(config)
     routes = [
         *get_routes(config, Lifecycle(models.registry), models),
-        *admin_routes(config, models.admin, Keys((), None)),
+        *admin_routes(config, models.admin, models.additions, Keys((), None)),
     ]
     served |= {(method, _documented(route.path)) for route in routes for method in route.methods if method != "HEAD"}
     assert served - documented == set(), "routes the server has that docs/api.md does not"

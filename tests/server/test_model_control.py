@@ -1,7 +1,8 @@
 """Models that come and go without a restart (issue 53), in real servers: the admin API behind its own key; a model
 loaded at run time and embedded with, unloaded (then 404) and loaded again; a lazy model answered on its first
 request; a model unloaded after its `keep_alive`; the budget evicting the least recently used idle model, and
-refusing a load that cannot fit, with the figures; an alias moved under 32 clients with no failed request.
+refusing a load that cannot fit, with the figures; an alias moved under 32 clients with no failed request; a model
+not in the configuration added at run time, served by both gateway workers, kept across a restart, then removed.
 
 The injected-clock half of idle eviction, and a load refused because every held model has calls in flight, are
 tests/unit/runners/test_residency.py's (the real pool, no sleep): here a request's `keep_alive: 0` ends the idle time
@@ -10,6 +11,7 @@ at once, and waits poll observable state under a deadline.
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import threading
@@ -140,6 +142,8 @@ def test_the_admin_api_takes_the_admin_key_only_and_is_listed_apart(control_serv
         ("GET", "/admin/models", None),
         ("POST", "/admin/models/tiny/load", None),
         ("POST", "/admin/models/tiny/unload", None),
+        ("POST", "/admin/models", {"model_id": "any"}),
+        ("DELETE", "/admin/models/tiny", None),
         ("PUT", "/admin/aliases/prod", {"model": "minilm"}),
         ("DELETE", "/admin/aliases/prod", None),
     ]
@@ -161,6 +165,7 @@ def test_the_admin_api_takes_the_admin_key_only_and_is_listed_apart(control_serv
     admin = {path: ops for path, ops in schema["paths"].items() if path.startswith("/admin/")}
     assert set(admin) == {
         "/admin/models",
+        "/admin/models/{name}",
         "/admin/models/{name}/load",
         "/admin/models/{name}/unload",
         "/admin/aliases/{alias}",
@@ -443,3 +448,64 @@ def test_a_model_a_request_may_load_keeps_the_server_ready_and_serves_requests_n
     assert httpx.get(f"{url}/readyz", timeout=30).json()["ready"]
     unnamed = httpx.post(f"{url}/v1/embeddings", json={"input": [TEXT]}, timeout=120)
     assert unnamed.status_code == 200 and unnamed.json()["model"] == "c", unnamed.text
+
+
+def kept_names(cache: Path) -> list[str]:
+    """The models the server keeps across restarts, as its file under `cache_dir` names them."""
+    path = cache / "run-time-models.json"
+    return [entry["served_model_name"] for entry in json.loads(path.read_text())["models"]] if path.exists() else []
+
+
+@pytest.mark.server
+def test_a_model_added_at_run_time_serves_survives_a_restart_and_is_removed(
+    tmp_path_factory, tiny_bert_path, references
+):
+    """The tiny BERT, in no configuration, added to a server of two gateway workers that runs MiniLM: embedded with
+    by either worker as transformers embeds it; refused with the field for a bad entry, with a 409 for a kind no
+    service of the server runs; kept under `cache_dir` and served again after a restart; removed, then a 404. Its own
+    cache folder: a model added to the session's would reach every later server of the suite."""
+    folder = tmp_path_factory.mktemp("model-add")
+    cache = folder / "cache"
+    config = {
+        "models": [{"model_id": MINILM, "served_model_name": "minilm", "backend": "torch"}],
+        "admin_key": ADMIN_KEY,
+        "gateway_workers": 2,
+        "cache_dir": str(cache),
+    }
+    entry = {"model_id": str(tiny_bert_path), "served_model_name": "added", "backend": "torch", "aliases": ["fresh"]}
+    for run in ("first", "second"):
+        (folder / run).mkdir()
+    with running_server(folder / "first", config) as (url, _):
+        assert_openai_error(
+            httpx.post(f"{url}/admin/models", json={**entry, "pooling": "median"}, headers=ADMIN), 400, param="pooling"
+        )
+        other_kind = {**entry, "served_model_name": "ranker", "kind": "rerank"}
+        refused = assert_openai_error(
+            httpx.post(f"{url}/admin/models", json=other_kind, headers=ADMIN, timeout=60), 409
+        )
+        assert "Reranker" in refused["message"] and "'embed'" in refused["message"], refused
+        assert kept_names(cache) == []  # a refused entry changes nothing
+        added = httpx.post(f"{url}/admin/models", json=entry, headers=ADMIN, timeout=120)
+        assert added.status_code == 200 and added.json()["state"] == "loaded", added.text
+        assert added.json()["aliases"] == ["fresh"] and added.json()["kind"] == "embed"
+        for name in ("added", "fresh", "added", "fresh"):  # either gateway worker answers each: both serve it
+            answer = embed(url, name, ADMIN)
+            assert answer.json()["model"] == name
+            assert_same_vectors([vector(answer)], [references["tiny"]])
+        taken = httpx.post(f"{url}/admin/models", json={**entry, "aliases": []}, headers=ADMIN, timeout=60)
+        assert_openai_error(taken, 409, param="served_model_name")
+        assert kept_names(cache) == ["added"]
+        assert "added" in admin_models(url) and admin_models(url)["minilm"]["state"] == "loaded"
+    with running_server(folder / "second", config) as (url, _):  # the same cache_dir: the added model comes back
+        wait_for(lambda: admin_models(url).get("added", {}).get("state") == "loaded", "the added model loaded again")
+        assert_same_vectors([vector(embed(url, "fresh", ADMIN))], [references["tiny"]])
+        assert_openai_error(httpx.delete(f"{url}/admin/models/minilm", headers=ADMIN, timeout=60), 409, param="model")
+        assert_openai_error(httpx.delete(f"{url}/admin/models/nope", headers=ADMIN, timeout=60), 404)
+        removed = httpx.delete(f"{url}/admin/models/added", headers=ADMIN, timeout=120)
+        assert removed.status_code == 200 and removed.json() == {"id": "added", "deleted": True}, removed.text
+        for name in ("added", "fresh", "added", "fresh"):
+            assert assert_openai_error(embed(url, name, ADMIN), 404, param="model")["code"] == "model_not_found"
+        assert "added" not in admin_models(url) and kept_names(cache) == []
+        assert vector(embed(url, "minilm", ADMIN)).shape == (384,)
+        log = (folder / "second" / "server.log").read_text()
+        assert "admin: model 'added' removed, asked by admin" in log

@@ -166,3 +166,31 @@ def test_no_room_is_refused_with_the_figures():
         room_for(10, [Held("a", 10, 1, 2)], Budget(max_bytes=15))
     with pytest.raises(ValueError, match="cannot hold 20 more bytes"):
         room_for(20, [], Budget(max_bytes=15))
+
+
+def test_a_model_added_at_run_time_is_taken_on_by_its_service_and_forgotten_once_removed(tmp_path, tiny_bert_path):
+    """The wanted set's added entries: the worker of the entry's service takes it on and loads it; another service's
+    worker leaves it; once removed it is unloaded, then gone from the status file."""
+    clock = Clock()
+    server = EmbentoConfig(models=[config(tiny_bert_path, "base", load="lazy")])
+    shared = SharedModelSet(tmp_path, "test-", server)
+
+    def accepts(cfg: ModelConfig) -> ModelConfig | None:  # `elsewhere` stands for a model of another service
+        return None if cfg.served_model_name == "elsewhere" else cfg
+
+    pins = Pins(server, shared)
+    kept = Residency(
+        ModelPool(load_model, []), list(server.models), shared, pins, "TextEmbedder-1", Budget(), clock, accepts
+    )
+    for name in ("added", "elsewhere"):
+        entry = config(tiny_bert_path, name)
+        shared.change(lambda models, entry=entry: models.add(entry, "admin"))  # type: ignore[misc]
+    kept.step()
+    assert "added" in kept.pool.models and statuses(kept)["added"].state == "loaded"
+    assert "elsewhere" not in statuses(kept) and "elsewhere" not in kept.pool.models
+    assert all(out.shape == (32,) for out in asyncio.run(kept.pool.run(rows(tiny_bert_path, "added"))))
+    shared.change(lambda models: models.remove("added"))
+    kept.step()
+    assert "added" not in kept.pool.models and statuses(kept)["added"].state == "unloaded"
+    kept.step()
+    assert set(statuses(kept)) == {"base"}

@@ -71,14 +71,23 @@ class Served:
             assert await refreshes.next(refreshes.deadline())
 
 
-async def never_warmed(info: ModelInfo) -> None:
-    raise AssertionError("no model is reported loaded")
+class NeverWarmed:
+    """No model is reported loaded, nor added."""
+
+    async def __call__(self, info: ModelInfo) -> None:
+        raise AssertionError("no model is reported loaded")
+
+    def prepare(self, settings: ModelConfig, kind: str) -> None:
+        raise AssertionError("no model is added")
+
+    def forget(self, name: str) -> None:
+        raise AssertionError("no model is removed")
 
 
 def test_a_model_a_request_may_load_counts_as_servable_and_one_the_admin_unloaded_does_not(tmp_path):
     async def scenario() -> None:
         served = Served(tmp_path)
-        served.models.start(never_warmed, {}, {}, stop_server=print, shared=served.shared)
+        served.models.start(NeverWarmed(), {}, {}, stop_server=print, shared=served.shared)
         try:
             await served.refreshed()
             # Nothing loaded, the eager model evicted: both may be loaded by a request, so the server is ready.
