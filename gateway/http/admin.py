@@ -11,7 +11,6 @@ gateway's), so `with_admin_routes` adds them to `/docs.json` under their own tag
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -27,6 +26,7 @@ from gateway.served.additions import Additions
 from gateway.served.admin import ModelAdmin
 from gateway.tenants.gate import ADMIN_PREFIX, bearer_token
 from gateway.tenants.keys import Keys, caller_id
+from gateway.validation.admin import json_body, model_field
 
 Handler = Callable[[Request], Awaitable[Any]]
 ADMIN_TAG = "Admin"
@@ -115,18 +115,11 @@ def _log_refused(request: Request, who: str, status: int, message: str) -> None:
 
 
 async def _json_body(request: Request) -> object:
-    try:
-        return json.loads(await request.body() or b"{}")
-    except ValueError:
-        raise errors.InvalidRequest("the request body is not valid JSON") from None
+    return json_body(await request.body())
 
 
 async def _model_field(request: Request) -> str:
-    body = await _json_body(request)
-    model = body.get("model") if isinstance(body, dict) else None
-    if not isinstance(model, str) or not model:
-        raise errors.InvalidRequest('body must be {"model": "<served model name>"}', param="model")
-    return model
+    return model_field(await _json_body(request))
 
 
 ERROR = {"$ref": "#/components/schemas/AdminError"}

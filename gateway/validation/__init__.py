@@ -20,6 +20,7 @@ The map, by concern (module: what it checks; who calls it, when):
 - `texts.py`: a list of inputs (`check_texts`, `check_lengths`), which every entry point uses; the entry points of
   classify, tokenize and decode (`check_classify`, `check_tokenize`, `check_decode`); `Engine.classify`,
   `.tokenize`, `.decode`, before any work.
+- `admin.py`: the admin API's bodies (JSON, the `model` an alias is pointed at); `gateway/http/admin.py`.
 - `jobs.py`: the Files and Batches requests: an upload's form and size, POST /v1/batches's body, a list's `limit`
   and `order`; `gateway/http/job_routes.py`, before the store is touched. A batch's lines are each checked later as
   their route's request.
@@ -43,8 +44,7 @@ The checks that stay where they are, each module saying why in its docstring:
 - `gateway/jobs/store.py`: the stored bytes and queued lines a file or batch would add, and whether the input file
   exists and is a batch's, known only in the transaction that stores the batch; `gateway/served/` (the admin API's
   operations): an alias against the names served now, a model entry added at run time checked as the configuration
-  checks one and its checkpoint read; `gateway/http/admin.py`: the admin API's own body (`model`), which is no
-  operation's query.
+  checks one and its checkpoint read.
 """
 
 from gateway.validation.embed import check_context, check_embed, check_one_text_each, with_task
