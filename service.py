@@ -15,7 +15,6 @@ from bento.serving.start_failures import report_start_failures  # noqa: E402
 
 report_start_failures()  # first: the configuration is read while the imports below run, and may fail there
 
-import asyncio
 from typing import Any, cast
 
 import bentoml
@@ -30,46 +29,25 @@ from bento.serving.process_memory import report_process_memory
 from bento.serving.server_logging import configure_server_logging
 from config.served import served_config
 from gateway.answering import answered
-from gateway.cache.tiers import EmbeddingCache
-from gateway.engine import Engine
-from gateway.http import edge
-from gateway.inputs.preprocessors import load_preprocessors
-from gateway.jobs.store import open_store
-from gateway.jobs.worker import JobWorker
-from gateway.queue.model_calls import ModelCalls
-from gateway.served.models import ServedModels
-from gateway.served.warmup import Warming
-from gateway.startup.lifecycle import Lifecycle
+from gateway.http import assembly
 from gateway.wire import cohere, infinity, openai, shared_rerank, tei, voyage
 from gateway.wire.common import RerankRequest
-from models.kinds import model_kind, spec
 from runners import MODEL_SERVICES
 from runners.loading import load_models
 from runners.service_config import dispatch_max_rows
-from server_state.model_set import server_model_set
 from server_state.server_files import remove_server_files
 
+GATEWAY_NAME = "Embento"  # the BentoML service name of the gateway
 CONFIG = served_config()  # store models (`bentoml://…`) resolved to their folders
 patch_serving(CONFIG.tracing)
 configure_server_logging(CONFIG.log.request_content)  # never a request's content in a log line
-KINDS = {m.served_model_name: model_kind(m) for m in CONFIG.models}
-MODEL_SERVICE_NAMES = list(dict.fromkeys(spec(kind).model_service for kind in KINDS.values()))
-COUNTERS = edge.shared_counters(MODEL_SERVICE_NAMES)
-# One per gateway process; the GET and admin routes hold them from import.
-SERVED = ServedModels(CONFIG, lambda: served_workers(GATEWAY_NAME))  # the models at run time: one owner
-LIFECYCLE = Lifecycle(
-    SERVED.registry, COUNTERS, lambda: served_workers(GATEWAY_NAME), SERVED.states.names, SERVED.requests.servable
-)
-KEYS = edge.tenant_keys(CONFIG)  # the API keys' tenants, for the gate and the job worker
-JOB_STORE = open_store(CONFIG.jobs)  # the Files and Batches routes hold it from import; None with jobs off
-NEW_JOBS = asyncio.Event()  # set by POST /v1/batches, awaited by this process's job worker
-GATEWAY_NAME = "Embento"  # the BentoML service name of the gateway
+PROCESS = assembly.gateway_process(CONFIG, lambda: served_workers(GATEWAY_NAME))  # what the routes run on
 
 
 def depend_on_model_services(cls: type) -> type:
     """Only the model services this configuration needs are started, and built into a Bento: each an
     attribute named as its service."""
-    for name in MODEL_SERVICE_NAMES:
+    for name in PROCESS.model_services:
         setattr(cls, name, bentoml.depends(MODEL_SERVICES[name]))
     return cls
 
@@ -82,10 +60,10 @@ routes = Starlette()  # GET routes; BentoML's own API routes are POST-only
     workers=gateway_workers(CONFIG),
     image=IMAGE,
     envs=[*bento_envs(ARGS), bento_config_env()],  # the configuration travels in bento.yaml
-    labels={**image_labels(ARGS), "models": ",".join(KINDS)},
+    labels={**image_labels(ARGS), "models": ",".join(PROCESS.kinds)},
     traffic={"timeout": CONFIG.request_timeout_s + 30},
     logging={"access": {"enabled": False}},
-    http=edge.http_settings(CONFIG),
+    http=assembly.http_settings(CONFIG),
 )
 @bentoml.asgi_app(routes, path="/")
 @pin_store_models(CONFIG.models)  # the gateway reads their tokenizers and processors
@@ -94,30 +72,17 @@ class Gateway:
     """The HTTP routes: each a line onto its client family's adapter."""
 
     def __init__(self) -> None:
-        edge.without_torch_unless_needed(KINDS.values())
-        COUNTERS.open()  # now, in the worker: a worker restarted after a crash frees what it held at once
         report_process_memory(GATEWAY_NAME)
-        preprocessors, self.failed_here = load_preprocessors(CONFIG, KINDS, load_models)
-        self.clients = {name: getattr(self, name) for name in MODEL_SERVICE_NAMES}
-        calls = ModelCalls(CONFIG, KINDS.values(), self.clients, dispatch_max_rows(), COUNTERS)
-        cache = EmbeddingCache(CONFIG.cache)
-        fetcher = edge.url_fetcher(CONFIG)
-        self.engine = Engine(CONFIG, SERVED.registry, calls, preprocessors, fetcher, cache, SERVED.requests)
-        self.warming = Warming(calls, preprocessors, cache, self.engine.limits, SERVED.wanted.settings)
-        self.jobs = JOB_STORE and JobWorker(JOB_STORE, CONFIG.jobs, self.engine, LIFECYCLE.is_ready, NEW_JOBS, KEYS)
+        clients = {name: getattr(self, name) for name in PROCESS.model_services}
+        self.worker = assembly.gateway_worker(PROCESS, clients, load_models, dispatch_max_rows())
+        self.engine = self.worker.engine
 
     @bentoml.on_startup
-    async def _start_warmup(self) -> None:
-        LIFECYCLE.start(self.clients)
-        # The start's warm-up, then the models loaded and unloaded at run time.
-        SERVED.start(
-            self.warming, self.clients, self.failed_here, stop_server, server_model_set(CONFIG), LIFECYCLE.is_ready
-        )
-        if self.jobs:
-            self.jobs.start()  # its work waits until the models serve
+    async def _start(self) -> None:
+        assembly.start_worker(PROCESS, self.worker, stop_server)
 
     async def __is_ready__(self) -> bool:
-        return await LIFECYCLE.is_ready()
+        return await PROCESS.lifecycle.is_ready()
 
     # OpenAI and infinity
     @bentoml.api(route="/v1/embeddings")
@@ -235,14 +200,4 @@ SERVICES = [Gateway, *(dependency.on for dependency in cast("bentoml.Service[Any
 check_served_bento({service.name for service in SERVICES})
 for service in SERVICES:
     fix_media_types(service)
-edge.install(
-    Gateway,
-    routes,
-    config=CONFIG,
-    lifecycle=LIFECYCLE,
-    served=SERVED,
-    counters=COUNTERS,
-    keys=KEYS,
-    job_store=JOB_STORE,
-    new_jobs=NEW_JOBS,
-)
+assembly.install(Gateway, routes, PROCESS)

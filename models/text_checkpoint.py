@@ -136,7 +136,7 @@ def _transformers_names() -> frozenset[str]:
 def _auto_tables(module: str) -> dict[str, list[tuple[Any, ...]]]:
     """The `*_NAMES` tables of one of transformers' auto modules (model_type -> class names, written as literals),
     read from its source: importing transformers here would, in the gateway, make transformers count on torch
-    before the gateway decides to run without it (`gateway.http.edge.without_torch_unless_needed`)."""
+    before the gateway decides to run without it (`gateway.http.assembly`, before its preprocessors load)."""
     spec = importlib.util.find_spec("transformers")  # finds the package without running it
     if spec is None or not spec.submodule_search_locations:
         raise ModelLoadError("transformers is not installed")

@@ -1,4 +1,4 @@
-"""OpenAI's Files and Batches routes, onto the job store (gateway/jobs/): Starlette routes that `edge.install`
+"""OpenAI's Files and Batches routes, onto the job store (gateway/jobs/): Starlette routes that `assembly.install`
 mounts beside BentoML's when jobs are on; the official SDK's `files.*` and `batches.*` calls work unchanged. Each
 answers for the caller's tenant alone, through the routes' one way to answer (`gateway.answering.answering`):
 refusals are 400s (404s for unknown ids) in OpenAI's error shape. Not in the request metrics, which count model

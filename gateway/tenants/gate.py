@@ -1,4 +1,4 @@
-"""The tenant gate: the first check a request meets after its error shape is set (gateway/http/edge.py).
+"""The tenant gate: the first check a request meets after its error shape is set (gateway/http/assembly.py).
 
 - Who calls: the key in `Authorization: Bearer`, matched to its tenant (gateway/tenants/keys.py); a 401 if none.
 - Within its limits: a POST is admitted by the ledger (gateway/tenants/ledger.py), or refused with a 429 in the

@@ -350,8 +350,8 @@ def test_the_guard_sees_the_gateway_import_its_http_edge_from_below(tmp_path):
         {
             "gateway/tenants/gate.py": "from gateway.http.errors import error_response\n",
             "gateway/jobs/answers.py": "from gateway.wire import openai\ndef answer():\n    import gateway.http.job\n",
-            "gateway/http/edge.py": "import gateway.http.errors\nimport gateway.jobs.store\n",  # the top: allowed
-            "service.py": "import gateway.http.edge\n",  # the composition root, outside gateway/: allowed
+            "gateway/http/assembly.py": "import gateway.http.errors\nimport gateway.jobs.store\n",  # the top: allowed
+            "service.py": "import gateway.http.assembly\n",  # the composition root, outside gateway/: allowed
         },
     )
     assert upward_imports(root, "gateway") == [

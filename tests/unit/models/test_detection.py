@@ -137,7 +137,7 @@ def test_a_folder_transformers_cannot_read_is_refused(tmp_path):
 
 
 def test_detection_leaves_transformers_unimported(tiny_bert_path):
-    """The gateway decides kinds before it hides torch (`without_torch_unless_needed`): had detection imported
+    """The gateway decides kinds before it hides torch (`gateway/http/assembly.py`): had detection imported
     transformers, transformers would have counted on torch there, and its tokenizers failed to load."""
     check = (
         "import sys; from pathlib import Path; from models.kinds import detect_kind; "
