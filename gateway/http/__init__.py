@@ -1,2 +1,3 @@
-"""The HTTP edge of the gateway: the middleware and error shapes (`errors.py`, the one map of errors to statuses),
-running a route (`answer.py`), the GET routes, and the guard on request bodies."""
+"""The top of the gateway: what a worker is made of (`assembly.py`), the routes outside BentoML's (GET, admin, Files
+and Batches), the middleware (`guard.py`, and each path's error shape: `errors.py`) and the OpenAPI document. Nothing
+else in gateway/ imports it; service.py does."""

@@ -1,2 +1,2 @@
-"""From start to serving: warm-up (every model answers a real call; int8 calibration) and the readiness and health
-the probes report."""
+"""Readiness and health as the probes report them (`lifecycle.Lifecycle`): ready once every gateway worker has
+warmed up and the model services answer. Warm-up itself is the models' at run time (gateway/served/warmup.py)."""
