@@ -36,6 +36,9 @@ from testkit.checkpoints import (
 from testkit.page_retrievers import build_colmodernvbert
 from testkit.ports import free_port
 
+# The servers shared by configuration across test files (tests/servers.py).
+pytest_plugins = ["tests.servers"]
+
 ROOT = Path(__file__).resolve().parent.parent
 MINILM = "sentence-transformers/all-MiniLM-L6-v2"
 TINY_MEAN = "tiny-bert-mean"
@@ -58,6 +61,7 @@ TINY_SPLADE = "tiny-splade"
 MAX_AUDIO_SECONDS = 5.0  # the test server's cap, small so the over-long test clip stays small
 CLASSIFIER_LABELS = ["negative", "neutral", "positive"]
 SERVER_START_TIMEOUT_S = 300
+READY_POLL_S = 0.2  # a probe of /readyz is a millisecond's work: a start is not kept waiting for the next
 
 
 def merged_batches(metrics: str, model_service: str) -> float:
@@ -385,8 +389,8 @@ def wait_listening(port: int, process: subprocess.Popen, log_path: Path) -> None
     raise RuntimeError(f"server not listening on {port} after {SERVER_START_TIMEOUT_S} s")
 
 
-def wait_ready(url: str, process: subprocess.Popen, log_path: Path) -> None:
-    deadline = time.monotonic() + SERVER_START_TIMEOUT_S
+def wait_ready(url: str, process: subprocess.Popen, log_path: Path, timeout_s: float = SERVER_START_TIMEOUT_S) -> None:
+    deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if process.poll() is not None:
             raise RuntimeError(f"server exited with {process.returncode}:\n{log_path.read_text()[-4000:]}")
@@ -395,8 +399,8 @@ def wait_ready(url: str, process: subprocess.Popen, log_path: Path) -> None:
                 return
         except httpx.HTTPError:
             pass
-        time.sleep(1)
-    raise RuntimeError(f"server not ready after {SERVER_START_TIMEOUT_S} s:\n{log_path.read_text()[-4000:]}")
+        time.sleep(READY_POLL_S)
+    raise RuntimeError(f"server not ready after {timeout_s} s:\n{log_path.read_text()[-4000:]}")
 
 
 @pytest.fixture(scope="session")

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -15,8 +14,9 @@ import pytest
 import yaml
 
 from bento.serving.start_failures import PREFIX
-from tests.conftest import ROOT, free_port, in_session_cache, running_server, server_env
+from tests.conftest import ROOT, free_port, in_session_cache, server_env
 from tests.references import TEXTS
+from tests.servers import SharedServer
 from tests.tolerance import assert_same_vectors
 
 # What `backend: auto` chose for each on this CPU: each exports to ONNX and matches torch on the parity texts.
@@ -24,10 +24,9 @@ EXPECTED_BACKEND = {"nomic_bert": "onnx", "gte": "onnx", "jina_embeddings_v3": "
 
 
 @pytest.fixture(scope="module")
-def native_server(tmp_path_factory: pytest.TempPathFactory, native_family_paths: dict[str, Path]) -> Iterator[str]:
-    models = [{"model_id": str(path), "served_model_name": family} for family, path in native_family_paths.items()]
-    with running_server(tmp_path_factory.mktemp("native-server"), {"models": models}) as (url, _):
-        yield url
+def native_server(text_families_server: SharedServer) -> str:
+    """Each family served by its model_type, beside other text checkpoints (tests/servers.py)."""
+    return text_families_server.url
 
 
 @pytest.mark.server

@@ -1,4 +1,4 @@
-"""A server of its own serving checkpoints saved by each library major (issue 48): a Qwen3 embedder saved by
+"""A server serving checkpoints saved by each library major (issue 48): a Qwen3 embedder saved by
 transformers 4 + sentence-transformers 5 and the same weights saved by 5 + 6, and a CrossEncoder saved by
 sentence-transformers 5, each answering what its saving libraries answer (`backend: auto`, so on ONNX Runtime
 where the export matches torch)."""
@@ -11,24 +11,17 @@ import httpx
 import numpy as np
 import pytest
 
-from tests.conftest import running_server
 from tests.majors_reference import PAIRS, TEXTS
+from tests.servers import MAJORS, SharedServer
 from tests.tolerance import assert_close, assert_same_vectors
 
 pytestmark = pytest.mark.server
 
 
 @pytest.fixture(scope="module")
-def client(tmp_path_factory: pytest.TempPathFactory, majors) -> Iterator[httpx.Client]:
-    models = [
-        {"model_id": str(majors.qwen3_st5), "served_model_name": "qwen3-st5"},
-        {"model_id": str(majors.qwen3_st6), "served_model_name": "qwen3-st6"},
-        {"model_id": str(majors.reranker_st5), "served_model_name": "reranker-st5"},
-    ]
-    with (
-        running_server(tmp_path_factory.mktemp("majors-server"), {"models": models}) as (url, _),
-        httpx.Client(base_url=url, timeout=120) as http,
-    ):
+def client(text_families_server: SharedServer) -> Iterator[httpx.Client]:
+    """The three by the names in MAJORS, beside other text checkpoints (tests/servers.py)."""
+    with httpx.Client(base_url=text_families_server.url, timeout=120) as http:
         yield http
 
 
@@ -57,6 +50,6 @@ def test_a_sentence_transformers_5_cross_encoder_answers_its_own_logits(client, 
 
 def test_each_runs_on_onnx_runtime_with_its_export_matching_torch(client):
     cards = {card["id"]: card for card in client.get("/v1/models").json()["data"]}
-    assert set(cards) == {"qwen3-st5", "qwen3-st6", "reranker-st5"}
-    for card in cards.values():
+    assert set(MAJORS) <= set(cards)
+    for card in (cards[name] for name in MAJORS):
         assert card["backend"] == "onnx" and card["backend_reason"].startswith("onnx: its export matches torch"), card

@@ -24,7 +24,8 @@ import pytest
 from testkit.checkpoints import WORDS
 from tests import long_reference as reference
 from tests.asserts import assert_openai_error, assert_voyage_error
-from tests.conftest import MINILM, TINY_COLPALI, TINY_SPLADE, running_server
+from tests.conftest import MINILM, TINY_COLPALI, TINY_SPLADE
+from tests.servers import SharedServer
 from tests.tolerance import assert_same_vectors, cosines
 
 pytestmark = pytest.mark.server
@@ -64,14 +65,23 @@ def paths(request: pytest.FixtureRequest) -> dict[str, Path]:
     return {name: request.getfixturevalue(fixture) for name, (fixture, *_) in SERVED.items()}
 
 
-@pytest.fixture(scope="module")
-def long_server(tmp_path_factory: pytest.TempPathFactory, paths: dict[str, Path]) -> Iterator[str]:
-    models = [
-        {"model_id": str(paths[name]), "served_model_name": name, "backend": backend, "chunk_overlap": overlap, **more}
-        for name, (_, backend, overlap, more) in SERVED.items()
+def long_input_models(request: pytest.FixtureRequest) -> list[dict]:
+    """SERVED's models: served by `text_families_server` (tests/servers.py) beside other text checkpoints."""
+    return [
+        {
+            "model_id": str(request.getfixturevalue(fixture)),
+            "served_model_name": name,
+            "backend": backend,
+            "chunk_overlap": overlap,
+            **more,
+        }
+        for name, (fixture, backend, overlap, more) in SERVED.items()
     ]
-    with running_server(tmp_path_factory.mktemp("long-inputs"), {"models": models}) as (url, _):
-        yield url
+
+
+@pytest.fixture(scope="module")
+def long_server(text_families_server: SharedServer) -> str:
+    return text_families_server.url
 
 
 @pytest.fixture(scope="module")

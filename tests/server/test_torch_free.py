@@ -13,7 +13,8 @@ import pytest
 from config.settings import ModelConfig
 from models.inference.auto_backend import MIN_COSINE, check_export
 from testkit.sentences import make_sentences
-from tests.conftest import MINILM, running_server
+from tests.conftest import MINILM
+from tests.servers import SharedServer
 from tests.tolerance import assert_same_vectors
 
 pytestmark = pytest.mark.server
@@ -29,19 +30,19 @@ def service_processes(pid: int, service: str) -> list[psutil.Process]:
     return found
 
 
-def test_minilm_on_onnx_runtime_is_served_without_torch(tmp_path: Path, minilm_path: Path):
+def test_minilm_on_onnx_runtime_is_served_without_torch(minilm_alone_server: SharedServer, minilm_path: Path):
     from sentence_transformers import SentenceTransformer
 
     # `backend: auto` (the default) serves ONNX Runtime without torch once the export and its verdict exist, as
     # a Bento's build or an earlier start leaves them.
     assert check_export(minilm_path, ModelConfig(model_id=MINILM), "embed").matches
     texts = make_sentences(16, seed=5)
-    with running_server(tmp_path, {"models": [{"model_id": MINILM}]}) as (url, pid):
-        [model] = httpx.get(f"{url}/v1/models", timeout=30).json()["data"]
-        response = httpx.post(f"{url}/v1/embeddings", json={"model": MINILM, "input": texts}, timeout=120)
-        assert response.status_code == 200, response.text
-        [service] = service_processes(pid, "TextEmbedder")
-        maps = Path(f"/proc/{service.pid}/maps").read_text()
+    url, pid = minilm_alone_server.ready()  # MiniLM alone, every setting its default (tests/servers.py)
+    [model] = httpx.get(f"{url}/v1/models", timeout=30).json()["data"]
+    response = httpx.post(f"{url}/v1/embeddings", json={"model": MINILM, "input": texts}, timeout=120)
+    assert response.status_code == 200, response.text
+    [service] = service_processes(pid, "TextEmbedder")
+    maps = Path(f"/proc/{service.pid}/maps").read_text()
     assert model["backend"] == "onnx", model
     assert "libtorch" not in maps and "onnxruntime" in maps
     got = np.array([row["embedding"] for row in response.json()["data"]])
