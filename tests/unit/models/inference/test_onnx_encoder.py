@@ -69,6 +69,7 @@ def test_minilm_matches_torch(minilm_path):
 def test_a_plain_checkpoint_pooled_otherwise_and_unnormalized_matches_torch(tiny_bert_path, pooling):
     onnx, torch = both(tiny_bert_path, pooling=pooling, normalize=False)
     assert onnx.info.dimension == torch.info.dimension and not onnx.info.normalized
+    assert onnx.info.max_input_tokens == torch.info.max_input_tokens  # its window read from its files alone
     rows = varied(rows_of(tiny_bert_path, ModelConfig(model_id=str(tiny_bert_path))))
     assert_same_outputs(onnx.forward(rows), torch.forward(rows))
 
