@@ -9,8 +9,6 @@ tests compare with PyLate and FlagEmbedding.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import httpx
 import numpy as np
 import pytest
@@ -29,9 +27,9 @@ from tests.conftest import (
     TINY_MEAN_CT2,
     TINY_MEAN_ONNX,
     TINY_SPLADE,
-    running_server,
 )
 from tests.retrieval import DOCUMENTS
+from tests.servers import SharedServer
 from tests.tolerance import cosines
 
 pytestmark = pytest.mark.server
@@ -98,9 +96,10 @@ def float32_reference(kind: str, backend: str) -> tuple[bool, str]:
     return True, served.get(backend) or next(iter(served.values()))
 
 
-@pytest.fixture(scope="module")
-def dtype_server(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Iterator[str]:
-    models = [
+def dtype_models(request: pytest.FixtureRequest) -> list[dict]:
+    """The matrix's models, each named `name(kind, backend, dtype)`: served by `kinds_and_dtypes_server`
+    (tests/servers.py) beside other files' models."""
+    return [
         {
             "model_id": str(request.getfixturevalue(KINDS[kind][0])),
             "kind": kind,
@@ -111,10 +110,11 @@ def dtype_server(tmp_path_factory: pytest.TempPathFactory, request: pytest.Fixtu
         }
         for kind, backend, dtype in VARIANTS
     ]
-    folder = tmp_path_factory.mktemp("dtype-server")
-    # The session's export cache: the float32 exports are the main server's, already made.
-    with running_server(folder, {"models": models}) as (url, _):
-        yield url
+
+
+@pytest.fixture(scope="module")
+def dtype_server(kinds_and_dtypes_server: SharedServer) -> str:
+    return kinds_and_dtypes_server.url
 
 
 def outputs(http: httpx.Client, kind: str, model: str) -> list[np.ndarray]:

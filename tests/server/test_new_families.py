@@ -1,6 +1,7 @@
-"""Issue 50's families beside each other in one server: a tiny Qwen3-VL-Embedding, a tiny Qwen3-VL-Reranker, an
-embedder with two task adapters, and a tiny ColModernVBERT. Each is also served alone elsewhere (test_vl_embed.py,
-test_vl_rerank.py, test_task_adapters.py, test_kinds.py); here the three clients' SDKs reach them side by side:
+"""Issue 50's families beside each other in one server (the dtype matrix's too: tests/servers.py): a tiny
+Qwen3-VL-Embedding, a tiny Qwen3-VL-Reranker, an embedder with two task adapters, and a tiny ColModernVBERT. Each is
+also served elsewhere (alone in test_vl_embed.py, test_vl_rerank.py and test_kinds.py; the adapters in
+test_task_adapters.py); here the three clients' SDKs reach them side by side:
 
 - OpenAI's SDK: a text, an image, and a text with an image as one input to the Qwen3-VL embedder; the same texts
   under two tasks give two different vectors, each its adapter's; ColModernVBERT's page matrix beside them.
@@ -15,7 +16,6 @@ ColModernVBERT."""
 from __future__ import annotations
 
 import io
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -25,29 +25,21 @@ from PIL import Image
 from testkit.media import data_uri
 from testkit.sentences import make_sentences
 from tests.adapter_reference import adapter_vectors
-from tests.conftest import running_server
+from tests.servers import NEW_PAGES, NEW_TASKS, NEW_VL, NEW_VL_RERANK, SharedServer
 from tests.tolerance import assert_close, cosines
 from tests.vl_reference import MIXED_TEXT, RERANK_QUERY, RERANK_TEXT, TEXT
 
 pytestmark = pytest.mark.server
 
 MIN_COSINE = 0.9999
-VL, TASKS, PAGES, RERANK = "new-vl", "new-tasks", "new-colmodernvbert", "new-vl-rerank"
+VL, TASKS, PAGES, RERANK = NEW_VL, NEW_TASKS, NEW_PAGES, NEW_VL_RERANK
 TASK_TEXTS = make_sentences()[:3]
 
 
 @pytest.fixture(scope="module")
-def server(
-    tmp_path_factory, vl_reference, vl_rerank_reference, task_adapter_path: Path, tiny_colmodernvbert_path: Path
-) -> Iterator[str]:
-    models = [
-        {"model_id": str(vl_reference.folder), "served_model_name": VL},
-        {"model_id": str(vl_rerank_reference.folder), "served_model_name": RERANK},
-        {"model_id": str(task_adapter_path), "served_model_name": TASKS},
-        {"model_id": str(tiny_colmodernvbert_path), "served_model_name": PAGES},
-    ]
-    with running_server(tmp_path_factory.mktemp("new-families"), {"models": models}) as (url, _):
-        yield url
+def server(kinds_and_dtypes_server: SharedServer) -> str:
+    """The four by the names above, beside the dtype matrix's models (tests/servers.py)."""
+    return kinds_and_dtypes_server.url
 
 
 def png(data: bytes) -> str:

@@ -22,13 +22,13 @@ from testkit.adapters import V5_PROMPTS
 from testkit.sentences import make_sentences
 from tests.adapter_reference import adapter_vectors
 from tests.asserts import assert_openai_error
-from tests.conftest import MINILM, running_server
+from tests.conftest import MINILM
+from tests.servers import TASKS_MODEL, SharedServer
 from tests.tolerance import cosines
 
 pytestmark = pytest.mark.server
 
 MIN_COSINE = 0.9999
-TASKS_MODEL = "tasks-bert"
 TEXTS = make_sentences()[:4]
 # A request's task -> the adapter it runs through and the prompt that frames its texts.
 REQUESTED = {
@@ -40,13 +40,10 @@ REQUESTED = {
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory, task_adapter_path: Path) -> Iterator[str]:
-    models = [
-        {"model_id": str(task_adapter_path), "served_model_name": TASKS_MODEL, "cache": True},  # backend: auto
-        {"model_id": MINILM},
-    ]
-    with running_server(tmp_path_factory.mktemp("task-adapters"), {"models": models}) as (url, _):
-        yield url
+def server(kinds_and_dtypes_server: SharedServer) -> str:
+    """The embedder with its adapters as TASKS_MODEL (cache on, `backend: auto`) and MiniLM, beside other files'
+    models (tests/servers.py)."""
+    return kinds_and_dtypes_server.url
 
 
 @pytest.fixture(scope="module")
