@@ -321,6 +321,18 @@ def running_server(folder: Path, config: dict) -> Iterator[tuple[str, int]]:
 
 
 @contextlib.contextmanager
+def running_servers(*servers: tuple[Path, dict]) -> Iterator[list[tuple[str, int]]]:
+    """`running_server` for each (folder, config), started side by side: each once the one before it listens, then
+    every one waited for. A start is mostly imports on one core: two side by side take about 13 s here, one after the
+    other 18 s (tests/server/test_kinds.py)."""
+    with contextlib.ExitStack() as stack:
+        started = [(folder, *stack.enter_context(listening_server(folder, config))) for folder, config in servers]
+        for folder, url, process in started:
+            wait_ready(url, process, folder / "server.log")
+        yield [(url, process.pid) for _, url, process in started]
+
+
+@contextlib.contextmanager
 def listening_server(folder: Path, config: dict, **env_extra: str) -> Iterator[tuple[str, subprocess.Popen]]:
     """`running_server` once its port is bound, before it is ready: a server started after this one may
     choose its port then (this one's arbiter has bound its own ports by then; see wait_listening). `env_extra`:

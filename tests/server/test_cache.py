@@ -10,14 +10,14 @@ import asyncio
 import time
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import pytest
 
 from testkit.media import IMAGES, data_uri
 from testkit.redis_server import RedisServer, running_redis
-from tests.conftest import MINILM, SAMPLE, TINY_CLIP, TINY_RERANKER, free_port, metric, running_server
+from tests.conftest import MINILM, SAMPLE, TINY_CLIP, TINY_RERANKER, free_port, metric, running_servers
+from tests.servers import SharedServer
 from tests.tolerance import assert_close
 
 ENCODINGS = ("float", "base64", "int8", "uint8", "binary", "ubinary")
@@ -43,10 +43,11 @@ def _config(redis_server: RedisServer, workers: int) -> dict:
 @pytest.fixture(scope="module")
 def two_servers(redis_server: RedisServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
     """A server of two gateway workers, and a server of one, both on the same Redis."""
-    with (
-        running_server(tmp_path_factory.mktemp("cache-a"), _config(redis_server, 2)) as (first, _),
-        running_server(tmp_path_factory.mktemp("cache-b"), _config(redis_server, 1)) as (second, _),
-    ):
+    servers = [
+        (tmp_path_factory.mktemp(name), _config(redis_server, workers))
+        for name, workers in (("cache-a", 2), ("cache-b", 1))
+    ]
+    with running_servers(*servers) as [(first, _), (second, _)]:
         yield first, second
 
 
@@ -217,20 +218,20 @@ def test_a_stalled_redis_fails_no_request(two_servers, redis_server):
     assert statuses and set(statuses) == {200}, {s: statuses.count(s) for s in set(statuses)}
 
 
+def media_and_reranker_models(request: pytest.FixtureRequest) -> list[dict]:
+    """CLIP, a cross-encoder and BGE-M3, each with `cache: true`: served by `kinds_and_dtypes_server`
+    (tests/servers.py), which names no cache settings, so with the memory tier alone."""
+    clip, reranker, m3 = (request.getfixturevalue(f"{name}_path") for name in ("tiny_clip", "tiny_reranker", "bge_m3"))
+    return [
+        {"model_id": str(clip), "served_model_name": TINY_CLIP, "cache": True},
+        {"model_id": str(reranker), "served_model_name": TINY_RERANKER, "cache": True},
+        {"model_id": str(m3), "served_model_name": M3, "backend": "torch", "cache": True},
+    ]
+
+
 @pytest.fixture(scope="module")
-def media_and_reranker(
-    tiny_clip_path: Path, tiny_reranker_path: Path, bge_m3_path: Path, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[str]:
-    """CLIP, a cross-encoder and BGE-M3 with the memory tier alone."""
-    config = {
-        "models": [
-            {"model_id": str(tiny_clip_path), "served_model_name": TINY_CLIP, "cache": True},
-            {"model_id": str(tiny_reranker_path), "served_model_name": TINY_RERANKER, "cache": True},
-            {"model_id": str(bge_m3_path), "served_model_name": M3, "backend": "torch", "cache": True},
-        ]
-    }
-    with running_server(tmp_path_factory.mktemp("cache-media"), config) as (url, _):
-        yield url
+def media_and_reranker(kinds_and_dtypes_server: SharedServer) -> str:
+    return kinds_and_dtypes_server.url
 
 
 @pytest.mark.server

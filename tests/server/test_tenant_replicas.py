@@ -15,7 +15,7 @@ import yaml
 
 from config.keys_file import new_secret
 from testkit.redis_server import RedisServer, running_redis
-from tests.conftest import MINILM, free_port, metric, running_server
+from tests.conftest import MINILM, free_port, metric, running_servers
 
 pytestmark = pytest.mark.server
 
@@ -50,10 +50,8 @@ def replicas(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[RedisSe
                 "limits": {"redis_url": redis_server.url, "on_store_error": on_error},
             }
 
-        with (
-            running_server(tmp_path_factory.mktemp("open"), config("open")) as (fails_open, _),
-            running_server(tmp_path_factory.mktemp("closed"), config("closed")) as (fails_closed, _),
-        ):
+        servers = [(tmp_path_factory.mktemp(on_error), config(on_error)) for on_error in ("open", "closed")]
+        with running_servers(*servers) as [(fails_open, _), (fails_closed, _)]:
             yield redis_server, fails_open, fails_closed, secret
 
 
