@@ -30,7 +30,7 @@ def test_embento_serve_runs_the_configured_models(tiny_bert_path, tmp_path):
     import psutil
     import yaml
 
-    from tests.conftest import free_port
+    from tests.conftest import READY_POLL_S, free_port
 
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("EMBENTO_")}
@@ -77,7 +77,7 @@ def test_embento_serve_runs_the_configured_models(tiny_bert_path, tmp_path):
                     break
             except httpx.HTTPError:
                 pass
-            time.sleep(1)
+            time.sleep(READY_POLL_S)
         assert models.status_code == 200
         cards = models.json()["data"]
         assert [(m["id"], m["dimension"], m["alias_of"]) for m in cards] == [

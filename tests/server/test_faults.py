@@ -29,6 +29,7 @@ from testkit.checkpoints import build_tiny_bert, copy_bert_tokenizer
 from testkit.sentences import make_sentences
 from tests.conftest import (
     MINILM,
+    READY_POLL_S,
     ROOT,
     free_port,
     in_session_cache,
@@ -427,7 +428,7 @@ def test_readyz_answers_its_report_when_not_ready(partial):
             probe = httpx.get(f"{url}/readyz", timeout=5)
             if probe.json().get("failed"):
                 break
-        time.sleep(1)
+        time.sleep(READY_POLL_S)
     assert probe is not None and process.poll() is None, log.read_text()[-3000:]
     assert probe.status_code == 503
     assert probe.json() == {
