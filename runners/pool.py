@@ -26,6 +26,7 @@ import numpy as np
 from bento.packaging.exports import adopt_carried_export
 from bento.serving.patches import drain_before_shutdown
 from bento.serving.process_memory import report_process_memory
+from config.served import served_config
 from config.settings import ModelConfig
 from models.base import NOT_LOADED, ModelInfo, PendingOutputs, Row, TokenModel
 from models.batching import (
@@ -44,6 +45,8 @@ from models.inference.memory import HeapTrimmer, release_memory
 from models.resolve import resolve_model
 from runners.loading import load_models
 from runners.service_config import allow_partial, cpu_threads, models_of_service, placed
+from server_state.kept_models import server_model_set
+from server_state.model_set import ModelSet
 from shared_metrics import DROPPED_INPUTS
 
 logger = logging.getLogger(__name__)
@@ -305,15 +308,26 @@ def _answer(output: np.ndarray | Exception) -> np.ndarray:
 
 
 def pool_for(service: str) -> ModelPool:
-    """A model service's pool: the configured eager models it runs, each in its kind's class (`KindSpec.loader`),
-    under the server's settings (lazy ones load later: runners/residency.py)."""
-    eager = [cfg for cfg in placed(models_of_service(service), service) if cfg.load == "eager"]
+    """A model service's pool: the models it runs that the server's wanted set holds at the start (the configured
+    eager ones, or as kept across a restart: server_state/kept_models.py), each in its kind's class
+    (`KindSpec.loader`), under the server's settings (the others load later: runners/residency.py)."""
+    held = _held_at_start()
+    eager = [cfg for cfg in placed(models_of_service(service), service) if cfg.served_model_name in held]
     pool = ModelPool(load_model, eager, allow_partial(), cpu_threads())
     for cfg in models_of_service(service):  # at zero from the start, so rates and alerts see the series at once
         for counter in (COMPUTED_INPUTS, COMPUTED_TOKENS, FAILED_INPUTS, DROPPED_INPUTS):
             counter.labels(model=cfg.served_model_name)
     report_process_memory(service)  # once loaded: a worker whose load fails exits with nothing to report
     return pool
+
+
+def _held_at_start() -> set[str]:
+    """The models the wanted set holds now, at this worker's start: the configuration's eager ones outside a server
+    (nothing kept to read there)."""
+    config = served_config()
+    shared = server_model_set(config)
+    wanted = shared.read() if shared is not None else ModelSet.configured(config)
+    return {name for name, entry in wanted.models.items() if entry.loaded}
 
 
 def _load_one(load: Loader, cfg: ModelConfig) -> TokenModel:

@@ -32,7 +32,8 @@ from models.base import ModelInfo
 from models.resolve import resolve_model
 from runners.pool import ModelPool
 from runners.service_config import model_service_of, models_of_service, placed
-from server_state.model_set import ModelSet, ModelStatus, Pins, SharedModelSet, server_model_set
+from server_state.kept_models import server_model_set
+from server_state.model_set import ModelSet, ModelStatus, Pins, SharedModelSet
 
 logger = logging.getLogger(__name__)
 STEP_EVERY_S = 0.1  # how soon a worker sees a change of the wanted set

@@ -6,6 +6,9 @@
 - `model_set`: which models the server should hold (the wanted set) and what each model-service worker holds (its
   status file); the gateway workers write the first (gateway/served/), the model services follow it
   (runners/residency.py).
+- `kept_models`: the wanted set kept across restarts (`<cache_dir>/run-time-models.json`), written at each change
+  under the set's lock and read at the start, reconciled with the configuration; `server_model_set`, the server's
+  shared set started from it.
 
 Below gateway/, runners/ and bento/, which all reach it without importing each other; it imports config/ only.
 """

@@ -11,7 +11,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -20,8 +20,6 @@ from typing import Any, Literal
 import numpy as np
 
 from config.settings import EmbentoConfig, ModelConfig
-from server_state.kept_models import kept_path, read_kept
-from server_state.server_files import server_file
 from server_state.shared_table import SLOTS, SharedTable
 
 State = Literal["loaded", "loading", "unloaded", "failed"]
@@ -69,16 +67,12 @@ class ModelSet:
     added: dict[str, Added] = field(default_factory=dict)
 
     @classmethod
-    def configured(cls, config: EmbentoConfig, kept: Sequence[ModelConfig] = ()) -> ModelSet:
-        """As the configuration starts it: eager models held, lazy ones not, the configured aliases; and the models
-        added at run time before a restart (`kept`), held."""
-        models = cls(
+    def configured(cls, config: EmbentoConfig) -> ModelSet:
+        """As the configuration starts it: eager models held, lazy ones not, the configured aliases."""
+        return cls(
             models={m.served_model_name: Wanted(m.load == "eager", True, m.keep_alive) for m in config.models},
             aliases={alias: m.served_model_name for m in config.models for alias in m.aliases},
         )
-        for model in kept:
-            models.add(model, "admin (kept across a restart)")
-        return models
 
     def add(self, model: ModelConfig, by: str) -> None:
         """A model added at run time, wanted loaded, with its aliases (its name and aliases checked free)."""
@@ -131,15 +125,23 @@ class ModelStatus:
 class SharedModelSet:
     """The wanted set and the workers' status files in `folder`: read by anyone, changed under a lock."""
 
-    def __init__(self, folder: Path, prefix: str, config: EmbentoConfig, kept: Sequence[ModelConfig] = ()) -> None:
-        """`kept`: the models added at run time before a restart (server_state/kept_models.py), wanted at start."""
+    def __init__(
+        self,
+        folder: Path,
+        prefix: str,
+        config: EmbentoConfig,
+        started: ModelSet | None = None,
+        keep: Callable[[ModelSet], None] | None = None,
+    ) -> None:
+        """`started`: the set until the first change (by default the configured one; in a server, the one kept
+        across restarts); `keep`: called with each changed set under the lock, to keep it across restarts
+        (server_state/kept_models.py)."""
         self._path = folder / f"{prefix}{SET_FILE}"
         self._lock = folder / f"{prefix}{SET_FILE}.lock"
         self._status_prefix = f"{prefix}{STATUS_PREFIX}"
         self._folder = folder
-        self._config = config
-        self._kept = list(kept)
-        self._started = self._read = ModelSet.configured(config, kept)
+        self._started = self._read = started if started is not None else ModelSet.configured(config)
+        self._keep = keep
         self._read_key: tuple[int, int, int] | None = None
 
     def read(self) -> ModelSet:
@@ -159,7 +161,7 @@ class SharedModelSet:
         try:
             return ModelSet.from_json(self._path.read_text())
         except FileNotFoundError:
-            return ModelSet.configured(self._config, self._kept)  # a copy: `change` edits it
+            return ModelSet.from_json(self._started.to_json())  # a copy: `change` edits it
 
     def change(self, edit: Callable[[ModelSet], None]) -> ModelSet:
         """`edit` applied to the current set under the lock, then written whole (a reader never sees half)."""
@@ -170,6 +172,8 @@ class SharedModelSet:
             temporary = self._path.with_suffix(f".{os.getpid()}.tmp")
             temporary.write_text(models.to_json())
             temporary.replace(self._path)
+            if self._keep is not None:  # under the lock: the kept file follows the changes in their order
+                self._keep(models)
             return models
 
     def write_status(self, worker: str, statuses: dict[str, ModelStatus]) -> None:
@@ -238,11 +242,3 @@ class Pins:
         if column is None and self._shared is not None:
             column = self._columns.get(self._shared.read().column(name))
         return 0 if column is None else int(table[:, column].sum())
-
-
-def server_model_set(config: EmbentoConfig) -> SharedModelSet | None:
-    """This server's shared set (None outside a BentoML server, where there is nothing to share with)."""
-    marker = server_file("")
-    if marker is None:
-        return None
-    return SharedModelSet(marker.parent, marker.name, config, read_kept(kept_path(config), config))

@@ -18,6 +18,7 @@ import psutil
 import pytest
 import yaml
 
+from server_state.kept_models import KEPT_FILE
 from testkit.checkpoints import (
     build_clap,
     build_clip,
@@ -337,6 +338,8 @@ def listening_server(folder: Path, config: dict, **env_extra: str) -> Iterator[t
     """`running_server` once its port is bound, before it is ready: a server started after this one may
     choose its port then (this one's arbiter has bound its own ports by then; see wait_listening). `env_extra`:
     more environment for it (a test's fault, tests/crash_hook)."""
+    if "cache_dir" not in config:  # the session's: the wanted set one server kept there must not reach the next
+        (Path(os.environ["EMBENTO_CACHE_DIR"]) / KEPT_FILE).unlink(missing_ok=True)
     (folder / "embento.yaml").write_text(yaml.safe_dump(in_session_cache(config)))
     port = free_port()
     env = server_env(folder / "bentoml", EMBENTO_CONFIG=str(folder / "embento.yaml"), **env_extra)

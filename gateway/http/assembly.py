@@ -58,7 +58,7 @@ from gateway.tenants.usage import AccessLog
 from gateway.wire.batches import FILES_PATH, upload_limit
 from models.base import Kind
 from models.kinds import gateway_needs_torch, model_kind, spec
-from server_state.model_set import server_model_set
+from server_state.kept_models import server_model_set
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,8 @@
 - `requests`: a request's side: the model it gets (an alias resolved, a lazy or evicted one loaded and waited
   for), its pin (no eviction until it is answered), its `keep_alive`; the one rule of what is servable.
 - `admin`: the admin API's operations (gateway/http/admin.py routes onto them); `additions`: a model not in the
-  configuration added at run time, and removed (kept across restarts: server_state/kept_models.py).
+  configuration added at run time, and removed (the whole wanted set is kept across restarts:
+  server_state/kept_models.py).
 
 The model services' side is runners/residency.py: each of their workers keeps its pool to the same wanted set.
 """

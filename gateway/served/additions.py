@@ -4,10 +4,10 @@
 An entry is validated as `models:` in embento.yaml is (`ModelConfig`: the same 400s, naming the field), its kind
 told as the start tells it, and refused with a 409 when no model service of this server runs that kind, when its
 name or an alias is taken, or in a split topology. This worker loads its preprocessor first (a checkpoint whose
-tokenizer does not load is a 400 and nothing changes); then the entry joins the wanted set and the file that keeps
-it across restarts (server_state/kept_models.py), both under the set's lock, and the call answers once every
-gateway worker serves the model. A load that fails takes the entry back out: an add either serves or changes
-nothing. A configured model is never removed (the configuration is its owner: a 409 says to unload it instead).
+tokenizer does not load is a 400 and nothing changes); then the entry joins the wanted set (kept across restarts
+with it: server_state/kept_models.py), and the call answers once every gateway worker serves the model. A load
+that fails takes the entry back out: an add either serves or changes nothing. A configured model is never removed
+(the configuration is its owner: a 409 says to unload it instead).
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Collection
-from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
@@ -31,7 +30,6 @@ from gateway.served.warm_flags import WarmFlags
 from gateway.served.warmup import Warmer
 from models.base import Kind
 from models.kinds import KIND_SPECS, model_kind, spec
-from server_state.kept_models import write_kept
 from server_state.model_set import ADDED_SLOTS, ModelSet
 
 logger = logging.getLogger(__name__)
@@ -48,16 +46,14 @@ class Additions:
         states: ModelStates,
         flags: WarmFlags,
         services: Collection[str],
-        kept: Path,
     ) -> None:
-        """`services`: the model services this server runs; `kept`: the file that keeps the added models."""
+        """`services`: the model services this server runs."""
         self._admin = admin
         self._registry = registry
         self._wanted = wanted
         self._states = states
         self._flags = flags
         self._services = frozenset(services)
-        self._kept = kept
         self.warming: Warmer | None = None  # the worker's, once it starts (`ServedModels.start`)
 
     async def add(self, body: object) -> dict[str, Any]:
@@ -134,15 +130,13 @@ class Additions:
             self.warming.forget(name)
 
     def _add(self, models: ModelSet, settings: ModelConfig) -> None:
-        """Under the set's lock: checked again (another worker may have added the name), added, kept on disk."""
+        """Under the set's lock: checked again (another worker may have added the name), added."""
         _check_free(models, settings, self._registry.configured)
         models.add(settings, ADMIN)
-        write_kept(self._kept, [added.config() for added in models.added.values()])
 
     def _remove(self, models: ModelSet, name: str) -> None:
         if name in models.added:
             models.remove(name)
-            write_kept(self._kept, [added.config() for added in models.added.values()])
 
 
 def _entry(body: object) -> ModelConfig:

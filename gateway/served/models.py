@@ -38,8 +38,7 @@ class ServedModels:
         """`workers`: how many gateway workers the server runs (asked once one serves); `registry`: one already
         built (by default the configured models', cold)."""
         self._config = config
-        lazy = frozenset(m.served_model_name for m in config.models if m.load == "lazy")
-        self.registry = registry or ModelRegistry({m.served_model_name: model_kind(m) for m in config.models}, lazy)
+        self.registry = registry or ModelRegistry({m.served_model_name: model_kind(m) for m in config.models})
         names = pinned_names(config)
         self.wanted = WantedModels(config)
         self.states = ModelStates(self.registry)
@@ -51,10 +50,10 @@ class ServedModels:
         self.admin = ModelAdmin(
             self.registry, self.wanted, self.states, self.requests, self.flags, self.refreshes, budget
         )
-        kept = kept_path(config)
-        read_kept(kept, config)  # a file that cannot be trusted stops the start here, at import, with its reason
+        # the kept wanted set: a file that cannot be trusted stops the start here, at import, with its reason
+        read_kept(kept_path(config), config)
         services = {spec(kind).model_service for kind in self.registry.kinds.values()}
-        self.additions = Additions(self.admin, self.registry, self.wanted, self.states, self.flags, services, kept)
+        self.additions = Additions(self.admin, self.registry, self.wanted, self.states, self.flags, services)
         self._reconciler: Reconciler | None = None
 
     def start(
@@ -73,7 +72,9 @@ class ServedModels:
         self.flags.open()
         self.wanted.attach(shared)
         self.states.attach(shared)
-        eager = [name for name in self.registry.kinds if name not in self.registry.lazy]
+        # the models the wanted set holds at the start: the configured eager ones, or as kept across a restart
+        started = self.wanted.read().models
+        eager = [name for name in self.registry.kinds if name in started and started[name].loaded]
         warmup = Warmup(reported_infos(clients, failed_here, eager), warming, self._config.allow_partial, stop_server)
         self.additions.warming = warming
         self._reconciler = Reconciler(self.registry, self.states, self.flags, self.refreshes, warming, self.wanted)

@@ -20,13 +20,11 @@ class ModelRegistry:
     def __init__(
         self,
         kinds: Mapping[str, Kind],
-        lazy: frozenset[str] = frozenset(),
         infos: Mapping[str, ModelInfo] | None = None,
         done: bool = False,
     ) -> None:
-        """`lazy`: configured `load: lazy`, loaded by a request rather than by the start. `infos` and `done`: a
-        registry already warm (tests, and the engine without a server)."""
-        self.lazy = lazy
+        """`infos` and `done`: a registry already warm (tests, and the engine without a server). Which models the
+        start loads is the wanted set's to say (`ServedModels.start`), not the registry's."""
         self.configured = frozenset(kinds)
         self._kinds = dict(kinds)
         self._infos = dict(infos or {})

@@ -2,7 +2,8 @@
 loaded at run time and embedded with, unloaded (then 404) and loaded again; a lazy model answered on its first
 request; a model unloaded after its `keep_alive`; the budget evicting the least recently used idle model, and
 refusing a load that cannot fit, with the figures; an alias moved under 32 clients with no failed request; a model
-not in the configuration added at run time, served by both gateway workers, kept across a restart, then removed.
+not in the configuration added at run time, served by both gateway workers, kept across a restart with the admin's
+other changes (an unload, an alias moved), then removed.
 
 The injected-clock half of idle eviction, and a load refused because every held model has calls in flight, are
 tests/unit/runners/test_residency.py's (the real pool, no sleep): here a request's `keep_alive: 0` ends the idle time
@@ -450,10 +451,15 @@ def test_a_model_a_request_may_load_keeps_the_server_ready_and_serves_requests_n
     assert unnamed.status_code == 200 and unnamed.json()["model"] == "c", unnamed.text
 
 
-def kept_names(cache: Path) -> list[str]:
-    """The models the server keeps across restarts, as its file under `cache_dir` names them."""
+def kept(cache: Path) -> dict:
+    """The wanted set the server keeps across restarts, as its file under `cache_dir` holds it (empty: none yet)."""
     path = cache / "run-time-models.json"
-    return [entry["served_model_name"] for entry in json.loads(path.read_text())["models"]] if path.exists() else []
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def kept_names(cache: Path) -> list[str]:
+    """The models added at run time that the server keeps across restarts."""
+    return [entry["served_model_name"] for entry in kept(cache).get("added", [])]
 
 
 @pytest.mark.server
@@ -462,12 +468,17 @@ def test_a_model_added_at_run_time_serves_survives_a_restart_and_is_removed(
 ):
     """The tiny BERT, in no configuration, added to a server of two gateway workers that runs MiniLM: embedded with
     by either worker as transformers embeds it; refused with the field for a bad entry, with a 409 for a kind no
-    service of the server runs; kept under `cache_dir` and served again after a restart; removed, then a 404. Its own
-    cache folder: a model added to the session's would reach every later server of the suite."""
+    service of the server runs; kept under `cache_dir` and served again after a restart; removed, then a 404. The
+    whole wanted set is kept: a configured model the admin unloaded is still unloaded (a 404) after the restart, and
+    an alias the admin moved onto the added model still names it. Its own cache folder: a model added to the
+    session's would reach every later server of the suite."""
     folder = tmp_path_factory.mktemp("model-add")
     cache = folder / "cache"
     config = {
-        "models": [{"model_id": MINILM, "served_model_name": "minilm", "backend": "torch"}],
+        "models": [
+            {"model_id": MINILM, "served_model_name": "minilm", "backend": "torch", "aliases": ["prod"]},
+            {"model_id": str(tiny_bert_path), "served_model_name": "spare", "backend": "torch"},
+        ],
         "admin_key": ADMIN_KEY,
         "gateway_workers": 2,
         "cache_dir": str(cache),
@@ -496,9 +507,17 @@ def test_a_model_added_at_run_time_serves_survives_a_restart_and_is_removed(
         assert_openai_error(taken, 409, param="served_model_name")
         assert kept_names(cache) == ["added"]
         assert "added" in admin_models(url) and admin_models(url)["minilm"]["state"] == "loaded"
-    with running_server(folder / "second", config) as (url, _):  # the same cache_dir: the added model comes back
+        assert httpx.post(f"{url}/admin/models/spare/unload", headers=ADMIN, timeout=120).status_code == 200
+        moved = httpx.put(f"{url}/admin/aliases/prod", json={"model": "added"}, headers=ADMIN, timeout=120)
+        assert moved.status_code == 200, moved.text
+        assert kept(cache)["aliases"]["prod"] == "added" and not kept(cache)["models"]["spare"]["on_request"]
+    with running_server(folder / "second", config) as (url, _):  # the same cache_dir: the wanted set comes back
         wait_for(lambda: admin_models(url).get("added", {}).get("state") == "loaded", "the added model loaded again")
         assert_same_vectors([vector(embed(url, "fresh", ADMIN))], [references["tiny"]])
+        # the moved alias names the added model, not the configured MiniLM
+        assert_same_vectors([vector(embed(url, "prod", ADMIN))], [references["tiny"]])
+        assert_openai_error(embed(url, "spare", ADMIN), 404, param="model")  # unloaded by the admin: until loaded
+        assert admin_models(url)["spare"]["state"] == "unloaded"
         assert_openai_error(httpx.delete(f"{url}/admin/models/minilm", headers=ADMIN, timeout=60), 409, param="model")
         assert_openai_error(httpx.delete(f"{url}/admin/models/nope", headers=ADMIN, timeout=60), 404)
         removed = httpx.delete(f"{url}/admin/models/added", headers=ADMIN, timeout=120)

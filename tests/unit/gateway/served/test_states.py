@@ -45,7 +45,7 @@ class Served:
     def __init__(self, folder: Path) -> None:
         lazy = ModelConfig(model_id="b", served_model_name="b", load="lazy")
         config = EmbentoConfig(models=[ModelConfig(model_id="a", served_model_name="a"), lazy])
-        self.registry = ModelRegistry({"a": "embed", "b": "embed"}, lazy=frozenset({"b"}), done=True)
+        self.registry = ModelRegistry({"a": "embed", "b": "embed"}, done=True)
         self.shared = SharedModelSet(folder, "test-", config)
         self.models = ServedModels(config, registry=self.registry)
         self.lifecycle = Lifecycle(
