@@ -17,7 +17,7 @@ def registry_writes(root: Path, places: tuple[str, ...]) -> list[str]:
     """Each call of a registry write (`<...>registry.<write>(...)`) outside the writer, as `path:line`."""
     found = []
     for place in places:
-        for path in ([root / place] if (root / place).is_file() else sorted((root / place).rglob("*.py"))):
+        for path in [root / place] if (root / place).is_file() else sorted((root / place).rglob("*.py")):
             if path.relative_to(root) == WRITER:
                 continue
             for node in ast.walk(ast.parse(path.read_text())):
