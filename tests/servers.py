@@ -6,7 +6,7 @@ by its own served names. Each is named by what it serves:
   start in a server of its own (tests/server/test_kinds.py) and the torch-free model service
   (tests/server/test_torch_free.py).
 - `kinds_and_dtypes_server`: every kind, in every CPU dtype the support matrix allows
-  (tests/server/test_dtypes.py), beside issue 50's families by their own names (tests/server/test_new_families.py)
+  (tests/server/test_dtypes.py), beside issue 50's families by their own names (tests/server/test_new_families.py),
   the task-adapter embedder with MiniLM (tests/server/test_task_adapters.py), and CLIP, a cross-encoder and BGE-M3
   cached in memory (tests/server/test_cache.py). Only per-model settings differ.
 - `text_families_server`: text checkpoints from elsewhere, with every default but per-model ones: the former
