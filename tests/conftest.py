@@ -36,6 +36,7 @@ from testkit.checkpoints import (
 )
 from testkit.page_retrievers import build_colmodernvbert
 from testkit.ports import free_port
+from tests import reference_venvs
 
 # The servers shared by configuration across test files (tests/servers.py).
 pytest_plugins = ["tests.servers"]
@@ -85,6 +86,14 @@ def metric(metrics: str, name: str, **labels: str) -> float:
         for sample in SAMPLE.finditer(metrics)
         if sample["name"] == name and wanted <= set((sample["labels"] or "").split(","))
     )
+
+
+@pytest.fixture(scope="session", autouse=True)
+def reference_venvs_built_beside_the_tests(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """The reference venvs, when not built yet, built from the session's start (tests/reference_venvs.py); the
+    build's output in `reference-venvs.log` in the session's temporary folder."""
+    with reference_venvs.built_in_background(ROOT, tmp_path_factory.getbasetemp() / "reference-venvs.log"):
+        yield
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import numpy as np
 
+from tests.reference_venvs import wait_for_background_build
+
 ROOT = Path(__file__).resolve().parent.parent
 REFERENCE_PYTHON = ROOT / ".venv-reference" / "bin" / "python"
 SCRIPTS = ROOT / "tests" / "reference"
@@ -84,6 +86,7 @@ def _tail(process: subprocess.CompletedProcess, chars: int = 4000) -> str:
 def ensure_reference_venv() -> Path:
     """`make reference-venv` (a no-op once built and current); its python."""
     try:
+        wait_for_background_build(VENV_BUILD_TIMEOUT_S)
         process = subprocess.run(
             ["make", "reference-venv"], cwd=ROOT, capture_output=True, text=True, timeout=VENV_BUILD_TIMEOUT_S
         )

@@ -16,6 +16,7 @@ import numpy as np
 
 from testkit.media import image_bytes
 from tests.hybrid_reference import ReferenceFailed
+from tests.reference_venvs import wait_for_background_build
 
 ROOT = Path(__file__).resolve().parent.parent
 VL_PYTHON = ROOT / ".venv-vl-reference" / "bin" / "python"
@@ -62,6 +63,7 @@ def _run(*args: str | Path) -> None:
 
 
 def ensure_vl_venv() -> None:
+    wait_for_background_build(VENV_BUILD_TIMEOUT_S)
     process = subprocess.run(
         ["make", "vl-reference-venv"], cwd=ROOT, capture_output=True, text=True, timeout=VENV_BUILD_TIMEOUT_S
     )
