@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from gateway.jobs.records import BatchRecord, FileRecord
+from gateway.jobs.schema import BATCH_TIMES
 
 
 def file_object(record: FileRecord) -> dict[str, Any]:
@@ -34,20 +35,7 @@ def batch_object(record: BatchRecord) -> dict[str, Any]:
         "status": record["status"],
         "output_file_id": record["output_file_id"],
         "error_file_id": record["error_file_id"],
-        **{
-            name: record[name]
-            for name in (
-                "created_at",
-                "in_progress_at",
-                "expires_at",
-                "finalizing_at",
-                "completed_at",
-                "failed_at",
-                "expired_at",
-                "cancelling_at",
-                "cancelled_at",
-            )
-        },
+        **{name: record[name] for name in BATCH_TIMES},
         "request_counts": {"total": record["total"], "completed": record["completed"], "failed": record["failed"]},
         "metadata": record["metadata"],
     }

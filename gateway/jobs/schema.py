@@ -8,6 +8,8 @@ cancelled or expired batch's partial output is readable as soon as its chunks ar
 
 from __future__ import annotations
 
+from typing import Final
+
 from sqlalchemy import (
     JSON,
     BigInteger,
@@ -50,6 +52,18 @@ file_contents = Table(
     Column("content", LargeBinary, nullable=False),
 )
 
+# A batch's moments, in OpenAI's field names (epoch seconds): its columns, and the batch object's fields.
+BATCH_TIMES: Final = (
+    "created_at",
+    "in_progress_at",
+    "expires_at",
+    "finalizing_at",
+    "completed_at",
+    "failed_at",
+    "expired_at",
+    "cancelling_at",
+    "cancelled_at",
+)
 batches = Table(
     "embento_batches",
     metadata,
@@ -67,20 +81,7 @@ batches = Table(
     Column("output_file_id", String(40)),
     Column("error_file_id", String(40)),
     Column("created_us", BigInteger, nullable=False),
-    *(
-        Column(name, BigInteger)
-        for name in (
-            "created_at",
-            "in_progress_at",
-            "expires_at",
-            "finalizing_at",
-            "completed_at",
-            "failed_at",
-            "expired_at",
-            "cancelling_at",
-            "cancelled_at",
-        )
-    ),
+    *(Column(name, BigInteger) for name in BATCH_TIMES),
     # Who validates or finalizes it now, and until when (a dead worker's step is taken over after that).
     Column("lease_owner", String(80)),
     Column("lease_until", Float),
